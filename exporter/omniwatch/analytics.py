@@ -1,0 +1,185 @@
+"""Step analytics: what one verl step dict says about where the step went, and rolling statistics
+over the run's recent *normal* steps (warm-up, validation and checkpoint steps left out).
+
+Pure Python, no I/O, no clocks: :func:`analyze_step` maps one step's values to a :class:`StepRecord`;
+:class:`RunWindow` keeps the last steps of one run and computes the step-window statistics and
+baselines the alert rules threshold (design note "time is counted in steps").
+"""
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from . import names
+
+# timing_s/<name> keys that time work *inside* timing_s/step, in the order the legacy and V1 trainers
+# run them (reference: verl_omni_metrics.md §2.1, §4). Unknown single-segment timing_s/<x> keys are
+# treated as in-step phases too; the keys below are outside the step or not phases.
+PHASE_ORDER = (
+    "feed", "gen", "reward", "old_log_prob", "rollout_corr", "ref", "teacher", "adv",
+    "prepare_actor_batch", "update_actor", "save_checkpoint", "update_weights", "dump_rollout_generations",
+)
+OUTSIDE_STEP_TIMERS = frozenset({"step", "testing", "start_profile", "stop_profile"})
+
+K_STEP = "timing_s/step"
+K_TIME_PER_STEP = "perf/time_per_step"
+K_GEN = "timing_s/gen"
+K_REWARD = "timing_s/reward"
+K_GEN_SEQ_MAX = "timing_s/agent_loop/generate_sequences/max"
+K_SCORE_MAX = "timing_s/agent_loop/compute_score/max"
+K_SLOWEST_SCORE = "timing_s/agent_loop/slowest/compute_score"
+K_THROUGHPUT = "perf/throughput"
+K_TESTING = "timing_s/testing"
+K_SAVE = "timing_s/save_checkpoint"
+
+# Keys represented by contract series; everything else numeric is passed through as verl_*.
+CONTRACT_KEYS = frozenset({K_STEP, K_TIME_PER_STEP, K_THROUGHPUT, "training/global_step", *names.MFU_ROLES})
+
+DEFAULT_WINDOW_STEPS = 3
+DEFAULT_BASELINE_STEPS = 20
+DEFAULT_WARMUP_STEPS = 2
+MIN_BASELINE_STEPS = 3
+
+
+def phase_of(key: str) -> str | None:
+    """``timing_s/gen`` -> ``gen``; None for keys that are not in-step phase timers."""
+    if not key.startswith("timing_s/"):
+        return None
+    name = key[9:]
+    if "/" in name or name in OUTSIDE_STEP_TIMERS or not name:
+        return None
+    return name
+
+
+@dataclass
+class StepRecord:
+    step: int
+    arrival: float  # unix seconds the step was observed
+    duration: float | None
+    phases: dict[str, float]  # includes "untracked" when duration is known
+    reward_bound_ratio: float | None
+    reward_critical: dict[str, float]  # mode -> seconds
+    idle_ratio: float | None
+    mfu: dict[str, float]  # role -> value as reported
+    throughput: float | None
+    flags: frozenset[str] = frozenset()
+    values: dict[str, float] = field(default_factory=dict, repr=False)
+
+    @property
+    def normal(self) -> bool:
+        return not self.flags
+
+
+def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bool = False) -> StepRecord:
+    duration = values.get(K_STEP, values.get(K_TIME_PER_STEP))
+    if duration is not None and duration <= 0:
+        duration = None
+    phases: dict[str, float] = {}
+    for key, v in values.items():
+        ph = phase_of(key)
+        if ph is not None and v >= 0:
+            phases[ph] = v
+    if duration is not None:
+        phases[names.UNTRACKED_PHASE] = max(0.0, duration - sum(phases.values()))
+
+    # Reward on the critical path of the generation window.
+    gen = values.get(K_GEN)
+    reward = values.get(K_REWARD)
+    critical: dict[str, float] = {}
+    if reward is not None:
+        critical["colocated"] = max(0.0, reward)
+    score_max = values.get(K_SCORE_MAX, values.get(K_SLOWEST_SCORE))
+    gen_seq_max = values.get(K_GEN_SEQ_MAX)
+    if gen is not None and score_max is not None and gen_seq_max is not None:
+        # Streamed/async reward: samples are scored while others still generate; what is left of
+        # gen after the last sample finished generating is reward (bounded by the longest scoring).
+        critical["streamed"] = min(max(0.0, gen - gen_seq_max), max(0.0, score_max))
+    rb = None
+    if gen is not None and critical:
+        window = gen + (reward or 0.0)
+        if window > 0:
+            rb = min(1.0, sum(critical.values()) / window)
+
+    idle = None
+    if duration is not None:
+        idle = phases[names.UNTRACKED_PHASE] / duration
+
+    mfu = {role: values[k] for k, role in names.MFU_ROLES.items() if k in values}
+    flags = set()
+    if warmup:
+        flags.add("warmup")
+    if K_TESTING in values or any(k.startswith(("val-", "val/")) for k in values):
+        flags.add("validation")
+    if values.get(K_SAVE, 0) > 0:
+        flags.add("checkpoint")
+    return StepRecord(step, arrival, duration, phases, rb, critical, idle, mfu,
+                      values.get(K_THROUGHPUT), frozenset(flags), values)
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
+
+
+@dataclass
+class WindowStats:
+    steps: int = 0
+    reward_bound: dict[str, float] | None = None
+    idle: dict[str, float] | None = None
+    mfu: dict[str, dict[str, float]] = field(default_factory=dict)
+    duration: dict[str, float] | None = None
+    mfu_baseline: dict[str, float] = field(default_factory=dict)
+    duration_baseline: float | None = None
+    typical_step: float | None = None
+
+
+class RunWindow:
+    """The last ``window + baseline`` normal steps of one run, in step order."""
+
+    def __init__(self, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS):
+        if window < 1 or baseline < 1:
+            raise ValueError("window and baseline must be >= 1")
+        self.k = window
+        self.n = baseline
+        self.normal: deque[StepRecord] = deque(maxlen=window + baseline)
+
+    def add(self, rec: StepRecord) -> None:
+        if rec.normal:
+            self.normal.append(rec)
+
+    def drop_after(self, step: int) -> None:
+        """A trainer restart resumed at ``step``: forget the abandoned timeline after it."""
+        kept = [r for r in self.normal if r.step < step]
+        self.normal.clear()
+        self.normal.extend(kept)
+
+    def stats(self) -> WindowStats:
+        recs = list(self.normal)
+        out = WindowStats(steps=min(len(recs), self.k))
+        durs_all = [r.duration for r in recs if r.duration is not None]
+        if durs_all:
+            out.typical_step = statistics.median(durs_all[-self.n:])
+        if len(recs) < self.k:
+            return out
+        win, base = recs[-self.k:], recs[:-self.k]
+        rb = [r.reward_bound_ratio for r in win if r.reward_bound_ratio is not None]
+        if len(rb) == self.k:
+            out.reward_bound = _stats(rb)
+        idle = [r.idle_ratio for r in win if r.idle_ratio is not None]
+        if len(idle) == self.k:
+            out.idle = _stats(idle)
+        durs = [r.duration for r in win if r.duration is not None]
+        if len(durs) == self.k:
+            out.duration = _stats(durs)
+        roles = {role for r in win for role in r.mfu}
+        for role in sorted(roles):
+            xs = [r.mfu[role] for r in win if r.mfu.get(role, 0) > 0]
+            if len(xs) == self.k:
+                out.mfu[role] = _stats(xs)
+            bs = [r.mfu[role] for r in base if r.mfu.get(role, 0) > 0]
+            if len(bs) >= MIN_BASELINE_STEPS:
+                out.mfu_baseline[role] = statistics.median(bs)
+        bd = [r.duration for r in base if r.duration is not None]
+        if len(bd) >= MIN_BASELINE_STEPS:
+            out.duration_baseline = statistics.median(bd)
+        return out

@@ -1,0 +1,109 @@
+"""Render the run model as Prometheus metric families at scrape time (a custom collector on a
+private registry: new metric objects each scrape, no timestamps, base units, ``_total`` counters)."""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from . import __version__, names as n
+from .model import RunStore, passthrough_name
+
+
+def _family(name: str):
+    m = n.CATALOGUE[name]
+    if m.type == "counter":
+        return CounterMetricFamily(name[: -len("_total")], m.help, labels=list(m.labels))
+    return GaugeMetricFamily(name, m.help, labels=list(m.labels))
+
+
+class RunCollector(Collector):
+    def __init__(self, store: RunStore):
+        self.store = store
+        self._last_render = 0.0
+
+    def describe(self):  # keep registration from calling collect()
+        return []
+
+    def collect(self):
+        t0 = time.perf_counter()
+        fams = {name: _family(name) for name in n.CATALOGUE}
+        passthrough: dict[str, list] = defaultdict(list)
+        s = self.store
+        with s.lock:
+            fams[n.BUILD_INFO].add_metric([__version__], 1)
+            fams[n.RUNS].add_metric([], len(s.runs))
+            for (src, target), up in sorted(s.sources.items()):
+                fams[n.SOURCE_UP].add_metric([src, target], up)
+            for (src, reason), cnt in sorted(s.errors.items()):
+                fams[n.INGEST_ERRORS].add_metric([src, reason], cnt)
+            for status, cnt in sorted(s.notifications.items()):
+                fams[n.ALERT_NOTIFICATIONS_TOTAL].add_metric([status], cnt)
+            for (project, experiment), run in s.runs.items():
+                rl = [project, experiment]
+                fams[n.STEPS_TOTAL].add_metric(rl, run.steps_total)
+                fams[n.STEPS_REPLAYED_TOTAL].add_metric(rl, run.replayed_total)
+                fams[n.TRAINER_RESTARTS_TOTAL].add_metric(rl, run.restarts_total)
+                for ph, sec in sorted(run.stage_seconds_total.items()):
+                    fams[n.STAGE_SECONDS_TOTAL].add_metric(rl + [ph], sec)
+                for flag in n.FLAGS:
+                    fams[n.FLAGGED_STEPS_TOTAL].add_metric(rl + [flag], run.flagged_total.get(flag, 0))
+                fams[n.PASSTHROUGH_KEYS].add_metric(rl, len(run.keys))
+                last = run.last
+                if last is None:
+                    continue
+                fams[n.STEP].add_metric(rl, last.step)
+                fams[n.LAST_STEP_TS].add_metric(rl, last.arrival)
+                if last.duration is not None:
+                    fams[n.STEP_DURATION].add_metric(rl, last.duration)
+                for ph, sec in last.phases.items():
+                    fams[n.STAGE_DURATION].add_metric(rl + [ph], sec)
+                if last.reward_bound_ratio is not None:
+                    fams[n.REWARD_BOUND_RATIO].add_metric(rl, last.reward_bound_ratio)
+                for mode, sec in last.reward_critical.items():
+                    fams[n.REWARD_CRITICAL_PATH].add_metric(rl + [mode], sec)
+                if last.idle_ratio is not None:
+                    fams[n.INTER_STAGE_IDLE_RATIO].add_metric(rl, last.idle_ratio)
+                for role, v in last.mfu.items():
+                    fams[n.MFU].add_metric(rl + [role], v)
+                if last.throughput is not None:
+                    fams[n.THROUGHPUT].add_metric(rl, last.throughput)
+                for flag in n.FLAGS:
+                    fams[n.STEP_FLAG].add_metric(rl + [flag], 1 if flag in last.flags else 0)
+                st = run.stats
+                fams[n.WINDOW_STEPS].add_metric(rl, st.steps)
+                if st.typical_step is not None:
+                    fams[n.TYPICAL_STEP].add_metric(rl, st.typical_step)
+                for fam, stats in ((n.REWARD_BOUND_WINDOW, st.reward_bound), (n.IDLE_WINDOW, st.idle),
+                                   (n.STEP_DURATION_WINDOW, st.duration)):
+                    if stats:
+                        for stat, v in stats.items():
+                            fams[fam].add_metric(rl + [stat], v)
+                for role, stats in st.mfu.items():
+                    for stat, v in stats.items():
+                        fams[n.MFU_WINDOW].add_metric(rl + [role, stat], v)
+                for role, v in st.mfu_baseline.items():
+                    fams[n.MFU_BASELINE].add_metric(rl + [role], v)
+                if st.duration_baseline is not None:
+                    fams[n.STEP_DURATION_BASELINE].add_metric(rl, st.duration_baseline)
+                for key, v in run.keys.items():
+                    passthrough[passthrough_name(key)].append((rl + [key], v))
+        fams[n.SCRAPE_DURATION].add_metric([], self._last_render)
+        yield from fams.values()
+        for fname in sorted(passthrough):
+            samples = passthrough[fname]
+            keys = sorted({lv[2] for lv, _ in samples})
+            fam = GaugeMetricFamily(fname, "verl metric " + ", ".join(keys)[:300] + " as logged by the trainer.",
+                                    labels=[n.L_PROJECT, n.L_EXPERIMENT, n.L_KEY])
+            for lv, v in samples:
+                fam.add_metric(lv, v)
+            yield fam
+        self._last_render = time.perf_counter() - t0
+
+
+def make_registry(store: RunStore) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(RunCollector(store))
+    return reg

@@ -1,0 +1,152 @@
+"""The metric catalogue: every series omniwatch exports is named here, once.
+
+Dashboards, rule tests and docs import these constants; ``tests/test_catalogue.py`` checks that
+every metric name used in ``alerts/`` and ``dashboards/`` exists here and that ``docs/metrics.md``
+(generated from this module by ``omniwatch docs``) lists them all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "omniwatch_"
+PASSTHROUGH_PREFIX = "verl_"
+
+# Label names.
+L_PROJECT = "project"
+L_EXPERIMENT = "experiment"
+RUN_LABELS = (L_PROJECT, L_EXPERIMENT)
+L_PHASE = "phase"
+L_ROLE = "role"
+L_STAT = "stat"
+L_SOURCE = "source"
+L_TARGET = "target"
+L_REASON = "reason"
+L_FLAG = "flag"
+L_MODE = "mode"
+L_KEY = "key"
+
+# Label values.
+STATS = ("min", "median", "max")
+MFU_ROLES = {"perf/mfu/actor": "actor", "perf/mfu/actor_infer": "actor_infer"}
+UNTRACKED_PHASE = "untracked"
+FLAGS = ("warmup", "validation", "checkpoint")
+REWARD_MODES = ("colocated", "streamed")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    type: str  # gauge | counter | info
+    help: str
+    labels: tuple[str, ...] = ()
+    unit: str = ""
+
+    @property
+    def exposed(self) -> str:
+        """Name as it appears in the exposition (counters end in ``_total``)."""
+        return self.name
+
+
+CATALOGUE: dict[str, Metric] = {}
+
+
+def _m(name: str, type_: str, help_: str, labels: tuple[str, ...] = (), unit: str = "") -> str:
+    if name in CATALOGUE:
+        raise ValueError(f"duplicate metric {name}")
+    if type_ == "counter" and not name.endswith("_total"):
+        raise ValueError(f"counter {name} must end in _total")
+    CATALOGUE[name] = Metric(name, type_, help_, labels, unit)
+    return name
+
+
+R = RUN_LABELS
+
+# --- the spine contract ------------------------------------------------------------------------
+STEP = _m("omniwatch_step", "gauge", "Latest verl global step seen for the run.", R)
+STEPS_TOTAL = _m("omniwatch_steps_total", "counter",
+                 "Distinct training steps ingested (a step re-run after a trainer restart is not counted again).", R)
+LAST_STEP_TS = _m("omniwatch_last_step_timestamp_seconds", "gauge",
+                  "Unix time at which the latest step was observed (file mtime for lines read while catching up).", R, "seconds")
+STEP_DURATION = _m("omniwatch_step_duration_seconds", "gauge",
+                   "Wall time of the latest step (timing_s/step, else perf/time_per_step).", R, "seconds")
+STAGE_DURATION = _m("omniwatch_stage_duration_seconds", "gauge",
+                    "Seconds of the latest step spent in each timed phase (timing_s/<phase>); phase=\"untracked\" is the step minus all timed phases.",
+                    R + (L_PHASE,), "seconds")
+STAGE_SECONDS_TOTAL = _m("omniwatch_stage_seconds_total", "counter",
+                         "Seconds spent per phase, summed over distinct steps (phase=\"untracked\" included).", R + (L_PHASE,), "seconds")
+REWARD_BOUND_RATIO = _m("omniwatch_reward_bound_ratio", "gauge",
+                        "Share of the generation window (gen + reward) that reward scoring holds on the critical path, latest step.", R, "ratio")
+INTER_STAGE_IDLE_RATIO = _m("omniwatch_inter_stage_idle_ratio", "gauge",
+                            "Untracked seconds / step seconds of the latest step (work between timed phases: transfers, barriers).", R, "ratio")
+MFU = _m("omniwatch_mfu_ratio", "gauge",
+         "MFU as the trainer reported it (perf/mfu/<role>); 0 means the estimator is unsupported, not idle.", R + (L_ROLE,), "ratio")
+MFU_BASELINE = _m("omniwatch_mfu_baseline_ratio", "gauge",
+                  "Median MFU over the baseline steps before the current window (normal steps only, zeros ignored).", R + (L_ROLE,), "ratio")
+TYPICAL_STEP = _m("omniwatch_typical_step_seconds", "gauge",
+                  "Median step duration over the recent normal steps (the run's own pace, used by TrainingStalled).", R, "seconds")
+THROUGHPUT = _m("omniwatch_throughput_images_per_gpu_second", "gauge",
+                "perf/throughput of the latest step: images / (step seconds x GPUs of all pools).", R)
+SOURCE_UP = _m("omniwatch_source_up", "gauge",
+               "1 when the source works (a watched file that does not exist yet is waited for and counts as up).",
+               (L_SOURCE, L_TARGET))
+INGEST_ERRORS = _m("omniwatch_ingest_errors_total", "counter",
+                   "Inputs skipped by a source, by reason (malformed_json, non_numeric, non_finite, line_too_long, ...).",
+                   (L_SOURCE, L_REASON))
+
+# --- step-window statistics and baselines (persistence counted in steps) -----------------------
+REWARD_BOUND_WINDOW = _m("omniwatch_reward_bound_ratio_window", "gauge",
+                         "min/median/max of omniwatch_reward_bound_ratio over the last k normal steps (absent until k exist).",
+                         R + (L_STAT,), "ratio")
+IDLE_WINDOW = _m("omniwatch_inter_stage_idle_ratio_window", "gauge",
+                 "min/median/max of omniwatch_inter_stage_idle_ratio over the last k normal steps.", R + (L_STAT,), "ratio")
+MFU_WINDOW = _m("omniwatch_mfu_ratio_window", "gauge",
+                "min/median/max of reported MFU over the last k normal steps (zeros ignored).", R + (L_ROLE, L_STAT), "ratio")
+STEP_DURATION_WINDOW = _m("omniwatch_step_duration_seconds_window", "gauge",
+                          "min/median/max step seconds over the last k normal steps.", R + (L_STAT,), "seconds")
+STEP_DURATION_BASELINE = _m("omniwatch_step_duration_baseline_seconds", "gauge",
+                            "Median step seconds over the baseline steps before the current window.", R, "seconds")
+WINDOW_STEPS = _m("omniwatch_window_steps", "gauge",
+                  "Normal steps currently in the window (the window statistics exist once this reaches k).", R)
+REWARD_CRITICAL_PATH = _m("omniwatch_reward_critical_path_seconds", "gauge",
+                          "Reward seconds on the critical path of the latest step: mode=colocated (timing_s/reward) or "
+                          "mode=streamed (tail of gen after the last sample finished generating).", R + (L_MODE,), "seconds")
+STEP_FLAG = _m("omniwatch_step_flag", "gauge",
+               "1 when the latest step carries the flag (warmup, validation, checkpoint); such steps are left out of windows.",
+               R + (L_FLAG,))
+FLAGGED_STEPS_TOTAL = _m("omniwatch_flagged_steps_total", "counter", "Steps that carried each flag.", R + (L_FLAG,))
+STEPS_REPLAYED_TOTAL = _m("omniwatch_steps_replayed_total", "counter",
+                          "Steps seen again after a trainer restart (re-run work; not counted in omniwatch_steps_total).", R)
+TRAINER_RESTARTS_TOTAL = _m("omniwatch_trainer_restarts_total", "counter",
+                            "Trainer restarts detected (log truncated or rotated, or the step counter went back).", R)
+PASSTHROUGH_KEYS = _m("omniwatch_passthrough_keys", "gauge",
+                      "Distinct verl keys exported under the verl_ prefix for the run (capped by --max-keys).", R)
+RUNS = _m("omniwatch_runs", "gauge", "Runs (project, experiment) held in memory.")
+BUILD_INFO = _m("omniwatch_build_info", "gauge", "Always 1; the omniwatch version as a label.", ("version",))
+SCRAPE_DURATION = _m("omniwatch_scrape_duration_seconds", "gauge", "Seconds the previous /metrics render took.", (), "seconds")
+
+# --- alert relay ------------------------------------------------------------------------------
+ALERT_NOTIFICATIONS_TOTAL = _m("omniwatch_alert_notifications_total", "counter",
+                               "Alertmanager webhook notifications received, by status (firing, resolved).", ("status",))
+
+ALL_NAMES = frozenset(CATALOGUE)
+
+# Alert names (the rule files define them; tests check both sides agree).
+ALERT_REWARD_BOUND = "RewardBoundRollout"
+ALERT_IDLE = "InterStageIdleGPU"
+ALERT_MFU_IMPOSSIBLE = "MFUImpossible"
+ALERT_MFU_DROP = "MFUDrop"
+ALERT_STALLED = "TrainingStalled"
+CORE_ALERTS = (ALERT_REWARD_BOUND, ALERT_IDLE, ALERT_MFU_IMPOSSIBLE, ALERT_MFU_DROP, ALERT_STALLED)
+
+# Fault kinds of shared/fixtures/verl/*.truth.json -> the alert each must raise.
+FAULT_TO_ALERT = {
+    "reward_slow": ALERT_REWARD_BOUND,
+    "idle_gap": ALERT_IDLE,
+    "mfu_value": ALERT_MFU_IMPOSSIBLE,
+    "actor_slow": ALERT_MFU_DROP,
+    "stalled_after_step": ALERT_STALLED,
+}
+
+# runbook_url of every alert is RUNBOOK_URL.format(anchor=alertname.lower()); `omniwatch rules sync`
+# writes it into alerts/*.yml, a test checks it.
+RUNBOOK_URL = "https://github.com/omniwatch/omniwatch/blob/main/docs/runbooks.md#{anchor}"

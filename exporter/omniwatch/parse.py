@@ -1,0 +1,143 @@
+"""Parsers for the two verl Tracking outputs omniwatch reads: the ``file`` backend's JSONL and the
+``console`` backend's ``step:N - key:value - ...`` lines.
+
+Both return a :class:`ParsedStep` (or ``None`` plus a reason) and never raise on bad input: a bad line
+is a counted skip, a bad value inside a good line is dropped and counted, the rest of the line is kept.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import orjson
+
+MAX_KEY_CHARS = 256
+
+
+@dataclass
+class ParsedStep:
+    step: int
+    values: dict[str, float]
+    # reason -> count of values dropped from this line (non_numeric, non_finite, key_too_long)
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+class LineError(Exception):
+    """A whole line was skipped; ``reason`` is the ingest_errors_total label."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+def _coerce_step(raw) -> int:
+    if isinstance(raw, bool) or raw is None:
+        raise LineError("bad_step", repr(raw)[:40])
+    if isinstance(raw, int):
+        step = raw
+    elif isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
+        step = int(raw)
+    elif isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        step = int(raw.strip())
+    else:
+        raise LineError("bad_step", repr(raw)[:40])
+    if step < 0 or step > 10**12:
+        raise LineError("bad_step", str(step))
+    return step
+
+
+def clean_values(data: dict) -> tuple[dict[str, float], dict[str, int]]:
+    """Keep finite numeric values; count what was dropped and why."""
+    values: dict[str, float] = {}
+    dropped: dict[str, int] = {}
+    for key, v in data.items():
+        if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+            dropped["key_too_long" if isinstance(key, str) and key else "bad_key"] = \
+                dropped.get("key_too_long" if isinstance(key, str) and key else "bad_key", 0) + 1
+            continue
+        if isinstance(v, bool):
+            v = float(v)
+        if isinstance(v, (int, float)):
+            f = float(v)
+            if math.isfinite(f):
+                values[key] = f
+            else:
+                dropped["non_finite"] = dropped.get("non_finite", 0) + 1
+        elif v is None:  # orjson writes NaN/Inf as null
+            dropped["non_finite"] = dropped.get("non_finite", 0) + 1
+        else:
+            dropped["non_numeric"] = dropped.get("non_numeric", 0) + 1
+    return values, dropped
+
+
+def parse_record(obj) -> ParsedStep:
+    """A decoded ``{"step": N, "data": {...}}`` object (JSONL line or push body)."""
+    if not isinstance(obj, dict):
+        raise LineError("not_object", type(obj).__name__)
+    if "step" not in obj:
+        raise LineError("missing_step")
+    step = _coerce_step(obj["step"])
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        raise LineError("missing_data", type(data).__name__)
+    values, dropped = clean_values(data)
+    return ParsedStep(step, values, dropped)
+
+
+def parse_jsonl_line(line: bytes | str) -> ParsedStep:
+    """One line written by verl's FileLogger: ``orjson.dumps({"step": step, "data": data})``."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise LineError("malformed_json", str(e)[:80]) from None
+    return parse_record(obj)
+
+
+# verl LocalLogger: "step:<N> - k:v - k:v"; Ray may prefix "(TaskRunner pid=1) ". numpy>=2 prints
+# np.float64(0.1); the nightly parser strips it the same way.
+_CONSOLE_STEP = re.compile(r"(?:^|[\s)\]])step:(\d+)((?: - [^\n]*)?)$")
+_NP_WRAPPED = re.compile(r"^(?:np|numpy)\.\w+\((.*)\)$")
+
+
+def _console_value(text: str):
+    text = text.strip()
+    m = _NP_WRAPPED.match(text)
+    if m:
+        text = m.group(1).strip()
+    try:
+        return float(text)
+    except ValueError:
+        if text in ("True", "False"):
+            return 1.0 if text == "True" else 0.0
+        return text  # a string: dropped as non_numeric by clean_values
+
+
+def is_console_step_line(line: str) -> bool:
+    return "step:" in line and _CONSOLE_STEP.search(line.rstrip("\r\n")) is not None
+
+
+def parse_console_line(line: bytes | str) -> ParsedStep:
+    """One ``console`` backend line. Lines that are not step lines raise ``LineError('not_a_step_line')``
+    (the console source ignores those without counting them: stdout carries other logs)."""
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    line = line.rstrip("\r\n")
+    m = _CONSOLE_STEP.search(line)
+    if not m:
+        raise LineError("not_a_step_line")
+    step = _coerce_step(int(m.group(1)))
+    data: dict = {}
+    rest = m.group(2)
+    if rest:
+        for part in rest[3:].split(" - "):
+            key, sep, val = part.partition(":")
+            if not sep or not key.strip():
+                data.setdefault("\x00malformed", 0)
+                continue
+            data[key.strip()] = _console_value(val)
+    malformed = data.pop("\x00malformed", None)
+    values, dropped = clean_values(data)
+    if malformed is not None:
+        dropped["malformed_pair"] = dropped.get("malformed_pair", 0) + 1
+    return ParsedStep(step, values, dropped)
