@@ -32,6 +32,7 @@ K_SLOWEST_SCORE = "timing_s/agent_loop/slowest/compute_score"
 K_THROUGHPUT = "perf/throughput"
 K_TESTING = "timing_s/testing"
 K_SAVE = "timing_s/save_checkpoint"
+K_ZERO_STD = "critic/rewards/zero_std_ratio"
 
 # Keys represented by contract series; everything else numeric is passed through as verl_*.
 CONTRACT_KEYS = frozenset({K_STEP, K_TIME_PER_STEP, K_THROUGHPUT, "training/global_step", *names.MFU_ROLES})
@@ -128,6 +129,7 @@ class WindowStats:
     idle: dict[str, float] | None = None
     mfu: dict[str, dict[str, float]] = field(default_factory=dict)
     duration: dict[str, float] | None = None
+    zero_std: dict[str, float] | None = None
     mfu_baseline: dict[str, float] = field(default_factory=dict)
     duration_baseline: float | None = None
     typical_step: float | None = None
@@ -168,6 +170,9 @@ class RunWindow:
         idle = [r.idle_ratio for r in win if r.idle_ratio is not None]
         if len(idle) == self.k:
             out.idle = _stats(idle)
+        zs = [r.values[K_ZERO_STD] for r in win if K_ZERO_STD in r.values]
+        if len(zs) == self.k:
+            out.zero_std = _stats(zs)
         durs = [r.duration for r in win if r.duration is not None]
         if len(durs) == self.k:
             out.duration = _stats(durs)

@@ -19,6 +19,17 @@ def _family(name: str):
     return GaugeMetricFamily(name, m.help, labels=list(m.labels))
 
 
+# The families this collector renders; other collectors (GPU sampler, relay) own theirs.
+OWNED = (
+    n.BUILD_INFO, n.RUNS, n.SOURCE_UP, n.INGEST_ERRORS, n.ALERT_NOTIFICATIONS_TOTAL, n.STEPS_TOTAL,
+    n.STEPS_REPLAYED_TOTAL, n.TRAINER_RESTARTS_TOTAL, n.STAGE_SECONDS_TOTAL, n.FLAGGED_STEPS_TOTAL,
+    n.PASSTHROUGH_KEYS, n.STEP, n.LAST_STEP_TS, n.STEP_DURATION, n.STAGE_DURATION, n.REWARD_BOUND_RATIO,
+    n.REWARD_CRITICAL_PATH, n.INTER_STAGE_IDLE_RATIO, n.MFU, n.THROUGHPUT, n.STEP_FLAG, n.WINDOW_STEPS,
+    n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW, n.ZERO_STD_WINDOW,
+    n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION,
+)
+
+
 class RunCollector(Collector):
     def __init__(self, store: RunStore):
         self.store = store
@@ -29,7 +40,7 @@ class RunCollector(Collector):
 
     def collect(self):
         t0 = time.perf_counter()
-        fams = {name: _family(name) for name in n.CATALOGUE}
+        fams = {name: _family(name) for name in OWNED}
         passthrough: dict[str, list] = defaultdict(list)
         s = self.store
         with s.lock:
@@ -77,7 +88,7 @@ class RunCollector(Collector):
                 if st.typical_step is not None:
                     fams[n.TYPICAL_STEP].add_metric(rl, st.typical_step)
                 for fam, stats in ((n.REWARD_BOUND_WINDOW, st.reward_bound), (n.IDLE_WINDOW, st.idle),
-                                   (n.STEP_DURATION_WINDOW, st.duration)):
+                                   (n.STEP_DURATION_WINDOW, st.duration), (n.ZERO_STD_WINDOW, st.zero_std)):
                     if stats:
                         for stat, v in stats.items():
                             fams[fam].add_metric(rl + [stat], v)

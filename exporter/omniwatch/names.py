@@ -124,9 +124,53 @@ RUNS = _m("omniwatch_runs", "gauge", "Runs (project, experiment) held in memory.
 BUILD_INFO = _m("omniwatch_build_info", "gauge", "Always 1; the omniwatch version as a label.", ("version",))
 SCRAPE_DURATION = _m("omniwatch_scrape_duration_seconds", "gauge", "Seconds the previous /metrics render took.", (), "seconds")
 
+ZERO_STD_WINDOW = _m("omniwatch_reward_zero_std_ratio_window", "gauge",
+                     "min/median/max of critic/rewards/zero_std_ratio over the last k normal steps (reward saturation).",
+                     R + (L_STAT,), "ratio")
+
+# --- GPU sampler (NVML) and phase attribution --------------------------------------------------
+L_GPU, L_UUID, L_NODE = "gpu", "uuid", "node"
+GPU_LABELS = (L_NODE, L_GPU, L_UUID)
+GPU_BUSY_SECONDS_TOTAL = _m("omniwatch_gpu_busy_seconds_total", "counter",
+                            "Seconds the GPU had a kernel running (NVML utilization samples above the busy threshold).",
+                            GPU_LABELS, "seconds")
+GPU_IDLE_SECONDS_TOTAL = _m("omniwatch_gpu_idle_seconds_total", "counter",
+                            "Seconds the GPU was idle (NVML utilization samples at or below the busy threshold).",
+                            GPU_LABELS, "seconds")
+GPU_PHASE_IDLE_SECONDS_TOTAL = _m("omniwatch_gpu_phase_idle_seconds_total", "counter",
+                                  "GPU idle seconds attributed to training phases (phase=\"inter_stage\" is time between timed phases).",
+                                  R + GPU_LABELS + (L_PHASE,), "seconds")
+GPU_PHASE_BUSY_SECONDS_TOTAL = _m("omniwatch_gpu_phase_busy_seconds_total", "counter",
+                                  "GPU busy seconds attributed to training phases.", R + GPU_LABELS + (L_PHASE,), "seconds")
+GPU_IDLE_RATIO = _m("omniwatch_gpu_idle_ratio", "gauge",
+                    "Idle share of each phase of the latest attributed step, averaged over the run's GPUs.",
+                    R + (L_PHASE,), "ratio")
+GPU_UTILIZATION = _m("omniwatch_gpu_utilization_ratio", "gauge", "Latest NVML utilization sample (0-1).", GPU_LABELS, "ratio")
+GPU_MEMORY_USED = _m("omniwatch_gpu_memory_used_bytes", "gauge", "GPU memory used.", GPU_LABELS, "bytes")
+GPU_MEMORY_TOTAL = _m("omniwatch_gpu_memory_total_bytes", "gauge", "GPU memory total.", GPU_LABELS, "bytes")
+GPU_POWER = _m("omniwatch_gpu_power_watts", "gauge", "GPU power draw.", GPU_LABELS, "watts")
+GPU_SM_CLOCK = _m("omniwatch_gpu_sm_clock_hertz", "gauge", "GPU SM clock.", GPU_LABELS, "hertz")
+GPU_INFO = _m("omniwatch_gpu_info", "gauge", "Always 1; GPU name and the bf16 peak omniwatch knows for it.",
+              GPU_LABELS + ("name", "peak_tflops"))
+MFU_IMPLIED_PEAK = _m("omniwatch_mfu_implied_peak_tflops", "gauge",
+                      "Device peak (TFLOP/s) the reported MFU implies if the run ran at the GPU's real peak-relative rate; "
+                      "compared with the NVML device name by the MFU cause check.", R + (L_ROLE,))
+
+# --- discovered endpoints (Ray, TransferQueue, vLLM-Omni) ------------------------------------------
+L_ROLE_T, L_REPLICA = "role", "replica"
+ROLLOUT_MAX_NUM_SEQS = _m("omniwatch_rollout_max_num_seqs", "gauge",
+                          "max_num_seqs of each rollout/reward server replica (from discovery or --max-num-seqs).",
+                          R + (L_ROLE_T, L_REPLICA))
+SD_TARGETS = _m("omniwatch_sd_targets", "gauge", "Targets served to Prometheus by HTTP service discovery, by kind.", ("kind",))
+DISCOVERY_UP = SOURCE_UP  # discovery reports through omniwatch_source_up{source="ray"|"transferqueue"|...}
+
 # --- alert relay ------------------------------------------------------------------------------
 ALERT_NOTIFICATIONS_TOTAL = _m("omniwatch_alert_notifications_total", "counter",
                                "Alertmanager webhook notifications received, by status (firing, resolved).", ("status",))
+RELAY_DELIVERIES_TOTAL = _m("omniwatch_relay_deliveries_total", "counter",
+                            "Relay deliveries to configured receivers, by receiver and result (ok, retry, failed).",
+                            ("receiver", "result"))
+RELAY_PENDING = _m("omniwatch_relay_pending", "gauge", "Notifications stored but not yet delivered, by receiver.", ("receiver",))
 
 ALL_NAMES = frozenset(CATALOGUE)
 
