@@ -7,6 +7,7 @@ a re-run after a trainer restart — it replaces the stored step but never incre
 """
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -103,6 +104,8 @@ class RunStore:
         self.errors: dict[tuple[str, str], int] = defaultdict(int)  # (source, reason) -> count
         self.sources: dict[tuple[str, str], int] = {}  # (source, target) -> up
         self.notifications: dict[str, int] = defaultdict(int)
+        # Called as fn(run, record) after every applied step, outside the lock (GPU attribution, ...).
+        self.listeners: list = []
 
     # -- bookkeeping used by sources ---------------------------------------------------------------
     def count_error(self, source: str, reason: str, n: int = 1) -> None:
@@ -141,6 +144,17 @@ class RunStore:
         """Add one step. ``feed`` names the stream it came from (a file, a pusher); a feed whose step
         goes back is a resumed trainer. A step already seen that arrives from another feed (the console
         twin of a JSONL file, say) is a duplicate: counted as a skip, not applied twice."""
+        rec = self._ingest(project, experiment, parsed, source, arrival, feed)
+        if rec is not None:
+            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            for fn in list(self.listeners):
+                try:
+                    fn(run, rec)
+                except Exception:  # a listener must never break ingestion
+                    logging.getLogger(__name__).exception("step listener failed")
+        return rec
+
+    def _ingest(self, project, experiment, parsed, source, arrival, feed):
         arrival = self.clock() if arrival is None else arrival
         feed = feed or source
         with self.lock:

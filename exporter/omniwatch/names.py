@@ -172,7 +172,7 @@ RELAY_DELIVERIES_TOTAL = _m("omniwatch_relay_deliveries_total", "counter",
                             ("receiver", "result"))
 RELAY_PENDING = _m("omniwatch_relay_pending", "gauge", "Notifications stored but not yet delivered, by receiver.", ("receiver",))
 
-ALL_NAMES = frozenset(CATALOGUE)
+
 
 # Alert names (the rule files define them; tests check both sides agree).
 ALERT_REWARD_BOUND = "RewardBoundRollout"

@@ -1,0 +1,124 @@
+"""The exporter's one FastAPI app: ``/metrics``, the push API, the Alertmanager webhook and alert
+history, HTTP service discovery and health. Areas add routers; this module wires them."""
+from __future__ import annotations
+
+import hmac
+import importlib
+import logging
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from . import __version__
+from .model import RunStore
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Optional areas: each module exposes ``router`` (an APIRouter) and ``init(app)``.
+ROUTER_MODULES = ["omniwatch.sources.push", "omniwatch.relay", "omniwatch.discovery"]
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for bodies over ``limit`` bytes, whether or not Content-Length is sent."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        for k, v in scope.get("headers", []):
+            if k == b"content-length":
+                try:
+                    if int(v) > self.limit:
+                        return await _too_large(send, self.limit)
+                except ValueError:
+                    return await _reply(send, 400, b'{"detail":"bad Content-Length"}')
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    raise _BodyTooLarge()
+            return msg
+
+        try:
+            return await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            return await _too_large(send, self.limit)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _reply(send, status: int, body: bytes):
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _too_large(send, limit: int):
+    await _reply(send, 413, ('{"detail":"request body larger than %d bytes"}' % limit).encode())
+
+
+def require_token(request: Request, expected: str | None, what: str) -> None:
+    """Bearer-token check in constant time. No token configured = the endpoint is disabled."""
+    if not expected:
+        raise HTTPException(403, f"{what} is disabled: set OMNIWATCH_{what.upper()}_TOKEN (or _FILE) on the exporter")
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+        raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings) -> FastAPI:
+    app = FastAPI(title="omniwatch exporter", version=__version__, docs_url=None, redoc_url=None)
+    app.state.store, app.state.registry, app.state.settings = store, registry, settings
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz():
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/-/ready")
+    def ready():
+        return {"status": "ready"}
+
+    @app.get("/", response_class=HTMLResponse)
+    def index():
+        return ("<html><head><title>omniwatch</title></head><body><h1>omniwatch exporter</h1>"
+                '<ul><li><a href="/metrics">/metrics</a></li><li><a href="/api/v1/alerts">/api/v1/alerts</a></li>'
+                '<li><a href="/api/v1/runs">/api/v1/runs</a></li><li><a href="/healthz">/healthz</a></li></ul></body></html>')
+
+    @app.get("/api/v1/runs")
+    def runs():
+        with store.lock:
+            out = []
+            for (p, e), run in store.runs.items():
+                out.append({"project": p, "experiment": e, "step": run.last.step if run.last else None,
+                            "steps_total": run.steps_total, "restarts": run.restarts_total})
+        return JSONResponse(out)
+
+    for modname in ROUTER_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:
+            if e.name == modname:
+                continue
+            raise
+        if hasattr(mod, "init"):
+            mod.init(app)
+        app.include_router(mod.router)
+
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    return app
