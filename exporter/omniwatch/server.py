@@ -1,0 +1,173 @@
+"""``omniwatch serve``: the exporter process — sources, the run model, and the FastAPI app on one port.
+
+Optional areas (GPU sampler, Ray discovery) plug in through SERVE_EXTENSIONS: a module exposing
+``add_serve_args(parser)`` and ``start_from_args(args, exporter) -> object with stop()``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from .app import create_app
+from .exposition import make_registry
+from .model import RunStore
+from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings
+from .sources.files import FileSource
+
+log = logging.getLogger(__name__)
+
+SERVE_EXTENSIONS = ["omniwatch.gpu", "omniwatch.discovery"]
+
+
+def _extensions():
+    for name in SERVE_EXTENSIONS:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:
+                continue
+            raise
+        if hasattr(mod, "add_serve_args") and hasattr(mod, "start_from_args"):
+            yield mod
+
+
+@dataclass
+class Exporter:
+    settings: Settings
+    store: RunStore
+    registry: object
+    app: object
+    sources: list = field(default_factory=list)
+
+    @classmethod
+    def build(cls, settings: Settings) -> "Exporter":
+        store = RunStore(window=settings.window_steps, baseline=settings.baseline_steps,
+                         warmup=settings.warmup_steps, max_runs=settings.max_runs, max_keys=settings.max_keys)
+        registry = make_registry(store)
+        app = create_app(store, registry, settings)
+        ex = cls(settings, store, registry, app)
+        if settings.watch:
+            ex.sources.append(FileSource(store, settings.watch, "jsonl", poll_seconds=settings.poll_seconds,
+                                         max_line=settings.max_line_bytes))
+        if settings.console:
+            ex.sources.append(FileSource(store, settings.console, "console", poll_seconds=settings.poll_seconds,
+                                         max_line=settings.max_line_bytes))
+        return ex
+
+    def start_sources(self) -> None:
+        for s in self.sources:
+            s.start()
+
+    def stop(self) -> None:
+        for s in reversed(self.sources):
+            try:
+                s.stop()
+            except Exception:
+                log.exception("stopping %s", s)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return DEFAULT_HOST, int(value)
+    host = host.strip("[]") or DEFAULT_HOST
+    return host, int(port)
+
+
+def add_exporter_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_EXPORTER_PORT}",
+                   help="HOST:PORT to serve on (default %(default)s; binding beyond loopback is your decision)")
+    p.add_argument("--watch", action="append", default=[], metavar="PATH",
+                   help="verl JSONL file, glob, or VERL_FILE_LOGGER_ROOT dir (<root>/<project>/<experiment>.jsonl); repeatable")
+    p.add_argument("--console", action="append", default=[], metavar="PATH",
+                   help="log file with verl console lines (step:N - key:value - ...); repeatable")
+    p.add_argument("--window-steps", type=int, default=None, help="k: normal steps in the alert window (default 3)")
+    p.add_argument("--baseline-steps", type=int, default=None, help="N: normal steps in the MFU/step-time baseline (default 20)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="steps after each (re)start treated as warm-up (default 2)")
+    p.add_argument("--max-keys", type=int, default=None, help="cap on passthrough verl keys per run (default 512)")
+    p.add_argument("--max-runs", type=int, default=None, help="cap on runs held (default 64)")
+    p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
+    p.add_argument("--poll-interval", type=float, default=None, help="seconds between file polls (default 0.5)")
+
+
+def settings_from_args(args) -> Settings:
+    host, port = parse_listen(args.listen)
+    return Settings.from_env(host=host, port=port, watch=args.watch, console=args.console,
+                             window_steps=args.window_steps, baseline_steps=args.baseline_steps,
+                             warmup_steps=args.warmup_steps, max_keys=args.max_keys, max_runs=args.max_runs,
+                             state_dir=args.state_dir, poll_seconds=args.poll_interval)
+
+
+def serve(args) -> int:
+    settings = settings_from_args(args)
+    ex = Exporter.build(settings)
+    started = []
+    for mod in _extensions():
+        obj = mod.start_from_args(args, ex)
+        if obj is not None:
+            started.append(obj)
+    ex.start_sources()
+    if not settings.push_token:
+        log.info("push endpoint disabled (set OMNIWATCH_PUSH_TOKEN or OMNIWATCH_PUSH_TOKEN_FILE to enable)")
+    if not settings.webhook_token:
+        log.info("Alertmanager webhook disabled (set OMNIWATCH_WEBHOOK_TOKEN or OMNIWATCH_WEBHOOK_TOKEN_FILE)")
+    config = uvicorn.Config(ex.app, host=settings.host, port=settings.port, log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    log.info("omniwatch exporter on http://%s:%d/metrics watching %s", settings.host, settings.port,
+             ", ".join(settings.watch + settings.console) or "nothing (push only)")
+    try:
+        server.run()
+    finally:
+        for obj in reversed(started):
+            try:
+                obj.stop()
+            except Exception:
+                log.exception("stopping extension")
+        ex.stop()
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("serve", help="run the exporter alone (sources + /metrics + push + webhook)")
+    add_exporter_args(p)
+    for mod in _extensions():
+        mod.add_serve_args(p)
+    p.set_defaults(func=serve)
+
+
+class BackgroundServer:
+    """Run an ASGI app with uvicorn in a thread (tests, demo helpers)."""
+
+    def __init__(self, app, host: str = DEFAULT_HOST, port: int = 0):
+        import socket
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = host, self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> "BackgroundServer":
+        import time
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()

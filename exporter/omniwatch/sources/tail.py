@@ -1,0 +1,141 @@
+"""Follow a growing log file the way verl writes it.
+
+verl's FileLogger opens its file with ``"wb"`` (a trainer restart truncates it in place) and writes one
+unbuffered line per step; logrotate-style tools move it away and start a new one. ``FileTail.poll``
+returns the new complete lines and tells what happened to the file:
+
+- a partial last line waits for its newline;
+- a line longer than ``max_line`` is skipped whole (counted), without holding it in memory;
+- truncation is seen when the file shrinks below the read offset *or* its first line changed (a restarted
+  trainer may have written more than we had read before we looked again);
+- rotation (a new inode at the path) drains the old file to its end first;
+- a missing file is waited for.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+READ_CHUNK = 1 << 20
+MAX_READ_PER_POLL = 16 << 20
+HEAD_BYTES = 4096
+
+
+@dataclass
+class PollResult:
+    lines: list[bytes] = field(default_factory=list)
+    backlog: int = 0          # how many of ``lines`` were already in the file when it was opened
+    events: list[str] = field(default_factory=list)  # opened, truncated, rotated, missing
+    too_long: int = 0
+
+
+class FileTail:
+    def __init__(self, path: str, max_line: int = 1 << 20):
+        self.path = path
+        self.max_line = max_line
+        self._f = None
+        self._ino: tuple[int, int] | None = None
+        self._offset = 0
+        self._buf = bytearray()
+        self._skipping = False
+        self._head = b""
+        self._backlog_end = 0  # file size when opened: lines ending before it are backlog
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    @property
+    def mtime(self) -> float | None:
+        try:
+            return os.stat(self.path).st_mtime
+        except OSError:
+            return None
+
+    def _open(self, res: PollResult, event: str) -> bool:
+        try:
+            f = open(self.path, "rb", buffering=0)
+        except FileNotFoundError:
+            return False
+        st = os.fstat(f.fileno())
+        self.close()
+        self._f, self._ino = f, (st.st_dev, st.st_ino)
+        self._offset, self._buf, self._skipping, self._head = 0, bytearray(), False, b""
+        self._backlog_end = st.st_size if event == "opened" else 0
+        res.events.append(event)
+        return True
+
+    def _read_head(self) -> bytes:
+        return os.pread(self._f.fileno(), HEAD_BYTES, 0)
+
+    def _drain(self, res: PollResult) -> None:
+        budget = MAX_READ_PER_POLL
+        while budget > 0:
+            chunk = os.pread(self._f.fileno(), min(READ_CHUNK, budget), self._offset)
+            if not chunk:
+                break
+            budget -= len(chunk)
+            start_off = self._offset
+            self._offset += len(chunk)
+            pos = 0
+            while True:
+                nl = chunk.find(b"\n", pos)
+                if nl < 0:
+                    rest = chunk[pos:]
+                    if self._skipping:
+                        break
+                    if len(self._buf) + len(rest) > self.max_line:
+                        self._buf.clear()
+                        self._skipping = True
+                        res.too_long += 1
+                    else:
+                        self._buf += rest
+                    break
+                piece = chunk[pos:nl]
+                line_end = start_off + nl + 1
+                if self._skipping:
+                    self._skipping = False
+                elif len(self._buf) + len(piece) > self.max_line:
+                    self._buf.clear()
+                    res.too_long += 1
+                else:
+                    line = bytes(self._buf + piece) if self._buf else bytes(piece)
+                    self._buf.clear()
+                    if line.strip():
+                        res.lines.append(line)
+                        if line_end <= self._backlog_end:
+                            res.backlog += 1
+                pos = nl + 1
+        if not self._head and self._offset:
+            first = self._read_head()
+            nl = first.find(b"\n")
+            self._head = first[: nl + 1] if nl >= 0 else b""
+
+    def poll(self) -> PollResult:
+        res = PollResult()
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._f is not None:
+                self._drain(res)  # moved away or deleted: finish what was written
+                self.close()
+                self._ino = None
+            res.events.append("missing")
+            return res
+        if self._f is None:
+            if not self._open(res, "opened"):
+                res.events.append("missing")
+                return res
+        elif (st.st_dev, st.st_ino) != self._ino:
+            self._drain(res)
+            self._open(res, "rotated")
+        else:
+            size = os.fstat(self._f.fileno()).st_size
+            rewritten = bool(self._head) and size >= len(self._head) and self._read_head()[: len(self._head)] != self._head
+            if size < self._offset or (self._head and size < len(self._head)) or rewritten:
+                self._offset, self._buf, self._skipping, self._head = 0, bytearray(), False, b""
+                self._backlog_end = 0
+                res.events.append("truncated")
+        self._drain(res)
+        return res
