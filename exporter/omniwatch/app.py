@@ -116,6 +116,9 @@ def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings)
             if e.name == modname:
                 continue
             raise
+        if not hasattr(mod, "router"):
+            log.warning("%s has no router; not mounted", modname)
+            continue
         if hasattr(mod, "init"):
             mod.init(app)
         app.include_router(mod.router)

@@ -53,8 +53,10 @@ class FileSource:
     # -- file discovery ----------------------------------------------------------------------------
     def _expand(self, spec: str) -> list[str]:
         if os.path.isdir(spec):
-            pattern = "*/*.jsonl" if self.kind == "jsonl" else "*/*.log"
-            return sorted(glob.glob(os.path.join(spec, pattern)))
+            # <root>/<project>/<experiment>.jsonl (VERL_FILE_LOGGER_ROOT), or files directly in it.
+            ext = "*.jsonl" if self.kind == "jsonl" else "*.log"
+            found = glob.glob(os.path.join(spec, "*", ext)) + glob.glob(os.path.join(spec, ext))
+            return sorted(p for p in found if os.path.isfile(p))
         if glob.has_magic(spec):
             return sorted(p for p in glob.glob(spec) if os.path.isfile(p))
         return [spec]  # a single file, perhaps not there yet: waited for

@@ -1,0 +1,196 @@
+"""``omniwatch demo``: the native stack on fast intervals plus simulated FlowGRPO runs written in
+exactly verl's JSONL format (``VERL_FILE_LOGGER_ROOT`` layout, ``"wb"``, one line per step), each run
+injecting one fault after healthy steps. It prints every alert as it reaches the webhook and ends with
+a table: injected fault -> alert -> steps to detect. The stack stays up for a look (``make down``)."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from . import names
+from .simulate import Fault, RunSpec, step_dict
+from .stack import Stack, StackConfig, StackError, add_stack_args
+
+PROJECT = "omniwatch-demo"
+
+
+@dataclass
+class Scenario:
+    experiment: str
+    fault: str                    # text for the table
+    expect: str | None            # alert name, None for the healthy control
+    spec: RunSpec
+    onset: int | None
+    steps: int
+    stop_after: int | None = None  # stall: the file simply stops after this step
+    written: int = 0
+    detected_step: int | None = None
+    detected_at: float | None = None
+    onset_time: float | None = None
+    last_write: float | None = None
+
+
+def scenarios(pace: float, steps: int, onset: int) -> list[Scenario]:
+    return [
+        Scenario("healthy-control", "none (validation every 6, checkpoint every 8 steps)", None,
+                 RunSpec(pace=pace, seed=1, validation_every=6, checkpoint_every=8), None, steps),
+        Scenario("reward-bound-colocated", "colocated reward model 5x slower", names.ALERT_REWARD_BOUND,
+                 RunSpec(pace=pace, seed=2, faults=[Fault("reward_slow", onset, factor=5.0)]), onset, steps),
+        Scenario("reward-bound-async", "async reward pool: scoring tail 12x", names.ALERT_REWARD_BOUND,
+                 RunSpec(trainer="legacy_async", pace=pace, seed=3, faults=[Fault("reward_slow", onset, factor=12.0)]),
+                 onset, steps),
+        Scenario("v1-transfer-idle", "V1: +36% untimed TransferQueue transfer", names.ALERT_IDLE,
+                 RunSpec(trainer="v1", pace=pace, seed=4, faults=[Fault("idle_gap", onset, seconds_share=0.36)]),
+                 onset, steps),
+        Scenario("mfu-above-one", "MFU reported 2.62 (relabeled SKU peak)", names.ALERT_MFU_IMPOSSIBLE,
+                 RunSpec(pace=pace, seed=5, faults=[Fault("mfu_value", onset, value=2.62)]), onset, steps),
+        Scenario("mfu-drop", "update_actor 2x slower, MFU halves", names.ALERT_MFU_DROP,
+                 RunSpec(pace=pace, seed=6, faults=[Fault("actor_slow", onset, factor=2.0)]), onset, steps),
+        Scenario("stalled", f"trainer hangs after step {onset}", names.ALERT_STALLED,
+                 RunSpec(pace=pace, seed=7), onset, steps, stop_after=onset),
+    ]
+
+
+def write_run(sc: Scenario, root: Path, pace: float, stop: threading.Event) -> None:
+    path = root / PROJECT / f"{sc.experiment}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb", buffering=0) as f:  # as verl's FileLogger: "wb", unbuffered
+        for step in range(1, sc.steps + 1):
+            if stop.is_set():
+                return
+            t0 = time.monotonic()
+            f.write(orjson.dumps({"step": step, "data": step_dict(sc.spec, step)},
+                                 option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+            sc.written, sc.last_write = step, time.time()
+            if sc.onset == step:
+                sc.onset_time = sc.last_write
+            if sc.stop_after is not None and step >= sc.stop_after:
+                return
+            stop.wait(max(0.0, pace - (time.monotonic() - t0)))
+
+
+def _endpoints_scrape(stack_cfg: StackConfig):
+    """Realistic vLLM-Omni / TransferQueue / GPU / Ray series for the dashboards, when that module exists."""
+    try:
+        mod = importlib.import_module("omniwatch.demo_endpoints")
+    except ModuleNotFoundError:
+        return None, []
+    return mod, mod.scrape_configs(stack_cfg.host, stack_cfg.exporter_port + 7, PROJECT, "reward-bound-colocated")
+
+
+def run_demo(args) -> int:
+    con = Console()
+    pace, steps, onset = args.step_seconds, args.steps, args.onset
+    run_dir = Path(args.run_dir)
+    root = run_dir.resolve() / "demo-logs"
+    cfg = StackConfig(run_dir=run_dir, prometheus_port=args.prometheus_port, alertmanager_port=args.alertmanager_port,
+                      exporter_port=args.exporter_port, grafana_port=args.grafana_port, profile="fast",
+                      watch=[str(root)], exporter_args=["--poll-interval", "0.2"])
+    ep_mod, extra = _endpoints_scrape(cfg)
+    cfg.extra_scrape_configs = extra
+    stack = Stack(cfg)
+    stack.down()
+    if root.exists():
+        for p in root.rglob("*.jsonl"):
+            p.unlink()
+    root.mkdir(parents=True, exist_ok=True)
+    con.print(f"[bold]omniwatch demo[/]: starting the native stack in {stack.run_dir} (fast profile: 1 s scrape/eval)")
+    try:
+        if ep_mod is not None:
+            stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo_endpoints", "--port",
+                                      str(cfg.exporter_port + 7)], {})
+        started = stack.up()
+    except StackError as e:
+        con.print(f"[red]omniwatch demo: {e}[/]")
+        return 1
+    for name, url in started.items():
+        con.print(f"  {name:<13} {url}")
+    scs = scenarios(pace, steps, onset)
+    con.print(f"Simulating {len(scs)} FlowGRPO runs in {root}/{PROJECT}/ at {pace:g} s/step; faults start at step {onset}.")
+    stop = threading.Event()
+    threads = [threading.Thread(target=write_run, args=(sc, root, pace, stop), daemon=True) for sc in scs]
+    for t in threads:
+        t.start()
+    seen: set[tuple] = set()
+    by_exp = {sc.experiment: sc for sc in scs}
+    t_start = time.time()
+    deadline = time.monotonic() + args.timeout
+    client = httpx.Client(timeout=3.0)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                alerts = client.get(f"{cfg.exporter_url}/api/v1/alerts", params={"limit": 1000}).json()
+            except (httpx.HTTPError, ValueError):
+                alerts = []
+            for a in alerts if isinstance(alerts, list) else []:
+                labels = a.get("labels", {})
+                key = (labels.get("alertname"), labels.get("experiment"), a.get("status"), a.get("startsAt"))
+                if key in seen:
+                    continue
+                seen.add(key)
+                sc = by_exp.get(labels.get("experiment", ""))
+                step = sc.written if sc else "-"
+                colour = "red" if a.get("status") == "firing" else "green"
+                con.print(f"[{time.time() - t_start:6.1f}s] [{colour}]{a.get('status', '?').upper():8}[/] "
+                          f"{labels.get('alertname', '?'):<22} {labels.get('project', '')}/{labels.get('experiment', '')}"
+                          f"  at step {step}  {a.get('annotations', {}).get('summary', '')}")
+                if sc and a.get("status") == "firing" and labels.get("alertname") == sc.expect and sc.detected_step is None:
+                    sc.detected_step, sc.detected_at = sc.written, time.time()
+            if all(sc.detected_step is not None for sc in scs if sc.expect) and \
+                    all(not t.is_alive() for t, sc in zip(threads, scs) if sc.expect is None):
+                break
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        client.close()
+    table = Table(title="omniwatch demo: injected fault -> alert -> steps to detect")
+    for col in ("run", "injected fault", "onset step", "expected alert", "detected at step", "steps to detect",
+                "seconds to detect"):
+        table.add_column(col)
+    ok = True
+    for sc in scs:
+        others = sorted({lab for (lab, exp, st, _) in seen if exp == sc.experiment and st == "firing"} - {sc.expect})
+        if sc.expect is None:
+            good = not others
+            table.add_row(sc.experiment, sc.fault, "-", "none", "-", "-", "-" if good else "unexpected: " + ", ".join(others))
+        elif sc.detected_step is None:
+            good = False
+            table.add_row(sc.experiment, sc.fault, str(sc.onset), sc.expect, "[red]not detected[/]", "-", "-")
+        else:
+            good = True
+            if sc.stop_after is not None:
+                steps_txt = "n/a (no new step)"
+                secs = sc.detected_at - (sc.last_write or sc.detected_at)
+                secs_txt = f"{secs:.0f} s after the last step ({secs / pace:.1f} typical steps)"
+            else:
+                steps_txt = str(sc.detected_step - sc.onset + 1)
+                secs_txt = f"{sc.detected_at - (sc.onset_time or sc.detected_at):.0f}"
+            table.add_row(sc.experiment, sc.fault, str(sc.onset), sc.expect, str(sc.detected_step), steps_txt, secs_txt)
+        ok &= good
+    con.print(table)
+    con.print(f"Demo step pace {pace:g} s: the rules' `for: 15s` spans ~{15 / pace:.0f} demo steps but less than one "
+              "step of a real run (30 s - 15 min per step); the step-window (k=3 normal steps) is the same.")
+    con.print(f"Prometheus {cfg.prometheus_url}  Alertmanager {cfg.alertmanager_url}  exporter {cfg.exporter_url}/metrics")
+    con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it.")
+    return 0 if ok else 1
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("demo", help="native stack + simulated FlowGRPO runs that trip every core alert")
+    add_stack_args(p)
+    p.add_argument("--step-seconds", type=float, default=float(os.environ.get("OMNIWATCH_DEMO_STEP_SECONDS", 5.0)),
+                   help="wall seconds per simulated step (default %(default)s)")
+    p.add_argument("--steps", type=int, default=24, help="steps per simulated run (default %(default)s)")
+    p.add_argument("--onset", type=int, default=10, help="step at which each fault starts (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds (default %(default)s)")
+    p.set_defaults(func=run_demo)

@@ -1,0 +1,30 @@
+"""Where the repository's rule files, Alertmanager config and dashboards are: the checkout next to
+this package (editable install, the normal case) or the copy packaged into the wheel."""
+from __future__ import annotations
+
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+
+
+def _data_dir(name: str) -> Path:
+    repo = _PKG.parents[1] / name
+    if repo.is_dir():
+        return repo
+    return _PKG / "_data" / name
+
+
+def alerts_dir() -> Path:
+    return _data_dir("alerts")
+
+
+def dashboards_dir() -> Path:
+    return _data_dir("dashboards")
+
+
+def rule_files() -> list[Path]:
+    return sorted(alerts_dir().glob("*.rules.yml"))
+
+
+def alertmanager_config() -> Path:
+    return alerts_dir() / "alertmanager.yml"

@@ -1,0 +1,427 @@
+"""``omniwatch up | down | status``: the native stack — Prometheus, Alertmanager and the exporter
+(and Grafana when a binary is on PATH) as local processes with generated configs, data, logs and pid
+files in one run directory, bound to 127.0.0.1, stopped exactly by what their pid files name.
+
+Docker compose is the Makefile's choice when an engine answers; this module never needs Docker.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from . import paths
+from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RUN_DIR = ".omniwatch"
+DEFAULT_PROMETHEUS_PORT = 19090
+DEFAULT_ALERTMANAGER_PORT = 19093
+DEFAULT_GRAFANA_PORT = 13000
+INSTALL_HINT = ("install it: `sudo apt-get install -y prometheus prometheus-alertmanager` (Debian/Ubuntu), "
+                "or put the official release binaries on PATH")
+
+# Evaluation profiles. "fast" is for the demo and tests: 1 s scrape/eval, Alertmanager sends at once.
+PROFILES = {
+    "default": {"scrape_interval": "15s", "evaluation_interval": "15s",
+                "group_wait": None, "group_interval": None, "repeat_interval": None},
+    "fast": {"scrape_interval": "1s", "evaluation_interval": "1s",
+             "group_wait": "1s", "group_interval": "2s", "repeat_interval": "5m"},
+}
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def find_binary(*names: str) -> str | None:
+    for n in names:
+        p = shutil.which(n)
+        if p:
+            return p
+    return None
+
+
+@dataclass
+class StackConfig:
+    run_dir: Path = Path(DEFAULT_RUN_DIR)
+    host: str = DEFAULT_HOST
+    prometheus_port: int = DEFAULT_PROMETHEUS_PORT
+    alertmanager_port: int = DEFAULT_ALERTMANAGER_PORT
+    exporter_port: int = DEFAULT_EXPORTER_PORT
+    grafana_port: int = DEFAULT_GRAFANA_PORT
+    profile: str = "default"
+    watch: list[str] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
+    exporter_args: list[str] = field(default_factory=list)   # extra `omniwatch serve` flags
+    extra_scrape_configs: list[dict] = field(default_factory=list)
+    retention: str = "30d"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://{self.host}:{self.prometheus_port}"
+
+    @property
+    def alertmanager_url(self) -> str:
+        return f"http://{self.host}:{self.alertmanager_port}"
+
+    @property
+    def exporter_url(self) -> str:
+        return f"http://{self.host}:{self.exporter_port}"
+
+    @property
+    def grafana_url(self) -> str:
+        return f"http://{self.host}:{self.grafana_port}"
+
+
+class Stack:
+    COMPONENTS = ("exporter", "alertmanager", "prometheus", "grafana")
+
+    def __init__(self, cfg: StackConfig):
+        self.cfg = cfg
+        self.run_dir = cfg.run_dir.resolve()
+
+    # -- layout ------------------------------------------------------------------------------------
+    def p(self, *parts: str) -> Path:
+        return self.run_dir.joinpath(*parts)
+
+    def _secret(self, name: str) -> Path:
+        path = self.p("secrets", f"{name}.token")
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(path.parent, 0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(32))
+        return path
+
+    # -- configs ------------------------------------------------------------------------------------
+    def prometheus_config(self) -> dict:
+        prof = PROFILES[self.cfg.profile]
+        rules = [str(p) for p in paths.rule_files()]
+        scrape = [
+            {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.exporter_port}"]}]},
+            {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.prometheus_port}"]}]},
+            {"job_name": "alertmanager", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.alertmanager_port}"]}]},
+            # Endpoints found by Ray discovery (TransferQueue, vLLM-Omni, Ray nodes) come through the
+            # exporter's HTTP service discovery: no Prometheus restart when they change.
+            {"job_name": "omniwatch-discovered", "http_sd_configs": [
+                {"url": f"http://{self.cfg.host}:{self.cfg.exporter_port}/api/v1/sd", "refresh_interval": "10s"}]},
+        ] + list(self.cfg.extra_scrape_configs)
+        return {
+            "global": {"scrape_interval": prof["scrape_interval"], "evaluation_interval": prof["evaluation_interval"],
+                       "scrape_timeout": prof["scrape_interval"] if prof["scrape_interval"] != "15s" else "10s"},
+            "rule_files": rules,
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.alertmanager_port}"]}]}]},
+            "scrape_configs": scrape,
+        }
+
+    def alertmanager_config(self) -> dict:
+        src = paths.alertmanager_config()
+        if not src.is_file():
+            raise StackError(f"Alertmanager config {src} is missing")
+        cfg = yaml.safe_load(src.read_text())
+        token_file = str(self._secret("webhook"))
+        found = False
+        for rcv in cfg.get("receivers", []):
+            if rcv.get("name") == "omniwatch":
+                for wh in rcv.get("webhook_configs", []):
+                    wh["url"] = f"{self.cfg.exporter_url}/api/v1/alertmanager"
+                    wh.setdefault("http_config", {}).setdefault("authorization", {})
+                    wh["http_config"]["authorization"] = {"type": "Bearer", "credentials_file": token_file}
+                    found = True
+        if not found:
+            raise StackError(f"{src}: no receiver named 'omniwatch' with a webhook_config")
+        prof = PROFILES[self.cfg.profile]
+        route = cfg.setdefault("route", {})
+        for key in ("group_wait", "group_interval", "repeat_interval"):
+            if prof[key]:
+                route[key] = prof[key]
+                for child in route.get("routes", []) or []:
+                    if key in child and key != "repeat_interval":
+                        child[key] = prof[key]
+        return cfg
+
+    def write_configs(self) -> None:
+        for d in ("config", "logs", "pids", "data/prometheus", "data/alertmanager", "state"):
+            self.p(d).mkdir(parents=True, exist_ok=True)
+        self.p("config", "prometheus.yml").write_text(yaml.safe_dump(self.prometheus_config(), sort_keys=False))
+        self.p("config", "alertmanager.yml").write_text(yaml.safe_dump(self.alertmanager_config(), sort_keys=False))
+        self.p("stack.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v
+                                                     for k, v in asdict(self.cfg).items()}, indent=2))
+
+    # -- commands per component ------------------------------------------------------------------------
+    def commands(self) -> dict[str, tuple[list[str], dict, str]]:
+        """name -> (argv, extra env, readiness URL)."""
+        c = self.cfg
+        prom = find_binary("prometheus")
+        am = find_binary("alertmanager", "prometheus-alertmanager")
+        if not prom:
+            raise StackError(f"prometheus not found on PATH; {INSTALL_HINT}")
+        if not am:
+            raise StackError(f"alertmanager (or prometheus-alertmanager) not found on PATH; {INSTALL_HINT}")
+        exporter = [sys.executable, "-m", "omniwatch", "serve", "--listen", f"{c.host}:{c.exporter_port}",
+                    "--state-dir", str(self.p("state"))]
+        for w in c.watch:
+            exporter += ["--watch", os.path.abspath(w)]
+        for w in c.console:
+            exporter += ["--console", os.path.abspath(w)]
+        exporter += c.exporter_args
+        env = {"OMNIWATCH_WEBHOOK_TOKEN_FILE": str(self._secret("webhook")),
+               "OMNIWATCH_PUSH_TOKEN_FILE": str(self._secret("push"))}
+        cmds = {
+            "exporter": (exporter, env, f"{c.exporter_url}/healthz"),
+            "alertmanager": ([am, f"--config.file={self.p('config', 'alertmanager.yml')}",
+                              f"--storage.path={self.p('data', 'alertmanager')}",
+                              f"--web.listen-address={c.host}:{c.alertmanager_port}",
+                              f"--web.external-url={c.alertmanager_url}",
+                              "--cluster.listen-address="],  # no gossip port on 0.0.0.0:9094
+                             {}, f"{c.alertmanager_url}/-/ready"),
+            "prometheus": ([prom, f"--config.file={self.p('config', 'prometheus.yml')}",
+                            f"--storage.tsdb.path={self.p('data', 'prometheus')}",
+                            f"--storage.tsdb.retention.time={c.retention}",
+                            f"--web.listen-address={c.host}:{c.prometheus_port}",
+                            f"--web.external-url={c.prometheus_url}"],
+                           {}, f"{c.prometheus_url}/-/ready"),
+        }
+        grafana = self._grafana_command()
+        if grafana:
+            cmds["grafana"] = grafana
+        return cmds
+
+    def _grafana_command(self):
+        """Grafana only when a binary is on PATH (Debian has no package); provisioning as in compose."""
+        binary = find_binary("grafana", "grafana-server")
+        prov = paths.dashboards_dir() / "provisioning"
+        if not binary or not prov.is_dir():
+            return None
+        password = os.environ.get("OMNIWATCH_GRAFANA_ADMIN_PASSWORD")
+        if not password:
+            log.warning("Grafana found but OMNIWATCH_GRAFANA_ADMIN_PASSWORD is not set: not starting it "
+                        "(omniwatch never starts Grafana with a default admin password)")
+            return None
+        gdir = self.p("grafana")
+        (gdir / "provisioning").mkdir(parents=True, exist_ok=True)
+        self._render_grafana_provisioning(prov, gdir / "provisioning")
+        argv = [binary] + (["server"] if Path(binary).name == "grafana" else []) + [
+            f"--homepath={os.environ.get('GF_PATHS_HOME', '/usr/share/grafana')}"]
+        env = {"GF_SERVER_HTTP_ADDR": self.cfg.host, "GF_SERVER_HTTP_PORT": str(self.cfg.grafana_port),
+               "GF_PATHS_DATA": str(gdir / "data"), "GF_PATHS_LOGS": str(self.p("logs")),
+               "GF_PATHS_PROVISIONING": str(gdir / "provisioning"),
+               "GF_SECURITY_ADMIN_PASSWORD": password,
+               "GF_AUTH_ANONYMOUS_ENABLED": os.environ.get("OMNIWATCH_GRAFANA_ANONYMOUS", "false"),
+               "OMNIWATCH_PROMETHEUS_URL": self.cfg.prometheus_url,
+               "OMNIWATCH_DASHBOARDS_DIR": str(paths.dashboards_dir())}
+        return argv, env, f"{self.cfg.grafana_url}/api/health"
+
+    def _render_grafana_provisioning(self, src: Path, dst: Path) -> None:
+        # The provisioning files use $OMNIWATCH_PROMETHEUS_URL / $OMNIWATCH_DASHBOARDS_DIR, which Grafana
+        # interpolates from its environment, so the same files serve compose and the native stack.
+        for f in src.rglob("*.yml"):
+            out = dst / f.relative_to(src)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, out)
+
+    # -- process control -------------------------------------------------------------------------------
+    def _pidfile(self, name: str) -> Path:
+        return self.p("pids", f"{name}.json")
+
+    def _read_pid(self, name: str) -> dict | None:
+        try:
+            return json.loads(self._pidfile(name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _alive(info: dict | None) -> bool:
+        """Alive *and* still the process we started (pid reuse): compare the cmdline."""
+        if not info:
+            return False
+        try:
+            cmdline = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return bool(cmdline) and cmdline[0].decode(errors="replace") == info["argv"][0]
+
+    def start(self, name: str, argv: list[str], env: dict) -> int:
+        info = self._read_pid(name)
+        if self._alive(info):
+            return info["pid"]
+        logf = open(self.p("logs", f"{name}.log"), "ab")
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **env}, cwd=str(self.run_dir), start_new_session=True)
+        logf.close()
+        self._pidfile(name).write_text(json.dumps({"pid": proc.pid, "argv": argv, "started": time.time()}))
+        return proc.pid
+
+    def wait_ready(self, name: str, url: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if not self._alive(self._read_pid(name)):
+                tail = self.p("logs", f"{name}.log").read_text(errors="replace")[-1500:]
+                raise StackError(f"{name} exited during start; last log lines:\n{tail}")
+            try:
+                r = httpx.get(url, timeout=2.0)
+                if r.status_code == 200:
+                    return
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as e:
+                last = type(e).__name__
+            time.sleep(0.2)
+        raise StackError(f"{name} not ready at {url} after {timeout:.0f}s ({last}); see {self.p('logs', name + '.log')}")
+
+    def up(self) -> dict[str, str]:
+        self.write_configs()
+        cmds = self.commands()
+        started = {}
+        for name in ("exporter", "alertmanager", "prometheus", "grafana"):
+            if name not in cmds:
+                continue
+            argv, env, ready = cmds[name]
+            self.start(name, argv, env)
+            self.wait_ready(name, ready)
+            started[name] = ready.split("/-/")[0].removesuffix("/healthz").removesuffix("/api/health")
+        return started
+
+    def stop(self, name: str, timeout: float = 15.0) -> bool:
+        info = self._read_pid(name)
+        if not info:
+            return False
+        if self._alive(info):
+            pid = info["pid"]
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + timeout
+            while self._alive(info) and time.monotonic() < deadline:
+                time.sleep(0.1)
+                _reap(pid)
+            if self._alive(info):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                _reap(pid)
+        self._pidfile(name).unlink(missing_ok=True)
+        return True
+
+    def down(self) -> list[str]:
+        stopped = []
+        for name in ("grafana", "prometheus", "alertmanager", "exporter", "endpoints"):
+            if self.stop(name):
+                stopped.append(name)
+        return stopped
+
+    def status(self) -> list[dict]:
+        out = []
+        cfg = self._saved_config()
+        urls = {"exporter": f"http://{cfg.host}:{cfg.exporter_port}", "prometheus": cfg.prometheus_url,
+                "alertmanager": cfg.alertmanager_url, "grafana": cfg.grafana_url}
+        for name in ("exporter", "prometheus", "alertmanager", "grafana", "endpoints"):
+            info = self._read_pid(name)
+            if info is None:
+                continue
+            alive = self._alive(info)
+            out.append({"component": name, "pid": info["pid"], "running": alive, "url": urls.get(name, "")})
+        return out
+
+    def _saved_config(self) -> StackConfig:
+        try:
+            raw = json.loads(self.p("stack.json").read_text())
+            raw["run_dir"] = Path(raw["run_dir"])
+            return StackConfig(**raw)
+        except (OSError, ValueError, TypeError):
+            return self.cfg
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+# -- CLI ---------------------------------------------------------------------------------------------
+def _cfg_from_args(args) -> StackConfig:
+    return StackConfig(run_dir=Path(args.run_dir), prometheus_port=args.prometheus_port,
+                       alertmanager_port=args.alertmanager_port, exporter_port=args.exporter_port,
+                       grafana_port=args.grafana_port, profile=getattr(args, "profile", "default"),
+                       watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [])
+
+
+def _print_urls(stack: Stack, started: dict) -> None:
+    from rich.console import Console
+    con = Console()
+    con.print(f"[bold green]omniwatch stack up[/] (run dir {stack.run_dir})")
+    for name, url in started.items():
+        con.print(f"  {name:<13} {url}")
+    con.print(f"  push token    {stack.p('secrets', 'push.token')} (OMNIWATCH_PUSH_TOKEN_FILE)")
+    con.print("  stop with     omniwatch down   (or make down)")
+
+
+def cmd_up(args) -> int:
+    stack = Stack(_cfg_from_args(args))
+    try:
+        started = stack.up()
+    except StackError as e:
+        print(f"omniwatch up: {e}", file=sys.stderr)
+        return 1
+    _print_urls(stack, started)
+    return 0
+
+
+def cmd_down(args) -> int:
+    stack = Stack(_cfg_from_args(args))
+    stopped = stack.down()
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_status(args) -> int:
+    stack = Stack(_cfg_from_args(args))
+    rows = stack.status()
+    if not rows:
+        print(f"nothing runs from {stack.run_dir}")
+        return 3
+    for r in rows:
+        print(f"{r['component']:<13} {'running' if r['running'] else 'DEAD   '} pid {r['pid']:<8} {r['url']}")
+    return 0 if all(r["running"] for r in rows) else 1
+
+
+def add_stack_args(p) -> None:
+    p.add_argument("--run-dir", default=os.environ.get("OMNIWATCH_RUN_DIR", DEFAULT_RUN_DIR),
+                   help="configs, data, logs and pid files (default %(default)s, env OMNIWATCH_RUN_DIR)")
+    p.add_argument("--prometheus-port", type=int, default=int(os.environ.get("OMNIWATCH_PROMETHEUS_PORT", DEFAULT_PROMETHEUS_PORT)))
+    p.add_argument("--alertmanager-port", type=int, default=int(os.environ.get("OMNIWATCH_ALERTMANAGER_PORT", DEFAULT_ALERTMANAGER_PORT)))
+    p.add_argument("--exporter-port", type=int, default=int(os.environ.get("OMNIWATCH_EXPORTER_PORT", DEFAULT_EXPORTER_PORT)))
+    p.add_argument("--grafana-port", type=int, default=int(os.environ.get("OMNIWATCH_GRAFANA_PORT", DEFAULT_GRAFANA_PORT)))
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("up", help="start Prometheus, Alertmanager and the exporter as local processes")
+    add_stack_args(p)
+    p.add_argument("--profile", choices=sorted(PROFILES), default="default",
+                   help="intervals: default (15 s scrape/eval) or fast (1 s, for demos and tests)")
+    p.add_argument("--watch", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --watch`")
+    p.add_argument("--console", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --console`")
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("down", help="stop what `omniwatch up` started (from its pid files)")
+    add_stack_args(p)
+    p.set_defaults(func=cmd_down)
+    p = sub.add_parser("status", help="tell what runs")
+    add_stack_args(p)
+    p.set_defaults(func=cmd_status)

@@ -1,0 +1,144 @@
+"""Step analytics on the verl-written fixtures: values checked by hand against the raw timers, and the
+step-window statistics crossing the rule thresholds within 3 steps of each fault's onset."""
+import orjson
+import pytest
+
+from omniwatch.analytics import RunWindow, analyze_step, phase_of
+from omniwatch.parse import parse_jsonl_line
+
+from .conftest import fixture_path, truth
+
+# The thresholds of alerts/omniwatch.rules.yml (checked there by promtool; here the exporter side).
+REWARD_BOUND, IDLE, MFU_DROP = 0.4, 0.10, 0.7
+
+
+def steps(name):
+    return [parse_jsonl_line(line) for line in fixture_path(name).read_bytes().splitlines()]
+
+
+def raw(name, step):
+    for line in fixture_path(name).read_bytes().splitlines():
+        obj = orjson.loads(line)
+        if obj["step"] == step:
+            return obj["data"]
+    raise KeyError(step)
+
+
+def test_phase_keys():
+    assert phase_of("timing_s/gen") == "gen"
+    assert phase_of("timing_s/feed") == "feed"
+    for k in ("timing_s/step", "timing_s/testing", "timing_s/start_profile", "timing_s/agent_loop/compute_score/max",
+              "timing_per_image_ms/gen", "perf/time_per_step"):
+        assert phase_of(k) is None
+
+
+def test_colocated_reward_bound_ratio_is_reward_over_gen_plus_reward():
+    d = raw("flowgrpo_reward_bound", 12)
+    rec = analyze_step(12, d, 0.0)
+    assert rec.reward_bound_ratio == pytest.approx(d["timing_s/reward"] / (d["timing_s/gen"] + d["timing_s/reward"]))
+    assert rec.reward_critical["colocated"] == pytest.approx(d["timing_s/reward"])
+    assert rec.reward_critical["streamed"] == 0.0  # compute_score is 0 when colocated
+
+
+def test_streamed_reward_is_the_tail_of_gen_after_the_last_sample_generated():
+    d = raw("flowgrpo_async_reward_tail", 10)
+    rec = analyze_step(10, d, 0.0)
+    tail = d["timing_s/gen"] - d["timing_s/agent_loop/generate_sequences/max"]
+    assert rec.reward_critical["streamed"] == pytest.approx(min(tail, d["timing_s/agent_loop/compute_score/max"]))
+    # reward on the critical path = the (near-zero) colocated timer + the streamed tail
+    expected = (d["timing_s/reward"] + rec.reward_critical["streamed"]) / (d["timing_s/gen"] + d["timing_s/reward"])
+    assert rec.reward_bound_ratio == pytest.approx(expected, rel=1e-9)
+    assert rec.reward_bound_ratio > 0.5
+
+
+def test_untracked_and_idle_ratio_on_v1():
+    d = raw("v1_transfer_idle", 20)
+    rec = analyze_step(20, d, 0.0)
+    timed = sum(v for k, v in d.items() if phase_of(k))
+    assert set(rec.phases) == {"feed", "gen", "old_log_prob", "adv", "update_actor", "update_weights", "untracked"}
+    assert rec.phases["untracked"] == pytest.approx(d["timing_s/step"] - timed)
+    assert rec.idle_ratio == pytest.approx((d["timing_s/step"] - timed) / d["timing_s/step"])
+    assert rec.reward_bound_ratio is None  # V1 has no reward timer nor agent-loop keys: unknown, not 0
+
+
+def test_flags():
+    assert analyze_step(1, {"timing_s/step": 3}, 0, warmup=True).flags == {"warmup"}
+    assert analyze_step(5, {"timing_s/step": 3, "timing_s/testing": 9}, 0).flags == {"validation"}
+    assert analyze_step(5, {"timing_s/step": 3, "val-core/ocr/reward/mean@1": 0.1}, 0).flags == {"validation"}
+    assert analyze_step(5, {"timing_s/step": 3, "timing_s/save_checkpoint": 9}, 0).flags == {"checkpoint"}
+    assert analyze_step(5, {"timing_s/step": 3}, 0).normal
+
+
+def window_series(name, k=3, n=20, warmup=2):
+    w = RunWindow(k, n)
+    out = {}
+    for i, p in enumerate(steps(name)):
+        w.add(analyze_step(p.step, p.values, 0.0, warmup=i < warmup))
+        out[p.step] = w.stats()
+    return out
+
+
+def first_step(series, pred):
+    return next((s for s, st in sorted(series.items()) if pred(st)), None)
+
+
+FAULT_PREDICATES = {
+    "reward_slow": lambda st: st.reward_bound is not None and st.reward_bound["min"] > REWARD_BOUND,
+    "idle_gap": lambda st: st.idle is not None and st.idle["min"] > IDLE,
+    "mfu_value": lambda st: "actor" in st.mfu and st.mfu["actor"]["min"] > 1.0,
+}
+
+
+@pytest.mark.parametrize("name", ["flowgrpo_reward_bound", "flowgrpo_async_reward_tail", "v1_transfer_idle",
+                                  "flowgrpo_mfu_above_one"])
+def test_fault_crosses_its_threshold_within_three_steps_of_onset(name):
+    fault = truth(name)["faults"][0]
+    series = window_series(name)
+    hit = first_step(series, FAULT_PREDICATES[fault["kind"]])
+    onset = max(fault["start"], 3)  # MFU > 1 from step 1: warm-up steps 1-2 are excluded by design
+    assert hit is not None and onset <= hit <= onset + 2, (fault, hit)
+
+
+@pytest.mark.parametrize("name", ["flowgrpo_healthy", "flowgrpo_stalled"])
+def test_healthy_runs_never_cross_any_threshold(name):
+    for step, st in window_series(name).items():
+        assert not any(pred(st) for pred in FAULT_PREDICATES.values()), step
+        for role, stats in st.mfu.items():
+            if role in st.mfu_baseline:
+                assert stats["max"] >= MFU_DROP * st.mfu_baseline[role], (step, role)
+
+
+def test_window_and_baseline_exclude_warmup_and_start_after_k_normal_steps():
+    series = window_series("flowgrpo_healthy")
+    assert series[4].reward_bound is None       # steps 1-2 warm-up: only 2 normal steps at step 4
+    assert series[5].reward_bound is not None   # 3, 4, 5
+    assert "actor" not in series[7].mfu_baseline  # 2 baseline steps (3, 4) before the window 5-7
+    assert "actor" in series[8].mfu_baseline
+    assert series[40].typical_step == pytest.approx(sorted(
+        p.values["timing_s/step"] for p in steps("flowgrpo_healthy")[19:])[10], rel=0.05)
+
+
+def test_mfu_drop_variant_of_the_healthy_fixture():
+    """No actor_slow fixture ships: derive one from flowgrpo_healthy (update_actor x2, MFU /2 from step 15)."""
+    w = RunWindow(3, 20)
+    hit = None
+    for i, p in enumerate(steps("flowgrpo_healthy")):
+        v = dict(p.values)
+        if p.step >= 15:
+            v["timing_s/update_actor"] *= 2
+            v["timing_s/step"] += p.values["timing_s/update_actor"]
+            v["perf/mfu/actor"] /= 2
+        w.add(analyze_step(p.step, v, 0.0, warmup=i < 2))
+        st = w.stats()
+        if hit is None and st.mfu.get("actor") and st.mfu_baseline.get("actor") and \
+                st.mfu["actor"]["max"] < MFU_DROP * st.mfu_baseline["actor"]:
+            hit = p.step
+    assert hit == 17
+
+
+def test_mfu_zero_means_unsupported_and_is_ignored():
+    w = RunWindow(3, 20)
+    for s in range(1, 10):
+        w.add(analyze_step(s, {"timing_s/step": 10, "perf/mfu/actor": 0.0}, 0.0))
+    st = w.stats()
+    assert "actor" not in st.mfu and "actor" not in st.mfu_baseline

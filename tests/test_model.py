@@ -1,0 +1,127 @@
+"""The run model: idempotent steps, trainer restarts, duplicates across feeds, bounds."""
+import tracemalloc
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from omniwatch import names
+from omniwatch.exposition import make_registry
+from omniwatch.model import RunStore, SeenSteps, passthrough_name
+from omniwatch.parse import ParsedStep, parse_jsonl_line
+
+from .conftest import fixture_path
+
+
+def step(n, **values):
+    return ParsedStep(n, {"timing_s/step": 10.0, "timing_s/gen": 4.0, "timing_s/reward": 1.0, **values})
+
+
+def samples(store):
+    out = {}
+    for fam in text_string_to_metric_families(generate_latest(make_registry(store)).decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(store, name, **labels):
+    return samples(store)[(name, tuple(sorted(labels.items())))]
+
+
+def test_seen_steps_ranges():
+    s = SeenSteps()
+    for x in [1, 2, 3, 5, 4, 10, 9]:
+        s.add(x)
+    assert s.ranges == [[1, 5], [9, 10]]
+    assert 3 in s and 7 not in s and 10 in s
+
+
+def test_restart_replays_are_not_counted_twice_and_counters_only_grow():
+    st = RunStore()
+    for n in range(1, 26):
+        st.ingest("p", "e", step(n), "jsonl", feed="f")
+    total_gen = value(st, names.STAGE_SECONDS_TOTAL, project="p", experiment="e", phase="gen")
+    # verl resumes from the checkpoint at step 20 (file truncated): 21..25 run again, then 26..30 are new
+    st.trainer_restarted("p", "e", "jsonl")
+    for n in range(21, 31):
+        st.ingest("p", "e", step(n), "jsonl", feed="f")
+    assert value(st, names.STEPS_TOTAL, project="p", experiment="e") == 30
+    assert value(st, names.STEPS_REPLAYED_TOTAL, project="p", experiment="e") == 5
+    assert value(st, names.TRAINER_RESTARTS_TOTAL, project="p", experiment="e") == 1
+    assert value(st, names.STAGE_SECONDS_TOTAL, project="p", experiment="e", phase="gen") == total_gen + 5 * 4.0
+    assert value(st, names.STEP, project="p", experiment="e") == 30
+
+
+def test_step_counter_going_back_without_truncation_is_a_restart():
+    st = RunStore()
+    for n in range(1, 11):
+        st.ingest("p", "e", step(n), "push", feed="push:p/e")
+    for n in range(6, 9):
+        st.ingest("p", "e", step(n), "push", feed="push:p/e")
+    assert value(st, names.TRAINER_RESTARTS_TOTAL, project="p", experiment="e") == 1
+    assert value(st, names.STEPS_REPLAYED_TOTAL, project="p", experiment="e") == 3
+    assert value(st, names.STEP, project="p", experiment="e") == 8
+    assert st.runs[("p", "e")].last.flags == frozenset()  # 6, 7 were warm-up of the new incarnation, 8 is normal
+
+
+def test_the_same_step_from_a_second_feed_is_a_counted_duplicate():
+    st = RunStore()
+    for n in range(1, 6):
+        st.ingest("p", "e", step(n), "jsonl", feed="jsonl:a")
+    for n in range(1, 6):
+        st.ingest("p", "e", step(n), "console", feed="console:a")
+    assert value(st, names.STEPS_TOTAL, project="p", experiment="e") == 5
+    assert value(st, names.INGEST_ERRORS, source="console", reason="duplicate_step") == 5
+    assert value(st, names.TRAINER_RESTARTS_TOTAL, project="p", experiment="e") == 0
+
+
+def test_passthrough_names_are_valid_and_the_key_label_keeps_colliding_keys_apart():
+    assert passthrough_name("val-core/ocr/reward/mean@1") == "verl_val_core_ocr_reward_mean_at_1"
+    st = RunStore()
+    st.ingest("p", "e", step(1, **{"a/b_c": 1.0, "a_b/c": 2.0}), "push")
+    s = samples(st)
+    assert s[("verl_a_b_c", (("experiment", "e"), ("key", "a/b_c"), ("project", "p")))] == 1.0
+    assert s[("verl_a_b_c", (("experiment", "e"), ("key", "a_b/c"), ("project", "p")))] == 2.0
+    # contract keys are not passed through twice
+    assert not any(name == "verl_timing_s_step" for name, _ in s)
+
+
+def test_ten_thousand_distinct_keys_are_capped_and_counted():
+    st = RunStore(max_keys=100)
+    st.ingest("p", "e", step(1, **{f"k/{i}": float(i) for i in range(10_000)}), "jsonl")
+    assert value(st, names.PASSTHROUGH_KEYS, project="p", experiment="e") == 100
+    assert value(st, names.INGEST_ERRORS, source="jsonl", reason="cardinality_cap") == 10_000 + 2 - 100  # timing_s/gen, timing_s/reward pass through; timing_s/step is a contract key
+
+
+def test_too_many_runs_are_refused_and_counted():
+    st = RunStore(max_runs=3)
+    for i in range(5):
+        st.ingest("p", f"e{i}", step(1), "push")
+    assert len(st.runs) == 3
+    assert value(st, names.INGEST_ERRORS, source="push", reason="too_many_runs") == 2
+
+
+def test_memory_stays_bounded_over_many_steps():
+    st = RunStore()
+    lines = fixture_path("flowgrpo_healthy").read_bytes().splitlines()
+    parsed = [parse_jsonl_line(x) for x in lines]
+    for n in range(1, 2001):
+        p = parsed[n % len(parsed)]
+        st.ingest("p", "e", ParsedStep(n, p.values), "jsonl")
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for n in range(2001, 12001):
+        p = parsed[n % len(parsed)]
+        st.ingest("p", "e", ParsedStep(n, p.values), "jsonl")
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    assert grown < 2_000_000, grown  # 10,000 more steps held in O(window + baseline) records
+    assert len(st.runs[("p", "e")].window.normal) == 23
+
+
+def test_listener_errors_never_break_ingestion():
+    st = RunStore()
+    st.listeners.append(lambda run, rec: 1 / 0)
+    assert st.ingest("p", "e", step(1), "push") is not None
