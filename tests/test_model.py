@@ -125,3 +125,11 @@ def test_listener_errors_never_break_ingestion():
     st = RunStore()
     st.listeners.append(lambda run, rec: 1 / 0)
     assert st.ingest("p", "e", step(1), "push") is not None
+
+
+def test_a_retried_push_of_the_same_step_is_a_duplicate_not_a_restart():
+    st = RunStore()
+    st.ingest("p", "e", step(1), "push", feed="push:p/e")
+    st.ingest("p", "e", step(1), "push", feed="push:p/e")
+    assert st.runs[("p", "e")].restarts_total == 0
+    assert st.errors[("push", "duplicate_step")] == 1

@@ -143,7 +143,8 @@ class RunStore:
                arrival: float | None = None, feed: str | None = None) -> StepRecord | None:
         """Add one step. ``feed`` names the stream it came from (a file, a pusher); a feed whose step
         goes back is a resumed trainer. A step already seen that arrives from another feed (the console
-        twin of a JSONL file, say) is a duplicate: counted as a skip, not applied twice."""
+        twin of a JSONL file, say), or again from the same feed (a push retried), is a duplicate: counted
+        as a skip, not applied twice."""
         rec = self._ingest(project, experiment, parsed, source, arrival, feed)
         if rec is not None:
             run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
@@ -165,7 +166,7 @@ class RunStore:
                 return None
             step = parsed.step
             prev = run.feeds.get(feed)
-            if prev is not None and step <= prev:
+            if prev is not None and step < prev:
                 run.restart(step)  # the step counter of this feed went back: a resumed trainer
             elif step in run.seen and not run.replaying:
                 self.errors[(source, "duplicate_step")] += 1

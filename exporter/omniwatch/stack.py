@@ -250,10 +250,15 @@ class Stack:
         if not info:
             return False
         try:
-            cmdline = Path(f"/proc/{info['pid']}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+            raw = Path(f"/proc/{info['pid']}/cmdline").read_bytes()
+            state = Path(f"/proc/{info['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
             return False
-        return bool(cmdline) and cmdline[0].decode(errors="replace") == info["argv"][0]
+        if state == "Z":
+            return False
+        if not raw:  # just spawned: the kernel shows an empty cmdline until exec completes
+            return time.time() - info.get("started", 0) < 10
+        return raw.split(b"\0")[0].decode(errors="replace") == info["argv"][0]
 
     def start(self, name: str, argv: list[str], env: dict) -> int:
         info = self._read_pid(name)

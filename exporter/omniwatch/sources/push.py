@@ -16,7 +16,7 @@ from ..parse import LineError, parse_record
 router = APIRouter()
 SOURCE = "push"
 MAX_STEPS_PER_BODY = 1000
-_LABEL_OK = re.compile(r"^[\w.\-+@:/ ]{1,128}$")
+_LABEL_OK = re.compile(r"[\w.\-+@:/ ]{1,128}")
 
 
 def init(app) -> None:
@@ -27,7 +27,7 @@ def init(app) -> None:
 
 def _label(body: dict, key: str, store) -> str:
     v = body.get(key)
-    if not isinstance(v, str) or not _LABEL_OK.match(v):
+    if not isinstance(v, str) or not _LABEL_OK.fullmatch(v):
         store.count_error(SOURCE, f"bad_{key}")
         raise HTTPException(400, f"'{key}' must be a string of 1-128 letters, digits or . - + @ : / _ space")
     return v

@@ -1,0 +1,75 @@
+# omniwatch — the commands a user and CI type. `make help` lists them.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+OW := $(VENV)/bin/omniwatch
+PIP_FLAGS ?= -q
+CONSTRAINTS := $(wildcard constraints.txt)
+
+.PHONY: help install up down status demo test test-unit test-long bench dashboards docs rules backtest clean
+
+help:
+	@echo "make demo        native stack + simulated FlowGRPO runs that trip every core alert"
+	@echo "make test        unit tests, promtool rule checks/tests, integration tests on loopback"
+	@echo "make up|down|status   the monitoring stack (docker compose if an engine answers, else native)"
+	@echo "make dashboards  regenerate dashboards/*.json;  make docs: docs/metrics.md;  make rules: runbook links"
+	@echo "make backtest RUN=path/to/run.jsonl   which alerts would have fired, at which steps"
+	@echo "make bench       benchmarks (ratios against baselines in the same run)"
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
+	$(VENV)/bin/pip install $(PIP_FLAGS) $(if $(CONSTRAINTS),-c constraints.txt) -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# `make up` beside a run: WATCH=<VERL_FILE_LOGGER_ROOT or file> (repeatable via spaces).
+WATCH ?=
+up: install
+	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
+		echo "Docker engine found: docker compose up -d"; docker compose up -d --build; \
+	else \
+		$(OW) up $(foreach w,$(WATCH),--watch $(w)); \
+	fi
+
+down: install
+	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && [ -n "$$(docker compose ps -q 2>/dev/null)" ]; then \
+		docker compose down; fi
+	$(OW) down
+
+status: install
+	$(OW) status
+
+demo: install
+	$(OW) demo
+
+test: install
+	$(OW) docs --check
+	$(OW) rules check
+	$(PY) -m pytest -q -m "not long" $(PYTEST_ARGS)
+
+test-unit: install
+	$(PY) -m pytest -q -m "not integration and not long" $(PYTEST_ARGS)
+
+test-long: install
+	$(PY) -m pytest -q -m long $(PYTEST_ARGS)
+
+bench: install
+	$(PY) benchmarks/run.py
+
+dashboards: install
+	$(OW) dashboards generate
+
+docs: install
+	$(OW) docs
+
+rules: install
+	$(OW) rules sync
+
+backtest: install
+	@test -n "$(RUN)" || { echo "usage: make backtest RUN=path/to/run.jsonl"; exit 2; }
+	$(OW) backtest $(RUN)
+
+clean:
+	rm -rf $(VENV) .omniwatch .pytest_cache

@@ -1,0 +1,84 @@
+"""The HTTP push endpoint: bearer token, size limit, bad bodies, batching."""
+import pytest
+from fastapi.testclient import TestClient
+
+from omniwatch import names
+from omniwatch.app import create_app
+from omniwatch.exposition import make_registry
+from omniwatch.model import RunStore
+from omniwatch.settings import Settings
+
+TOKEN = "s3cret-push-token"
+
+
+@pytest.fixture
+def client_store():
+    store = RunStore()
+    app = create_app(store, make_registry(store), Settings(push_token=TOKEN, max_body_bytes=64 * 1024))
+    with TestClient(app) as c:
+        yield c, store
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+BODY = {"project": "p", "experiment": "e", "step": 1, "data": {"timing_s/step": 10.0, "timing_s/gen": 4.0}}
+
+
+def test_push_accepts_a_step_and_it_is_exported(client_store):
+    c, store = client_store
+    r = c.post("/api/v1/push", json=BODY, headers=AUTH)
+    assert r.status_code == 200 and r.json() == {"accepted": 1, "skipped": {}}
+    text = c.get("/metrics").text
+    assert 'omniwatch_step{experiment="e",project="p"} 1.0' in text
+    assert TOKEN not in text
+
+
+@pytest.mark.parametrize("headers,status", [({}, 401), ({"Authorization": "Bearer wrong"}, 401),
+                                            ({"Authorization": f"Basic {TOKEN}"}, 401)])
+def test_wrong_or_missing_token_is_refused(client_store, headers, status):
+    c, store = client_store
+    assert c.post("/api/v1/push", json=BODY, headers=headers).status_code == status
+    assert not store.runs
+
+
+def test_push_is_disabled_without_a_configured_token():
+    store = RunStore()
+    with TestClient(create_app(store, make_registry(store), Settings(push_token=None))) as c:
+        r = c.post("/api/v1/push", json=BODY, headers=AUTH)
+    assert r.status_code == 403 and "OMNIWATCH_PUSH_TOKEN" in r.json()["detail"]
+
+
+def test_oversize_body_is_413_with_or_without_content_length(client_store):
+    c, store = client_store
+    big = b'{"project":"p","experiment":"e","step":1,"data":{"k":"' + b"x" * 100_000 + b'"}}'
+    assert c.post("/api/v1/push", content=big, headers=AUTH).status_code == 413
+
+    def chunks():
+        for _ in range(100):
+            yield b"x" * 1000
+    assert c.post("/api/v1/push", content=chunks(), headers=AUTH).status_code == 413
+    assert not store.runs
+
+
+@pytest.mark.parametrize("body,status,reason", [
+    (b"not json", 400, "malformed_json"),
+    (b"[1,2]", 400, "not_object"),
+    (b'{"project": "p", "experiment": "e\\n", "step": 1, "data": {}}', 400, "bad_experiment"),
+    (b'{"project": 3, "experiment": "e", "step": 1, "data": {}}', 400, "bad_project"),
+    (b'{"project": "p", "experiment": "e", "step": "x", "data": {}}', 422, "bad_step"),
+    (b'{"project": "p", "experiment": "e", "steps": {"a": 1}}', 400, "bad_steps"),
+])
+def test_bad_bodies_get_a_clear_4xx_and_are_counted(client_store, body, status, reason):
+    c, store = client_store
+    r = c.post("/api/v1/push", content=body, headers=AUTH)
+    assert r.status_code == status, r.text
+    assert store.errors[("push", reason)] == 1
+
+
+def test_batch_with_some_bad_steps_reports_what_was_skipped(client_store):
+    c, store = client_store
+    body = {"project": "p", "experiment": "e", "steps": [
+        {"step": 1, "data": {"timing_s/step": 3.0, "note": "text"}}, {"step": "bad"}, {"step": 2, "data": {"x": 1}}]}
+    r = c.post("/api/v1/push", json=body, headers=AUTH)
+    assert r.status_code == 200
+    assert r.json() == {"accepted": 2, "skipped": {"bad_step": 1, "values_non_numeric": 1}}
+    assert store.runs[("p", "e")].steps_total == 2
