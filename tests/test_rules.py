@@ -1,0 +1,244 @@
+"""alerts/ is valid, tested, documented and in sync: promtool/amtool accept it, the promtool unit tests
+pass (and fail when a threshold is broken), every alert carries the annotations people act on, every
+runbook link lands on a heading, every omniwatch metric name exists in the catalogue, and
+``omniwatch rules sync`` edits rule files without losing anything."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omniwatch import names, rules
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+ALERTS = rules.load_alerts()
+SEVERITIES = {"critical", "warning", "info"}
+
+
+def tool(*candidates: str) -> str:
+    """The binary, or skip -- except in CI (env CI set), where a missing checker is a failure."""
+    try:
+        return rules.find_tool(*candidates)
+    except rules.RulesError as e:
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def cli(*argv: str) -> int:
+    """``omniwatch rules ...`` through this module's own parser (other areas' commands not needed)."""
+    p = argparse.ArgumentParser()
+    rules.add_commands(p.add_subparsers(dest="command"))
+    args = p.parse_args(list(argv))
+    return args.func(args)
+
+
+def github_anchor(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+# --- the files are where the package looks for them ------------------------------------------------
+def test_rules_dir_is_the_repo_alerts_dir():
+    assert rules.RULES_DIR == REPO / "alerts"
+    assert REPO / "alerts" / "omniwatch.rules.yml" in rules.rule_files()
+    assert rules.alertmanager_config_path().is_file()
+
+
+# --- external checkers -------------------------------------------------------------------------------
+def test_promtool_check_rules_with_all_lints():
+    res = run([tool("promtool"), "check", "rules", "--lint=all", "--lint-fatal", *map(str, rules.rule_files())])
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_promtool_unit_tests_pass():
+    tests = rules.rule_test_files()
+    assert tests, "no promtool tests in alerts/tests/"
+    res = run([tool("promtool"), "test", "rules", *map(str, tests)])
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_promtool_unit_tests_catch_a_loosened_threshold(tmp_path):
+    """The tests bite: RewardBoundRollout at 0.6 instead of 0.4 must make them fail."""
+    promtool = tool("promtool")
+    shutil.copytree(rules.RULES_DIR, tmp_path / "alerts")
+    f = tmp_path / "alerts" / "omniwatch.rules.yml"
+    text = f.read_text()
+    assert "omniwatch_reward_bound_ratio:min_k > 0.4" in text
+    f.write_text(text.replace("omniwatch_reward_bound_ratio:min_k > 0.4", "omniwatch_reward_bound_ratio:min_k > 0.6"))
+    res = run([promtool, "test", "rules", str(tmp_path / "alerts" / "tests" / "steps.test.yml")])
+    assert res.returncode != 0
+    assert "RewardBoundRollout" in res.stdout + res.stderr
+
+
+def test_amtool_accepts_alertmanager_config():
+    res = run([tool("amtool"), "check-config", str(rules.alertmanager_config_path())])
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_rules_check_command_passes(capsys):
+    tool("promtool"), tool("amtool")
+    assert cli("rules", "check") == 0, capsys.readouterr()
+
+
+def test_rules_check_names_the_install_command_when_tools_are_missing(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(rules.RulesError, match="apt-get install prometheus prometheus-alertmanager"):
+        rules.check_commands()
+    assert cli("rules", "check") == 2
+    assert "apt-get install prometheus prometheus-alertmanager" in capsys.readouterr().err
+
+
+# --- what every alert must carry ----------------------------------------------------------------------
+@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: f"{a.name}-{a.labels.get('severity')}")
+def test_alert_has_severity_summary_description_and_runbook(alert):
+    sev = alert.labels.get("severity")
+    assert sev in (SEVERITIES | {"none"} if alert.name == "Watchdog" else SEVERITIES), sev
+    assert alert.name != "Watchdog" or sev == "none"
+    for key in ("summary", "description"):
+        assert str(alert.annotations.get(key, "")).strip(), f"{alert.name} lacks {key}"
+    assert alert.annotations["summary"].rstrip().endswith("."), "summary is a sentence ending with a period"
+    assert alert.annotations.get("runbook_url") == names.RUNBOOK_URL.format(anchor=alert.name.lower())
+    assert alert.name[0].isupper() and " " not in alert.name
+
+
+def test_step_alerts_use_window_series_and_are_marked_for_inhibition():
+    """Alerts on step-window series carry persistence=steps (TrainingStalled inhibits them) and only
+    absorb jitter with `for:`; persistence itself is counted in steps by the exporter."""
+    step_alerts = [a for a in ALERTS if a.labels.get("persistence") == "steps"]
+    assert {a.name for a in step_alerts} >= {names.ALERT_REWARD_BOUND, names.ALERT_IDLE, names.ALERT_MFU_IMPOSSIBLE,
+                                             names.ALERT_MFU_DROP, "StepTimeRegression", "RewardSaturation"}
+    for a in step_alerts:
+        assert a.for_ == "15s", a.name
+        assert re.search(r":(min|max)_k", a.expr), f"{a.name} must threshold a window statistic: {a.expr}"
+
+
+def test_core_alerts_are_defined():
+    assert set(names.CORE_ALERTS) <= {a.name for a in ALERTS}
+    assert set(names.FAULT_TO_ALERT.values()) <= {a.name for a in ALERTS}
+
+
+def test_every_runbook_anchor_is_a_heading():
+    text = (DOCS / "runbooks.md").read_text()
+    anchors = {github_anchor(m) for m in re.findall(r"^##\s+(.+)$", text, flags=re.M)}
+    missing = sorted({a.name for a in ALERTS if a.name.lower() not in anchors})
+    assert not missing, f"docs/runbooks.md lacks '## <AlertName>' sections for {missing}"
+
+
+def test_every_alert_is_in_the_alerts_table():
+    text = (DOCS / "alerts.md").read_text()
+    missing = sorted({a.name for a in ALERTS if f"| `{a.name}`" not in text and f"| {a.name} " not in text})
+    assert not missing, f"docs/alerts.md has no row for {missing}"
+
+
+def test_metric_names_used_in_alerts_exist_in_the_catalogue():
+    used = set()
+    for f in sorted(rules.RULES_DIR.rglob("*.yml")):
+        for tok in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", f.read_text()):
+            if tok.startswith(names.PREFIX):  # recording-rule names contain ':' and start with their level
+                used.add(tok)
+    assert used, "no omniwatch_* names found at all"
+    unknown = sorted(used - set(names.CATALOGUE))
+    assert not unknown, f"not in omniwatch.names.CATALOGUE: {unknown}"
+
+
+# --- rules sync --------------------------------------------------------------------------------------
+def test_rules_sync_check_reports_no_drift(capsys):
+    assert rules.sync_runbooks(check=True) == []
+    assert cli("rules", "sync", "--check") == 0, capsys.readouterr()
+
+
+MESSY = """\
+# top comment survives
+groups:
+  - name: g   # trailing comment survives
+    rules:
+      - record: x:y:z
+        expr: vector(1)
+      - alert: HasRightLink
+        expr: vector(1)
+        annotations:
+          summary: ok.
+          runbook_url: {right}
+      - alert: HasWrongLink
+        expr: vector(1)
+        annotations:
+          summary: "quoted: value"
+          runbook_url: "https://old.example/runbook#x"   # stale
+          description: |
+            block scalar
+            kept
+      - expr: vector(1)
+        alert: NoLinkKeyFirstElsewhere
+        labels: {{severity: warning}}
+        annotations:
+          description: >-
+            folded
+            text
+      - alert: NoAnnotations
+        expr: vector(1)
+        for: 1m
+"""
+
+
+def test_rules_sync_fixes_links_keeps_everything_else_and_is_idempotent(tmp_path, capsys):
+    f = tmp_path / "x.rules.yml"
+    f.write_text(MESSY.format(right=rules.runbook_url("HasRightLink")))
+    before = yaml.safe_load(f.read_text())
+
+    drift = rules.sync_runbooks(check=True, rules_dir=tmp_path)
+    assert [d.alert for d in drift] == ["HasWrongLink", "NoLinkKeyFirstElsewhere", "NoAnnotations"]
+    assert f.read_text() == MESSY.format(right=rules.runbook_url("HasRightLink")), "check mode must not write"
+    assert cli("rules", "sync", "--check", "--rules-dir", str(tmp_path)) == 1
+    assert "NoAnnotations" in capsys.readouterr().out
+
+    assert cli("rules", "sync", "--rules-dir", str(tmp_path)) == 0
+    text = f.read_text()
+    for comment in ("# top comment survives", "# trailing comment survives", "# stale"):
+        assert comment in text
+    after = yaml.safe_load(text)
+    for g0, g1 in zip(before["groups"][0]["rules"], after["groups"][0]["rules"]):
+        ann = g1.get("annotations", {})
+        if "alert" in g1:
+            assert ann["runbook_url"] == rules.runbook_url(g1["alert"])
+        # nothing but runbook_url changed
+        assert {k: v for k, v in ann.items() if k != "runbook_url"} == \
+               {k: v for k, v in (g0.get("annotations") or {}).items() if k != "runbook_url"}
+        assert {k: v for k, v in g1.items() if k != "annotations"} == {k: v for k, v in g0.items() if k != "annotations"}
+    assert after["groups"][0]["rules"][2]["annotations"]["description"] == "block scalar\nkept\n"
+
+    assert rules.sync_runbooks(rules_dir=tmp_path) == []
+    assert f.read_text() == text
+
+
+@pytest.mark.parametrize("content, why", [
+    ("groups: [\n", "cannot parse"),
+    ("", "no top-level 'groups'"),
+    ("- just a list\n", "no top-level 'groups'"),
+    ("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: vector(1)\n        annotations: {summary: x}\n",
+     "block mapping"),
+    ("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: vector(1)\n        annotations:\n",
+     "block mapping"),
+    (b"\xff\xfe\x00garbage", "cannot read"),
+])
+def test_rules_sync_rejects_bad_files_with_a_clear_error(tmp_path, capsys, content, why):
+    f = tmp_path / "bad.rules.yml"
+    f.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(rules.RulesError, match=why) as e:
+        rules.sync_runbooks(rules_dir=tmp_path)
+    assert "bad.rules.yml" in str(e.value)
+    assert cli("rules", "sync", "--rules-dir", str(tmp_path)) == 2
+    assert "error:" in capsys.readouterr().err
+    if why != "block mapping":
+        with pytest.raises(rules.RulesError):
+            rules.load_alerts(tmp_path)
