@@ -370,3 +370,36 @@ def test_message_text_for_rl_engineers():
     mm = messages.build(many)
     assert mm.more == 4 and "4 more alerts" in messages.text(mm)
     assert "4 more" in json.dumps(messages.render_slack(mm))
+
+
+def test_corrupt_or_unwritable_state_falls_back_to_memory(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "alerts.sqlite3").write_bytes(b"this is not a sqlite database" * 100)
+    with TestClient(make_app(tmp_path, state_dir=str(state))) as c:
+        st = c.get("/api/v1/relay/status").json()
+        assert st["storage"] == "memory" and "DatabaseError" in st["storage_error"]
+        assert c.post("/api/v1/alertmanager", json=firing(), headers=AUTH).status_code == 200
+        assert len(c.get("/api/v1/alerts").json()) == 1
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with TestClient(make_app(tmp_path, state_dir=str(blocker / "sub"))) as c:
+        assert c.get("/api/v1/relay/status").json()["storage"] == "memory"
+
+
+def test_example_receivers_file_loads(monkeypatch):
+    from pathlib import Path
+    example = Path(__file__).resolve().parent.parent / "alerts" / "receivers.example.yml"
+    for var, val in {"OMNIWATCH_SLACK_URL": "https://hooks.slack.com/services/T/B/x",
+                     "OMNIWATCH_FEISHU_URL": "https://open.feishu.cn/open-apis/bot/v2/hook/x",
+                     "OMNIWATCH_FEISHU_SECRET": "s", "OMNIWATCH_ONCALL_URL": "https://oncall.example/hook",
+                     "OMNIWATCH_ONCALL_AUTH": "Bearer x"}.items():
+        monkeypatch.setenv(var, val)
+    conf = cfg.load(str(example))
+    assert conf.error is None
+    assert [(r.name, r.type, r.enabled) for r in conf.receivers] == [
+        ("rl-slack", "slack", True), ("rl-feishu", "feishu", True), ("oncall-bridge", "webhook", True)]
+    assert conf.receivers[1].match == {"severity": "critical"} and conf.receivers[2].headers == {"Authorization": "Bearer x"}
+    assert conf.retry.max_seconds == 300
+    monkeypatch.delenv("OMNIWATCH_FEISHU_SECRET")
+    assert "OMNIWATCH_FEISHU_SECRET" in cfg.load(str(example)).receivers[1].error

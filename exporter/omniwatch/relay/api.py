@@ -1,0 +1,131 @@
+"""HTTP side of the relay: the Alertmanager webhook, alert history and relay status.
+
+The webhook answers 200 only after the notification and its outbox rows are committed, so
+Alertmanager's own retry covers anything that happens before that (exporter down, disk error).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from .. import app as app_mod
+from . import config as cfg
+from .deliver import Relay, RelayCollector
+from .payload import PayloadError, go_time, parse
+from .store import DEFAULT_KEEP, AlertDB
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+SOURCE = "webhook"
+MAX_LIMIT = 1000
+
+
+def _relay(request: Request) -> Relay:
+    relay = getattr(request.app.state, "relay", None)
+    if relay is None:
+        raise HTTPException(503, "relay is not initialised")
+    return relay
+
+
+@router.post("/api/v1/alertmanager")
+async def alertmanager_webhook(request: Request):
+    st = request.app.state
+    try:
+        app_mod.require_token(request, st.settings.webhook_token, "webhook")
+    except HTTPException as e:
+        st.store.count_error(SOURCE, "unauthorized" if e.status_code == 401 else "disabled")
+        raise
+    relay = _relay(request)
+    body = await request.body()
+    try:
+        note = parse(body)
+    except PayloadError as e:
+        st.store.count_error(SOURCE, e.reason)
+        log.warning("webhook body rejected: %s", e)
+        raise HTTPException(400, str(e)) from None
+    st.store.count_notification(note.status)
+    data = note.model_dump(mode="json")
+    targets = relay.targets(note.status, note.commonLabels)
+    try:
+        new, dropped = await run_in_threadpool(relay.db.add, note.notification_id(), note.status, note.groupKey,
+                                               note.receiver, data, targets)  # fsync off the event loop
+    except Exception as e:  # disk full, locked db, ...: 503 makes Alertmanager retry
+        st.store.count_error(SOURCE, "store_failed")
+        log.error("webhook: could not store notification: %s: %s", type(e).__name__, e)
+        raise HTTPException(503, "could not store the notification; Alertmanager will retry") from None
+    if not new:
+        st.store.count_error(SOURCE, "duplicate_notification")
+    for _ in range(dropped):
+        st.store.count_error("relay", "pruned_undelivered")
+    relay.start()  # no-op when running; covers servers started without lifespan events
+    relay.notify()
+    return {"status": "stored" if new else "duplicate", "id": note.notification_id(), "receivers": targets}
+
+
+def flatten(received_at: float, body: dict) -> list[dict]:
+    """One history row per alert of a notification."""
+    return [{
+        "receivedAt": received_at, "status": a.get("status"), "labels": a.get("labels", {}),
+        "annotations": a.get("annotations", {}), "startsAt": go_time(a.get("startsAt")),
+        "endsAt": go_time(a.get("endsAt")), "fingerprint": a.get("fingerprint", ""),
+        "groupKey": body.get("groupKey", ""), "receiver": body.get("receiver", ""),
+    } for a in body.get("alerts", [])]
+
+
+@router.get("/api/v1/alerts")
+def alerts(request: Request, limit: int = Query(100, ge=1, le=MAX_LIMIT),
+           status: str | None = Query(None, pattern="^(firing|resolved)$")):
+    out: list[dict] = []
+    for received_at, body in _relay(request).db.recent():
+        rows = [r for r in reversed(flatten(received_at, body)) if status is None or r["status"] == status]
+        out.extend(rows[: limit - len(out)])
+        if len(out) >= limit:
+            break
+    out.reverse()  # newest last
+    return JSONResponse(out)
+
+
+@router.get("/api/v1/relay/status")
+def relay_status(request: Request):
+    return JSONResponse(_relay(request).status())
+
+
+def config_path(settings) -> str | None:
+    return os.environ.get(cfg.CONFIG_ENV) or (settings.extra or {}).get("relay_config")
+
+
+def init(app) -> None:
+    """Open the store, load receivers, register metrics, and tie the delivery threads to the app's
+    lifespan (wrapping whatever lifespan is already there, so other areas can do the same)."""
+    settings = app.state.settings
+    keep = int((settings.extra or {}).get("relay_keep", DEFAULT_KEEP))
+    storage_error = None
+    try:
+        db = AlertDB(settings.state_dir, keep=keep)
+    except (OSError, sqlite3.Error) as e:  # unwritable dir, corrupt file: keep serving, in memory
+        storage_error = f"{type(e).__name__}: {e}; alert history and outbox are in memory only"
+        log.error("relay storage in %s unusable: %s", settings.state_dir, storage_error)
+        db = AlertDB(None, keep=keep)
+    relay = Relay(db, cfg.load(config_path(settings)))
+    relay.storage_error = storage_error
+    app.state.relay = relay
+    app.state.registry.register(RelayCollector(relay))
+    previous = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a):
+        relay.start()
+        try:
+            async with previous(a) as state:
+                yield state
+        finally:
+            relay.stop()
+
+    app.router.lifespan_context = lifespan

@@ -1,0 +1,74 @@
+"""``omniwatch alerts``: recent alerts and relay delivery status, read from a running exporter."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:19095"
+
+
+def _ts(v) -> str:
+    if isinstance(v, (int, float)):
+        return dt.datetime.fromtimestamp(v, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return (v or "-").replace("T", " ")[:19]
+
+
+def fetch(url: str, limit: int, status: str | None = None, timeout: float = 10.0) -> tuple[list, dict]:
+    params = {"limit": limit, **({"status": status} if status else {})}
+    with httpx.Client(base_url=url.rstrip("/"), timeout=timeout) as c:
+        a = c.get("/api/v1/alerts", params=params)
+        a.raise_for_status()
+        s = c.get("/api/v1/relay/status")
+        s.raise_for_status()
+    return a.json(), s.json()
+
+
+def render(alerts: list, status: dict, console) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"Recent alerts ({len(alerts)})")
+    for col in ("received", "status", "alert", "run", "step", "summary", "ends"):
+        t.add_column(col, overflow="fold")
+    for a in alerts:
+        lab, ann = a.get("labels", {}), a.get("annotations", {})
+        run = "/".join(x for x in (lab.get("project"), lab.get("experiment")) if x) or lab.get("instance", "-")
+        color = "red" if a.get("status") == "firing" else "green"
+        t.add_row(_ts(a.get("receivedAt")), f"[{color}]{a.get('status')}[/{color}]", lab.get("alertname", "-"), run,
+                  ann.get("step", "-"), ann.get("summary", "")[:80], _ts(a.get("endsAt")))
+    console.print(t)
+    r = Table(title=f"Relay (notifications {status.get('notifications', 0)}, duplicates {status.get('duplicates', 0)})")
+    for col in ("receiver", "type", "enabled", "pending", "delivered", "failed", "last error"):
+        r.add_column(col, overflow="fold")
+    for x in status.get("receivers", []):
+        r.add_row(x["name"], x.get("type") or "-", "yes" if x.get("enabled") else f"no: {x.get('config_error')}",
+                  str(x["pending"]), str(x["delivered"]), str(x["failed"]), (x.get("last_error") or "")[:80])
+    console.print(r)
+    if status.get("config_error"):
+        console.print(f"[red]relay config error:[/red] {status['config_error']}")
+
+
+def cmd_alerts(args) -> int:
+    from rich.console import Console
+
+    try:
+        alerts, status = fetch(args.url, args.limit, args.status)
+    except (httpx.HTTPError, ValueError) as e:
+        print(f"omniwatch alerts: cannot read {args.url}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"alerts": alerts, "relay": status}, indent=2))
+    else:
+        render(alerts, status, Console())
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("alerts", help="recent alerts and relay delivery status from a running exporter")
+    p.add_argument("--url", default=DEFAULT_URL, help=f"exporter base URL (default {DEFAULT_URL})")
+    p.add_argument("--limit", type=int, default=20, help="how many alerts (1..1000, default 20)")
+    p.add_argument("--status", choices=["firing", "resolved"], help="only alerts with this status")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=cmd_alerts)

@@ -1,0 +1,195 @@
+"""Turn one Alertmanager notification into the message an RL engineer reads: which run
+(project/experiment), which step, the numbers, the remedy, and links to the runbook and dashboard;
+then render it for a generic webhook, Slack (incoming webhook, attachments) or Feishu/Lark
+(custom bot, ``interactive`` card or ``post``, optionally signed).
+
+Annotations read (see docs/relay.md): ``summary``, ``description`` (the numbers), ``remedy``
+(or ``action``), ``step``, ``value``, ``runbook_url``, ``dashboard_url`` (absolute, or a path joined
+to ``OMNIWATCH_GRAFANA_URL``).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from .payload import go_time
+
+MAX_ALERTS_SHOWN = 10
+DEFAULT_DASHBOARD_PATH = "/dashboards?query=omniwatch"
+RELAY_FORMAT_VERSION = "omniwatch.relay/1"
+
+
+@dataclass
+class AlertView:
+    name: str
+    status: str
+    run: str | None
+    step: str | None
+    summary: str
+    numbers: str
+    remedy: str | None
+    runbook_url: str | None
+    dashboard_url: str | None
+    starts_at: str | None
+    ends_at: str | None
+    labels: dict = field(default_factory=dict)
+
+
+@dataclass
+class Message:
+    status: str
+    title: str
+    alerts: list[AlertView]
+    more: int                      # alerts left out of the text (MAX_ALERTS_SHOWN)
+    external_url: str
+    group_key: str
+
+    @property
+    def firing(self) -> bool:
+        return self.status == "firing"
+
+
+def _dashboard(ann: dict, labels: dict, grafana: str | None) -> str | None:
+    d = ann.get("dashboard_url")
+    if d and d.startswith(("http://", "https://")):
+        return d
+    if not grafana:
+        return None
+    base = grafana.rstrip("/")
+    if d and d.startswith("/"):
+        return base + d
+    q = {f"var-{k}": labels[k] for k in ("project", "experiment") if labels.get(k)}
+    return base + DEFAULT_DASHBOARD_PATH + ("&" + urlencode(q) if q else "")
+
+
+def _view(a: dict, grafana: str | None) -> AlertView:
+    labels, ann = a.get("labels") or {}, a.get("annotations") or {}
+    project, experiment = labels.get("project"), labels.get("experiment")
+    run = "/".join(x for x in (project, experiment) if x) or labels.get("instance") or labels.get("job")
+    numbers = ann.get("description", "")
+    if ann.get("value") and ann["value"] not in numbers:
+        numbers = (numbers + f" (value {ann['value']})").strip()
+    return AlertView(
+        name=labels.get("alertname", "alert"), status=a.get("status", ""), run=run,
+        step=ann.get("step") or labels.get("step"), summary=ann.get("summary", ""), numbers=numbers,
+        remedy=ann.get("remedy") or ann.get("action"), runbook_url=ann.get("runbook_url"),
+        dashboard_url=_dashboard(ann, labels, grafana), starts_at=go_time(a.get("startsAt")),
+        ends_at=go_time(a.get("endsAt")), labels=labels)
+
+
+def build(body: dict, grafana: str | None = None) -> Message:
+    alerts = body.get("alerts") or []
+    views = [_view(a, grafana) for a in alerts[:MAX_ALERTS_SHOWN]]
+    status = body.get("status", "firing")
+    names = sorted({v.name for v in views})
+    runs = sorted({v.run for v in views if v.run})
+    n_firing = sum(1 for a in alerts if a.get("status") == "firing")
+    head = f"[FIRING:{n_firing}]" if status == "firing" else "[RESOLVED]"
+    title = f"{head} {', '.join(names)}" + (f" — {', '.join(runs[:3])}" if runs else "") + ("…" if len(runs) > 3 else "")
+    return Message(status, title, views, max(0, len(alerts) - len(views)), body.get("externalURL", ""),
+                   body.get("groupKey", ""))
+
+
+def _lines(v: AlertView) -> list[str]:
+    """Plain-text lines of one alert (used by every renderer)."""
+    where = " · ".join(x for x in (f"run {v.run}" if v.run else "", f"step {v.step}" if v.step else "") if x)
+    out = [f"{v.name} ({v.status})" + (f" — {where}" if where else "")]
+    if v.summary:
+        out.append(v.summary)
+    if v.numbers:
+        out.append(v.numbers)
+    if v.remedy:
+        out.append(f"Remedy: {v.remedy}")
+    if v.status == "resolved" and v.ends_at:
+        out.append(f"Resolved at {v.ends_at}")
+    return out
+
+
+def text(msg: Message) -> str:
+    parts = ["\n".join(_lines(v)) for v in msg.alerts]
+    if msg.more:
+        parts.append(f"… and {msg.more} more alerts")
+    return "\n\n".join(parts)
+
+
+def _links(v: AlertView) -> list[tuple[str, str]]:
+    return [(t, u) for t, u in (("Runbook", v.runbook_url), ("Dashboard", v.dashboard_url)) if u]
+
+
+# -- renderers ------------------------------------------------------------------------------------
+def render_webhook(msg: Message, body: dict, delivery_id: str) -> dict:
+    return {
+        "version": RELAY_FORMAT_VERSION, "deliveryId": delivery_id, "status": msg.status, "title": msg.title,
+        "text": text(msg), "groupKey": msg.group_key,
+        "alerts": [{"alertname": v.name, "status": v.status, "run": v.run, "step": v.step, "summary": v.summary,
+                    "numbers": v.numbers, "remedy": v.remedy, "runbook_url": v.runbook_url,
+                    "dashboard_url": v.dashboard_url, "startsAt": v.starts_at, "endsAt": v.ends_at, "labels": v.labels}
+                   for v in msg.alerts],
+        "notification": body,
+    }
+
+
+def _slack_escape(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_slack(msg: Message, channel: str | None = None) -> dict:
+    atts = []
+    for v in msg.alerts:
+        lines = [_slack_escape(x) for x in _lines(v)[1:]]
+        links = " | ".join(f"<{u}|{t}>" for t, u in _links(v))
+        fields = [{"title": t, "value": _slack_escape(x), "short": True} for t, x in (("Run", v.run), ("Step", v.step)) if x]
+        att = {
+            "color": "danger" if v.status == "firing" else "good", "title": f"{v.name} ({v.status})",
+            "text": "\n".join(lines + ([links] if links else [])), "fields": fields,
+            "fallback": f"{msg.title}: {v.summary or v.name}", "mrkdwn_in": ["text"],
+        }
+        if v.runbook_url or v.dashboard_url:
+            att["title_link"] = v.runbook_url or v.dashboard_url
+        atts.append(att)
+    if msg.more:
+        atts.append({"color": "warning", "text": f"… and {msg.more} more alerts", "fallback": f"{msg.more} more"})
+    out = {"text": _slack_escape(msg.title), "attachments": atts, "username": "omniwatch"}
+    if channel:
+        out["channel"] = channel
+    return out
+
+
+def render_feishu(msg: Message, fmt: str = "interactive") -> dict:
+    if fmt == "post":
+        content = []
+        for v in msg.alerts:
+            content += [[{"tag": "text", "text": x}] for x in _lines(v)]
+            if _links(v):
+                content.append([{"tag": "a", "text": t + " ", "href": u} for t, u in _links(v)])
+        if msg.more:
+            content.append([{"tag": "text", "text": f"… and {msg.more} more alerts"}])
+        return {"msg_type": "post", "content": {"post": {"zh_cn": {"title": msg.title, "content": content}}}}
+    elements: list[dict] = []
+    for i, v in enumerate(msg.alerts):
+        if i:
+            elements.append({"tag": "hr"})
+        lines = _lines(v)
+        md = "\n".join([f"**{lines[0]}**"] + lines[1:])
+        elements.append({"tag": "div", "text": {"tag": "lark_md", "content": md}})
+        if _links(v):
+            elements.append({"tag": "action", "actions": [
+                {"tag": "button", "text": {"tag": "plain_text", "content": t}, "url": u, "type": "default"}
+                for t, u in _links(v)]})
+    if msg.more:
+        elements.append({"tag": "div", "text": {"tag": "plain_text", "content": f"… and {msg.more} more alerts"}})
+    return {"msg_type": "interactive", "card": {
+        "config": {"wide_screen_mode": True},
+        "header": {"title": {"tag": "plain_text", "content": msg.title}, "template": "red" if msg.firing else "green"},
+        "elements": elements}}
+
+
+def feishu_sign(secret: str, timestamp: int | None = None) -> dict:
+    """Feishu/Lark custom-bot signature: base64(HMAC-SHA256(key="{timestamp}\\n{secret}", msg=""))."""
+    ts = int(time.time()) if timestamp is None else int(timestamp)
+    digest = hmac.new(f"{ts}\n{secret}".encode(), b"", hashlib.sha256).digest()
+    return {"timestamp": str(ts), "sign": base64.b64encode(digest).decode()}
