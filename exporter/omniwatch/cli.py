@@ -15,6 +15,10 @@ COMMAND_MODULES = [
     "omniwatch.demo",        # demo
     "omniwatch.rules",       # rules sync / rules check
     "omniwatch.docsgen",     # docs
+    "omniwatch.relay",       # alerts
+    "omniwatch.dashboards",  # dashboards generate|check|verify|render
+    "omniwatch.backtest",    # replay, backfill, backtest
+    "omniwatch.discovery",   # discover
 ]
 
 

@@ -1,0 +1,17 @@
+"""The dashboards omniwatch ships, in the order they are listed and rendered."""
+from __future__ import annotations
+
+from . import bottlenecks, gpus, overview, rollout, transferqueue
+from .spec import Dashboard, dashboard_ids
+
+DASHBOARDS: tuple[Dashboard, ...] = (
+    overview.DASHBOARD, bottlenecks.DASHBOARD, rollout.DASHBOARD, transferqueue.DASHBOARD, gpus.DASHBOARD,
+)
+dashboard_ids(DASHBOARDS)  # import-time: unique uids and panel titles
+
+
+def by_uid(uid: str) -> Dashboard:
+    for d in DASHBOARDS:
+        if d.uid == uid:
+            return d
+    raise KeyError(f"no dashboard {uid!r}; known: {', '.join(d.uid for d in DASHBOARDS)}")

@@ -1,0 +1,148 @@
+"""Prove every panel shows data: run each target of each dashboard against a live Prometheus.
+
+Grafana cannot run here, so this does what Grafana would do with a panel query: substitute the
+dashboard variables (``$project``/``$experiment`` -> the selected regexes, ``$node``/``$gpu`` -> ``.*``,
+``$__rate_interval`` -> a window covering several scrapes, ``$__interval`` -> the scrape interval) and
+evaluate the expression as an instant query. A target that returns no series, only NaN/Inf values, or
+an error is a failure. The variable queries (``label_values``) are checked the same way.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import httpx
+
+from . import spec as s
+from .catalog import DASHBOARDS
+from .factory import variables
+
+_LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
+_LEFTOVER = re.compile(r"\$\{?[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Failure:
+    dashboard: str
+    panel: str
+    ref_id: str
+    query: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.dashboard} / {self.panel} [{self.ref_id}]: {self.reason}\n    {self.query}"
+
+
+def substitute(expr: str, project: str = ".*", experiment: str = ".*", rate_interval: str = "1m",
+               interval: str = "15s") -> str:
+    """Replace the dashboard variables the way Grafana interpolates them into a PromQL query."""
+    values = {
+        s.V_PROJECT: project, s.V_EXPERIMENT: experiment, s.V_NODE: ".*", s.V_GPU: ".*",
+        "__rate_interval": rate_interval, "__interval": interval,
+    }
+    # Longest names first so "$__rate_interval" is not eaten by a shorter "$__interval"-like prefix.
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    left = _LEFTOVER.search(expr)
+    if left:
+        raise ValueError(f"unknown variable {left.group(0)} in {expr!r}")
+    return expr
+
+
+def _has_finite_value(result: dict) -> bool:
+    rtype, data = result.get("resultType"), result.get("result")
+    if rtype == "vector":
+        samples = [item.get("value", [0, "NaN"])[1] for item in data or []]
+    elif rtype == "scalar":
+        samples = [data[1]] if data else []
+    elif rtype == "matrix":
+        samples = [v[1] for item in data or [] for v in item.get("values", [])]
+    else:
+        return False
+    return any(math.isfinite(float(v)) for v in samples)
+
+
+class Prom:
+    """The two Prometheus HTTP API calls verification needs, with a bounded timeout."""
+
+    def __init__(self, url: str, timeout: float = 10.0):
+        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _get(self, path: str, params) -> dict:
+        r = self.client.get(path, params=params)
+        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+        if r.status_code != 200 or body.get("status") != "success":
+            raise RuntimeError(f"HTTP {r.status_code}: {body.get('error') or r.text[:200]}")
+        return body["data"]
+
+    def query(self, expr: str) -> dict:
+        return self._get("/api/v1/query", {"query": expr})
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> dict:
+        return self._get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
+
+    def label_values(self, label: str, selector: str) -> list[str]:
+        return self._get(f"/api/v1/label/{label}/values", [("match[]", selector)])
+
+
+def _check_variables(prom: Prom, d: s.Dashboard, subst) -> list[Failure]:
+    out = []
+    for v in variables(d):
+        model = v.build()
+        query = model.query if isinstance(model.query, str) else None
+        if not query or str(model.type_val) == "datasource":  # the datasource variable lists data sources
+            continue
+        m = _LABEL_VALUES.match(query)
+        if not m:
+            out.append(Failure(d.uid, f"variable {model.name}", "-", query, "not a label_values() query"))
+            continue
+        sel_ = subst(m.group("selector"))
+        try:
+            values = prom.label_values(m.group("label"), sel_)
+        except (httpx.HTTPError, RuntimeError, ValueError) as e:
+            out.append(Failure(d.uid, f"variable {model.name}", "-", sel_, f"error: {e}"))
+            continue
+        if not values:
+            out.append(Failure(d.uid, f"variable {model.name}", "-", sel_, "no values"))
+    return out
+
+
+def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rate_interval: str = "1m",
+           interval: str = "15s", dashboards=DASHBOARDS) -> list[Failure]:
+    """Run every target (and variable query) of ``dashboards``; return what showed no data."""
+    def subst(expr: str) -> str:
+        return substitute(expr, project, experiment, rate_interval, interval)
+
+    failures: list[Failure] = []
+    prom = Prom(prometheus_url)
+    try:
+        for d in dashboards:
+            failures += _check_variables(prom, d, subst)
+            for p in d.panels():
+                for i, t in enumerate(p.targets):
+                    ref = chr(ord("A") + i)
+                    try:
+                        q = subst(t.expr)
+                        data = prom.query(q)
+                    except (httpx.HTTPError, RuntimeError, ValueError) as e:
+                        failures.append(Failure(d.uid, p.title, ref, t.expr, f"error: {e}"))
+                        continue
+                    if not data.get("result"):
+                        failures.append(Failure(d.uid, p.title, ref, q, "no series"))
+                    elif not _has_finite_value(data):
+                        failures.append(Failure(d.uid, p.title, ref, q, "only NaN/Inf values"))
+    finally:
+        prom.close()
+    return failures
+
+
+def count_targets(dashboards=DASHBOARDS) -> int:
+    return sum(len(p.targets) for d in dashboards for p in d.panels())
+
+
+def as_dicts(failures: list[Failure]) -> list[dict]:
+    return [asdict(f) for f in failures]

@@ -1,0 +1,436 @@
+"""Stand-in ``/metrics`` endpoints for the sources a demo machine cannot run: vLLM-Omni rollout
+replicas, reward-model vLLM servers, a TransferQueue controller, a dcgm-exporter and a Ray node agent.
+
+They serve the REAL metric names and label sets (``dashboards.external``, from the reference), through
+prometheus_client on one private registry per endpoint, with values that move over time: a ticker
+thread plays a FlowGRPO step cycle (gen -> reward -> update) and feeds gauges, counters and histograms
+from it. ``scrape_configs()`` returns the Prometheus jobs that scrape them with the target labels
+(project, experiment, role, replica) that join every series to a run, exactly as omniwatch's own
+scrape configs and discovery label real targets.
+
+    server, port = start()             # 127.0.0.1, free port
+    cfgs = scrape_configs("127.0.0.1", port, "demo", "flowgrpo")
+    stop(server)
+"""
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .dashboards import external as x
+
+ROLLOUT_MODEL = "stabilityai/stable-diffusion-3.5-medium"
+REWARD_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
+DIFFUSION_STAGE = "0"
+CYCLE_S = 12.0            # one demo "training step": gen 55 %, reward 20 %, update 25 %
+TICK_S = 0.25
+DENOISE_STEPS = 10
+PARTITIONS = ("train", "val")
+TASKS = ("update_actor", "compute_old_log_prob")
+OPS = ("GET_META", "NOTIFY_DATA_UPDATE", "CLEAR_META", "KV_LIST", "GET_CONSUMPTION")
+STORAGE_OPS = ("PUT_DATA", "GET_DATA", "CLEAR_DATA")
+
+
+def phase_at(t: float) -> tuple[str, float]:
+    """Phase of the demo step cycle at time ``t`` and the progress (0-1) through it."""
+    u = (t % CYCLE_S) / CYCLE_S
+    if u < 0.55:
+        return "gen", u / 0.55
+    if u < 0.75:
+        return "reward", (u - 0.55) / 0.20
+    return "update", (u - 0.75) / 0.25
+
+
+class _Endpoint:
+    """One /metrics path: its own registry plus a ``tick(t, dt)`` that moves its values."""
+
+    def __init__(self):
+        self.registry = CollectorRegistry(auto_describe=True)
+
+    def tick(self, t: float, dt: float, rng: random.Random) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RolloutReplica(_Endpoint):
+    def __init__(self, index: int, max_num_seqs: int = 4):
+        super().__init__()
+        r, m = self.registry, [x.L_MODEL]
+        self.index, self.max_num_seqs = index, max_num_seqs
+        self.running = Gauge(x.OMNI_RUNNING, "Number of requests in model execution batches.", m, registry=r)
+        self.waiting = Gauge(x.OMNI_WAITING, "Number of requests waiting to be processed.", m, registry=r)
+        self.e2e = Histogram(x.OMNI_E2E, "End-to-end request latency in seconds.", m, registry=r,
+                             buckets=x.OMNI_E2E_BUCKETS)
+        dl = [x.L_MODEL, x.L_STAGE]
+        self.exec = Histogram(x.OMNI_EXEC, "Diffusion execution time per request.", dl, registry=r,
+                              buckets=(0.5, 1, 2, 5, 10, 20, 40, 80))
+        self.exec_step = Histogram(x.OMNI_EXEC_PER_STEP, "Diffusion execution time per denoising step.", dl,
+                                   registry=r, buckets=(0.05, 0.1, 0.2, 0.5, 1, 2, 4))
+        self.pre = Histogram(x.OMNI_PREPROCESS, "Diffusion preprocess time.", dl, registry=r,
+                             buckets=(0.005, 0.01, 0.05, 0.1, 0.5, 1))
+        self.post = Histogram(x.OMNI_POSTPROCESS, "Diffusion postprocess (VAE decode) time.", dl, registry=r,
+                              buckets=(0.05, 0.1, 0.25, 0.5, 1, 2))
+        self.failed = Counter(x.OMNI_FAILED, "Failed requests.", [x.L_MODEL, x.L_FAIL_REASON], registry=r)
+        self.success = Counter(x.OMNI_SUCCESS, "Successful requests.", [x.L_MODEL, "finished_reason"], registry=r)
+        self.images = Counter(x.OMNI_IMAGES, "Images generated.", m, registry=r)
+        for reason in ("timeout", "oom"):
+            self.failed.labels(ROLLOUT_MODEL, reason)
+        for h in (self.exec, self.exec_step, self.pre, self.post):
+            h.labels(ROLLOUT_MODEL, DIFFUSION_STAGE)  # series exist before the first request finishes
+        self.e2e.labels(ROLLOUT_MODEL)
+        self.images.labels(ROLLOUT_MODEL)
+        self.success.labels(ROLLOUT_MODEL, "stop")
+        self.slow = 1.0 + 0.35 * index  # replica 1 is a straggler: visible in the per-replica panels
+
+    def tick(self, t, dt, rng):
+        phase, _ = phase_at(t)
+        busy = phase == "gen"
+        self.running.labels(ROLLOUT_MODEL).set(self.max_num_seqs if busy else 0)
+        self.waiting.labels(ROLLOUT_MODEL).set(rng.randint(0, 6) if busy else 0)
+        if not busy:
+            return
+        for _ in range(rng.randint(1, 2)):  # requests finishing in this tick
+            per_step = self.slow * (0.18 + 0.04 * math.sin(t / 30) + rng.uniform(0, 0.02))
+            exec_s = per_step * DENOISE_STEPS
+            pre, post = rng.uniform(0.01, 0.03), self.slow * rng.uniform(0.15, 0.3)
+            self.exec_step.labels(ROLLOUT_MODEL, DIFFUSION_STAGE).observe(per_step)
+            self.exec.labels(ROLLOUT_MODEL, DIFFUSION_STAGE).observe(exec_s)
+            self.pre.labels(ROLLOUT_MODEL, DIFFUSION_STAGE).observe(pre)
+            self.post.labels(ROLLOUT_MODEL, DIFFUSION_STAGE).observe(post)
+            self.e2e.labels(ROLLOUT_MODEL).observe(pre + exec_s + post + rng.uniform(0, 0.5))
+            self.success.labels(ROLLOUT_MODEL, "stop").inc()
+            self.images.labels(ROLLOUT_MODEL).inc(4)
+        if rng.random() < 0.02:
+            self.failed.labels(ROLLOUT_MODEL, "timeout").inc()
+
+
+class RewardServer(_Endpoint):
+    def __init__(self, index: int):
+        super().__init__()
+        r, lab = self.registry, [x.L_MODEL, x.L_ENGINE]
+        self.index = index
+        self.running = Gauge(x.VLLM_RUNNING, "Number of requests in model execution batches.", lab, registry=r)
+        self.waiting = Gauge(x.VLLM_WAITING, "Number of requests waiting to be processed.", lab, registry=r)
+        self.kv = Gauge(x.VLLM_KV_USAGE, "KV-cache usage. 1 means 100 percent usage.", lab, registry=r)
+        self.e2e = Histogram(x.VLLM_E2E, "Histogram of e2e request latency in seconds.", lab, registry=r,
+                             buckets=(0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60))
+        self.e2e.labels(REWARD_MODEL, "0")
+
+    def tick(self, t, dt, rng):
+        phase, progress = phase_at(t)
+        lv = (REWARD_MODEL, "0")
+        scoring = phase in ("gen", "reward")  # async scoring starts during gen and drains after it
+        queue = int(12 * progress) if phase == "gen" else int(12 * (1 - progress))
+        self.running.labels(*lv).set(8 if scoring else 0)
+        self.waiting.labels(*lv).set(queue if scoring else 0)
+        self.kv.labels(*lv).set(min(1.0, 0.2 + 0.06 * queue + rng.uniform(0, 0.05)) if scoring else 0.02)
+        if scoring:
+            for _ in range(rng.randint(1, 3)):
+                self.e2e.labels(*lv).observe(0.4 + 0.15 * queue + rng.uniform(0, 0.3))
+
+
+class TransferQueueController(_Endpoint):
+    """TransferQueue 0.1.11 controller endpoint (shape of shared/fixtures/endpoints), partitions filled."""
+
+    def __init__(self, storage_units: int = 2):
+        super().__init__()
+        r = self.registry
+        self.t0 = time.time()
+        self.units = [f"TQ_STORAGE_UNIT_{0x1729eee7 + 0x1111 * i:08x}" for i in range(storage_units)]
+        self.capacity = 100000 // max(1, storage_units)
+        self.req_dur = Histogram(x.TQ_REQUEST_DURATION, "Controller request processing duration", [x.L_OP],
+                                 registry=r, buckets=x.TQ_REQUEST_BUCKETS)
+        self.req = Counter(x.TQ_REQUESTS, "Total number of requests processed by the controller", [x.L_OP], registry=r)
+        self.req_err = Counter(x.TQ_REQUEST_ERRORS, "Total number of request errors in the controller", [x.L_OP],
+                               registry=r)
+        self.req_samples = Counter(x.TQ_REQUEST_SAMPLES, "Total number of samples processed per operation type "
+                                   "in the controller", [x.L_OP], registry=r)
+        self.uptime = Gauge(x.TQ_UPTIME, "Controller uptime in seconds", registry=r)
+        self.rss = Gauge(x.TQ_RSS, "Controller process RSS memory in bytes", registry=r)
+        self.partitions = Gauge(x.TQ_PARTITIONS, "Total number of active partitions", registry=r)
+        self.samples = Gauge(x.TQ_PARTITION_SAMPLES, "Number of active samples in a partition", [x.L_PARTITION],
+                             registry=r)
+        self.production = Gauge(x.TQ_PRODUCTION, "Production progress ratio (0.0-1.0)", [x.L_PARTITION, x.L_TASK],
+                                registry=r)
+        self.consumption = Gauge(x.TQ_CONSUMPTION, "Consumption progress ratio (0.0-1.0)",
+                                 [x.L_PARTITION, x.L_TASK], registry=r)
+        self.allocated = Gauge(x.TQ_INDEX_ALLOCATED, "Total allocated global indexes", registry=r)
+        self.reusable = Gauge(x.TQ_INDEX_REUSABLE, "Number of reusable global indexes", registry=r)
+        su = [x.L_STORAGE_UNIT]
+        self.cap = Gauge(x.TQ_CAPACITY, "Storage unit capacity (max keys)", su, registry=r)
+        self.keys = Gauge(x.TQ_ACTIVE_KEYS, "Active keys in storage unit", su, registry=r)
+        self.util = Gauge(x.TQ_UTILIZATION, "Storage utilization ratio (active/capacity)", su, registry=r)
+        self.srss = Gauge(x.TQ_STORAGE_RSS, "Storage unit process RSS memory", su, registry=r)
+        self.arrived = Gauge(x.TQ_STORAGE_ARRIVED, "Requests decoded by the storage unit worker, whether or not "
+                             "they completed", su, registry=r)
+        so = [x.L_STORAGE_UNIT, x.L_OP]
+        self.ops = Gauge(x.TQ_STORAGE_OPS, "Total requests processed by storage unit", so, registry=r)
+        self.lat_avg = Gauge(x.TQ_STORAGE_LAT_AVG, "Average request latency in storage unit (seconds)", so, registry=r)
+        self.lat_p99 = Gauge(x.TQ_STORAGE_LAT_P99, "P99 request latency in storage unit (seconds)", so, registry=r)
+        for op in OPS:
+            self.req_err.labels(op)
+        self._ops = {(u, op): 0.0 for u in self.units for op in STORAGE_OPS}
+        self._arrived = {u: 0.0 for u in self.units}
+
+    def tick(self, t, dt, rng):
+        phase, progress = phase_at(t)
+        self.uptime.set(time.time() - self.t0)
+        self.rss.set(7.7e8 + 2e4 * (time.time() - self.t0))
+        self.partitions.set(len(PARTITIONS))
+        batch = 256
+        produced = progress if phase == "gen" else 1.0
+        consumed = progress if phase == "update" else 0.0
+        for p in PARTITIONS:
+            size = batch if p == "train" else 64
+            self.samples.labels(p).set(int(size * produced))
+            self.production.labels(p, "all").set(produced)
+            for task in TASKS:
+                self.production.labels(p, task).set(produced)
+                self.consumption.labels(p, task).set(consumed)
+        self.allocated.set(int(batch * (1 + produced)))
+        self.reusable.set(int(batch * consumed))
+        for op in OPS:
+            n = rng.randint(1, 4) if op != "KV_LIST" else (rng.randint(2, 6) if phase == "gen" else 1)
+            self.req.labels(op).inc(n)
+            for _ in range(n):
+                self.req_dur.labels(op).observe(rng.uniform(0.0005, 0.02 if op != "KV_LIST" else 0.08))
+        self.req_samples.labels(x.OP_PRODUCE).inc(rng.randint(4, 12) if phase == "gen" else 0)
+        self.req_samples.labels(x.OP_CLEAR).inc(rng.randint(20, 40) if phase == "update" else 0)
+        for i, u in enumerate(self.units):
+            keys = int(batch * produced * (1 - consumed) / len(self.units)) + 40 * i
+            self.cap.labels(u).set(self.capacity)
+            self.keys.labels(u).set(keys)
+            self.util.labels(u).set(keys / self.capacity)
+            self.srss.labels(u).set(7.7e8 + 1e5 * keys)
+            for op in STORAGE_OPS:
+                self._ops[(u, op)] += rng.randint(1, 5)
+                self.ops.labels(u, op).set(self._ops[(u, op)])
+                self.lat_avg.labels(u, op).set(rng.uniform(0.001, 0.004))
+                self.lat_p99.labels(u, op).set(rng.uniform(0.008, 0.03))
+            self._arrived[u] = sum(self._ops[(u, op)] for op in STORAGE_OPS) + rng.randint(0, 2)
+            self.arrived.labels(u).set(self._arrived[u])
+
+
+def _gpu_busy(phase: str, gpu: int, gpus: int) -> float:
+    """Utilisation of one GPU in a phase: rollout GPUs (first half) busy in gen, all busy in update."""
+    rollout_gpu = gpu < gpus // 2 or gpus == 1
+    if phase == "gen":
+        return 0.97 if rollout_gpu else 0.05
+    if phase == "reward":
+        return 0.04 if rollout_gpu else 0.6
+    return 0.93
+
+
+class DcgmExporter(_Endpoint):
+    def __init__(self, node: str, gpus: int):
+        super().__init__()
+        r = self.registry
+        self.node, self.gpus = node, gpus
+        lab = [x.DCGM_GPU, "UUID", "pci_bus_id", "device", "modelName", x.DCGM_HOSTNAME]
+        self.util = Gauge(x.DCGM_UTIL, "GPU utilization (in %).", lab, registry=r)
+        self.fb_used = Gauge(x.DCGM_FB_USED, "Framebuffer memory used (in MiB).", lab, registry=r)
+        self.fb_free = Gauge(x.DCGM_FB_FREE, "Framebuffer memory free (in MiB).", lab, registry=r)
+        self.power = Gauge(x.DCGM_POWER, "Power draw (in W).", lab, registry=r)
+        self.tensor = Gauge(x.DCGM_TENSOR_ACTIVE, "Ratio of cycles the tensor (HMMA) pipe is active.", lab, registry=r)
+        self.labels = [(str(g), f"GPU-{g:08x}-demo-{node}", f"00000000:{0x18 + g:02X}:00.0", f"nvidia{g}",
+                        "NVIDIA H200", node) for g in range(gpus)]
+
+    def tick(self, t, dt, rng):
+        phase, _ = phase_at(t)
+        total_mib = 143771
+        for g, lv in enumerate(self.labels):
+            busy = _gpu_busy(phase, g, self.gpus)
+            used = int(total_mib * (0.55 + 0.3 * busy))
+            self.util.labels(*lv).set(round(100 * min(1.0, busy + rng.uniform(-0.03, 0.03)), 0))
+            self.fb_used.labels(*lv).set(used)
+            self.fb_free.labels(*lv).set(total_mib - used)
+            self.power.labels(*lv).set(90 + 560 * busy + rng.uniform(-10, 10))
+            self.tensor.labels(*lv).set(max(0.0, 0.32 * busy + rng.uniform(-0.02, 0.02)))
+
+
+class RayNodeAgent(_Endpoint):
+    def __init__(self, ip: str, gpus: int, session: str = "session_demo_omniwatch"):
+        super().__init__()
+        r = self.registry
+        self.gpus = gpus
+        lab = [x.RAY_IP, x.RAY_GPU_INDEX, "GpuDeviceName", "GpuUuid", "SessionName", "IsHeadNode", "RayNodeType",
+               "Version"]
+        self.util = Gauge(x.RAY_GPU_UTIL, "Total GPUs usage on a ray node", lab, registry=r)
+        self.gram_used = Gauge(x.RAY_GRAM_USED, "Total GPU RAM usage on a ray node", lab, registry=r)
+        self.gram_avail = Gauge(x.RAY_GRAM_AVAILABLE, "Total GPU RAM available on a ray node", lab, registry=r)
+        self.power = Gauge(x.RAY_GPU_POWER, "GPU power usage in milliwatts", lab, registry=r)
+        self.labels = [(ip, str(g), "NVIDIA H200", f"GPU-{g:08x}-demo-ray", session, "true", "head", "2.60.0")
+                       for g in range(gpus)]
+
+    def tick(self, t, dt, rng):
+        phase, _ = phase_at(t)
+        total_mib = 143771
+        for g, lv in enumerate(self.labels):
+            busy = _gpu_busy(phase, g, self.gpus)
+            used = int(total_mib * (0.55 + 0.3 * busy))
+            self.util.labels(*lv).set(round(100 * busy, 0))
+            self.gram_used.labels(*lv).set(used)          # MiB, as Ray really reports it
+            self.gram_avail.labels(*lv).set(total_mib - used)
+            self.power.labels(*lv).set(1000 * (90 + 560 * busy))
+
+
+@dataclass
+class DemoSources:
+    rollout_replicas: int = 2
+    reward_replicas: int = 1
+    node: str = "demo-node-0"
+    node_ip: str = "10.0.0.10"
+    gpus: int = 4
+    seed: int = 7
+
+
+def build_endpoints(cfg: DemoSources) -> dict[str, _Endpoint]:
+    eps: dict[str, _Endpoint] = {}
+    for i in range(cfg.rollout_replicas):
+        eps[f"/rollout/{i}/metrics"] = RolloutReplica(i)
+    for i in range(cfg.reward_replicas):
+        eps[f"/reward/{i}/metrics"] = RewardServer(i)
+    eps["/tq/metrics"] = TransferQueueController()
+    eps["/dcgm/metrics"] = DcgmExporter(cfg.node, cfg.gpus)
+    eps["/ray/metrics"] = RayNodeAgent(cfg.node_ip, cfg.gpus)
+    return eps
+
+
+class _Handler(BaseHTTPRequestHandler):
+    endpoints: dict[str, _Endpoint] = {}
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        path = self.path.split("?", 1)[0]
+        ep = self.endpoints.get(path)
+        if ep is None:
+            body = ("unknown path; serving: " + " ".join(sorted(self.endpoints)) + "\n").encode()
+            self.send_response(404)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+        else:
+            body = ep.render()
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the scraper gave up (timeout, shutdown)
+            pass
+
+    def log_message(self, fmt, *args):  # keep scrapes out of the demo's console
+        pass
+
+
+class DemoServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, addr, cfg: DemoSources):
+        self.cfg = cfg
+        self.endpoints = build_endpoints(cfg)
+        handler = type("DemoHandler", (_Handler,), {"endpoints": self.endpoints})
+        super().__init__(addr, handler)
+        self._stop = threading.Event()
+        self._rng = random.Random(cfg.seed)
+        self.tick(time.time(), TICK_S)  # every series exists before the first scrape
+        self._ticker = threading.Thread(target=self._run_ticker, name="demo-endpoints-ticker", daemon=True)
+        self._serve = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
+                                       name="demo-endpoints-http", daemon=True)
+
+    def tick(self, t: float, dt: float) -> None:
+        for ep in self.endpoints.values():
+            ep.tick(t, dt, self._rng)
+
+    def _run_ticker(self):
+        while not self._stop.wait(TICK_S):
+            self.tick(time.time(), TICK_S)
+
+    def start_threads(self):
+        self._ticker.start()
+        self._serve.start()
+
+    def stop(self):
+        self._stop.set()
+        self.shutdown()
+        self.server_close()
+        self._ticker.join(timeout=2)
+        self._serve.join(timeout=2)
+
+
+def start(host: str = "127.0.0.1", port: int = 0, cfg: DemoSources | None = None) -> tuple[DemoServer, int]:
+    """Serve the demo endpoints in background threads; returns (server, bound port)."""
+    server = DemoServer((host, port), cfg or DemoSources())
+    server.start_threads()
+    return server, server.server_address[1]
+
+
+def stop(server: DemoServer) -> None:
+    server.stop()
+
+
+def scrape_configs(host: str, port: int, project: str, experiment: str, cfg: DemoSources | None = None,
+                   job_prefix: str = "omniwatch-demo", scrape_interval: str | None = None) -> list[dict]:
+    """Prometheus ``scrape_configs`` entries for the demo endpoints, one job per source kind. Each
+    target carries project/experiment/role(/replica) target labels and its own ``__metrics_path__``;
+    DCGM and Ray series are relabelled to omniwatch's ``node``/``gpu`` labels."""
+    cfg = cfg or DemoSources()
+    addr = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    run = {"project": project, "experiment": experiment}
+
+    def target(path: str, role: str, replica: int | None = None) -> dict:
+        labels = {"__metrics_path__": path, **run, x.L_ROLE: role}
+        if replica is not None:
+            labels[x.L_REPLICA] = str(replica)
+        return {"targets": [addr], "labels": labels}
+
+    def job(kind: str, targets: list[dict], relabel=None) -> dict:
+        j = {"job_name": f"{job_prefix}-{kind}", "static_configs": targets}
+        if scrape_interval:
+            j["scrape_interval"] = scrape_interval
+        if relabel:
+            j["metric_relabel_configs"] = [dict(r) for r in relabel]
+        return j
+
+    return [
+        job("rollout", [target(f"/rollout/{i}/metrics", x.ROLE_ROLLOUT, i) for i in range(cfg.rollout_replicas)]),
+        job("reward", [target(f"/reward/{i}/metrics", x.ROLE_REWARD, i) for i in range(cfg.reward_replicas)]),
+        job("transferqueue", [target("/tq/metrics", x.ROLE_TQ)]),
+        job("dcgm", [target("/dcgm/metrics", x.ROLE_DCGM)], x.DCGM_RELABEL),
+        job("ray", [target("/ray/metrics", x.ROLE_RAY)], x.RAY_RELABEL),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m omniwatch.demo_endpoints --port N``: serve until SIGINT/SIGTERM."""
+    import argparse
+    import json
+    import signal
+
+    p = argparse.ArgumentParser(prog="omniwatch.demo_endpoints", description=main.__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--project", default="demo", help="only for --print-scrape-configs")
+    p.add_argument("--experiment", default="demo", help="only for --print-scrape-configs")
+    p.add_argument("--print-scrape-configs", action="store_true", help="print the scrape_configs JSON and keep serving")
+    args = p.parse_args(argv)
+    server, port = start(args.host, args.port)
+    print(f"demo endpoints on http://{args.host}:{port}: {' '.join(sorted(server.endpoints))}", flush=True)
+    if args.print_scrape_configs:
+        print(json.dumps(scrape_configs(args.host, port, args.project, args.experiment), indent=2), flush=True)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    stop(server)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

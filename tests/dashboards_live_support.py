@@ -1,0 +1,172 @@
+"""A live stack for the dashboard tests and the committed PNGs: a real Prometheus (1 s scrape and rule
+evaluation, the rules of alerts/) scraping a real omniwatch exporter app fed with the shared verl
+fixtures, and the demo endpoints (vLLM-Omni, reward vLLM, TransferQueue, DCGM, Ray) with run labels.
+
+Used by tests/test_dashboards_live.py; ``python -m tests.dashboards_live_support docs/img`` renders the
+PNGs committed under docs/img from the same setup."""
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+import yaml
+
+from omniwatch import demo_endpoints
+from omniwatch.app import create_app
+from omniwatch.exposition import make_registry
+from omniwatch.model import RunStore
+from omniwatch.parse import parse_jsonl_line
+from omniwatch.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+# (project, experiment, fixture): two projects, several experiments, each fault shape present.
+RUNS = [
+    ("flowgrpo-sd35", "healthy", "flowgrpo_healthy"),
+    ("flowgrpo-sd35", "reward-bound", "flowgrpo_reward_bound"),
+    ("flowgrpo-sd35", "async-reward-tail", "flowgrpo_async_reward_tail"),
+    ("flowgrpo-sd35", "mfu-above-one", "flowgrpo_mfu_above_one"),
+    ("v1-wan", "transfer-idle", "v1_transfer_idle"),
+]
+DEMO_RUN = ("flowgrpo-sd35", "reward-bound")  # the run the demo endpoints' target labels join
+
+
+def _bind() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+def _free_port() -> int:
+    with contextlib.closing(_bind()) as s:
+        return s.getsockname()[1]
+
+
+class LiveStack:
+    def __init__(self, fixtures_dir: Path, prometheus_bin: str = "prometheus", step_delay: float = 0.1):
+        self.fixtures_dir, self.prometheus_bin, self.step_delay = fixtures_dir, prometheus_bin, step_delay
+        self.store = RunStore()
+        self.tmp = tempfile.TemporaryDirectory(prefix="omniwatch-dash-")
+        self._stop = threading.Event()
+        self.procs: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
+        self.demo = None
+        self.server = None
+        self.prom_url = ""
+        self.fed = threading.Event()
+        self.log = Path(self.tmp.name) / "prometheus.log"
+
+    # -- parts -------------------------------------------------------------------------------------------
+    def _feed(self):
+        """Ingest every fixture step, interleaving runs, a little apart so the series have history."""
+        lines = {run[:2]: (self.fixtures_dir / f"{run[2]}.jsonl").read_bytes().splitlines() for run in RUNS}
+        for i in range(max(len(v) for v in lines.values())):
+            for (project, experiment), ls in lines.items():
+                if i < len(ls):
+                    self.store.ingest(project, experiment, parse_jsonl_line(ls[i]), "jsonl", feed=experiment)
+            if self._stop.wait(self.step_delay):
+                return
+        self.fed.set()
+
+    def _start_exporter(self) -> int:
+        app = create_app(self.store, make_registry(self.store), Settings())
+        sock = _bind()
+        port = sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        t = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        t.start()
+        self.threads.append(t)
+        return port
+
+    def _prometheus_config(self, exporter_port: int, demo_port: int) -> Path:
+        cfg = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "rule_files": [str(p) for p in sorted((REPO / "alerts").glob("*.rules.yml"))],
+            "scrape_configs": [{"job_name": "omniwatch", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}]
+            + demo_endpoints.scrape_configs("127.0.0.1", demo_port, *DEMO_RUN),
+        }
+        path = Path(self.tmp.name) / "prometheus.yml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return path
+
+    def start(self) -> "LiveStack":
+        exporter_port = self._start_exporter()
+        self.demo, demo_port = demo_endpoints.start()
+        prom_port = _free_port()
+        cfg = self._prometheus_config(exporter_port, demo_port)
+        self.procs.append(subprocess.Popen(
+            [self.prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={self.tmp.name}/data",
+             f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
+            stdout=self.log.open("wb"), stderr=subprocess.STDOUT))
+        self.prom_url = f"http://127.0.0.1:{prom_port}"
+        t = threading.Thread(target=self._feed, daemon=True)
+        t.start()
+        self.threads.append(t)
+        return self
+
+    def query(self, expr: str) -> list:
+        r = httpx.get(f"{self.prom_url}/api/v1/query", params={"query": expr}, timeout=5)
+        return r.json()["data"]["result"] if r.status_code == 200 else []
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Bounded wait: fixtures ingested and scraped, demo series scraped twice, alerts evaluated."""
+        deadline = time.monotonic() + timeout
+        checks = {
+            "runs scraped": lambda: len(self.query("omniwatch_step")) == len(RUNS) and self.fed.is_set(),
+            "final steps scraped": lambda: min(float(s["value"][1]) for s in self.query("omniwatch_step")) >= 30,
+            "demo series": lambda: bool(self.query('rate(vllm_omni:e2e_request_latency_s_count[1m]) > 0')),
+            "alerts": lambda: bool(self.query('ALERTS{alertname="RewardBoundRollout"}')),
+            "rate windows": lambda: bool(self.query("rate(omniwatch_stage_seconds_total[1m])")),
+        }
+        pending = dict(checks)
+        while pending and time.monotonic() < deadline:
+            for what, fn in list(pending.items()):
+                try:
+                    if fn():
+                        del pending[what]
+                except (httpx.HTTPError, ValueError, KeyError):
+                    pass
+            if pending:
+                time.sleep(0.5)
+        if pending:
+            raise AssertionError(f"live stack not ready after {timeout}s: {sorted(pending)}; "
+                                 f"prometheus log tail: {self.log.read_text()[-2000:]}")
+        time.sleep(3)  # a few more scrapes so every rate() window holds >= 2 post-ingest samples
+
+    def stop(self) -> None:
+        self._stop.set()
+        for p in self.procs:
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        if self.demo is not None:
+            demo_endpoints.stop(self.demo)
+        if self.server is not None:
+            self.server.should_exit = True
+        for t in self.threads:
+            t.join(timeout=5)
+        self.tmp.cleanup()
+
+
+if __name__ == "__main__":
+    import sys
+
+    from omniwatch.dashboards.render import render_all
+
+    stack = LiveStack(REPO.parent / "shared" / "fixtures" / "verl", step_delay=0.5).start()
+    try:
+        stack.wait_ready()
+        time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 20)
+        for p in render_all(stack.prom_url, Path(sys.argv[1]), minutes=2.0):
+            print(p)
+    finally:
+        stack.stop()
