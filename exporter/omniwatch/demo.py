@@ -42,21 +42,21 @@ class Scenario:
 
 def scenarios(pace: float, steps: int, onset: int) -> list[Scenario]:
     return [
-        Scenario("healthy-control", "none (validation every 6, checkpoint every 8 steps)", None,
+        Scenario("healthy-control", "none (validation/6, checkpoint/8 steps)", None,
                  RunSpec(pace=pace, seed=1, validation_every=6, checkpoint_every=8), None, steps),
-        Scenario("reward-bound-colocated", "colocated reward model 5x slower", names.ALERT_REWARD_BOUND,
+        Scenario("reward-bound-colocated", "colocated RM 5x slower", names.ALERT_REWARD_BOUND,
                  RunSpec(pace=pace, seed=2, faults=[Fault("reward_slow", onset, factor=5.0)]), onset, steps),
-        Scenario("reward-bound-async", "async reward pool: scoring tail 12x", names.ALERT_REWARD_BOUND,
+        Scenario("reward-bound-async", "async reward tail 12x", names.ALERT_REWARD_BOUND,
                  RunSpec(trainer="legacy_async", pace=pace, seed=3, faults=[Fault("reward_slow", onset, factor=12.0)]),
                  onset, steps),
-        Scenario("v1-transfer-idle", "V1: +36% untimed TransferQueue transfer", names.ALERT_IDLE,
+        Scenario("v1-transfer-idle", "V1 +36% untimed TQ transfer", names.ALERT_IDLE,
                  RunSpec(trainer="v1", pace=pace, seed=4, faults=[Fault("idle_gap", onset, seconds_share=0.36)]),
                  onset, steps),
-        Scenario("mfu-above-one", "MFU reported 2.62 (relabeled SKU peak)", names.ALERT_MFU_IMPOSSIBLE,
+        Scenario("mfu-above-one", "MFU reported 2.62", names.ALERT_MFU_IMPOSSIBLE,
                  RunSpec(pace=pace, seed=5, faults=[Fault("mfu_value", onset, value=2.62)]), onset, steps),
-        Scenario("mfu-drop", "update_actor 2x slower, MFU halves", names.ALERT_MFU_DROP,
+        Scenario("mfu-drop", "update_actor 2x, MFU /2", names.ALERT_MFU_DROP,
                  RunSpec(pace=pace, seed=6, faults=[Fault("actor_slow", onset, factor=2.0)]), onset, steps),
-        Scenario("stalled", f"trainer hangs after step {onset}", names.ALERT_STALLED,
+        Scenario("stalled", f"no step after step {onset}", names.ALERT_STALLED,
                  RunSpec(pace=pace, seed=7), onset, steps, stop_after=onset),
     ]
 
@@ -79,24 +79,33 @@ def write_run(sc: Scenario, root: Path, pace: float, stop: threading.Event) -> N
             stop.wait(max(0.0, pace - (time.monotonic() - t0)))
 
 
-def _endpoints_scrape(stack_cfg: StackConfig):
-    """Realistic vLLM-Omni / TransferQueue / GPU / Ray series for the dashboards, when that module exists."""
+def _free_port(host: str) -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _endpoints_scrape(stack_cfg: StackConfig, port: int):
+    """Realistic vLLM-Omni / TransferQueue / GPU / Ray series for the dashboards (the demo cannot run a
+    real vLLM-Omni or GPU), with the real metric names, joined to one demo run by target labels."""
     try:
         mod = importlib.import_module("omniwatch.demo_endpoints")
     except ModuleNotFoundError:
         return None, []
-    return mod, mod.scrape_configs(stack_cfg.host, stack_cfg.exporter_port + 7, PROJECT, "reward-bound-colocated")
+    return mod, mod.scrape_configs(stack_cfg.host, port, PROJECT, "reward-bound-colocated")
 
 
 def run_demo(args) -> int:
-    con = Console()
+    con = Console(width=None if sys.stdout.isatty() else 160)
     pace, steps, onset = args.step_seconds, args.steps, args.onset
     run_dir = Path(args.run_dir)
     root = run_dir.resolve() / "demo-logs"
     cfg = StackConfig(run_dir=run_dir, prometheus_port=args.prometheus_port, alertmanager_port=args.alertmanager_port,
                       exporter_port=args.exporter_port, grafana_port=args.grafana_port, profile="fast",
                       watch=[str(root)], exporter_args=["--poll-interval", "0.2"])
-    ep_mod, extra = _endpoints_scrape(cfg)
+    ep_port = _free_port(cfg.host)
+    ep_mod, extra = _endpoints_scrape(cfg, ep_port)
     cfg.extra_scrape_configs = extra
     stack = Stack(cfg)
     stack.down()
@@ -107,8 +116,7 @@ def run_demo(args) -> int:
     con.print(f"[bold]omniwatch demo[/]: starting the native stack in {stack.run_dir} (fast profile: 1 s scrape/eval)")
     try:
         if ep_mod is not None:
-            stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo_endpoints", "--port",
-                                      str(cfg.exporter_port + 7)], {})
+            stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo_endpoints", "--port", str(ep_port)], {})
         started = stack.up()
     except StackError as e:
         con.print(f"[red]omniwatch demo: {e}[/]")
@@ -138,6 +146,8 @@ def run_demo(args) -> int:
                 if key in seen:
                     continue
                 seen.add(key)
+                if labels.get("alertname") == "Watchdog":
+                    continue
                 sc = by_exp.get(labels.get("experiment", ""))
                 step = sc.written if sc else "-"
                 colour = "red" if a.get("status") == "firing" else "green"
@@ -171,7 +181,7 @@ def run_demo(args) -> int:
             if sc.stop_after is not None:
                 steps_txt = "n/a (no new step)"
                 secs = sc.detected_at - (sc.last_write or sc.detected_at)
-                secs_txt = f"{secs:.0f} s after the last step ({secs / pace:.1f} typical steps)"
+                secs_txt = f"{secs:.0f} s after last step ({secs / pace:.1f} steps)"
             else:
                 steps_txt = str(sc.detected_step - sc.onset + 1)
                 secs_txt = f"{sc.detected_at - (sc.onset_time or sc.detected_at):.0f}"

@@ -264,6 +264,8 @@ class Stack:
         info = self._read_pid(name)
         if self._alive(info):
             return info["pid"]
+        for d in ("logs", "pids"):
+            self.p(d).mkdir(parents=True, exist_ok=True)
         logf = open(self.p("logs", f"{name}.log"), "ab")
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, **env}, cwd=str(self.run_dir), start_new_session=True)
