@@ -6,7 +6,7 @@ OW := $(VENV)/bin/omniwatch
 PIP_FLAGS ?= -q
 CONSTRAINTS := $(wildcard constraints.txt)
 
-.PHONY: help install up down status demo test test-unit test-long bench dashboards docs rules backtest clean
+.PHONY: help install deps up down status demo test test-unit test-long bench dashboards docs rules backtest clean
 
 help:
 	@echo "make demo        native stack + simulated FlowGRPO runs that trip every core alert"
@@ -24,9 +24,21 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 
 install: $(VENV)/.installed
 
+# Prometheus + Alertmanager binaries (Debian/Ubuntu packages). Installed on demand when missing and
+# apt-get can run (root); otherwise the exact command is printed.
+deps:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && \
+	    { command -v alertmanager >/dev/null || command -v prometheus-alertmanager >/dev/null; }; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing prometheus + prometheus-alertmanager (apt)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
+	else \
+		echo "missing prometheus/alertmanager: sudo apt-get install -y prometheus prometheus-alertmanager"; exit 1; \
+	fi
+
 # `make up` beside a run: WATCH=<VERL_FILE_LOGGER_ROOT or file> (repeatable via spaces).
 WATCH ?=
-up: install
+up: install deps
 	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
 		echo "Docker engine found: docker compose up -d"; docker compose up -d --build; \
 	else \
@@ -41,10 +53,10 @@ down: install
 status: install
 	$(OW) status
 
-demo: install
+demo: install deps
 	$(OW) demo
 
-test: install
+test: install deps
 	$(OW) docs --check
 	$(OW) rules check
 	$(PY) -m pytest -q -m "not long" $(PYTEST_ARGS)
@@ -67,7 +79,7 @@ docs: install
 rules: install
 	$(OW) rules sync
 
-backtest: install
+backtest: install deps
 	@test -n "$(RUN)" || { echo "usage: make backtest RUN=path/to/run.jsonl"; exit 2; }
 	$(OW) backtest $(RUN)
 
