@@ -155,6 +155,9 @@ GPU_INFO = _m("omniwatch_gpu_info", "gauge", "Always 1; GPU name and the bf16 pe
 MFU_IMPLIED_PEAK = _m("omniwatch_mfu_implied_peak_tflops", "gauge",
                       "Device peak (TFLOP/s) the reported MFU implies if the run ran at the GPU's real peak-relative rate; "
                       "compared with the NVML device name by the MFU cause check.", R + (L_ROLE,))
+MFU_SUSPECTED_CAUSE = _m("omniwatch_mfu_suspected_cause", "gauge",
+                         "1 for the cause the MFU cause check suspects while reported MFU > 1 (cause=relabeled_sku, "
+                         "peak_mismatch or flops_overcount); the full sentence is at /api/v1/gpu.", R + (L_ROLE, "cause"))
 
 # --- discovered endpoints (Ray, TransferQueue, vLLM-Omni) ------------------------------------------
 L_ROLE_T, L_REPLICA = "role", "replica"

@@ -21,7 +21,7 @@ from .sources.files import FileSource
 
 log = logging.getLogger(__name__)
 
-SERVE_EXTENSIONS = ["omniwatch.gpu", "omniwatch.discovery"]
+SERVE_EXTENSIONS = ["omniwatch.discovery"]
 
 
 def _extensions():
@@ -93,11 +93,17 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-runs", type=int, default=None, help="cap on runs held (default 64)")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
     p.add_argument("--poll-interval", type=float, default=None, help="seconds between file polls (default 0.5)")
+    p.add_argument("--gpu", choices=["auto", "on", "off"], default=None,
+                   help="NVML GPU sampler: auto (when nvidia-ml-py and a driver are present), on (required), off "
+                        "(default: $OMNIWATCH_GPU or auto)")
+    p.add_argument("--gpu-node", default=None, help="node label for GPU series (default: hostname)")
 
 
 def settings_from_args(args) -> Settings:
     host, port = parse_listen(args.listen)
-    return Settings.from_env(host=host, port=port, watch=args.watch, console=args.console,
+    extra = {k: v for k, v in (("gpu", getattr(args, "gpu", None)), ("gpu_node", getattr(args, "gpu_node", None)))
+             if v is not None}
+    return Settings.from_env(extra=extra,host=host, port=port, watch=args.watch, console=args.console,
                              window_steps=args.window_steps, baseline_steps=args.baseline_steps,
                              warmup_steps=args.warmup_steps, max_keys=args.max_keys, max_runs=args.max_runs,
                              state_dir=args.state_dir, poll_seconds=args.poll_interval)

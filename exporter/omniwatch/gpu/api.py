@@ -1,0 +1,175 @@
+"""Wiring into the exporter app (listed in ``app.ROUTER_MODULES`` as ``omniwatch.gpu.api``):
+starts the NVML sampler, registers the GPU collector and the step listener, and serves
+
+- ``POST /api/v1/phases`` (bearer = push token): exact phase spans from ``omniwatch.client.phase``;
+  body ``{"project", "experiment", "phase", "start", "end", "gpus"?}`` or ``{"spans": [...]}``
+  (at most 1000); each bad span is a 400/422 with the reason, never a crash.
+- ``GET /api/v1/gpu``: GPUs, the sampler state and the MFU cause sentences (no secrets).
+
+Options (``settings.extra``, else environment): ``gpu`` = auto|on|off (``OMNIWATCH_GPU``, default
+auto: sample when NVML works here, stay silent otherwise; on: report the source down when it does
+not), ``gpu_busy_threshold`` (``OMNIWATCH_GPU_BUSY_THRESHOLD``, percent, default 50),
+``gpu_interval_s`` (default 1), ``gpu_node`` (default the host name), ``gpu_peak_tflops`` (the real
+device peak, for an exporter that sees no GPU), ``gpu_trainer_flops_tflops`` (the trainer's
+``VERL_OMNI_DEVICE_FLOPS_TFLOPS``, read from that variable when unset).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, HTTPException, Request
+from pydantic import BaseModel, Field
+
+from .attribution import Attributor
+from .collector import GpuCollector, mfu_checks
+from .devices import NvmlBackend, nvml_available
+from .peaks import DEVICE_FLOPS_ENV, parse_override
+from .sampler import GpuSampler
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+MAX_SPANS = 1000
+MAX_SPAN_S = 24 * 3600.0
+FUTURE_SLACK_S = 60.0
+_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+class SpanIn(BaseModel):
+    project: str = Field(min_length=1, max_length=128)
+    experiment: str = Field(min_length=1, max_length=128)
+    phase: str
+    start: float
+    end: float
+    gpus: list[str | int] | None = Field(default=None, max_length=256)
+
+
+class SpansIn(BaseModel):
+    spans: list[SpanIn] = Field(max_length=MAX_SPANS)
+
+
+def check_span(s: SpanIn, now: float) -> str | None:
+    """The reason a span is unusable, or None."""
+    if not _NAME.match(s.phase):
+        return "phase must match [A-Za-z0-9_.:-]{1,64}"
+    if not (math.isfinite(s.start) and math.isfinite(s.end)):
+        return "start and end must be finite unix seconds"
+    if s.end < s.start:
+        return "end is before start"
+    if s.end - s.start > MAX_SPAN_S:
+        return "span longer than 24 h"
+    if s.end > now + FUTURE_SLACK_S:
+        return "span ends in the future (clock skew?)"
+    return None
+
+
+def _opt(extra: dict, key: str, env: str, default=None):
+    v = extra.get(key)
+    return v if v is not None else os.environ.get(env, default)
+
+
+def init(app) -> None:
+    settings, store, registry = app.state.settings, app.state.store, app.state.registry
+    extra = getattr(settings, "extra", {}) or {}
+    mode = str(_opt(extra, "gpu", "OMNIWATCH_GPU", "auto")).lower()
+    sampler = attributor = None
+    backend = extra.get("gpu_backend")  # a devices.Backend object: replays and tests
+    if mode != "off":
+        why = nvml_available() if mode == "auto" and backend is None else None
+        if why is not None:
+            log.info("GPU sampling off (gpu=auto): %s", why)
+        else:
+            sampler = GpuSampler(backend or NvmlBackend(), store, node=extra.get("gpu_node"),
+                                 threshold=float(_opt(extra, "gpu_busy_threshold", "OMNIWATCH_GPU_BUSY_THRESHOLD", 50)),
+                                 interval_s=float(extra.get("gpu_interval_s", 1.0)), required=mode == "on")
+            attributor = Attributor(sampler, store)
+            store.listeners.append(attributor.on_step)
+            _tie_to_lifespan(app, sampler)
+    trainer = parse_override(_opt(extra, "gpu_trainer_flops_tflops", DEVICE_FLOPS_ENV))
+    peak = parse_override(str(extra["gpu_peak_tflops"])) if extra.get("gpu_peak_tflops") is not None else None
+    collector = GpuCollector(sampler, attributor, store, peak_tflops=peak, trainer_flops_tflops=trainer)
+    registry.register(collector)
+    app.state.gpu = collector
+
+
+def _tie_to_lifespan(app, sampler: GpuSampler) -> None:
+    """Sample while the server runs (the same pattern as discovery: wrap the app's lifespan)."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a):
+        sampler.start()
+        try:
+            async with inner(a) as state:
+                yield state
+        finally:
+            sampler.stop()
+
+    app.router.lifespan_context = lifespan
+
+
+def _collector(request: Request) -> GpuCollector:
+    c = getattr(request.app.state, "gpu", None)
+    if c is None:
+        raise HTTPException(503, "GPU module not initialised")
+    return c
+
+
+@router.post("/api/v1/phases")
+async def post_phases(request: Request):
+    from ..app import require_token  # late: app imports this module
+    require_token(request, request.app.state.settings.push_token, "push")
+    c = _collector(request)
+    try:
+        body = await request.json()
+    except ValueError:
+        raise HTTPException(400, "body is not JSON") from None
+    try:
+        spans = SpansIn.model_validate(body).spans if isinstance(body, dict) and "spans" in body \
+            else [SpanIn.model_validate(body)]
+    except Exception as e:  # pydantic.ValidationError; the message names fields, never values
+        raise HTTPException(422, f"invalid span: {_fields(e)}") from None
+    now = time.time()
+    for i, s in enumerate(spans):
+        why = check_span(s, now)
+        if why:
+            request.app.state.store.count_error("phases", "bad_span")
+            raise HTTPException(400, f"span {i}: {why}")
+    if c.attributor is None:
+        return {"accepted": 0, "attributed": False, "detail": "GPU sampling is off on this exporter"}
+    for s in spans:
+        gpus = frozenset(str(g) for g in s.gpus) if s.gpus else None
+        c.attributor.add_span(s.project, s.experiment, s.phase, s.start, s.end, gpus)
+    return {"accepted": len(spans), "attributed": True}
+
+
+def _fields(e: Exception) -> str:
+    errs = getattr(e, "errors", None)
+    if callable(errs):
+        return "; ".join(f"{'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg')}" for err in errs()[:5])
+    return "bad body"
+
+
+@router.get("/api/v1/gpu")
+def get_gpu(request: Request):
+    c = _collector(request)
+    s = c.sampler
+    gpus = []
+    if s is not None:
+        with s.lock:
+            for st in s.snapshot():
+                gpus.append({"node": st.node, "gpu": st.index, "uuid": st.uuid, "name": st.name, "up": st.up,
+                             "busy_s": st.acct.busy_s, "idle_s": st.acct.idle_s, "util": st.util,
+                             "memory_total_bytes": st.memory_total})
+    sil = c.silicon()
+    checks = [{"project": p, "experiment": e, "role": r, "mfu": k.mfu, "implied_peak_tflops": k.implied_peak,
+               "cause": k.code, "message": k.cause}
+              for p, e, r, k in mfu_checks(request.app.state.store, sil, c.trainer_flops_tflops)]
+    return {"sampling": s is not None and s.absent is None, "absent": s.absent if s else "off or no NVML here",
+            "threshold_pct": s.threshold if s else None, "gpus": gpus,
+            "silicon": sil.silicon if sil else None, "peak_tflops": sil.peak if sil else None, "mfu": checks}

@@ -1,0 +1,99 @@
+"""GPU busy/idle accounting: sample edge cases and recorded H200 traces replayed through the real
+sampler + attribution code (no GPU needed)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from omniwatch.gpu.accounting import SampleAccountant, overlap_seconds
+from omniwatch.gpu.replay import replay, within
+from tests.conftest import SHARED
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+S = 1_000_000
+
+
+def test_sample_covers_the_period_that_ends_at_its_timestamp():
+    a = SampleAccountant()
+    ivs = a.feed([(10 * S, 0), (int(10.2 * S), 100), (int(10.4 * S), 0)])
+    assert [(round(i.start, 3), round(i.end, 3), i.busy) for i in ivs] == [(10.0, 10.2, True), (10.2, 10.4, False)]
+    assert a.busy_s == pytest.approx(0.2) and a.idle_s == pytest.approx(0.2)
+
+
+def test_first_duplicate_gap_and_clock_jump():
+    a = SampleAccountant()
+    assert a.feed([(100 * S, 100)]) == []                      # first sample: origin only
+    a.feed([(100 * S, 100), (int(100.2 * S), 100)])            # duplicate skipped, then 0.2 s busy
+    assert a.busy_s == pytest.approx(0.2) and a.events["duplicate_sample"] == 1
+    a.feed([(110 * S, 0)])                                     # 9.8 s later: a gap, one period credited
+    assert a.events["sample_gap"] == 1 and a.idle_s == pytest.approx(0.2, abs=0.01)
+    a.feed([(50 * S, 0)])                                      # clock went back 60 s: re-origin, no credit
+    assert a.events["clock_jump"] == 1 and a.idle_s == pytest.approx(0.2, abs=0.01)
+    a.feed([(int(50.2 * S), 0)])
+    assert a.idle_s == pytest.approx(0.4, abs=0.01)
+    a.feed([(int(50.4 * S), 101)])
+    assert a.events["bad_sample"] == 1
+
+
+def test_transition_sample_is_split_at_the_edge():
+    a = SampleAccountant()
+    ivs = a.feed([(0, 100), (200_000, 100), (400_000, 25), (600_000, 0), (800_000, 75), (1_000_000, 100)])
+    # busy -> idle: the busy quarter comes first; idle -> busy: the busy three quarters come last
+    assert overlap_seconds(ivs, 0.2, 0.25) == pytest.approx((0.05, 0.0))
+    assert overlap_seconds(ivs, 0.25, 0.4) == pytest.approx((0.0, 0.15))
+    assert overlap_seconds(ivs, 0.6, 0.65) == pytest.approx((0.0, 0.05))
+    assert overlap_seconds(ivs, 0.65, 0.8) == pytest.approx((0.15, 0.0))
+    assert a.busy_s == pytest.approx(0.6) and a.idle_s == pytest.approx(0.4)
+
+
+def test_threshold_is_configurable_for_sustained_partial_load():
+    samples = [(i * 200_000, 60) for i in range(11)]
+    lo, hi = SampleAccountant(threshold=50), SampleAccountant(threshold=70)
+    lo.feed(samples)
+    hi.feed(samples)
+    assert lo.busy_s == pytest.approx(2.0) and hi.idle_s == pytest.approx(2.0)
+
+
+def _load(path: Path) -> dict:
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("name", ["h200_idle_validation.nvml.json", "h200_idle_validation_run1.nvml.json"])
+def test_recorded_h200_run_replays_within_target(name):
+    """Our own H200 recordings (benchmarks/gpu_idle_validation.py, two runs): every phase and gap kind
+    within 5 % / 0.3 s of the workload's own spans, every gap >= 0.5 s detected."""
+    r = replay(_load(FIXTURES / name))
+    for ph, v in {**r["per_phase"], **r["per_gap_kind"]}.items():
+        assert v["within_target"], (ph, v)
+    assert r["all_gaps_ge_0.5_detected"] and r["shortest_gap_detected_s"] <= 0.3
+    assert r["per_phase"]["inter_stage"]["truth_idle_s"] > 15
+    assert abs(r["per_phase"]["reward"]["error_s"]) < 0.1          # CPU-reward steps idle the GPU
+    assert r["pass"]
+
+
+def test_shared_h200_fixture_gaps_within_target():
+    """The shared H200 trace: the README's whole-sample-forward reading puts 7.6 s / 7.0 s of idle in
+    the 7.4 s / 6.6 s of gaps; the sampler's (t_prev, t] reading with edge split lands within 0.1 s."""
+    fx = _load(SHARED / "fixtures" / "gpu" / "h200_flowgrpo_shaped.nvml.json")
+    r = replay(fx)
+    kinds = r["per_gap_kind"]
+    assert abs(kinds["gen->reward"]["measured_idle_s"] - 7.4) < 0.1
+    assert abs(kinds["reward->actor"]["measured_idle_s"] - 6.6) < 0.1
+    assert all(v["within_target"] for v in kinds.values())
+    assert r["per_phase"]["inter_stage"]["within_target"]
+    # GPU work phases (gen, actor) stay busy; the reward phase holds CPU time in odd steps (and, in this
+    # trace, host work inside its GPU steps), so only a lower bound is certain there.
+    for ph in ("gen", "old_log_prob", "update_actor"):
+        assert r["per_phase"][ph]["measured_idle_s"] < 0.3
+    assert r["per_phase"]["reward"]["measured_idle_s"] >= 3.0 - 0.3
+    assert r["all_gaps_ge_0.5_detected"]
+
+
+def test_counters_match_between_sampler_and_phases():
+    """Attribution never invents time: phase seconds sum to at most the sampler's totals."""
+    r = replay(_load(FIXTURES / "h200_idle_validation.nvml.json"))
+    st = r["sampler"].snapshot()[0]
+    assert st.acct.busy_s + st.acct.idle_s > 90
+    assert within(r["per_phase"]["inter_stage"]["measured_idle_s"], r["per_phase"]["inter_stage"]["truth_idle_s"])
