@@ -1,0 +1,165 @@
+"""The rule files as the backtest needs them: alerting rules with ``for``/``keep_firing_for``, and
+recording rules ordered by dependency level.
+
+Rules are always read from disk at run time (``alerts/*.rules.yml`` by default, the one set of rule
+files); nothing is copied. Recording rules are backfilled level by level because ``promtool tsdb
+create-blocks-from rules`` evaluates each rule against the server as it is: a rule that reads another
+recorded series needs that series in the TSDB first.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .. import names
+from ..rules import RULES_DIR, RulesError, rule_files
+from .timeline import parse_duration
+
+# Alerts a backtest cannot judge, and why (printed in the report instead of a verdict).
+LIVE_ONLY = {
+    names.ALERT_STALLED: "live-only: a finished file is not a stall (it fires when a live run stops logging)",
+}
+HEARTBEAT_SEVERITY = "none"  # Watchdog-style alerts that always fire by design
+_IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+@dataclass
+class AlertRule:
+    name: str
+    expr: str
+    hold: float            # for:, seconds
+    keep_firing_for: float
+    labels: dict[str, str]
+    file: str
+    group: str
+
+    @property
+    def severity(self) -> str:
+        return str(self.labels.get("severity", ""))
+
+
+@dataclass
+class RecordingRule:
+    record: str
+    expr: str
+    labels: dict[str, str]
+    group: str
+    level: int = 1
+
+
+@dataclass
+class RuleSet:
+    alerts: list[AlertRule] = field(default_factory=list)
+    recordings: list[RecordingRule] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def skipped(self) -> dict[str, str]:
+        """Alert name -> why the backtest does not evaluate it."""
+        out: dict[str, str] = {}
+        for a in self.alerts:
+            if a.name in LIVE_ONLY:
+                out[a.name] = LIVE_ONLY[a.name]
+            elif a.severity == HEARTBEAT_SEVERITY:
+                out[a.name] = "heartbeat: always firing by design"
+        return out
+
+    def evaluated(self) -> list[AlertRule]:
+        skip = self.skipped()
+        return [a for a in self.alerts if a.name not in skip]
+
+    def needed_recordings(self, alerts: list[AlertRule] | None = None) -> list[RecordingRule]:
+        """Recording rules the given alerts read, directly or through other recording rules."""
+        by_name: dict[str, list[RecordingRule]] = {}
+        for r in self.recordings:
+            by_name.setdefault(r.record, []).append(r)
+        todo = [tok for a in (self.alerts if alerts is None else alerts) for tok in _IDENT.findall(a.expr)]
+        seen: set[str] = set()
+        while todo:
+            tok = todo.pop()
+            if tok in by_name and tok not in seen:
+                seen.add(tok)
+                todo.extend(t for r in by_name[tok] for t in _IDENT.findall(r.expr))
+        return [r for r in self.recordings if r.record in seen]
+
+
+def levels(recordings: list[RecordingRule]) -> list[list[RecordingRule]]:
+    """Group recording rules so that each level reads only series recorded by earlier levels."""
+    recorded = {r.record for r in recordings}
+    by_name: dict[str, list[RecordingRule]] = {}
+    for r in recordings:
+        by_name.setdefault(r.record, []).append(r)
+    memo: dict[str, int] = {}
+
+    def deps(r: RecordingRule) -> set[str]:
+        return {t for t in _IDENT.findall(r.expr) if t in recorded and t != r.record}
+
+    def level_of(name: str, path: tuple[str, ...]) -> int:
+        if name in path:
+            raise RulesError("recording rules depend on each other in a cycle: " + " -> ".join(path + (name,)))
+        if name not in memo:
+            memo[name] = max(1 + max((level_of(d, path + (name,)) for d in deps(r)), default=0)
+                             for r in by_name[name])
+        return memo[name]
+
+    out: dict[int, list[RecordingRule]] = {}
+    for r in recordings:
+        r.level = 1 + max((level_of(d, (r.record,)) for d in deps(r)), default=0)
+        out.setdefault(r.level, []).append(r)
+    return [out[k] for k in sorted(out)]
+
+
+def _seconds(v, what: str, path: Path) -> float:
+    if v in (None, "", 0, "0", "0s"):
+        return 0.0
+    try:
+        return parse_duration(str(v))
+    except ValueError as e:
+        raise RulesError(f"{path}: {what}: {e}") from None
+
+
+def load(rules_dir: str | Path | None = None) -> RuleSet:
+    """Every ``*.rules.yml`` under ``rules_dir`` (default: the repository's ``alerts/``)."""
+    d = Path(rules_dir) if rules_dir else RULES_DIR
+    if not d.is_dir():
+        raise RulesError(f"rules directory {d} does not exist")
+    files = rule_files(d)
+    if not files:
+        raise RulesError(f"no *.rules.yml in {d}")
+    rs = RuleSet(files=[str(f) for f in files])
+    for path in files:
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise RulesError(f"{path}: cannot read rule file: {e}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
+            raise RulesError(f"{path}: not a Prometheus rule file (no top-level 'groups' list)")
+        for group in doc["groups"]:
+            gname = str((group or {}).get("name", ""))
+            for rule in (group or {}).get("rules") or []:
+                if not isinstance(rule, dict) or not isinstance(rule.get("expr"), (str, int, float)):
+                    continue
+                labels = {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
+                if "alert" in rule:
+                    name = str(rule["alert"])
+                    rs.alerts.append(AlertRule(
+                        name, str(rule["expr"]), _seconds(rule.get("for"), f"{name} for", path),
+                        _seconds(rule.get("keep_firing_for"), f"{name} keep_firing_for", path),
+                        labels, str(path), gname))
+                elif "record" in rule:
+                    rs.recordings.append(RecordingRule(str(rule["record"]), str(rule["expr"]), labels, gname))
+    return rs
+
+
+def write_rule_file(recordings: list[RecordingRule], path: str | Path) -> None:
+    """A temporary rule file holding one level of recording rules, for promtool (run-time only)."""
+    groups: dict[str, list] = {}
+    for r in recordings:
+        rule = {"record": r.record, "expr": r.expr}
+        if r.labels:
+            rule["labels"] = r.labels
+        groups.setdefault(r.group, []).append(rule)
+    doc = {"groups": [{"name": g, "rules": rules} for g, rules in groups.items()]}
+    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")

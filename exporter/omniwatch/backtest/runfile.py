@@ -1,0 +1,127 @@
+"""Read a finished verl run (file logger JSONL or console log) into ordered step entries.
+
+The same parsers and labels as the live file sources, so a run replayed, backfilled or backtested is
+the run the exporter would have seen. Bad lines are counted skips (by the live sources' reasons),
+never exceptions; an empty or unreadable file is a :class:`RunFileError` with a clear message.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass, field
+
+import orjson
+
+from ..analytics import K_STEP, K_TESTING, K_TIME_PER_STEP
+from ..parse import LineError, ParsedStep, parse_console_line, parse_record
+from ..settings import DEFAULT_MAX_LINE
+from ..sources.files import run_labels
+
+DEFAULT_STEP_SECONDS = 60.0  # wall time of a step when the whole run carries no timer at all
+
+
+class RunFileError(Exception):
+    """The file cannot be used at all (missing, unreadable, no step in it)."""
+
+
+@dataclass
+class Entry:
+    """One logged step, in file order."""
+
+    parsed: ParsedStep
+    record: dict  # {"step": N, "data": {...}} as verl's FileLogger writes it (for replay)
+
+    @property
+    def step(self) -> int:
+        return self.parsed.step
+
+    def timer_seconds(self) -> float | None:
+        """Wall seconds this line stands for: the step (timing_s/step, else perf/time_per_step) plus
+        validation (timing_s/testing runs after the step, before the line is logged). None when the
+        line carries no timer."""
+        v = self.parsed.values
+        step = v.get(K_STEP, v.get(K_TIME_PER_STEP))
+        step = step if step is not None and step > 0 else None
+        testing = v.get(K_TESTING)
+        testing = testing if testing is not None and testing > 0 else None
+        if step is None and testing is None:
+            return None
+        return (step or 0.0) + (testing or 0.0)
+
+
+@dataclass
+class RecordedRun:
+    path: str
+    kind: str  # "jsonl" | "console" (the live source names)
+    project: str
+    experiment: str
+    entries: list[Entry]
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> lines skipped
+    mtime: float = 0.0
+
+    @property
+    def feed(self) -> str:
+        return f"{self.kind}:{self.path}"
+
+    def wall_seconds(self) -> list[float]:
+        """Seconds each entry adds to the wall clock; a line without timers counts as the run's median
+        timed line (the fallback keeps a timer-less run on a sane clock)."""
+        raw = [e.timer_seconds() for e in self.entries]
+        known = [x for x in raw if x is not None]
+        fallback = statistics.median(known) if known else DEFAULT_STEP_SECONDS
+        return [fallback if x is None else x for x in raw]
+
+
+def detect_kind(path: str) -> str:
+    return "console" if path.endswith((".log", ".txt")) else "jsonl"
+
+
+def _count(d: dict[str, int], reason: str, n: int = 1) -> None:
+    d[reason] = d.get(reason, 0) + n
+
+
+def _jsonl_entry(line: bytes) -> Entry:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise LineError("malformed_json", str(e)[:80]) from None
+    parsed = parse_record(obj)
+    return Entry(parsed, {"step": parsed.step, "data": obj["data"]})
+
+
+def _console_entry(line: bytes) -> Entry:
+    parsed = parse_console_line(line)
+    return Entry(parsed, {"step": parsed.step, "data": dict(parsed.values)})
+
+
+def load_run(path: str, kind: str | None = None, project: str | None = None,
+             experiment: str | None = None, max_line: int = DEFAULT_MAX_LINE) -> RecordedRun:
+    """Every step line of ``path`` in file order (restarts and re-runs kept as written)."""
+    kind = kind or detect_kind(path)
+    if kind not in ("jsonl", "console"):
+        raise RunFileError(f"unknown run file kind {kind!r} (jsonl or console)")
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise RunFileError(f"cannot read {path}: {e.strerror or e}") from None
+    p, x = run_labels(path)
+    run = RecordedRun(os.path.abspath(path), kind, project or p, experiment or x, [], mtime=st.st_mtime)
+    make = _jsonl_entry if kind == "jsonl" else _console_entry
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        if len(line) > max_line:
+            _count(run.skipped, "line_too_long")
+            continue
+        try:
+            run.entries.append(make(line))
+        except LineError as e:
+            if e.reason != "not_a_step_line":  # console logs carry other output
+                _count(run.skipped, e.reason)
+    if not run.entries:
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(run.skipped.items())) or "no lines"
+        raise RunFileError(f"{path}: no verl step line found ({detail})")
+    return run
+

@@ -1,0 +1,277 @@
+"""Backtest: the shared fixtures back-tested to the alerts their truth files imply, by a real
+Prometheus over backfilled blocks with the repository's alerts/ rule files; bad input; the CLI."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+
+import orjson
+import pytest
+
+from omniwatch import names
+from omniwatch.analytics import DEFAULT_WARMUP_STEPS
+from omniwatch.backtest import add_commands
+from omniwatch.backtest.backtest import backtest
+from omniwatch.backtest.evaluate import firing_intervals
+from omniwatch.backtest.ruleset import levels, load
+from omniwatch.backtest.runfile import RunFileError, load_run
+from omniwatch.backtest.timeline import Timeline, parse_duration, parse_time
+from omniwatch.backtest.tsdb import TempPrometheus
+
+from .conftest import SCENARIOS, fixture_path, require_binary, truth
+
+START = 1_700_000_000.0  # a fixed past start: results do not depend on the files' mtimes
+CORE = set(names.CORE_ALERTS)
+
+
+@pytest.fixture(scope="module")
+def prom_tools():
+    require_binary("promtool")
+    require_binary("prometheus")
+
+
+def run_backtest(path, **kw):
+    return backtest(load_run(str(path)), start=START, **kw)
+
+
+def write_jsonl(path, records) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        for r in records:
+            f.write(orjson.dumps(r) + b"\n")
+    return str(path)
+
+
+def fixture_records(name: str) -> list[dict]:
+    return [orjson.loads(line) for line in fixture_path(name).read_bytes().splitlines() if line.strip()]
+
+
+# --- pure parts ------------------------------------------------------------------------------------
+T = [float(15 * k) for k in range(10)]
+
+
+@pytest.mark.parametrize("truth_at,hold,keep,expected", [
+    ([0, 1, 1, 1, 0, 0, 0, 0, 0, 0], 15, 0, [(2, 3)]),          # pending at 1, firing at 2 (15 s later)
+    ([0, 1, 0, 1, 0, 0, 0, 0, 0, 0], 15, 0, []),                # reset when false: never held for 15 s
+    ([1, 1, 0, 0, 0, 0, 0, 0, 0, 0], 0, 0, [(0, 1)]),           # for: 0 fires at the first true eval
+    ([0, 1, 1, 0, 0, 0, 1, 1, 1, 0], 15, 30, [(2, 4), (7, 9)]),  # keep_firing_for 30 s: kept while t - first missing < 30 s
+    ([0, 1, 1, 0, 1, 1, 0, 0, 0, 0], 15, 30, [(2, 7)]),         # true again while kept: one interval
+    ([1] * 10, 60, 0, [(4, 9)]),
+])
+def test_for_and_keep_firing_for_follow_prometheus(truth_at, hold, keep, expected):
+    got = firing_intervals([bool(x) for x in truth_at], T, hold, keep)
+    assert [(i.first, i.last) for i in got] == expected
+
+
+def test_timeline_from_timers_and_mtime(tmp_path):
+    recs = [{"step": 0, "data": {"timing_s/testing": 40.0, "val-core/acc": 0.1}},
+            {"step": 1, "data": {"timing_s/step": 100.0}},
+            {"step": 2, "data": {"perf/time_per_step": 50.0, "timing_s/testing": 10.0}},
+            {"step": 3, "data": {"actor/loss": 0.1}}]  # no timer: the run's median timed line (60 s)
+    p = write_jsonl(tmp_path / "proj" / "exp.jsonl", recs)
+    os.utime(p, (START + 1000, START + 1000))
+    run = load_run(p)
+    assert (run.project, run.experiment) == ("proj", "exp")
+    tl = Timeline.of(run)
+    assert tl.arrivals == [START + 1000 - 260 + x for x in (40, 140, 200, 260)] and tl.end == START + 1000
+    tl2 = Timeline.of(run, START)
+    assert tl2.arrivals[0] == START + 40 and tl2.step_at(START + 139) == 0 and tl2.step_at(START + 140) == 1
+    assert tl2.step_at(START) is None
+
+
+def test_time_and_duration_parsing():
+    assert parse_time("2023-11-14T22:13:20Z") == START == parse_time("1700000000")
+    assert parse_duration("15s") == 15 and parse_duration("1m30s") == 90 and parse_duration("500ms") == 0.5
+    for bad in ("yesterday", "-5", "nan"):
+        with pytest.raises(ValueError):
+            parse_time(bad)
+    for bad in ("15x", "0s", ""):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_recording_rules_are_levelled_from_the_repo_rules():
+    rs = load()
+    lv = levels(rs.needed_recordings(rs.evaluated()))
+    first = {r.record for r in lv[0]}
+    assert len(lv) >= 2 and all(r.record not in first for level in lv[1:] for r in level)
+    assert names.ALERT_STALLED in rs.skipped()  # live-only
+    assert {names.ALERT_REWARD_BOUND, names.ALERT_MFU_DROP} <= {a.name for a in rs.evaluated()}
+
+
+# --- the fixtures -----------------------------------------------------------------------------------
+def expected_alerts(t: dict) -> dict[str, int]:
+    """alert -> first step the exporter can judge the fault at (warm-up steps are left out of windows
+    by design, so a fault present from step 1 is judged from the first step after warm-up)."""
+    out = {}
+    for f in t["faults"]:
+        if f["kind"] == "mfu_value" and f["value"] <= 1:
+            continue
+        out[names.FAULT_TO_ALERT[f["kind"]]] = max(f["start"], DEFAULT_WARMUP_STEPS + 1)
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_fixture_backtests_to_its_truth(prom_tools, scenario):
+    t = truth(scenario)
+    res = run_backtest(fixture_path(scenario))
+    assert res.steps == t.get("stalled_after_step", t["steps"])  # a stalled file simply stops
+    fired = {}
+    for a in res.alerts:
+        fired.setdefault(a.alertname, a.first_step)
+        fired[a.alertname] = min(fired[a.alertname], a.first_step)
+        assert a.labels["project"] == "verl" and a.labels["experiment"] == scenario
+        assert a.first_step <= a.last_step
+    want = expected_alerts(t)
+    assert set(fired) & CORE == set(want), res.as_json()
+    for alert, start in want.items():
+        assert start <= fired[alert] <= start + 3, (alert, fired[alert], start)
+    assert names.ALERT_STALLED in res.not_evaluated  # said, not silently dropped
+
+
+@pytest.mark.integration
+def test_actor_slow_variant_raises_mfu_drop(prom_tools, tmp_path):
+    """No shared fixture carries the ``actor_slow`` fault, so this builds it from
+    shared/fixtures/verl/flowgrpo_healthy.jsonl: from step 15 update_actor takes twice as long (the
+    step grows by the same seconds) and perf/mfu/actor is halved, as the README's fault table says."""
+    recs = fixture_records("flowgrpo_healthy")
+    for r in recs:
+        d = r["data"]
+        if r["step"] >= 15:
+            extra = d["timing_s/update_actor"]
+            d["timing_s/update_actor"] *= 2
+            d["timing_s/step"] += extra
+            d["perf/time_per_step"] = d["timing_s/step"]
+            d["perf/mfu/actor"] /= 2
+    res = run_backtest(write_jsonl(tmp_path / "verl" / "flowgrpo_actor_slow.jsonl", recs))
+    drops = [a for a in res.alerts if a.alertname == names.ALERT_MFU_DROP]
+    assert drops and {a.labels["role"] for a in drops} == {"actor"}
+    assert 15 <= min(a.first_step for a in drops) <= 18
+    assert not {a.alertname for a in res.alerts} & (CORE - {names.ALERT_MFU_DROP})
+
+
+@pytest.mark.integration
+def test_console_log_backtests_like_the_jsonl(prom_tools):
+    a = run_backtest(fixture_path("flowgrpo_reward_bound"))
+    b = run_backtest(fixture_path("flowgrpo_reward_bound", ".console.log"))
+    key = lambda r: sorted((h.alertname, h.first_step, h.last_step) for h in r.alerts)  # noqa: E731
+    assert key(a) == key(b) and key(a)
+
+
+# --- bad input --------------------------------------------------------------------------------------
+def cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    add_commands(p.add_subparsers())
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+def test_empty_and_garbage_files_are_clear_errors(tmp_path, capsys):
+    empty = tmp_path / "p" / "empty.jsonl"
+    empty.parent.mkdir()
+    empty.write_bytes(b"")
+    with pytest.raises(RunFileError, match="no verl step line"):
+        load_run(str(empty))
+    assert cli(["backtest", "--json", str(empty)]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and "no verl step line" in out.err
+    garbage = tmp_path / "p" / "garbage.jsonl"
+    garbage.write_bytes(b"not json\n{\"step\": \"x\", \"data\": {}}\n[1,2]\n")
+    with pytest.raises(RunFileError, match="malformed_json=1"):
+        load_run(str(garbage))
+    assert cli(["backtest", str(tmp_path / "missing.jsonl")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_one_step_and_bad_lines_mixed_in(prom_tools, tmp_path, capsys):
+    recs = fixture_records("flowgrpo_healthy")[:1]
+    p = tmp_path / "p" / "one.jsonl"
+    write_jsonl(p, recs)
+    with open(p, "ab") as f:
+        f.write(b"{broken\n" + b'{"step": 2, "data": {"timing_s/step": "fast"}}\n')
+    run = load_run(str(p))
+    assert run.skipped == {"malformed_json": 1} and len(run.entries) == 2
+    assert cli(["backtest", "--json", "--start", str(int(START)), str(p)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["steps"] == 2 and doc["alerts"] == [] and doc["run"] == str(p)
+
+
+@pytest.mark.integration
+def test_restart_and_out_of_order_steps(prom_tools, tmp_path):
+    """A resumed trainer appends to its console log: steps 1..30, then 21..40 again (the model counts a
+    restart and re-runs), plus one step out of order. No crash; the reward fault injected only in the
+    second incarnation fires after the restart, at re-run steps."""
+    recs = fixture_records("flowgrpo_healthy")
+    second = [json.loads(json.dumps(r)) for r in recs[20:]]
+    for r in second:
+        if r["step"] >= 25:
+            r["data"]["timing_s/reward"] *= 6
+            r["data"]["timing_s/step"] += r["data"]["timing_s/reward"] * 5 / 6
+    odd = json.loads(json.dumps(recs[5]))  # step 6 again, out of order, between the incarnations
+    p = write_jsonl(tmp_path / "verl" / "restarted.jsonl", recs[:30] + [odd] + second)
+    res = run_backtest(p)
+    assert res.steps == 40 and len(res.run.entries) == 30 + 1 + 20
+    rb = [a for a in res.alerts if a.alertname == names.ALERT_REWARD_BOUND]
+    assert rb and 25 <= rb[0].first_step <= 30 and rb[0].first_index > 31
+    assert not {a.alertname for a in res.alerts} & {names.ALERT_IDLE, names.ALERT_MFU_IMPOSSIBLE}
+
+
+def long_run_records(n: int, step_seconds: float = 30.0) -> list[dict]:
+    """n steps cycled from flowgrpo_healthy, every timer scaled so a step takes ``step_seconds``."""
+    base = fixture_records("flowgrpo_healthy")
+    out = []
+    for i in range(n):
+        d = dict(base[i % len(base)]["data"])
+        f = step_seconds / d["timing_s/step"]
+        for k in list(d):
+            if k.startswith("timing_s/"):
+                d[k] *= f
+        d["perf/time_per_step"] = d["timing_s/step"]
+        d["training/global_step"] = i + 1
+        out.append({"step": i + 1, "data": d})
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_ten_thousand_steps(prom_tools, tmp_path):
+    p = write_jsonl(tmp_path / "verl" / "long.jsonl", long_run_records(10_000))
+    res = run_backtest(p)
+    assert res.steps == 10_000 and not {a.alertname for a in res.alerts} & CORE
+    assert res.eval_points >= 10_000 * 30 // 15
+
+
+# --- processes and concurrency --------------------------------------------------------------------
+@pytest.mark.integration
+def test_concurrent_backtests_do_not_share_anything(prom_tools):
+    results, errors = {}, []
+
+    def one(name):
+        try:
+            results[name] = run_backtest(fixture_path(name))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=(n,)) for n in ("flowgrpo_reward_bound", "v1_transfer_idle")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not errors and len(results) == 2
+    assert names.ALERT_REWARD_BOUND in {a.alertname for a in results["flowgrpo_reward_bound"].alerts}
+    assert names.ALERT_IDLE in {a.alertname for a in results["v1_transfer_idle"].alerts}
+    assert names.ALERT_REWARD_BOUND not in {a.alertname for a in results["v1_transfer_idle"].alerts}
+
+
+@pytest.mark.integration
+def test_temporary_prometheus_is_stopped_even_on_error(prom_tools, tmp_path):
+    prom = TempPrometheus(str(tmp_path / "data"))
+    with pytest.raises(RuntimeError, match="boom"):
+        with prom:
+            proc, cfg_dir = prom.proc, prom._tmp
+            assert prom.query("vector(1)", START)[0]["value"][1] == "1"
+            raise RuntimeError("boom")
+    assert proc.poll() is not None and not os.path.exists(cfg_dir)
