@@ -43,6 +43,7 @@ class Exporter:
     registry: object
     app: object
     sources: list = field(default_factory=list)
+    checkpointer: object = None
 
     @classmethod
     def build(cls, settings: Settings) -> "Exporter":
@@ -57,11 +58,17 @@ class Exporter:
         if settings.console:
             ex.sources.append(FileSource(store, settings.console, "console", poll_seconds=settings.poll_seconds,
                                          max_line=settings.max_line_bytes))
+        if settings.state_dir:
+            from .state import Checkpointer
+            ex.checkpointer = Checkpointer(store, ex.sources, settings.state_dir)
+            ex.checkpointer.load()
         return ex
 
     def start_sources(self) -> None:
         for s in self.sources:
             s.start()
+        if self.checkpointer is not None:
+            self.checkpointer.start()
 
     def stop(self) -> None:
         for s in reversed(self.sources):
@@ -69,6 +76,8 @@ class Exporter:
                 s.stop()
             except Exception:
                 log.exception("stopping %s", s)
+        if self.checkpointer is not None:
+            self.checkpointer.stop()  # the final checkpoint, after the sources stopped reading
 
 
 def parse_listen(value: str) -> tuple[str, int]:

@@ -44,6 +44,8 @@ class FileSource:
         self.poll_seconds, self.max_line, self.clock = poll_seconds, max_line, clock
         self.parse = parse_jsonl_line if kind == "jsonl" else parse_console_line
         self.tails: dict[str, FileTail] = {}
+        self.poll_lock = threading.Lock()  # a checkpoint sees offsets and the model at one point
+        self._resume: dict[str, dict] = {}
         self._last_scan = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -66,15 +68,31 @@ class FileSource:
             try:
                 for path in self._expand(spec):
                     if path not in self.tails:
-                        self.tails[path] = FileTail(path, self.max_line)
+                        tail = FileTail(path, self.max_line)
+                        if path in self._resume:
+                            tail.resume_from(self._resume.pop(path))
+                        self.tails[path] = tail
                 self.store.set_source_up(self.kind, spec, True)
             except OSError as e:
                 log.warning("%s source cannot list %s: %s", self.kind, spec, e)
                 self.store.set_source_up(self.kind, spec, False)
         self._last_scan = self.clock()
 
+    # -- checkpoint support ----------------------------------------------------------------------
+    def offsets(self) -> dict[str, dict]:
+        out = {p: pos for p, t in self.tails.items() if (pos := t.position()) is not None}
+        out.update({p: pos for p, pos in self._resume.items() if p not in out})
+        return out
+
+    def restore_offsets(self, saved: dict[str, dict]) -> None:
+        self._resume = dict(saved)
+
     # -- one polling pass (public for tests and replay) ---------------------------------------------
     def poll_once(self) -> int:
+        with self.poll_lock:
+            return self._poll_once()
+
+    def _poll_once(self) -> int:
         if self.clock() - self._last_scan >= RESCAN_SECONDS or not self.tails:
             self.scan()
         applied = 0

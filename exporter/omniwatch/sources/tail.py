@@ -40,6 +40,18 @@ class FileTail:
         self._skipping = False
         self._head = b""
         self._backlog_end = 0  # file size when opened: lines ending before it are backlog
+        self._resume: dict | None = None  # saved position from an exporter checkpoint
+
+    # -- checkpoint support (state.py) ----------------------------------------------------------------
+    def position(self) -> dict | None:
+        """Where the next read starts; only complete lines before it have been handed out."""
+        if self._f is None or self._ino is None:
+            return None
+        return {"dev": self._ino[0], "ino": self._ino[1], "offset": self._offset - len(self._buf),
+                "head": self._head.hex()}
+
+    def resume_from(self, pos: dict) -> None:
+        self._resume = pos
 
     def close(self) -> None:
         if self._f is not None:
@@ -63,6 +75,16 @@ class FileTail:
         self._f, self._ino = f, (st.st_dev, st.st_ino)
         self._offset, self._buf, self._skipping, self._head = 0, bytearray(), False, b""
         self._backlog_end = st.st_size if event == "opened" else 0
+        resume, self._resume = self._resume, None
+        if resume is not None and event == "opened":
+            head = bytes.fromhex(resume.get("head", ""))
+            same = (st.st_dev, st.st_ino) == (resume["dev"], resume["ino"]) and st.st_size >= resume["offset"] \
+                and (not head or os.pread(f.fileno(), len(head), 0) == head)
+            if same:
+                self._offset, self._head = resume["offset"], head
+                res.events.append("resumed")
+                return True
+            event = "truncated" if (st.st_dev, st.st_ino) == (resume["dev"], resume["ino"]) else "rotated"
         res.events.append(event)
         return True
 

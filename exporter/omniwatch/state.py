@@ -1,0 +1,187 @@
+"""Durable exporter state: the run model and the file offsets, checkpointed together so that an
+exporter killed at any moment (SIGKILL included) restarts where its last checkpoint was — no step
+counted twice, none lost, counters only moving forward.
+
+The checkpoint is one JSON file written atomically (temp file, fsync, rename) every ``interval``
+seconds when something changed. File offsets and the model are captured under the sources' poll
+locks and the store lock, so the offset of every file is exactly the point up to which its lines are
+in the model: lines after it are read again on restart and, their steps being new to the restored
+model, counted once. A write that fails (disk full, read-only dir) is logged once per cause and
+reported as ``omniwatch_source_up{source="state"} 0``; the exporter keeps serving.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+from collections import defaultdict
+from contextlib import ExitStack
+from pathlib import Path
+
+import orjson
+
+from .analytics import K_ZERO_STD, StepRecord
+from .model import Run, RunStore, SeenSteps
+
+log = logging.getLogger(__name__)
+VERSION = 1
+FILENAME = "exporter-state.json"
+SOURCE = "state"
+
+
+def _rec_to(r: StepRecord) -> dict:
+    return {"step": r.step, "arrival": r.arrival, "duration": r.duration, "phases": r.phases,
+            "rb": r.reward_bound_ratio, "critical": r.reward_critical, "idle": r.idle_ratio, "mfu": r.mfu,
+            "throughput": r.throughput, "flags": sorted(r.flags),
+            "values": {k: v for k, v in r.values.items() if k == K_ZERO_STD}}
+
+
+def _rec_from(d: dict) -> StepRecord:
+    return StepRecord(d["step"], d["arrival"], d["duration"], d["phases"], d["rb"], d["critical"], d["idle"],
+                      d["mfu"], d["throughput"], frozenset(d["flags"]), d.get("values", {}))
+
+
+def snapshot_store(store: RunStore) -> dict:
+    runs = []
+    for run in store.runs.values():
+        runs.append({
+            "project": run.project, "experiment": run.experiment, "steps_total": run.steps_total,
+            "replayed_total": run.replayed_total, "restarts_total": run.restarts_total,
+            "steps_in_incarnation": run.steps_in_incarnation, "replaying": run.replaying,
+            "stage_seconds_total": dict(run.stage_seconds_total), "flagged_total": dict(run.flagged_total),
+            "keys": run.keys, "feeds": run.feeds, "seen": run.seen.ranges,
+            "last": _rec_to(run.last) if run.last else None, "window": [_rec_to(r) for r in run.window.normal],
+        })
+    return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
+            "notifications": dict(store.notifications)}
+
+
+def restore_store(store: RunStore, data: dict) -> None:
+    with store.lock:
+        for d in data.get("runs", []):
+            run = store._run(d["project"], d["experiment"], SOURCE)
+            if run is None:
+                continue
+            run.steps_total, run.replayed_total = d["steps_total"], d["replayed_total"]
+            run.restarts_total, run.steps_in_incarnation = d["restarts_total"], d["steps_in_incarnation"]
+            run.replaying = d["replaying"]
+            run.stage_seconds_total = defaultdict(float, d["stage_seconds_total"])
+            run.flagged_total = defaultdict(int, d["flagged_total"])
+            run.keys, run.feeds = dict(d["keys"]), dict(d["feeds"])
+            run.seen = SeenSteps()
+            run.seen.ranges = [list(x) for x in d["seen"]]
+            run.last = _rec_from(d["last"]) if d["last"] else None
+            run.window.normal.clear()
+            run.window.normal.extend(_rec_from(x) for x in d["window"])
+            run.stats = run.window.stats()
+        for s, r, n in data.get("errors", []):
+            store.errors[(s, r)] = n
+        for status, n in data.get("notifications", {}).items():
+            store.notifications[status] = n
+
+
+class Checkpointer:
+    def __init__(self, store: RunStore, sources: list, state_dir: str, interval: float = 2.0):
+        self.store, self.sources, self.interval = store, sources, interval
+        self.path = Path(state_dir) / FILENAME
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_error: str | None = None
+        self._last_blob: bytes | None = None
+
+    # -- load ------------------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Restore the model and hand saved offsets to the file sources. False when there is nothing
+        (or nothing usable) to restore; a corrupt file is counted and set aside, never fatal."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            log.error("cannot read exporter state %s: %s", self.path, e)
+            self.store.count_error(SOURCE, "unreadable_state")
+            return False
+        try:
+            data = orjson.loads(raw)
+            if data.get("version") != VERSION:
+                raise ValueError(f"state version {data.get('version')!r}, expected {VERSION}")
+            restore_store(self.store, data["model"])
+            for src in self.sources:
+                if hasattr(src, "restore_offsets"):
+                    src.restore_offsets(data.get("files", {}).get(src.kind, {}))
+        except (ValueError, KeyError, TypeError) as e:
+            bad = self.path.with_suffix(".corrupt")
+            log.error("exporter state %s is unusable (%s); moved to %s, starting fresh", self.path, e, bad)
+            self.store.count_error(SOURCE, "corrupt_state")
+            try:
+                os.replace(self.path, bad)
+            except OSError:
+                pass
+            return False
+        log.info("restored %d runs from %s", len(data["model"].get("runs", [])), self.path)
+        return True
+
+    # -- save ------------------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        with ExitStack() as stack:
+            for src in self.sources:
+                lock = getattr(src, "poll_lock", None)
+                if lock is not None:
+                    stack.enter_context(lock)
+            stack.enter_context(self.store.lock)
+            files = {src.kind: src.offsets() for src in self.sources if hasattr(src, "offsets")}
+            model = snapshot_store(self.store)
+        return orjson.dumps({"version": VERSION, "files": files, "model": model})
+
+    def save(self) -> bool:
+        blob = self.snapshot()
+        if blob == self._last_blob:
+            return True
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as e:
+            cause = f"{type(e).__name__}: {e.strerror or e}"
+            if cause != self._last_error:
+                log.error("cannot write exporter state to %s (%s); serving on, counters will restart from "
+                          "the last good checkpoint after an exporter restart", self.path, cause)
+            self._last_error = cause
+            self.store.count_error(SOURCE, "write_failed")
+            self.store.set_source_up(SOURCE, str(self.path), False)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            return False
+        if self._last_error:
+            log.info("exporter state written again to %s", self.path)
+        self._last_error, self._last_blob = None, blob
+        self.store.set_source_up(SOURCE, str(self.path), True)
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.save()
+            except Exception:
+                log.exception("checkpoint failed")
+
+    def start(self) -> "Checkpointer":
+        self._thread = threading.Thread(target=self._loop, name="omniwatch-checkpoint", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        try:
+            self.save()
+        except Exception:
+            log.exception("final checkpoint failed")

@@ -1,0 +1,86 @@
+"""Exporter checkpoints: a restart (after SIGKILL or not) resumes from the last checkpoint with no step
+counted twice, none lost, and counters that only move forward."""
+import os
+
+from omniwatch.model import RunStore
+from omniwatch.sources.files import FileSource
+from omniwatch.state import Checkpointer
+
+from .conftest import fixture_path
+
+
+def exporter(state_dir, root):
+    store = RunStore()
+    src = FileSource(store, [str(root)], "jsonl")
+    cp = Checkpointer(store, [src], str(state_dir))
+    return store, src, cp
+
+
+def run_of(store):
+    return store.runs[("proj", "exp")]
+
+
+def test_restart_from_checkpoint_counts_every_step_once(tmp_path):
+    lines = fixture_path("flowgrpo_healthy").read_bytes().splitlines(keepends=True)
+    f = tmp_path / "root" / "proj" / "exp.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"".join(lines[:10]) + lines[10][:40])  # a partial line at the end
+    store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
+    src.poll_once()
+    assert cp.save()
+    before = run_of(store)
+    gen_before = before.stage_seconds_total["gen"]
+    assert before.steps_total == 10
+    # more lines arrive after the checkpoint; then the exporter is killed (no final save)
+    with open(f, "ab") as fh:
+        fh.write(lines[10][40:] + b"".join(lines[11:15]))
+    src.poll_once()
+    assert run_of(store).steps_total == 15
+    # restart: the model comes back from the checkpoint, lines after its offset are read again
+    with open(f, "ab") as fh:
+        fh.write(b"".join(lines[15:20]))
+    store2, src2, cp2 = exporter(tmp_path / "state", tmp_path / "root")
+    assert cp2.load()
+    assert run_of(store2).steps_total == 10
+    src2.poll_once()
+    r = run_of(store2)
+    assert r.steps_total == 20 and r.replayed_total == 0 and r.restarts_total == 0
+    expected_gen = sum(__import__("orjson").loads(x)["data"]["timing_s/gen"] for x in lines[:20])
+    assert abs(r.stage_seconds_total["gen"] - expected_gen) < 1e-6
+    assert r.stage_seconds_total["gen"] >= gen_before
+    assert r.last.step == 20 and len(r.window.normal) == 18  # steps 3..20
+
+
+def test_file_truncated_while_the_exporter_was_down_is_a_trainer_restart(tmp_path):
+    lines = fixture_path("flowgrpo_healthy").read_bytes().splitlines(keepends=True)
+    f = tmp_path / "root" / "proj" / "exp.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"".join(lines[:30]))
+    store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
+    src.poll_once()
+    cp.save()
+    with open(f, "wb") as fh:  # the trainer resumed from its step-25 checkpoint: "wb" truncates
+        fh.write(b"".join(lines[25:35]))
+    store2, src2, cp2 = exporter(tmp_path / "state", tmp_path / "root")
+    cp2.load()
+    src2.poll_once()
+    r = run_of(store2)
+    assert r.steps_total == 35 and r.replayed_total == 5 and r.restarts_total == 1
+
+
+def test_corrupt_state_is_set_aside_and_counted(tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "exporter-state.json").write_bytes(b"{not json")
+    store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
+    assert not cp.load()
+    assert store.errors[("state", "corrupt_state")] == 1
+    assert (tmp_path / "state" / "exporter-state.corrupt").exists()
+
+
+def test_unwritable_state_dir_keeps_serving_and_reports_it(tmp_path):
+    (tmp_path / "state").write_text("a file, not a directory")
+    store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
+    assert cp.save() is False
+    assert store.errors[("state", "write_failed")] == 1
+    assert store.sources[("state", str(tmp_path / "state" / "exporter-state.json"))] == 0
+    assert os.path.isfile(tmp_path / "state")
