@@ -133,3 +133,14 @@ def test_a_retried_push_of_the_same_step_is_a_duplicate_not_a_restart():
     st.ingest("p", "e", step(1), "push", feed="push:p/e")
     assert st.runs[("p", "e")].restarts_total == 0
     assert st.errors[("push", "duplicate_step")] == 1
+
+
+def test_a_run_without_steps_for_the_expiry_leaves_metrics_and_frees_its_slot():
+    now = [1000.0]
+    st = RunStore(max_runs=1, run_expiry=3600, clock=lambda: now[0])
+    st.ingest("p", "old", step(1), "push")
+    assert (names.STEP, (("experiment", "old"), ("project", "p"))) in samples(st)
+    now[0] += 3601
+    assert not any(k[0] == names.STEP for k in samples(st))  # finished run: its alerts resolve
+    st.ingest("p", "new", step(1), "push")  # the expired run's slot is reused, not refused
+    assert set(st.runs) == {("p", "new")} and not st.errors

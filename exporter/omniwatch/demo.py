@@ -107,14 +107,32 @@ def run_demo(args) -> int:
     ep_port = _free_port(cfg.host)
     ep_mod, extra = _endpoints_scrape(cfg, ep_port)
     cfg.extra_scrape_configs = extra
+    # The relay forwards every notification to a local receiver (a generic JSON webhook), as it would to
+    # Slack or Feishu; the URL is passed by environment, as the relay requires for every receiver URL.
+    rcv_port = _free_port(cfg.host)
+    received = run_dir.resolve() / "demo-receiver.jsonl"
+    relay_cfg = run_dir.resolve() / "config" / "receivers.yml"
+    cfg.exporter_env = {"OMNIWATCH_RELAY_CONFIG": str(relay_cfg),
+                        "OMNIWATCH_DEMO_RECEIVER_URL": f"http://{cfg.host}:{rcv_port}/hook"}
     stack = Stack(cfg)
     stack.down()
+    # A demo starts clean: no TSDB, Alertmanager state, alert history or exporter checkpoint of an earlier one.
+    import shutil
+    for sub in ("data", "state"):
+        shutil.rmtree(stack.p(sub), ignore_errors=True)
+    relay_cfg.parent.mkdir(parents=True, exist_ok=True)
+    relay_cfg.write_text("receivers:\n  - name: demo-receiver\n    type: webhook\n"
+                         "    url_env: OMNIWATCH_DEMO_RECEIVER_URL\n    send_resolved: true\n"
+                         "retry: {initial_seconds: 1, max_seconds: 5}\n")
+    received.unlink(missing_ok=True)
     if root.exists():
         for p in root.rglob("*.jsonl"):
             p.unlink()
     root.mkdir(parents=True, exist_ok=True)
     con.print(f"[bold]omniwatch demo[/]: starting the native stack in {stack.run_dir} (fast profile: 1 s scrape/eval)")
     try:
+        stack.start("receiver", [sys.executable, "-m", "omniwatch.demo_receiver", "--port", str(rcv_port),
+                                 "--out", str(received)], {})
         if ep_mod is not None:
             stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo_endpoints", "--port", str(ep_port)], {})
         started = stack.up()
@@ -141,6 +159,8 @@ def run_demo(args) -> int:
             except (httpx.HTTPError, ValueError):
                 alerts = []
             for a in alerts if isinstance(alerts, list) else []:
+                if (a.get("receivedAt") or 0) < t_start:
+                    continue
                 labels = a.get("labels", {})
                 key = (labels.get("alertname"), labels.get("experiment"), a.get("status"), a.get("startsAt"))
                 if key in seen:
@@ -188,11 +208,36 @@ def run_demo(args) -> int:
             table.add_row(sc.experiment, sc.fault, str(sc.onset), sc.expect, str(sc.detected_step), steps_txt, secs_txt)
         ok &= good
     con.print(table)
+    _print_forwarded(con, received, scs)
     con.print(f"Demo step pace {pace:g} s: the rules' `for: 15s` spans ~{15 / pace:.0f} demo steps but less than one "
               "step of a real run (30 s - 15 min per step); the step-window (k=3 normal steps) is the same.")
     con.print(f"Prometheus {cfg.prometheus_url}  Alertmanager {cfg.alertmanager_url}  exporter {cfg.exporter_url}/metrics")
     con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it.")
     return 0 if ok else 1
+
+
+def _print_forwarded(con: Console, path: Path, scs: list[Scenario]) -> None:
+    """What the relay delivered to the local receiver (the messages a Slack/Feishu channel would get)."""
+    import json
+    time.sleep(2.0)  # the relay delivers asynchronously; give the last notifications a moment
+    try:
+        msgs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except OSError:
+        msgs = []
+    t = Table(title=f"relay -> local receiver: {len(msgs)} messages forwarded (as to Slack / Feishu)")
+    for col in ("alert", "run", "status", "step", "message (first line)"):
+        t.add_column(col)
+    shown = set()
+    for m in msgs:
+        b = m.get("body", {})
+        for a in b.get("alerts", []):
+            key = (a.get("alertname"), a.get("run"), a.get("status"))
+            if key in shown or a.get("alertname") == "Watchdog":
+                continue
+            shown.add(key)
+            t.add_row(str(a.get("alertname")), str(a.get("run")), str(a.get("status")), str(a.get("step") or "-"),
+                      (a.get("summary") or "") + (f"  Fix: {a['remedy'][:70]}" if a.get("remedy") else ""))
+    con.print(t)
 
 
 def add_commands(sub) -> None:

@@ -45,14 +45,17 @@ class RunCollector(Collector):
         s = self.store
         with s.lock:
             fams[n.BUILD_INFO].add_metric([__version__], 1)
-            fams[n.RUNS].add_metric([], len(s.runs))
+            fams[n.RUNS].add_metric([], sum(1 for r in s.runs.values() if not s.expired(r)))
             for (src, target), up in sorted(s.sources.items()):
                 fams[n.SOURCE_UP].add_metric([src, target], up)
             for (src, reason), cnt in sorted(s.errors.items()):
                 fams[n.INGEST_ERRORS].add_metric([src, reason], cnt)
             for status, cnt in sorted(s.notifications.items()):
                 fams[n.ALERT_NOTIFICATIONS_TOTAL].add_metric([status], cnt)
+            now = s.clock()
             for (project, experiment), run in s.runs.items():
+                if s.expired(run, now):
+                    continue
                 rl = [project, experiment]
                 fams[n.STEPS_TOTAL].add_metric(rl, run.steps_total)
                 fams[n.STEPS_REPLAYED_TOTAL].add_metric(rl, run.replayed_total)

@@ -22,6 +22,7 @@ from .analytics import (
 from .parse import ParsedStep
 
 DEFAULT_MAX_RUNS = 64
+DEFAULT_RUN_EXPIRY = 6 * 3600.0  # a run without a step for this long leaves /metrics (a finished run)
 DEFAULT_MAX_KEYS = 512
 MAX_LABEL_CHARS = 128
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
@@ -95,9 +96,9 @@ class Run:
 class RunStore:
     def __init__(self, *, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
                  warmup: int = DEFAULT_WARMUP_STEPS, max_runs: int = DEFAULT_MAX_RUNS,
-                 max_keys: int = DEFAULT_MAX_KEYS, clock=time.time):
+                 max_keys: int = DEFAULT_MAX_KEYS, run_expiry: float = DEFAULT_RUN_EXPIRY, clock=time.time):
         self.window, self.baseline, self.warmup = window, baseline, warmup
-        self.max_runs, self.max_keys = max_runs, max_keys
+        self.max_runs, self.max_keys, self.run_expiry = max_runs, max_keys, run_expiry
         self.clock = clock
         self.lock = threading.RLock()
         self.runs: dict[tuple[str, str], Run] = {}
@@ -124,12 +125,28 @@ class RunStore:
         key = (project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS])
         run = self.runs.get(key)
         if run is None:
-            if len(self.runs) >= self.max_runs:
+            if len(self.runs) >= self.max_runs and not self._evict_expired():
                 self.errors[(source, "too_many_runs")] += 1
                 return None
             run = Run(key[0], key[1], RunWindow(self.window, self.baseline), self.warmup)
             self.runs[key] = run
         return run
+
+    def expired(self, run: Run, now: float | None = None) -> bool:
+        """No step for ``run_expiry`` seconds: the run finished (or died long ago) — not exported, so its
+        alerts resolve instead of firing for weeks; it comes back with its next step."""
+        if run.last is None or not self.run_expiry:
+            return False
+        return (self.clock() if now is None else now) - run.last.arrival > self.run_expiry
+
+    def _evict_expired(self) -> bool:
+        now = self.clock()
+        stale = [k for k, r in self.runs.items() if self.expired(r, now)]
+        stale.sort(key=lambda k: self.runs[k].last.arrival)
+        if not stale:
+            return False
+        del self.runs[stale[0]]
+        return True
 
     def trainer_restarted(self, project: str, experiment: str, source: str) -> None:
         """A source saw the log truncated or rotated."""

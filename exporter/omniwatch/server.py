@@ -48,7 +48,8 @@ class Exporter:
     @classmethod
     def build(cls, settings: Settings) -> "Exporter":
         store = RunStore(window=settings.window_steps, baseline=settings.baseline_steps,
-                         warmup=settings.warmup_steps, max_runs=settings.max_runs, max_keys=settings.max_keys)
+                         warmup=settings.warmup_steps, max_runs=settings.max_runs, max_keys=settings.max_keys,
+                         run_expiry=settings.run_expiry_seconds)
         registry = make_registry(store)
         app = create_app(store, registry, settings)
         ex = cls(settings, store, registry, app)
@@ -100,6 +101,9 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-steps", type=int, default=None, help="steps after each (re)start treated as warm-up (default 2)")
     p.add_argument("--max-keys", type=int, default=None, help="cap on passthrough verl keys per run (default 512)")
     p.add_argument("--max-runs", type=int, default=None, help="cap on runs held (default 64)")
+    p.add_argument("--run-expiry", type=float, default=None, metavar="SECONDS",
+                   help="a run without a new step for this long leaves /metrics, so a finished run stops "
+                        "alerting (default 21600 = 6 h; 0 = never)")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
     p.add_argument("--poll-interval", type=float, default=None, help="seconds between file polls (default 0.5)")
     p.add_argument("--gpu", choices=["auto", "on", "off"], default=None,
@@ -115,7 +119,8 @@ def settings_from_args(args) -> Settings:
     return Settings.from_env(extra=extra,host=host, port=port, watch=args.watch, console=args.console,
                              window_steps=args.window_steps, baseline_steps=args.baseline_steps,
                              warmup_steps=args.warmup_steps, max_keys=args.max_keys, max_runs=args.max_runs,
-                             state_dir=args.state_dir, poll_seconds=args.poll_interval)
+                             state_dir=args.state_dir, poll_seconds=args.poll_interval,
+                             run_expiry_seconds=args.run_expiry)
 
 
 def serve(args) -> int:

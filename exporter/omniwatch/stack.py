@@ -66,6 +66,7 @@ class StackConfig:
     watch: list[str] = field(default_factory=list)
     console: list[str] = field(default_factory=list)
     exporter_args: list[str] = field(default_factory=list)   # extra `omniwatch serve` flags
+    exporter_env: dict = field(default_factory=dict)         # extra environment (relay config, ...)
     extra_scrape_configs: list[dict] = field(default_factory=list)
     retention: str = "30d"
 
@@ -180,7 +181,7 @@ class Stack:
             exporter += ["--console", os.path.abspath(w)]
         exporter += c.exporter_args
         env = {"OMNIWATCH_WEBHOOK_TOKEN_FILE": str(self._secret("webhook")),
-               "OMNIWATCH_PUSH_TOKEN_FILE": str(self._secret("push"))}
+               "OMNIWATCH_PUSH_TOKEN_FILE": str(self._secret("push")), **c.exporter_env}
         cmds = {
             "exporter": (exporter, env, f"{c.exporter_url}/healthz"),
             "alertmanager": ([am, f"--config.file={self.p('config', 'alertmanager.yml')}",
@@ -328,7 +329,7 @@ class Stack:
 
     def down(self) -> list[str]:
         stopped = []
-        for name in ("grafana", "prometheus", "alertmanager", "exporter", "endpoints"):
+        for name in ("grafana", "prometheus", "alertmanager", "exporter", "endpoints", "receiver"):
             if self.stop(name):
                 stopped.append(name)
         return stopped
@@ -338,7 +339,7 @@ class Stack:
         cfg = self._saved_config()
         urls = {"exporter": f"http://{cfg.host}:{cfg.exporter_port}", "prometheus": cfg.prometheus_url,
                 "alertmanager": cfg.alertmanager_url, "grafana": cfg.grafana_url}
-        for name in ("exporter", "prometheus", "alertmanager", "grafana", "endpoints"):
+        for name in ("exporter", "prometheus", "alertmanager", "grafana", "endpoints", "receiver"):
             info = self._read_pid(name)
             if info is None:
                 continue
