@@ -21,7 +21,7 @@ from .sources.files import FileSource
 
 log = logging.getLogger(__name__)
 
-SERVE_EXTENSIONS = ["omniwatch.discovery"]
+SERVE_EXTENSIONS: list[str] = []
 
 
 def _extensions():
@@ -116,6 +116,11 @@ def settings_from_args(args) -> Settings:
     host, port = parse_listen(args.listen)
     extra = {k: v for k, v in (("gpu", getattr(args, "gpu", None)), ("gpu_node", getattr(args, "gpu_node", None)))
              if v is not None}
+    try:
+        from . import discovery
+        extra["discovery"] = discovery.from_args(args) if hasattr(args, "ray_address") else False
+    except ModuleNotFoundError:
+        pass
     return Settings.from_env(extra=extra,host=host, port=port, watch=args.watch, console=args.console,
                              window_steps=args.window_steps, baseline_steps=args.baseline_steps,
                              warmup_steps=args.warmup_steps, max_keys=args.max_keys, max_runs=args.max_runs,
@@ -156,6 +161,11 @@ def serve(args) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("serve", help="run the exporter alone (sources + /metrics + push + webhook)")
     add_exporter_args(p)
+    try:
+        from . import discovery
+        discovery.add_arguments(p)
+    except ModuleNotFoundError:
+        pass
     for mod in _extensions():
         mod.add_serve_args(p)
     p.set_defaults(func=serve)

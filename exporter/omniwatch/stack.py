@@ -116,11 +116,7 @@ class Stack:
             {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.exporter_port}"]}]},
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.prometheus_port}"]}]},
             {"job_name": "alertmanager", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.alertmanager_port}"]}]},
-            # Endpoints found by Ray discovery (TransferQueue, vLLM-Omni, Ray nodes) come through the
-            # exporter's HTTP service discovery: no Prometheus restart when they change.
-            {"job_name": "omniwatch-discovered", "http_sd_configs": [
-                {"url": f"http://{self.cfg.host}:{self.cfg.exporter_port}/api/v1/sd", "refresh_interval": "10s"}]},
-        ] + list(self.cfg.extra_scrape_configs)
+        ] + self._discovered_jobs() + list(self.cfg.extra_scrape_configs)
         return {
             "global": {"scrape_interval": prof["scrape_interval"], "evaluation_interval": prof["evaluation_interval"],
                        "scrape_timeout": prof["scrape_interval"] if prof["scrape_interval"] != "15s" else "10s"},
@@ -128,6 +124,15 @@ class Stack:
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.alertmanager_port}"]}]}]},
             "scrape_configs": scrape,
         }
+
+    def _discovered_jobs(self) -> list[dict]:
+        """Endpoints found by Ray discovery (TransferQueue, vLLM-Omni, reward servers, Ray nodes) come
+        through the exporter's HTTP service discovery: no Prometheus restart when they change."""
+        try:
+            from .discovery import scrape_configs
+        except ModuleNotFoundError:
+            return []
+        return scrape_configs(f"{self.cfg.host}:{self.cfg.exporter_port}", refresh_interval="10s")
 
     def alertmanager_config(self) -> dict:
         src = paths.alertmanager_config()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install what the Ray / TransferQueue discovery tests need into a virtualenv, idempotently.
+#   .ci/install-ray-tq.sh /path/to/venv
+# torch goes first and pinned to the CPU build: transferqueue depends on torch, and without a
+# torch already present pip resolves a multi-GB CUDA build. Versions are the ones the tests ran on.
+set -euo pipefail
+VENV="${1:?usage: $0 /path/to/venv}"
+PY="$VENV/bin/python"
+[ -x "$PY" ] || { echo "no python at $PY" >&2; exit 2; }
+
+TORCH_VERSION="2.13.0"
+RAY_VERSION="2.60.0"
+TQ_VERSION="0.1.11"
+
+have() {  # have <import name> <version prefix>
+  "$PY" - "$1" "$2" <<'PYEOF' 2>/dev/null
+import importlib.metadata as md, sys
+dist = {"torch": "torch", "ray": "ray", "transfer_queue": "TransferQueue"}[sys.argv[1]]
+try:
+    v = md.version(dist)
+except md.PackageNotFoundError:
+    sys.exit(1)
+sys.exit(0 if v.startswith(sys.argv[2]) else 1)
+PYEOF
+}
+
+if have torch "$TORCH_VERSION"; then echo "torch $TORCH_VERSION present"; else
+  # Honours the pip configuration (a local wheelhouse with the CPU build, in our CI). Elsewhere set
+  # OMNIWATCH_TORCH_INDEX=https://download.pytorch.org/whl/cpu to get the CPU build from PyTorch's index.
+  "$PY" -m pip install "torch==$TORCH_VERSION" ${OMNIWATCH_TORCH_INDEX:+--index-url "$OMNIWATCH_TORCH_INDEX"}
+fi
+if have ray "$RAY_VERSION"; then echo "ray $RAY_VERSION present"; else
+  "$PY" -m pip install "ray[default]==$RAY_VERSION"
+fi
+if have transfer_queue "$TQ_VERSION"; then echo "transferqueue $TQ_VERSION present"; else
+  "$PY" -m pip install "transferqueue==$TQ_VERSION"
+fi
+"$PY" -c "import ray, transfer_queue, torch, tensordict; print('ok: ray', ray.__version__, 'torch', torch.__version__)"

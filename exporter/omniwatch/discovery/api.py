@@ -1,0 +1,87 @@
+"""HTTP service discovery for Prometheus (``GET /api/v1/sd``) and the discovery collector.
+
+``init(app)`` builds the Discovery from ``Settings.extra["discovery"]``, registers the collector on
+the app's registry and ties the discovery thread to the app's lifespan (it starts when the server
+starts and stops with it; building an app without serving it starts nothing).
+"""
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import JSONResponse
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .. import names as n
+from .config import from_settings
+from .service import Discovery
+from .targets import KINDS, http_sd
+
+router = APIRouter()
+
+
+class DiscoveryCollector(Collector):
+    def __init__(self, discovery: Discovery):
+        self.discovery = discovery
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        snap = self.discovery.snapshot
+        sd = GaugeMetricFamily(n.SD_TARGETS, n.CATALOGUE[n.SD_TARGETS].help, labels=list(n.CATALOGUE[n.SD_TARGETS].labels))
+        for kind, cnt in snap.counts().items():
+            sd.add_metric([kind], cnt)
+        yield sd
+        m = n.CATALOGUE[n.ROLLOUT_MAX_NUM_SEQS]
+        fam = GaugeMetricFamily(m.name, m.help, labels=list(m.labels))
+        for labels, v in self.discovery.max_num_seqs_series(snap):
+            fam.add_metric(labels, v)
+        yield fam
+
+
+@router.get("/api/v1/sd")
+def service_discovery(request: Request, kind: str | None = None):
+    """Prometheus http_sd_configs body; ``?kind=tq|rollout|reward|ray`` keeps one kind."""
+    if kind is not None and kind not in KINDS:
+        raise HTTPException(400, f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
+    disc: Discovery | None = getattr(request.app.state, "discovery", None)
+    if disc is None:
+        return JSONResponse([])
+    snap = disc.snapshot
+    return JSONResponse(http_sd(list(snap.targets), snap.project, snap.experiment, kind))
+
+
+@router.get("/api/v1/discovery")
+def discovery_status(request: Request):
+    """What discovery found and why anything is missing (the same facts ``omniwatch discover`` prints)."""
+    disc: Discovery | None = getattr(request.app.state, "discovery", None)
+    if disc is None:
+        return JSONResponse({"enabled": False})
+    snap = disc.snapshot
+    return JSONResponse({"enabled": True, "ts": snap.ts, "status": snap.status, "counts": snap.counts(),
+                         "targets": [{"kind": t.kind, "address": t.address, "origin": t.origin, "role": t.role,
+                                      "replica": t.replica} for t in snap.targets]})
+
+
+def init(app) -> None:
+    cfg = from_settings(app.state.settings)
+    app.state.discovery = None
+    if cfg is None:
+        return
+    disc = Discovery(cfg, store=app.state.store)
+    app.state.discovery = disc
+    app.state.registry.register(DiscoveryCollector(disc))
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a):
+        disc.start()
+        try:
+            async with inner(a) as state:
+                yield state
+        finally:
+            disc.stop()
+
+    app.router.lifespan_context = lifespan

@@ -1,0 +1,92 @@
+"""Discovery options: one dataclass, the argparse flags that fill it (shared by ``omniwatch serve``
+and ``omniwatch discover``), and how it travels inside ``Settings.extra["discovery"]``."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from .targets import DEFAULT_RAY_SD_FILE, DEFAULT_ROLLOUT_PROM_FILE, parse_address_list
+
+OFF = ("", "off", "none", "no", "false")
+
+
+@dataclass
+class DiscoveryConfig:
+    ray_address: str | None = "auto"           # None = do not attach to Ray at all
+    interval: float = 10.0                     # seconds between discovery rounds
+    timeout: float = 5.0                       # per Ray call / per file read
+    connect_timeout: float = 30.0              # a probe that says nothing this long is restarted
+    rollout_prometheus_file: str = DEFAULT_ROLLOUT_PROM_FILE
+    ray_sd_file: str | None = DEFAULT_RAY_SD_FILE
+    rollout: list[str] = field(default_factory=list)   # explicit host:port of rollout servers
+    reward: list[str] = field(default_factory=list)    # explicit host:port of reward-model servers
+    max_num_seqs: dict[str, int] = field(default_factory=dict)  # role -> max_num_seqs
+    project: str | None = None                 # run labels put on every discovered target
+    experiment: str | None = None
+    rejected: list[str] = field(default_factory=list)  # flag values that were not host:port
+
+
+def parse_max_num_seqs(text: str | None) -> dict[str, int]:
+    """``"16"`` (rollout and reward) or ``"rollout=16,reward=64"``; bad parts raise ValueError."""
+    if not text:
+        return {}
+    out: dict[str, int] = {}
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        role, sep, val = part.partition("=")
+        roles = [role.strip()] if sep else ["rollout", "reward"]
+        v = int(val if sep else role)
+        if v <= 0 or any(r not in ("rollout", "reward") for r in roles):
+            raise ValueError(f"bad --max-num-seqs part {part!r}: want N or rollout=N,reward=M with N > 0")
+        for r in roles:
+            out[r] = v
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("discovery (Ray, TransferQueue, rollout and reward servers)")
+    g.add_argument("--ray-address", default="auto",
+                   help="Ray cluster to attach to (default auto: RAY_ADDRESS or the local cluster); 'off' disables Ray")
+    g.add_argument("--rollout", action="append", default=[], metavar="HOST:PORT[,...]",
+                   help="rollout (vLLM-Omni) servers, in addition to those found in Ray and the rollout Prometheus file")
+    g.add_argument("--reward", action="append", default=[], metavar="HOST:PORT[,...]",
+                   help="reward-model (vLLM) servers, in addition to those found in Ray")
+    g.add_argument("--rollout-prometheus-file", default=DEFAULT_ROLLOUT_PROM_FILE,
+                   help="the file verl writes with actor_rollout_ref.rollout.prometheus.enable=True (rollout.prometheus.file)")
+    g.add_argument("--ray-sd-file", default=DEFAULT_RAY_SD_FILE, help="Ray's Prometheus service-discovery file")
+    g.add_argument("--max-num-seqs", default=None, metavar="N|rollout=N,reward=M",
+                   help="max_num_seqs of the servers (for the saturation rules)")
+    g.add_argument("--discovery-interval", type=float, default=10.0, help="seconds between discovery rounds")
+    g.add_argument("--discovery-project", default=None, help="project label for discovered targets (default: the only run)")
+    g.add_argument("--discovery-experiment", default=None, help="experiment label for discovered targets")
+
+
+def from_args(a: argparse.Namespace) -> DiscoveryConfig:
+    ray = getattr(a, "ray_address", "auto")
+    rollout, bad1 = parse_address_list(getattr(a, "rollout", []))
+    reward, bad2 = parse_address_list(getattr(a, "reward", []))
+    return DiscoveryConfig(
+        ray_address=None if ray is None or str(ray).lower() in OFF else str(ray),
+        interval=max(0.2, float(getattr(a, "discovery_interval", 10.0))),
+        rollout_prometheus_file=getattr(a, "rollout_prometheus_file", DEFAULT_ROLLOUT_PROM_FILE),
+        ray_sd_file=None if str(getattr(a, "ray_sd_file", "") or "").lower() in OFF else a.ray_sd_file,
+        rollout=rollout, reward=reward, rejected=bad1 + bad2,
+        max_num_seqs=parse_max_num_seqs(getattr(a, "max_num_seqs", None)),
+        project=getattr(a, "discovery_project", None), experiment=getattr(a, "discovery_experiment", None),
+    )
+
+
+def from_settings(settings) -> DiscoveryConfig | None:
+    """``Settings.extra["discovery"]``: a DiscoveryConfig, a dict of its fields, or False/absent (off).
+    ``omniwatch serve`` always sets it from its flags; an app built without it (tests, tools) does not
+    start a Ray probe."""
+    v = (getattr(settings, "extra", None) or {}).get("discovery")
+    if v is False or v is None:
+        return None
+    if isinstance(v, DiscoveryConfig):
+        return v
+    if isinstance(v, dict):
+        return DiscoveryConfig(**v)
+    return None

@@ -1,0 +1,271 @@
+"""Discovery end to end, run INSIDE a private network namespace (``unshare -n`` + ``ip link set lo up``)
+so every Ray / TransferQueue endpoint binds 127.0.0.1. Started by tests/test_discovery_live.py:
+
+    unshare -n sh -c 'ip link set lo up && exec python tests/discovery_scenario.py OUT.json'
+
+Starts a real Ray head, the real omniwatch exporter app (uvicorn), stand-in vLLM-Omni / vLLM
+servers registered the way verl registers them (the rollout prometheus.yml verl writes; a Ray
+actor named ``vllm_server_reward_0_0``), a real TransferQueue with metrics on, and a real
+Prometheus reading /api/v1/sd and loading alerts/endpoints.rules.yml. Writes what it observed to
+OUT.json; the pytest asserts on that. Every wait is bounded; everything started is stopped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import httpx
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+sys.path.insert(0, TESTS)
+PY = sys.executable
+PROJECT, EXPERIMENT = "proj", "exp1"
+http = httpx.Client(timeout=5, trust_env=False)
+procs: list[subprocess.Popen] = []
+obs: dict = {"steps": []}
+
+
+def step(name: str) -> None:
+    obs["steps"].append([round(time.monotonic() - T0, 1), name])
+    print(f"[scenario {time.monotonic() - T0:6.1f}s] {name}", flush=True)
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def spawn(args: list[str], **kw) -> tuple[subprocess.Popen, dict]:
+    """Start a child that prints one JSON line (its port) first."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True, **kw)
+    procs.append(p)
+    line = p.stdout.readline()
+    return p, json.loads(line)
+
+
+def wait_for(what: str, fn, timeout: float, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except Exception as e:  # noqa: BLE001 — keep polling, remember why
+            last = f"{type(e).__name__}: {e}"
+        time.sleep(every)
+    obs.setdefault("timeouts", []).append(f"{what}: last={str(last)[:300]}")
+    return None
+
+
+def prom_query(prom: str, q: str) -> list[dict]:
+    r = http.get(f"http://{prom}/api/v1/query", params={"query": q}).json()
+    return r["data"]["result"] if r.get("status") == "success" else []
+
+
+def exporter_metrics(exp: str) -> tuple[str, float]:
+    t = time.monotonic()
+    body = http.get(f"http://{exp}/metrics").text
+    return body, time.monotonic() - t
+
+
+def source_up(body: str, source: str) -> float | None:
+    for ln in body.splitlines():
+        if ln.startswith("omniwatch_source_up{") and f'source="{source}"' in ln:
+            return float(ln.rsplit(" ", 1)[1])
+    return None
+
+
+def write_rollout_file(path: str, targets: list[str]) -> None:
+    """The file verl's update_prometheus_config writes (endpoints.md §2.2), atomically."""
+    doc = {"global": {"scrape_interval": "10s", "evaluation_interval": "10s"},
+           "scrape_configs": [
+               {"job_name": "ray", "file_sd_configs": [{"files": ["/tmp/ray/prom_metrics_service_discovery.json"]}]},
+               {"job_name": "rollout", "metrics_path": "/metrics", "static_configs": [{"targets": targets}]}]}
+    with open(path + ".tmp", "w") as f:
+        yaml.safe_dump(doc, f)
+    os.replace(path + ".tmp", path)
+
+
+def sd_addresses(exp: str, kind: str | None = None) -> set[str]:
+    params = {"kind": kind} if kind else {}
+    return {t for g in http.get(f"http://{exp}/api/v1/sd", params=params).json() for t in g["targets"]}
+
+
+def main(out_path: str) -> int:
+    work = tempfile.mkdtemp(prefix="owd-", dir="/tmp")
+    ray_tmp = tempfile.mkdtemp(prefix="owr", dir="/tmp")  # short: Ray puts unix sockets under it
+    env = dict(os.environ, RAY_TMPDIR=ray_tmp, TQ_METRICS_COLLECT_INTERVAL="1")
+    env.pop("RAY_ADDRESS", None)
+    os.environ.update(RAY_TMPDIR=ray_tmp, TQ_METRICS_COLLECT_INTERVAL="1")
+    import ray
+    try:
+        step("ray.init")
+        ctx = ray.init(num_cpus=4, _node_ip_address="127.0.0.1", _temp_dir=ray_tmp, include_dashboard=False,
+                       log_to_driver=False, namespace="verl_run",
+                       runtime_env={"env_vars": {"PYTHONPATH": TESTS, "TQ_METRICS_COLLECT_INTERVAL": "1"}})
+        gcs = ctx.address_info["gcs_address"]
+        obs["gcs"] = gcs
+
+        step("stand-in servers")
+        standin = os.path.join(TESTS, "standins", "vllm_omni_server.py")
+        _, ok = spawn([PY, standin, "--running", "8", "--waiting", "3"])
+        _, hang = spawn([PY, standin, "--mode", "hang"])
+        _, garbage = spawn([PY, standin, "--mode", "garbage"])
+        ok_a, hang_a, garb_a = (f"127.0.0.1:{x['port']}" for x in (ok, hang, garbage))
+        obs["rollout_addresses"] = {"ok": ok_a, "hang": hang_a, "garbage": garb_a}
+        rollout_file = os.path.join(work, "prometheus.yml")
+        write_rollout_file(rollout_file, [ok_a, hang_a, garb_a])
+
+        step("exporter")
+        _, e = spawn([PY, os.path.join(TESTS, "standins", "exporter_app.py"), "--log-file", os.path.join(work, "exporter.log"),
+                      "--ray-address", gcs, "--rollout-prometheus-file", rollout_file, "--ray-sd-file", "off",
+                      "--max-num-seqs", "rollout=8,reward=4", "--discovery-interval", "1",
+                      "--discovery-project", PROJECT, "--discovery-experiment", EXPERIMENT], env=env)
+        exp = f"127.0.0.1:{e['port']}"
+
+        # Phase A: Ray attached, TransferQueue not started -> tq source down, no crash.
+        step("phase A: no TransferQueue yet")
+        body = wait_for("ray source up", lambda: (lambda b: b if source_up(b, "ray") == 1 else None)(exporter_metrics(exp)[0]), 60)
+        obs["A_ray_up"] = source_up(body or "", "ray")
+        obs["A_tq_up"] = source_up(body or "", "transferqueue")
+        obs["A_status"] = http.get(f"http://{exp}/api/v1/discovery").json()["status"]
+        obs["A_sd_tq"] = sorted(sd_addresses(exp, "tq"))
+
+        step("TransferQueue init + put/get/clear")
+        import torch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+        tq.init({"metrics": {"enabled": True, "port": 0},
+                 "backend": {"SimpleStorage": {"total_storage_size": 1000, "num_data_storage_units": 2}}})
+        keys = [f"s{i}" for i in range(8)]
+        tq.kv_batch_put(keys=keys, partition_id="train", fields=TensorDict({"x": torch.arange(32.0).reshape(8, 4)}, batch_size=8))
+        got = tq.kv_batch_get(keys=keys, partition_id="train")
+        obs["tq_roundtrip"] = [t.tolist() for t in got["x"].unbind(0)] == torch.arange(32.0).reshape(8, 4).tolist()
+        tq.kv_clear(keys=keys[:4], partition_id="train")
+        obs["tq_endpoint"] = tq.get_metrics_endpoint()
+
+        step("reward stand-in as a verl-named Ray actor")
+
+        @ray.remote(num_cpus=0)
+        class RewardServer:  # what verl's vLLMHttpServer looks like to discovery
+            def __init__(self):
+                from standins.vllm_omni_server import start
+                self.srv = start("ok", running=4, waiting=2, omni=False, model="reward-model")
+
+            def get_server_address(self):
+                return self.srv.server_address[0], self.srv.server_address[1]
+
+        reward = RewardServer.options(name="vllm_server_reward_0_0").remote()
+        obs["reward_address"] = "%s:%d" % tuple(ray.get(reward.get_server_address.remote(), timeout=60))
+
+        step("prometheus")
+        prom_port = free_port()
+        prom = f"127.0.0.1:{prom_port}"
+        from omniwatch.discovery import scrape_configs
+        cfg = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+               "rule_files": [os.path.join(ROOT, "alerts", "endpoints.rules.yml")],
+               "scrape_configs": [{"job_name": "omniwatch", "static_configs": [{"targets": [exp]}]}]
+               + scrape_configs(exp, refresh_interval="1s")}
+        with open(os.path.join(work, "prom.yml"), "w") as f:
+            yaml.safe_dump(cfg, f)
+        procs.append(subprocess.Popen(
+            ["prometheus", f"--config.file={work}/prom.yml", f"--storage.tsdb.path={work}/tsdb",
+             f"--web.listen-address={prom}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "prometheus.log"), "w"), start_new_session=True))
+        wait_for("prometheus ready", lambda: http.get(f"http://{prom}/-/ready").status_code == 200, 30)
+
+        step("phase B: everything discovered and scraped")
+        obs["B_tq"] = wait_for("tq series with run labels", lambda: prom_query(
+            prom, f'tq_controller_uptime_seconds{{project="{PROJECT}",experiment="{EXPERIMENT}"}}'), 90)
+        obs["B_tq_samples"] = wait_for("tq produced/cleared samples", lambda: (lambda r: r if len(r) >= 2 else None)(prom_query(
+            prom, f'tq_controller_request_samples_total{{project="{PROJECT}",op_type=~"NOTIFY_DATA_UPDATE|CLEAR_META"}}')), 60)
+        obs["B_tq_keys"] = wait_for("active keys after clearing 4 of 8", lambda: prom_query(
+            prom, f'run:tq_storage_active_keys:sum{{project="{PROJECT}"}} == 4'), 30)
+        obs["B_tq_outstanding"] = wait_for("outstanding rule", lambda: prom_query(prom, "run:tq_samples_outstanding:sum"), 30)
+        obs["B_tq_storage_targets"] = wait_for("storage unit targets", lambda: (lambda r: r if len(r) == 2 else None)(
+            prom_query(prom, 'up{job="transfer_queue",role="storage"} == 1')), 30)
+        obs["B_ray"] = wait_for("ray node series", lambda: prom_query(prom, 'ray_node_cpu_count{job="ray"}'), 90)
+        obs["B_saturated"] = wait_for("saturation rule", lambda: prom_query(
+            prom, 'replica:omniwatch_rollout_saturated:bool == 1'), 60)
+        obs["B_alert"] = wait_for("alert evaluated", lambda: prom_query(
+            prom, 'ALERTS{alertname="RolloutQueueSaturated"}'), 60)
+        obs["B_vllm_both"] = prom_query(prom, 'count by (__name__, role) ({__name__=~"vllm_omni:num_requests_running|vllm:num_requests_running"})')
+        obs["B_bad_up"] = wait_for("hang/garbage down", lambda: (lambda r: r if len(r) == 2 else None)(prom_query(
+            prom, f'up{{job="rollout",instance=~"{hang_a}|{garb_a}"}} == 0')), 60)
+        obs["B_rollout_up"] = prom_query(prom, 'up{job="rollout"}')
+        obs["B_reward_up"] = prom_query(prom, 'up{job="reward",role="reward"}')
+        obs["B_max_num_seqs"] = prom_query(prom, "omniwatch_rollout_max_num_seqs")
+        lat = []
+        for _ in range(10):
+            lat.append(exporter_metrics(exp)[1])
+            time.sleep(0.2)
+        obs["B_exporter_scrape_max_s"] = max(lat)
+        obs["B_exporter_up"] = prom_query(prom, 'up{job="omniwatch"}')
+        obs["B_sd"] = http.get(f"http://{exp}/api/v1/sd").json()
+
+        # Phase C: targets go away -> they leave the SD list and Prometheus' active targets.
+        step("phase C: targets go away")
+        write_rollout_file(rollout_file, [ok_a])
+        ray.kill(reward)
+        obs["C_sd_rollout"] = sorted(wait_for("rollout file shrink", lambda: (lambda s: s if s == {ok_a} else None)(
+            sd_addresses(exp, "rollout")), 30) or [])
+        obs["C_sd_reward"] = sorted(wait_for("reward actor gone", lambda: (lambda s: ["none"] if not s else None)(
+            sd_addresses(exp, "reward")), 30) or ["still there"])
+        obs["C_prom_rollout_targets"] = wait_for("prometheus drops targets", lambda: (lambda ts: ts if ts == [ok_a] else None)(
+            sorted(t["labels"]["instance"] for t in http.get(f"http://{prom}/api/v1/targets").json()["data"]["activeTargets"]
+                   if t["labels"].get("job") == "rollout")), 30)
+
+        # Phase D: the Ray cluster goes away -> ray source down, TQ and Ray targets leave, exporter keeps serving.
+        step("phase D: Ray cluster stops")
+        ray.shutdown()
+        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=60)
+        body = wait_for("ray source down", lambda: (lambda b: b if source_up(b, "ray") == 0 else None)(exporter_metrics(exp)[0]), 90)
+        obs["D_ray_up"] = source_up(body or "", "ray")
+        obs["D_sd_tq"] = sorted(sd_addresses(exp, "tq"))
+        obs["D_sd_ray"] = sorted(sd_addresses(exp, "ray"))
+        obs["D_exporter_status"] = http.get(f"http://{exp}/healthz").status_code
+        with open(os.path.join(work, "exporter.log")) as f:
+            obs["exporter_log"] = f.read()[-6000:]
+    except Exception:
+        obs["error"] = traceback.format_exc()
+    finally:
+        step("cleanup")
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        try:
+            ray.shutdown()
+        except Exception:
+            pass
+        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=60)
+        with open(out_path, "w") as f:
+            json.dump(obs, f, indent=1, default=str)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    T0 = time.monotonic()
+    sys.exit(main(sys.argv[1]))
