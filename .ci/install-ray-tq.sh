@@ -26,7 +26,7 @@ PYEOF
 
 if have torch "$TORCH_VERSION"; then echo "torch $TORCH_VERSION present"; else
   # Honours the pip configuration (a local wheelhouse with the CPU build, in our CI). Elsewhere set
-  # OMNIWATCH_TORCH_INDEX=https://download.pytorch.org/whl/cpu to get the CPU build from PyTorch's index.
+  # OMNIWATCH_TORCH_INDEX to the URL of an index that serves the CPU build.
   "$PY" -m pip install "torch==$TORCH_VERSION" ${OMNIWATCH_TORCH_INDEX:+--index-url "$OMNIWATCH_TORCH_INDEX"}
 fi
 if have ray "$RAY_VERSION"; then echo "ray $RAY_VERSION present"; else
