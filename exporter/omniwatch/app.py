@@ -18,7 +18,8 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 # Optional areas: each module exposes ``router`` (an APIRouter) and ``init(app)``.
-ROUTER_MODULES = ["omniwatch.sources.push", "omniwatch.relay", "omniwatch.gpu.api", "omniwatch.discovery"]
+ROUTER_MODULES = ["omniwatch.sources.push", "omniwatch.relay", "omniwatch.gpu.api", "omniwatch.discovery",
+                  "omniwatch.agents"]
 
 
 class BodyLimit:

@@ -1,0 +1,109 @@
+"""Exporter side of the node agents (``app.ROUTER_MODULES`` entry ``omniwatch.agents``):
+
+- ``POST /api/v1/agents`` (bearer = push token): ``{"node", "address": "host:port", "ttl_s"?, "node_id"?}``,
+  sent by every agent every few seconds (register = heartbeat);
+- ``DELETE /api/v1/agents/{node}`` (bearer = push token): clean removal, no alert;
+- ``GET /api/v1/agents``: the registry (no secrets);
+- ``GET /api/v1/agents/sd``: Prometheus http_sd body of the live agents (job ``omniwatch-agent``, label ``node``).
+
+The sweep that turns a silent agent into ``omniwatch_source_up{source="agent"} 0`` runs in a thread
+tied to the app's lifespan (as discovery and the GPU sampler do), and on every read.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from .registry import AgentRegistry, RegistryFull, check_registration
+
+router = APIRouter()
+SWEEP_S = 1.0
+
+
+def _registry(request: Request) -> AgentRegistry:
+    reg = getattr(request.app.state, "agents", None)
+    if reg is None:
+        raise HTTPException(503, "agent registry not initialised")
+    return reg
+
+
+def _auth(request: Request) -> None:
+    from ..app import require_token  # late: app imports this module
+    require_token(request, request.app.state.settings.push_token, "push")
+
+
+@router.post("/api/v1/agents")
+async def register_agent(request: Request):
+    _auth(request)
+    reg = _registry(request)
+    try:
+        body = await request.json()
+    except ValueError:
+        raise HTTPException(400, "body is not JSON") from None
+    if not isinstance(body, dict):
+        raise HTTPException(400, "body must be a JSON object")
+    try:
+        node, addr, ttl = check_registration(body.get("node"), body.get("address"), body.get("ttl_s"))
+    except ValueError as e:
+        request.app.state.store.count_error("agents", "bad_registration")
+        raise HTTPException(422, str(e)) from None
+    node_id = body.get("node_id") if isinstance(body.get("node_id"), str) else ""
+    try:
+        e = reg.register(node, addr, ttl, node_id)
+    except RegistryFull as err:
+        raise HTTPException(429, str(err)) from None
+    return {"registered": True, "node": e.node, "address": e.address, "ttl_s": e.ttl_s}
+
+
+@router.delete("/api/v1/agents/{node}")
+def deregister_agent(node: str, request: Request):
+    _auth(request)
+    return {"removed": _registry(request).deregister(node)}
+
+
+@router.get("/api/v1/agents")
+def list_agents(request: Request):
+    return JSONResponse([e.as_dict() for e in _registry(request).entries()])
+
+
+@router.get("/api/v1/agents/sd")
+def agents_sd(request: Request):
+    return JSONResponse(_registry(request).http_sd())
+
+
+def init(app) -> None:
+    reg = AgentRegistry(app.state.store, **(app.state.settings.extra or {}).get("agents_registry", {}))
+    app.state.agents = reg
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(SWEEP_S):
+            reg.sweep()
+
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a):
+        t = threading.Thread(target=loop, name="omniwatch-agent-sweep", daemon=True)
+        stop.clear()
+        t.start()
+        try:
+            async with inner(a) as state:
+                yield state
+        finally:
+            stop.set()
+            t.join(timeout=5)
+
+    app.router.lifespan_context = lifespan
+
+
+def mount(app) -> None:
+    """init + include_router for an app built before ``omniwatch.agents`` is in app.ROUTER_MODULES
+    (tests, embedding); a no-op when create_app already mounted it."""
+    if getattr(app.state, "agents", None) is not None:
+        return
+    init(app)
+    app.include_router(router)
