@@ -6,12 +6,13 @@ OW := $(VENV)/bin/omniwatch
 PIP_FLAGS ?= -q
 CONSTRAINTS := $(wildcard constraints.txt)
 
-.PHONY: help install deps up down status demo test test-unit test-long bench dashboards docs rules backtest clean
+.PHONY: help install deps up down status demo test test-unit test-long bench dashboards compose docs rules backtest clean
 
 help:
 	@echo "make demo        native stack + simulated FlowGRPO runs that trip every core alert"
 	@echo "make test        unit tests, promtool rule checks/tests, integration tests on loopback"
 	@echo "make up|down|status   the monitoring stack (docker compose if an engine answers, else native)"
+	@echo "make compose     regenerate deploy/compose/*.yml from the native stack's code"
 	@echo "make dashboards  regenerate dashboards/*.json;  make docs: docs/metrics.md;  make rules: runbook links"
 	@echo "make backtest RUN=path/to/run.jsonl   which alerts would have fired, at which steps"
 	@echo "make bench       benchmarks (ratios against baselines in the same run)"
@@ -40,7 +41,7 @@ deps:
 WATCH ?=
 up: install deps
 	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
-		echo "Docker engine found: docker compose up -d"; docker compose up -d --build; \
+		echo "Docker engine found: docker compose up -d"; $(OW) compose secrets && docker compose up -d --build; \
 	else \
 		$(OW) up $(foreach w,$(WATCH),--watch $(w)); \
 	fi
@@ -59,6 +60,7 @@ demo: install deps
 test: install deps
 	$(OW) docs --check
 	$(OW) rules check
+	$(OW) compose check
 	$(PY) -m pytest -q -m "not long" $(PYTEST_ARGS)
 
 test-unit: install
@@ -72,6 +74,9 @@ bench: install
 
 dashboards: install
 	$(OW) dashboards generate
+
+compose: install
+	$(OW) compose render
 
 docs: install
 	$(OW) docs

@@ -2,6 +2,11 @@
 evaluation, the rules of alerts/) scraping a real omniwatch exporter app fed with the shared verl
 fixtures, and the demo endpoints (vLLM-Omni, reward vLLM, TransferQueue, DCGM, Ray) with run labels.
 
+The exporter's GPU sampler runs on the recorded H200 trace (``gpu/loop.py``: two GPUs replaying it in
+wall time, looping). Once the fixtures are in, the demo run keeps stepping with the trace's own
+recorded steps (``LoopBackend.steps_between``), ingested when their recorded end comes round, so
+the timing-layout phase attribution lines up with the samples exactly as it did on the H200.
+
 Used by tests/test_dashboards_live.py; ``python -m tests.dashboards_live_support docs/img`` renders the
 PNGs committed under docs/img from the same setup."""
 from __future__ import annotations
@@ -15,12 +20,14 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 import uvicorn
 import yaml
 
-from omniwatch import demo_endpoints
+from omniwatch import demo_endpoints, names
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
+from omniwatch.gpu import loop
 from omniwatch.model import RunStore
 from omniwatch.parse import parse_jsonl_line
 from omniwatch.settings import Settings
@@ -35,6 +42,8 @@ RUNS = [
     ("v1-wan", "transfer-idle", "v1_transfer_idle"),
 ]
 DEMO_RUN = ("flowgrpo-sd35", "reward-bound")  # the run the demo endpoints' target labels join
+GPU_NODE = "h200-replay"
+REPLAY_GPUS = 2
 
 
 def _bind() -> socket.socket:
@@ -49,8 +58,11 @@ def _free_port() -> int:
 
 
 class LiveStack:
-    def __init__(self, fixtures_dir: Path, prometheus_bin: str = "prometheus", step_delay: float = 0.1):
+    def __init__(self, fixtures_dir: Path, prometheus_bin: str = "prometheus", step_delay: float = 0.1,
+                 gpu_trace: Path = loop.DEFAULT_TRACE):
         self.fixtures_dir, self.prometheus_bin, self.step_delay = fixtures_dir, prometheus_bin, step_delay
+        self.gpu = loop.replay_backend(gpu_trace, gpus=REPLAY_GPUS)
+        self.replayed_steps = 0
         self.store = RunStore()
         self.tmp = tempfile.TemporaryDirectory(prefix="omniwatch-dash-")
         self._stop = threading.Event()
@@ -73,12 +85,31 @@ class LiveStack:
             if self._stop.wait(self.step_delay):
                 return
         self.fed.set()
+        self._replay_steps(lines[DEMO_RUN][-1])
+
+    def _replay_steps(self, last_line: bytes) -> None:
+        """The demo run goes on with the H200 trace's recorded steps, each ingested when its recorded
+        end comes round in the replay: its other keys are the fixture's last step's."""
+        last = orjson.loads(last_line)
+        step, base = int(last["step"]), {k: v for k, v in last["data"].items() if not k.startswith("timing_s/")}
+        seen = time.time()
+        while not self._stop.wait(0.25):
+            now = time.time()
+            for arrival, timing in self.gpu.steps_between(seen, now):
+                step += 1
+                line = orjson.dumps({"step": step, "data": {**base, "training/global_step": step, **timing}})
+                self.store.ingest(*DEMO_RUN, parse_jsonl_line(line), "jsonl", arrival=arrival, feed=DEMO_RUN[1])
+                self.replayed_steps += 1
+            seen = now
 
     def _start_exporter(self) -> int:
-        app = create_app(self.store, make_registry(self.store), Settings())
+        # discovery off: no Ray here, and its lifespan thread would only retry connecting
+        extra = {"gpu": "on", "gpu_backend": self.gpu, "gpu_node": GPU_NODE, "gpu_interval_s": 0.5, "discovery": False}
+        app = create_app(self.store, make_registry(self.store), Settings(extra=extra))
         sock = _bind()
         port = sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        # lifespan on: the GPU sampler runs for as long as the server does (gpu.api ties it there)
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         t = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         t.start()
         self.threads.append(t)
@@ -123,6 +154,10 @@ class LiveStack:
             "demo series": lambda: bool(self.query('rate(vllm_omni:e2e_request_latency_s_count[1m]) > 0')),
             "alerts": lambda: bool(self.query('ALERTS{alertname="RewardBoundRollout"}')),
             "rate windows": lambda: bool(self.query("rate(omniwatch_stage_seconds_total[1m])")),
+            "gpu samples": lambda: bool(self.query(f"rate({names.GPU_BUSY_SECONDS_TOTAL}[1m])")),
+            "gpu phase idle ratio": lambda: bool(self.query(
+                f'{names.GPU_IDLE_RATIO}{{project="{DEMO_RUN[0]}",experiment="{DEMO_RUN[1]}"}}')),
+            "gpu phase counters": lambda: bool(self.query(f"rate({names.GPU_PHASE_IDLE_SECONDS_TOTAL}[1m])")),
         }
         pending = dict(checks)
         while pending and time.monotonic() < deadline:

@@ -232,7 +232,7 @@ def main(out_path: str) -> int:
         # Phase D: the Ray cluster goes away -> ray source down, TQ and Ray targets leave, exporter keeps serving.
         step("phase D: Ray cluster stops")
         ray.shutdown()
-        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=60)
+        stop_own_ray(ray_tmp)
         body = wait_for("ray source down", lambda: (lambda b: b if source_up(b, "ray") == 0 else None)(exporter_metrics(exp)[0]), 90)
         obs["D_ray_up"] = source_up(body or "", "ray")
         obs["D_sd_tq"] = sorted(sd_addresses(exp, "tq"))
@@ -258,12 +258,38 @@ def main(out_path: str) -> int:
             ray.shutdown()
         except Exception:
             pass
-        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=60)
+        stop_own_ray(ray_tmp)
         with open(out_path, "w") as f:
             json.dump(obs, f, indent=1, default=str)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     return 0
+
+
+def stop_own_ray(ray_tmp: str, timeout: float = 30.0) -> None:
+    """Stop only this scenario's Ray processes (their command lines name its temp dir). ``ray stop
+    --force`` would kill every Ray process on the host, other tests' clusters included."""
+    def own():
+        pids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if ray_tmp.encode() in f.read():
+                        pids.append(int(d))
+            except OSError:
+                pass
+        return pids
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in own():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout / 2
+        while own() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 if __name__ == "__main__":

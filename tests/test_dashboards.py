@@ -147,14 +147,21 @@ def test_alert_thresholds_match_the_rule_files():
 
 
 def test_provisioning_points_at_existing_files():
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    env = compose["services"]["grafana"]["environment"]
     ds = yaml.safe_load((DASH_DIR / "provisioning/datasources/omniwatch.yml").read_text())
     assert ds["datasources"][0]["uid"] == spec.PROVISIONED_UID and ds["datasources"][0]["type"] == "prometheus"
+    assert ds["datasources"][0]["url"] == "$OMNIWATCH_PROMETHEUS_URL"  # compose and the native stack set it
+    assert env["OMNIWATCH_PROMETHEUS_URL"] == "http://prometheus:9090"
     prov = yaml.safe_load((DASH_DIR / "provisioning/dashboards/omniwatch.yml").read_text())
     path = prov["providers"][0]["options"]["path"]
-    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert path == "$OMNIWATCH_DASHBOARDS_DIR"
     mounts = compose["services"]["grafana"]["volumes"]
-    host = next(m.split(":")[0] for m in mounts if m.split(":")[1] == path)
+    host = next(m.split(":")[0] for m in mounts if m.split(":")[1] == env["OMNIWATCH_DASHBOARDS_DIR"])
     assert sorted(p.name for p in (REPO / host).glob("omniwatch-*.json")) == sorted(f"{d.uid}.json" for d in DASHBOARDS)
+    # $__rate_interval in Grafana is derived from timeInterval: it must be the compose scrape interval
+    prom = yaml.safe_load((REPO / "deploy/compose/prometheus.yml").read_text())
+    assert ds["datasources"][0]["jsonData"]["timeInterval"] == prom["global"]["scrape_interval"]
 
 
 def test_compose_validates_and_references_existing_files_and_pinned_images():

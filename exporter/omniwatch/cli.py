@@ -19,6 +19,9 @@ COMMAND_MODULES = [
     "omniwatch.dashboards",  # dashboards generate|check|verify|render
     "omniwatch.backtest",    # replay, backfill, backtest
     "omniwatch.discovery",   # discover
+    "omniwatch.agents",      # agent, agents start|status|stop
+    "omniwatch.export",      # export rules|dashboards|k8s
+    "omniwatch.compose",     # compose render|check|secrets
 ]
 
 

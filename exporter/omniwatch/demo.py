@@ -18,10 +18,13 @@ from rich.console import Console
 from rich.table import Table
 
 from . import names
+from .gpu.devices import nvml_available
+from .gpu.loop import DEFAULT_TRACE
 from .simulate import Fault, RunSpec, step_dict
 from .stack import Stack, StackConfig, StackError, add_stack_args
 
 PROJECT = "omniwatch-demo"
+REPLAY_NODE = "h200-replay"
 
 
 @dataclass
@@ -96,14 +99,27 @@ def _endpoints_scrape(stack_cfg: StackConfig, port: int):
     return mod, mod.scrape_configs(stack_cfg.host, port, PROJECT, "reward-bound-colocated")
 
 
+def gpu_args() -> tuple[list[str], str]:
+    """The exporter's GPU flags: the real GPUs when NVML works here, else the recorded H200 trace
+    replayed as a live GPU (so the GPU and phase-idle panels have data); and a line saying which."""
+    why = nvml_available()
+    if why is None:
+        return [], "GPU sampler: this machine's GPUs (NVML)"
+    if not DEFAULT_TRACE.is_file():
+        return [], f"GPU sampler off ({why}); no recorded trace to replay"
+    return (["--gpu", f"replay:{DEFAULT_TRACE}", "--gpu-node", REPLAY_NODE],
+            f"GPU sampler: no NVML here, replaying the recorded H200 trace {DEFAULT_TRACE.name} as node {REPLAY_NODE}")
+
+
 def run_demo(args) -> int:
     con = Console(width=None if sys.stdout.isatty() else 160)
     pace, steps, onset = args.step_seconds, args.steps, args.onset
     run_dir = Path(args.run_dir)
     root = run_dir.resolve() / "demo-logs"
+    gpu, gpu_line = gpu_args()
     cfg = StackConfig(run_dir=run_dir, prometheus_port=args.prometheus_port, alertmanager_port=args.alertmanager_port,
                       exporter_port=args.exporter_port, grafana_port=args.grafana_port, profile="fast",
-                      watch=[str(root)], exporter_args=["--poll-interval", "0.2"])
+                      watch=[str(root)], exporter_args=["--poll-interval", "0.2"] + gpu)
     ep_port = _free_port(cfg.host)
     ep_mod, extra = _endpoints_scrape(cfg, ep_port)
     cfg.extra_scrape_configs = extra
@@ -141,6 +157,7 @@ def run_demo(args) -> int:
         return 1
     for name, url in started.items():
         con.print(f"  {name:<13} {url}")
+    con.print(gpu_line)
     scs = scenarios(pace, steps, onset)
     con.print(f"Simulating {len(scs)} FlowGRPO runs in {root}/{PROJECT}/ at {pace:g} s/step; faults start at step {onset}.")
     stop = threading.Event()

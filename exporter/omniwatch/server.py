@@ -15,6 +15,7 @@ import uvicorn
 
 from .app import create_app
 from .exposition import make_registry
+from .gpu.loop import gpu_option, settings_extra
 from .model import RunStore
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings
 from .sources.files import FileSource
@@ -106,16 +107,18 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
                         "alerting (default 21600 = 6 h; 0 = never)")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
     p.add_argument("--poll-interval", type=float, default=None, help="seconds between file polls (default 0.5)")
-    p.add_argument("--gpu", choices=["auto", "on", "off"], default=None,
+    p.add_argument("--gpu", type=gpu_option, default=None, metavar="auto|on|off|replay:TRACE.json",
                    help="NVML GPU sampler: auto (when nvidia-ml-py and a driver are present), on (required), off "
-                        "(default: $OMNIWATCH_GPU or auto)")
+                        "(default: $OMNIWATCH_GPU or auto); replay:TRACE.json plays a recorded NVML trace as a "
+                        "live GPU, looping (replay: alone = the committed H200 trace): demos without a GPU")
     p.add_argument("--gpu-node", default=None, help="node label for GPU series (default: hostname)")
 
 
 def settings_from_args(args) -> Settings:
     host, port = parse_listen(args.listen)
-    extra = {k: v for k, v in (("gpu", getattr(args, "gpu", None)), ("gpu_node", getattr(args, "gpu_node", None)))
-             if v is not None}
+    extra = settings_extra(getattr(args, "gpu", None))  # a replay: value carries its backend object
+    if getattr(args, "gpu_node", None) is not None:
+        extra["gpu_node"] = args.gpu_node
     try:
         from . import discovery
         extra["discovery"] = discovery.from_args(args) if hasattr(args, "ray_address") else False

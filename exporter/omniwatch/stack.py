@@ -128,11 +128,15 @@ class Stack:
     def _discovered_jobs(self) -> list[dict]:
         """Endpoints found by Ray discovery (TransferQueue, vLLM-Omni, reward servers, Ray nodes) come
         through the exporter's HTTP service discovery: no Prometheus restart when they change."""
+        exporter = f"{self.cfg.host}:{self.cfg.exporter_port}"
+        # per-node agents (omniwatch agents start) register with the exporter and come through here
+        jobs = [{"job_name": "omniwatch-agent", "http_sd_configs": [
+            {"url": f"http://{exporter}/api/v1/agents/sd", "refresh_interval": "10s"}]}]
         try:
             from .discovery import scrape_configs
         except ModuleNotFoundError:
-            return []
-        return scrape_configs(f"{self.cfg.host}:{self.cfg.exporter_port}", refresh_interval="10s")
+            return jobs
+        return jobs + scrape_configs(exporter, refresh_interval="10s")
 
     def alertmanager_config(self) -> dict:
         src = paths.alertmanager_config()

@@ -95,8 +95,8 @@ RAY_IP = "ip"
 RAY_GPU_INDEX = "GpuIndex"
 
 # Scrape-time relabelling that gives DCGM and Ray GPU series omniwatch's ``node``/``gpu`` labels,
-# so one ``$node``/``$gpu`` variable filters every GPU source (used by demo_endpoints.scrape_configs
-# and deploy/compose/prometheus.yml).
+# so one ``$node``/``$gpu`` variable filters every GPU source (used by demo_endpoints.scrape_configs;
+# docs/dashboards.md shows them in a dcgm-exporter job).
 DCGM_RELABEL = [{"source_labels": [DCGM_HOSTNAME], "target_label": "node"}]
 RAY_RELABEL = [{"source_labels": [RAY_IP], "target_label": "node"},
                {"source_labels": [RAY_GPU_INDEX], "target_label": "gpu"}]

@@ -1,0 +1,119 @@
+"""The issue's proof on the demo's own setup: every panel query of every dashboard executed against
+the live Prometheus of the real native stack (``Stack``, fast profile, free ports, a tmp run dir),
+fed as ``omniwatch demo`` feeds it: the demo endpoints in their own process, the demo's simulated
+FlowGRPO runs written into the watched root, and the exporter's GPU sampler on the recorded H200
+trace (``omniwatch serve --gpu replay:``, what the demo passes when there is no NVML)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from omniwatch import demo, demo_endpoints, names
+from omniwatch.dashboards import verify as v
+from omniwatch.gpu import loop
+from omniwatch.stack import Stack, StackConfig
+
+from .conftest import free_port, require_binary
+
+pytestmark = [pytest.mark.integration]
+
+PACE_S = 0.5         # seconds per simulated step (the demo: 5 s); faults from step ONSET
+STEPS, ONSET = 40, 6
+GPU_NODE = "h200-replay"
+JOINED = "reward-bound-colocated"  # the run the demo endpoints' target labels join (as in the demo)
+
+
+def _query(prom: str, expr: str) -> list:
+    try:
+        r = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=5)
+        return r.json()["data"]["result"] if r.status_code == 200 else []
+    except (httpx.HTTPError, ValueError, KeyError):
+        return []
+
+
+def _serve_supports_replay() -> bool:
+    r = subprocess.run([sys.executable, "-m", "omniwatch", "serve", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    return "replay:" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_stack(tmp_path_factory):
+    require_binary("prometheus")
+    require_binary("alertmanager", "prometheus-alertmanager")
+    if not _serve_supports_replay():
+        pytest.fail("`omniwatch serve --gpu replay:TRACE` is missing (server.py change from the dashboards area)")
+    tmp = tmp_path_factory.mktemp("demo-stack")
+    root = tmp / "demo-logs"
+    root.mkdir()
+    endpoints, ep_port = demo_endpoints.start()
+    cfg = StackConfig(run_dir=tmp / "run", prometheus_port=free_port(), alertmanager_port=free_port(),
+                      exporter_port=free_port(), grafana_port=free_port(), profile="fast", watch=[str(root)],
+                      exporter_args=["--poll-interval", "0.2", "--gpu", f"replay:{loop.DEFAULT_TRACE}",
+                                     "--gpu-node", GPU_NODE],
+                      extra_scrape_configs=demo_endpoints.scrape_configs("127.0.0.1", ep_port, demo.PROJECT, JOINED))
+    stack = Stack(cfg)
+    stop = threading.Event()
+    threads = []
+    try:
+        stack.up()
+        for sc in demo.scenarios(PACE_S, STEPS, ONSET):
+            t = threading.Thread(target=demo.write_run, args=(sc, root, PACE_S, stop), daemon=True)
+            t.start()
+            threads.append(t)
+        _wait_ready(cfg.prometheus_url, timeout=45)
+        yield cfg
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+        stack.down()
+        demo_endpoints.stop(endpoints)
+
+
+def _wait_ready(prom: str, timeout: float) -> None:
+    """Bounded: demo runs scraped with their windows, GPU phases attributed, demo series and an alert."""
+    run = f'project="{demo.PROJECT}",experiment="{JOINED}"'
+    checks = {
+        "runs": lambda: len(_query(prom, f"{names.STEP} >= 12")) >= 6,
+        "window stats": lambda: bool(_query(prom, f'{names.REWARD_BOUND_WINDOW}{{{run}}}')),
+        "gpu rate": lambda: bool(_query(prom, f"rate({names.GPU_BUSY_SECONDS_TOTAL}[1m])")),
+        "gpu phases": lambda: bool(_query(prom, f"rate({names.GPU_PHASE_IDLE_SECONDS_TOTAL}{{{run}}}[1m])")),
+        "gpu idle ratio": lambda: bool(_query(prom, f"{names.GPU_IDLE_RATIO}{{{run}}}")),
+        "demo endpoints": lambda: bool(_query(prom, "rate(vllm_omni:e2e_request_latency_s_count[1m]) > 0")),
+        "alerts": lambda: bool(_query(prom, f'ALERTS{{experiment=~".+"}}')),
+    }
+    pending = dict(checks)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for what, fn in list(pending.items()):
+            if fn():
+                del pending[what]
+        if pending:
+            time.sleep(0.5)
+    assert not pending, f"demo stack not ready after {timeout}s: {sorted(pending)}"
+    time.sleep(2)  # two more scrapes: every rate() window holds post-ready samples
+
+
+def test_every_panel_of_every_dashboard_shows_data_on_the_demo_stack(demo_stack):
+    failures = v.verify(demo_stack.prometheus_url, rate_interval="1m")
+    assert not failures, f"{len(failures)} of {v.count_targets()} targets empty:\n" + "\n".join(map(str, failures))
+
+
+def test_the_demo_run_with_gpu_and_engine_sources_fills_every_panel(demo_stack):
+    failures = v.verify(demo_stack.prometheus_url, demo.PROJECT, JOINED, "1m")
+    assert not failures, "\n".join(map(str, failures))
+
+
+def test_the_gpu_series_are_the_replayed_h200(demo_stack):
+    prom = demo_stack.prometheus_url
+    info = _query(prom, f'{names.GPU_INFO}{{node="{GPU_NODE}"}}')
+    assert [s["metric"]["name"] for s in info] == ["NVIDIA H200"]
+    busy = _query(prom, f'{names.GPU_BUSY_SECONDS_TOTAL}{{node="{GPU_NODE}"}}')
+    idle = _query(prom, f'{names.GPU_IDLE_SECONDS_TOTAL}{{node="{GPU_NODE}"}}')
+    assert float(busy[0]["value"][1]) > 0 and float(idle[0]["value"][1]) > 0
