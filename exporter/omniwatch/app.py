@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import importlib
 import logging
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -77,6 +78,24 @@ def require_token(request: Request, expected: str | None, what: str) -> None:
     scheme, _, token = auth.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected.encode()):
         raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def on_lifespan(app: FastAPI, start, stop) -> None:
+    """Run ``start()`` when the server starts and ``stop()`` when it stops, around whatever lifespan the
+    app already has: how an area ties its background threads (relay delivery, GPU sampling, discovery,
+    agent sweeps) to the server without knowing about the others."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a):
+        start()
+        try:
+            async with inner(a) as state:
+                yield state
+        finally:
+            stop()
+
+    app.router.lifespan_context = lifespan
 
 
 def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings) -> FastAPI:

@@ -69,7 +69,7 @@ class Alert:
     annotations: dict = field(default_factory=dict)
 
 
-def _load_yaml(path: Path) -> dict:
+def load_rule_file(path: Path) -> dict:
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
@@ -83,7 +83,7 @@ def load_alerts(rules_dir: Path | None = None) -> list[Alert]:
     """The alerting rules of every rule file, in file order (recording rules left out)."""
     out = []
     for path in rule_files(rules_dir):
-        for group in _load_yaml(path)["groups"]:
+        for group in load_rule_file(path)["groups"]:
             for rule in (group or {}).get("rules") or []:
                 if isinstance(rule, dict) and "alert" in rule:
                     out.append(Alert(str(rule["alert"]), str(rule.get("expr", "")), path, str(group.get("name")),

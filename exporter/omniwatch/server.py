@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import signal
 import threading
 from dataclasses import dataclass, field
 

@@ -11,7 +11,6 @@ reported as ``omniwatch_source_up{source="state"} 0``; the exporter keeps servin
 """
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import threading
@@ -22,7 +21,7 @@ from pathlib import Path
 import orjson
 
 from .analytics import K_ZERO_STD, StepRecord
-from .model import Run, RunStore, SeenSteps
+from .model import RunStore, SeenSteps
 
 log = logging.getLogger(__name__)
 VERSION = 1

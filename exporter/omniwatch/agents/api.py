@@ -12,7 +12,6 @@ tied to the app's lifespan (as discovery and the GPU sampler do), and on every r
 from __future__ import annotations
 
 import threading
-from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -83,21 +82,20 @@ def init(app) -> None:
         while not stop.wait(SWEEP_S):
             reg.sweep()
 
-    inner = app.router.lifespan_context
+    threads: list[threading.Thread] = []
 
-    @asynccontextmanager
-    async def lifespan(a):
-        t = threading.Thread(target=loop, name="omniwatch-agent-sweep", daemon=True)
+    def start():
         stop.clear()
-        t.start()
-        try:
-            async with inner(a) as state:
-                yield state
-        finally:
-            stop.set()
+        threads[:] = [threading.Thread(target=loop, name="omniwatch-agent-sweep", daemon=True)]
+        threads[0].start()
+
+    def finish():
+        stop.set()
+        for t in threads:
             t.join(timeout=5)
 
-    app.router.lifespan_context = lifespan
+    from ..app import on_lifespan
+    on_lifespan(app, start, finish)
 
 
 def mount(app) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from .. import names
-from ..rules import RULES_DIR, RulesError, rule_files
+from ..rules import RULES_DIR, RulesError, load_rule_file, rule_files
 from .timeline import parse_duration
 
 # Alerts a backtest cannot judge, and why (printed in the report instead of a verdict).
@@ -130,12 +130,7 @@ def load(rules_dir: str | Path | None = None) -> RuleSet:
         raise RulesError(f"no *.rules.yml in {d}")
     rs = RuleSet(files=[str(f) for f in files])
     for path in files:
-        try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise RulesError(f"{path}: cannot read rule file: {e}") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
-            raise RulesError(f"{path}: not a Prometheus rule file (no top-level 'groups' list)")
+        doc = load_rule_file(path)
         for group in doc["groups"]:
             gname = str((group or {}).get("name", ""))
             for rule in (group or {}).get("rules") or []:

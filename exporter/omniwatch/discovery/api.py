@@ -6,7 +6,6 @@ starts and stops with it; building an app without serving it starts nothing).
 """
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -73,15 +72,5 @@ def init(app) -> None:
     disc = Discovery(cfg, store=app.state.store)
     app.state.discovery = disc
     app.state.registry.register(DiscoveryCollector(disc))
-    inner = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(a):
-        disc.start()
-        try:
-            async with inner(a) as state:
-                yield state
-        finally:
-            disc.stop()
-
-    app.router.lifespan_context = lifespan
+    from ..app import on_lifespan
+    on_lifespan(app, disc.start, disc.stop)

@@ -20,7 +20,6 @@ import math
 import os
 import re
 import time
-from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, Field
@@ -98,19 +97,9 @@ def init(app) -> None:
 
 
 def _tie_to_lifespan(app, sampler: GpuSampler) -> None:
-    """Sample while the server runs (the same pattern as discovery: wrap the app's lifespan)."""
-    inner = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(a):
-        sampler.start()
-        try:
-            async with inner(a) as state:
-                yield state
-        finally:
-            sampler.stop()
-
-    app.router.lifespan_context = lifespan
+    """Sample while the server runs."""
+    from ..app import on_lifespan
+    on_lifespan(app, sampler.start, sampler.stop)
 
 
 def _collector(request: Request) -> GpuCollector:

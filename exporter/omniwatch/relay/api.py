@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
@@ -117,15 +116,4 @@ def init(app) -> None:
     relay.storage_error = storage_error
     app.state.relay = relay
     app.state.registry.register(RelayCollector(relay))
-    previous = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(a):
-        relay.start()
-        try:
-            async with previous(a) as state:
-                yield state
-        finally:
-            relay.stop()
-
-    app.router.lifespan_context = lifespan
+    app_mod.on_lifespan(app, relay.start, relay.stop)
