@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from . import paths
-from .rules import RulesError, _load_yaml
+from .rules import RulesError, load_rule_file
 
 API_VERSION = "monitoring.coreos.com/v1"
 NAME = "omniwatch"
@@ -63,7 +63,7 @@ def rule_groups(rules_dir: Path | None = None) -> list[dict]:
     """Every group of every rule file, in file order, as written (no copy kept anywhere)."""
     groups, seen = [], {}
     for path in sorted(Path(rules_dir or paths.alerts_dir()).glob("*.rules.yml")):
-        for g in _load_yaml(path)["groups"]:
+        for g in load_rule_file(path)["groups"]:
             name = (g or {}).get("name")
             if name in seen:
                 raise RulesError(f"group {name!r} defined in both {seen[name]} and {path.name}")
