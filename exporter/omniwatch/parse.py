@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from .redact import is_secret_key
+
 MAX_KEY_CHARS = 256
 
 
@@ -48,13 +50,23 @@ def _coerce_step(raw) -> int:
 
 
 def clean_values(data: dict) -> tuple[dict[str, float], dict[str, int]]:
-    """Keep finite numeric values; count what was dropped and why."""
+    """Keep finite numeric values; count what was dropped and why. Keys named like a secret
+    (``HF_TOKEN``, ``env/WANDB_API_KEY``) are dropped whatever their value: a key becomes a label."""
     values: dict[str, float] = {}
     dropped: dict[str, int] = {}
     for key, v in data.items():
+        t = type(v)
+        # the common case first: a plain key with a finite int/float value
+        if (t is float or t is int) and type(key) is str and 0 < len(key) <= MAX_KEY_CHARS \
+                and (t is int or math.isfinite(v)) and not is_secret_key(key):
+            values[key] = float(v)
+            continue
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
-            dropped["key_too_long" if isinstance(key, str) and key else "bad_key"] = \
-                dropped.get("key_too_long" if isinstance(key, str) and key else "bad_key", 0) + 1
+            reason = "key_too_long" if isinstance(key, str) and key else "bad_key"
+            dropped[reason] = dropped.get(reason, 0) + 1
+            continue
+        if is_secret_key(key):
+            dropped["secret_key"] = dropped.get("secret_key", 0) + 1
             continue
         if isinstance(v, bool):
             v = float(v)

@@ -29,14 +29,14 @@ def _registry(request: Request) -> AgentRegistry:
     return reg
 
 
-def _auth(request: Request) -> None:
+def _require_token(request: Request) -> None:
     from ..app import require_token  # late: app imports this module
     require_token(request, request.app.state.settings.push_token, "push")
 
 
 @router.post("/api/v1/agents")
 async def register_agent(request: Request):
-    _auth(request)
+    _require_token(request)
     reg = _registry(request)
     try:
         body = await request.json()
@@ -59,7 +59,7 @@ async def register_agent(request: Request):
 
 @router.delete("/api/v1/agents/{node}")
 def deregister_agent(node: str, request: Request):
-    _auth(request)
+    _require_token(request)
     return {"removed": _registry(request).deregister(node)}
 
 

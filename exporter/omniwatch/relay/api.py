@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from .. import app as app_mod
+from ..redact import redact_tree
 from . import config as cfg
 from .deliver import Relay, RelayCollector
 from .payload import PayloadError, go_time, parse
@@ -50,7 +51,8 @@ async def alertmanager_webhook(request: Request):
         log.warning("webhook body rejected: %s", e)
         raise HTTPException(400, str(e)) from None
     st.store.count_notification(note.status)
-    data = note.model_dump(mode="json")
+    # A credential pasted into a label or annotation is redacted before it is stored, listed or forwarded.
+    data = redact_tree(note.model_dump(mode="json"))
     targets = relay.targets(note.status, note.commonLabels)
     try:
         new, dropped = await run_in_threadpool(relay.db.add, note.notification_id(), note.status, note.groupKey,

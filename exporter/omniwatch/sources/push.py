@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, Request
 
 from ..app import require_token
 from ..parse import LineError, parse_record
+from ..redact import looks_like_credential
 
 router = APIRouter()
 SOURCE = "push"
@@ -30,6 +31,9 @@ def _label(body: dict, key: str, store) -> str:
     if not isinstance(v, str) or not _LABEL_OK.fullmatch(v):
         store.count_error(SOURCE, f"bad_{key}")
         raise HTTPException(400, f"'{key}' must be a string of 1-128 letters, digits or . - + @ : / _ space")
+    if looks_like_credential(v):  # a label is shown everywhere; the value is not echoed back
+        store.count_error(SOURCE, f"credential_in_{key}")
+        raise HTTPException(400, f"'{key}' looks like a credential (token/key); refusing to make it a label")
     return v
 
 

@@ -13,7 +13,9 @@ returns the new complete lines and tells what happened to the file:
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass, field
 
 READ_CHUNK = 1 << 20
@@ -67,10 +69,15 @@ class FileTail:
 
     def _open(self, res: PollResult, event: str) -> bool:
         try:
-            f = open(self.path, "rb", buffering=0)
+            # O_NONBLOCK: a FIFO or device named as a log must not block the polling thread in open().
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             return False
-        st = os.fstat(f.fileno())
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, f"{self.path} is not a regular file")
+        f = os.fdopen(fd, "rb", buffering=0)
         self.close()
         self._f, self._ino = f, (st.st_dev, st.st_ino)
         self._offset, self._buf, self._skipping, self._head = 0, bytearray(), False, b""
