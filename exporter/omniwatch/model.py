@@ -72,7 +72,8 @@ class Run:
     window: RunWindow
     warmup_steps: int
     last: StepRecord | None = None
-    stats: WindowStats = field(default_factory=WindowStats)
+    _stats: WindowStats = field(default_factory=WindowStats)
+    stats_dirty: bool = False
     seen: SeenSteps = field(default_factory=SeenSteps)
     steps_total: int = 0
     replayed_total: int = 0
@@ -83,6 +84,18 @@ class Run:
     keys: dict[str, float] = field(default_factory=dict)  # passthrough key -> latest value
     feeds: dict[str, int] = field(default_factory=dict)  # feed (source:target) -> last step it sent
     replaying: bool = False  # after a restart, steps already seen are re-runs, not duplicates
+
+    @property
+    def stats(self) -> WindowStats:
+        """Window statistics, computed when read (at scrape), not on every ingested step."""
+        if self.stats_dirty:
+            self._stats = self.window.stats()
+            self.stats_dirty = False
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: WindowStats) -> None:
+        self._stats, self.stats_dirty = value, False
 
     def restart(self, at_step: int | None) -> None:
         self.restarts_total += 1
@@ -206,7 +219,7 @@ class RunStore:
                 for flag in rec.flags:
                     run.flagged_total[flag] += 1
             run.window.add(rec)
-            run.stats = run.window.stats()
+            run.stats_dirty = True
             run.last = rec
             for key, v in parsed.values.items():
                 if key in CONTRACT_KEYS:
