@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""``make bench``: omniwatch's benchmarks, each against a baseline or target measured in the same run.
+
+Sections (``--only``/``--skip`` pick): ingest (parse + analytics throughput, with a cProfile), render
+(/metrics vs a plain prometheus_client registry), memory (100k steps; 50k distinct keys), backtest
+(``omniwatch backtest`` of 2,000 steps), push (POST /api/v1/push load on a real ``omniwatch serve``),
+alert (end-to-end alert latency on the real stack with default intervals; slow: a minute or two per
+trial). Prints a table and writes ``benchmarks/results.json``. Nothing here is a pass/fail test.
+
+    .venv/bin/python benchmarks/run.py                          # all, short push run, 1 alert trial
+    .venv/bin/python benchmarks/run.py --only push --push-duration 60 --push-rate 1000
+    .venv/bin/python benchmarks/run.py --only alert --alert-trials 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+SECTIONS = ("ingest", "render", "memory", "backtest", "push", "alert")
+
+
+def _f(x, unit: str = "", nd: int = 1) -> str:
+    if isinstance(x, (int, float)) and not (isinstance(x, float) and math.isnan(x)):
+        return f"{x:,.{nd}f}{unit}"
+    return "n/a"
+
+
+def rows(results: dict) -> list[tuple[str, str, str]]:
+    """(benchmark, measured, target/baseline) rows for the table."""
+    out = []
+    if (r := results.get("ingest")) and "error" not in r:
+        out += [("ingest: parse + RunStore.ingest", f"{_f(r['ingest_steps_per_s'], ' steps/s', 0)} "
+                 f"({_f(r['ingest_values_per_s'], ' values/s', 0)}, {r['keys_per_line']} keys/line)", ">= 20,000 steps/s"),
+                ("ingest: FileSource.poll_once (real files)", _f(r["file_source_steps_per_s"], " steps/s", 0), ">= 20,000 steps/s"),
+                ("ingest: parse_jsonl_line alone", _f(r["parse_steps_per_s"], " steps/s", 0), "")]
+        if r.get("profile_top"):
+            top = ", ".join(f"{p['function']} {p['share_of_total']:.0%}" for p in r["profile_top"][:3])
+            out.append(("ingest: top self time (cProfile)", top, ""))
+    if (r := results.get("render")) and "error" not in r:
+        out += [("/metrics render (generate_latest)", f"p50 {_f(r['omniwatch_p50_ms'], ' ms')}, p99 {_f(r['omniwatch_p99_ms'], ' ms')} "
+                 f"({r['series_omniwatch']} series)", "p99 < 20 ms"),
+                ("/metrics vs plain registry, same series", f"{_f(r['ratio_p50'], 'x', 2)} (plain p50 {_f(r['plain_p50_ms'], ' ms')})", "<= 1.2x")]
+        if "http_p99_ms" in r:
+            out.append(("GET /metrics over HTTP", f"p50 {_f(r['http_p50_ms'], ' ms')}, p99 {_f(r['http_p99_ms'], ' ms')}", ""))
+    if (r := results.get("memory")) and "error" not in r:
+        s, k = r["steps"], r["keys"]
+        out += [("memory: 100k steps, 10 runs", f"RSS +{_f(s['rss_growth_mib'], ' MiB')} (total {_f(s['rss_mib'], ' MiB')}), "
+                 f"tracemalloc {_f(s['tracemalloc_current_mib'], ' MiB')}", "bounded"),
+                ("memory: 50k distinct keys offered", f"{k['keys_held']} held (cap {k['cap']}), RSS +{_f(k['rss_growth_mib'], ' MiB')}, "
+                 f"tracemalloc {_f(k['tracemalloc_current_mib'], ' MiB', 2)}", "<= cap")]
+    if (r := results.get("backtest")) and "error" not in r:
+        out.append(("backtest of a 2,000-step run", _f(r.get("wall_s"), " s") if r.get("status") == "ok" else r.get("status", "n/a"),
+                    "" if r.get("status") == "ok" else r.get("why", r.get("stderr", ""))[:60]))
+    if (r := results.get("push")) and "error" not in r:
+        out.append((f"push {r['target_rate_per_s']:.0f}/s for {r['duration_s']:.0f} s", f"held {_f(r['held_rate_per_s'], '/s', 0)}, "
+                    f"errors {r['errors_total']}, p50 {_f(r['p50_ms'], ' ms')}, p99 {_f(r['p99_ms'], ' ms')}, "
+                    f"server {_f(r['server_cpu_ms_per_request'], ' ms CPU/req', 2)}", f"{r['target_rate_per_s']:.0f}/s"))
+    if (r := results.get("alert")) and "error" not in r:
+        for name, v in r.items():
+            if isinstance(v, dict):
+                out.append((f"alert latency {name}", f"median {_f(v['median_s'], ' s')}, max {_f(v['max_s'], ' s')}"
+                            + (f", missed {v['missed']}" if v["missed"] else ""), f"{r['trials']} trial(s), default intervals"))
+    for name, r in results.items():
+        if isinstance(r, dict) and "error" in r:
+            out.append((name, "ERROR", r["error"][:80]))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="+", choices=SECTIONS)
+    p.add_argument("--skip", nargs="+", choices=SECTIONS, default=[])
+    p.add_argument("--ingest-steps", type=int, default=20_000)
+    p.add_argument("--render-iterations", type=int, default=300)
+    p.add_argument("--memory-steps", type=int, default=100_000)
+    p.add_argument("--memory-keys", type=int, default=50_000)
+    p.add_argument("--backtest-steps", type=int, default=2_000)
+    p.add_argument("--push-rate", type=float, default=1000)
+    p.add_argument("--push-duration", type=float, default=10, help="seconds (docs record a 60 s run)")
+    p.add_argument("--push-clients", type=int, default=4, help="client processes sharing the rate")
+    p.add_argument("--push-concurrency", type=int, default=8, help="in-flight requests per client")
+    p.add_argument("--alert-trials", type=int, default=1)
+    p.add_argument("--alert-timeout", type=float, default=240, help="seconds to wait for all alerts per trial")
+    p.add_argument("--out", default=str(HERE / "results.json"))
+    args = p.parse_args(argv)
+    chosen = [s for s in (args.only or SECTIONS) if s not in args.skip]
+
+    import alert_latency, backtest_bench, ingest, memory, push_load, render  # noqa: E401
+    runners = {
+        "ingest": lambda: ingest.run(args.ingest_steps),
+        "render": lambda: render.run(args.render_iterations),
+        "memory": lambda: memory.run(args.memory_steps, args.memory_keys),
+        "backtest": lambda: backtest_bench.run(args.backtest_steps),
+        "push": lambda: push_load.run(args.push_rate, args.push_duration, args.push_concurrency, args.push_clients),
+        "alert": lambda: alert_latency.run(args.alert_trials, args.alert_timeout),
+    }
+    con = Console()
+    results: dict = {"meta": {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
+                              "machine": platform.machine(), "cpus": os.cpu_count(),
+                              "load_avg_at_start": os.getloadavg(), "argv": sys.argv[1:]}}
+    for name in chosen:
+        con.print(f"[bold]running {name}[/] ...")
+        t0 = time.perf_counter()
+        try:
+            results[name] = runners[name]()
+        except Exception as e:  # one broken section must not hide the others
+            results[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+        results[name]["section_wall_s"] = round(time.perf_counter() - t0, 1)
+    table = Table(title=f"omniwatch benchmarks ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
+    for col in ("benchmark", "measured", "target / baseline"):
+        table.add_column(col)
+    for row in rows(results):
+        table.add_row(*row)
+    con.print(table)
+    if (r := results.get("ingest")) and r.get("profile_top"):
+        prof = Table(title="ingest profile (parse + ingest, cProfile, by self time)")
+        for col in ("function", "calls", "self s", "cum s", "share"):
+            prof.add_column(col)
+        for x in r["profile_top"]:
+            prof.add_row(x["function"], str(x["calls"]), f"{x['tottime_s']:.3f}", f"{x['cumtime_s']:.3f}", f"{x['share_of_total']:.0%}")
+        con.print(prof)
+    Path(args.out).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    con.print(f"results written to {args.out}")
+    return 1 if any(isinstance(r, dict) and "error" in r for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
