@@ -84,3 +84,22 @@ def test_unwritable_state_dir_keeps_serving_and_reports_it(tmp_path):
     assert store.errors[("state", "write_failed")] == 1
     assert store.sources[("state", str(tmp_path / "state" / "exporter-state.json"))] == 0
     assert os.path.isfile(tmp_path / "state")
+
+
+def test_log_rotated_while_the_exporter_was_down_is_finished_from_the_old_file(tmp_path):
+    lines = fixture_path("flowgrpo_healthy").read_bytes().splitlines(keepends=True)
+    f = tmp_path / "root" / "proj" / "exp.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"".join(lines[:10]))
+    store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
+    src.poll_once()
+    cp.save()
+    with open(f, "ab") as fh:  # written after the checkpoint, then logrotate moves the file away
+        fh.write(b"".join(lines[10:14]))
+    os.rename(f, f.with_name("exp.jsonl.1"))
+    f.write_bytes(b"".join(lines[14:20]))
+    store2, src2, cp2 = exporter(tmp_path / "state", tmp_path / "root")
+    cp2.load()
+    src2.poll_once()
+    r = run_of(store2)
+    assert r.steps_total == 20 and r.restarts_total == 0 and r.replayed_total == 0

@@ -107,9 +107,11 @@ class FileSource:
             if res.too_long:
                 self.store.count_error(self.kind, "line_too_long", res.too_long)
             for ev in res.events:
-                if ev in ("truncated", "rotated"):
-                    log.info("%s: %s (trainer restart or log rotation)", path, ev)
+                if ev == "truncated":  # verl reopens its log with "wb": a restarted trainer
+                    log.info("%s: truncated (trainer restart)", path)
                     self.store.trainer_restarted(project, experiment, self.kind)
+                elif ev == "rotated":  # logrotate; a restart that also rotates shows as its step going back
+                    log.info("%s: rotated; following the new file", path)
             if not res.lines:
                 continue
             backlog_arrival = tail.mtime or self.clock()

@@ -83,6 +83,8 @@ class FileTail:
         self._offset, self._buf, self._skipping, self._head = 0, bytearray(), False, b""
         self._backlog_end = st.st_size if event == "opened" else 0
         resume, self._resume = self._resume, None
+        if resume is not None and event == "opened" and (st.st_dev, st.st_ino) != (resume["dev"], resume["ino"]):
+            self._drain_predecessor(resume, res)  # rotated while we were down: finish the old file first
         if resume is not None and event == "opened":
             head = bytes.fromhex(resume.get("head", ""))
             same = (st.st_dev, st.st_ino) == (resume["dev"], resume["ino"]) and st.st_size >= resume["offset"] \
@@ -94,6 +96,35 @@ class FileTail:
             event = "truncated" if (st.st_dev, st.st_ino) == (resume["dev"], resume["ino"]) else "rotated"
         res.events.append(event)
         return True
+
+    def _drain_predecessor(self, resume: dict, res: PollResult) -> None:
+        """The file we checkpointed was rotated away while the exporter was down (logrotate renames it
+        beside the new one): find it by inode in the same directory and read what came after our
+        checkpoint, so no step written between the checkpoint and the rotation is lost."""
+        d = os.path.dirname(self.path) or "."
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            return
+        for e in entries:
+            try:
+                est = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if (est.st_dev, est.st_ino) != (resume["dev"], resume["ino"]) or not stat.S_ISREG(est.st_mode):
+                continue
+            old = FileTail(e.path, self.max_line)
+            try:
+                fd = os.open(e.path, os.O_RDONLY | os.O_NONBLOCK)
+                old._f, old._ino, old._offset = os.fdopen(fd, "rb", buffering=0), (est.st_dev, est.st_ino), resume["offset"]
+                old._backlog_end = est.st_size  # read while catching up, like the new file's backlog
+                old._drain(res)
+            except OSError:
+                pass
+            finally:
+                old.close()
+            res.events.append("drained_rotated")
+            return
 
     def _read_head(self) -> bytes:
         return os.pread(self._f.fileno(), HEAD_BYTES, 0)
