@@ -19,6 +19,7 @@ from omniwatch.gpu.attribution import INTER_STAGE, MAX_OPEN_SPANS_PER_RUN, Attri
 from omniwatch.gpu.devices import TraceBackend, TraceDevice
 from omniwatch.gpu.sampler import GpuSampler
 from omniwatch.model import RunStore
+from omniwatch.parse import ParsedStep
 from omniwatch.settings import Settings
 from tests.conftest import free_port, wait_for
 
@@ -180,3 +181,184 @@ def test_client_pushes_spans_to_a_real_server_and_survives_a_dead_one():
         pass
     assert time.monotonic() - t0 < 0.2          # never blocks the trainer
     assert dead.flush(10) and dead.dropped == 1
+
+
+# --- the GPU inter-stage idle window --------------------------------------------------------------------
+STEP_S = 20.0
+TIMINGS = {"timing_s/step": STEP_S, "timing_s/gen": 8.0, "timing_s/reward": 2.0,
+           "timing_s/old_log_prob": 2.0, "timing_s/update_actor": 4.0}  # 4 s untimed
+
+
+def step_start(i):
+    return 100.0 + STEP_S * (i - 1)
+
+
+def gap(i):
+    """Where the timing layout puts step i's 4 untimed seconds: after gen + reward."""
+    return (step_start(i) + 10.0, step_start(i) + 14.0)
+
+
+def window_rig(chunks_per_gpu, k=1, warmup=0, clock=None):
+    """Sampler over one scripted device per GPU, a RunStore with window k feeding the attributor."""
+    store = RunStore(window=k, warmup=warmup, **({"clock": clock} if clock else {}))
+    devs = [TraceDevice(i, f"GPU-{i}", "NVIDIA H200", deque(ch), memory_total=143771 << 20)
+            for i, ch in enumerate(chunks_per_gpu)]
+    s = GpuSampler(TraceBackend(devs), store, node="n")
+    a = Attributor(s, store)
+    store.listeners.append(a.on_step)
+    return store, s, a
+
+
+def ingest(store, i, values=TIMINGS):
+    return store.ingest("p", "e", ParsedStep(i, dict(values)), "test", arrival=step_start(i) + STEP_S)
+
+
+def test_window_averages_over_the_run_gpus():
+    # GPU 0 idles through the untimed 4 s, GPU 1 keeps working: 2 s of 20 on average.
+    store, s, a = window_rig([[trace(99.0, 121.0, idle=[gap(1)])], [trace(99.0, 121.0)]])
+    ingest(store, 1)
+    s.poll_once()
+    assert a.inter_stage_windows()[("p", "e")] == pytest.approx({"min": 0.1, "median": 0.1, "max": 0.1}, abs=0.01)
+
+
+def test_pushed_spans_measure_the_gaps_exactly():
+    store, s, a = window_rig([[trace(99.0, 121.0, idle=[(104.0, 106.0)])]])
+    for ph, t0, t1 in (("gen", 100.0, 104.0), ("reward", 106.0, 108.0), ("update_actor", 108.0, 120.0)):
+        a.add_span("p", "e", ph, t0, t1)
+    ingest(store, 1, {"timing_s/step": 20.0, "timing_s/gen": 4.0, "timing_s/reward": 2.0, "timing_s/update_actor": 12.0})
+    s.poll_once()
+    assert a.inter_stage_windows()[("p", "e")]["min"] == pytest.approx(2.0 / 20.0, abs=0.01)
+
+
+def test_window_waits_for_k_normal_steps_and_skips_flagged_ones():
+    end = step_start(5) + STEP_S + 1
+    store, s, a = window_rig([[trace(99.0, end, idle=[gap(i) for i in range(1, 6)])]], k=2, warmup=1)
+    ingest(store, 1)                                             # warm-up
+    ingest(store, 2)
+    ingest(store, 3, dict(TIMINGS, **{"val-core/acc": 0.5}))     # validation step: left out, no hole
+    s.poll_once()
+    assert a.inter_stage_windows() == {}                         # one normal step so far
+    ingest(store, 4)
+    s.poll_once()
+    assert a.inter_stage_windows()[("p", "e")]["min"] == pytest.approx(0.2, abs=0.01)
+    assert [st for st, _ in a.inter_stage.runs[("p", "e")].steps] == [2, 4]
+
+
+def test_withheld_while_steps_await_samples_then_caught_up():
+    store, s, a = window_rig([[trace(99.0, 121.0, idle=[gap(1)])]], k=1)
+    ingest(store, 1)
+    s.poll_once()
+    assert a.inter_stage_windows()[("p", "e")]["min"] == pytest.approx(0.2, abs=0.01)
+    ingest(store, 2)                                             # no sample covers step 2 yet
+    s.poll_once()
+    assert a.inter_stage_windows() == {}                         # k steps waiting: not the latest steps
+    s.devices[0][0].chunks.append(trace(121.2, 141.0))           # step 2 arrives, GPUs busy throughout
+    s.poll_once()
+    assert a.inter_stage_windows()[("p", "e")]["max"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_unmeasurable_normal_step_empties_the_window():
+    end = step_start(4) + STEP_S + 1
+    store, s, a = window_rig([[trace(99.0, end, idle=[gap(i) for i in range(1, 5)])]], k=2)
+    ingest(store, 1)
+    ingest(store, 2)
+    s.poll_once()
+    assert ("p", "e") in a.inter_stage_windows()
+    ingest(store, 3, {k: v for k, v in TIMINGS.items() if k != "timing_s/step"})  # step seconds unknown
+    s.poll_once()
+    assert a.inter_stage_windows() == {}
+    ingest(store, 4)
+    s.poll_once()
+    assert a.inter_stage_windows() == {}                         # one measured step since the hole
+    assert [st for st, _ in a.inter_stage.runs[("p", "e")].steps] == [4]
+
+
+def test_spans_no_local_gpu_measured_are_counted_not_evidence():
+    store, s, a = window_rig([[trace(99.0, 121.0)]], k=1)
+    a.add_span("p", "e", "gen", 100.0, 110.0, gpus=frozenset({"7"}))  # a GPU on another node
+    a.add_span("p", "e", "update_actor", 112.0, 120.0, gpus=frozenset({"7"}))
+    ingest(store, 1)
+    s.poll_once()
+    assert a.inter_stage_windows() == {}
+    assert store.errors[("gpu_attribution", "step_unmeasured")] == 1
+
+
+def test_catch_up_burst_is_not_gpu_evidence():
+    store, s, a = window_rig([[trace(99.0, 161.0)]], k=1)
+    ingest(store, 1)
+    for i in (2, 3):  # read late in one burst: both stamped with step 3's arrival
+        store.ingest("p", "e", ParsedStep(i, dict(TIMINGS)), "test", arrival=step_start(3) + STEP_S)
+    s.poll_once()
+    assert a.inter_stage_windows() == {}
+
+
+def test_trainer_restart_forgets_the_abandoned_steps():
+    from omniwatch.gpu.window import InterStageWindows
+    w = InterStageWindows(k=3)
+    run = ("p", "e")
+    for step, r in ((10, 0.2), (11, 0.3), (12, 0.4)):
+        w.opened(run)
+        w.closed(run, step, True, r)
+    assert w.stats(run) == {"min": 0.2, "median": 0.3, "max": 0.4}
+    w.opened(run)
+    w.closed(run, 11, True, 0.5)                                 # resumed from step 11
+    assert [s for s, _ in w.runs[run].steps] == [10, 11] and w.stats(run) is None
+
+
+def test_runs_are_bounded():
+    from omniwatch.gpu.window import InterStageWindows
+    w = InterStageWindows(k=1, max_runs=2)
+    for i in range(3):
+        w.opened(("p", str(i)))
+        w.closed(("p", str(i)), 1, True, 0.5)
+    assert set(w.all_stats()) == {("p", "1"), ("p", "2")}
+    with pytest.raises(ValueError):
+        InterStageWindows(k=0)
+
+
+def test_window_is_exposed_for_live_runs_only_and_passes_promtool():
+    import shutil
+    import subprocess
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from omniwatch import names
+    from omniwatch.gpu.collector import GpuCollector
+    now = [step_start(2) + STEP_S]
+    store, s, a = window_rig([[trace(99.0, 141.0, idle=[gap(1), gap(2)])]], k=1, clock=lambda: now[0])
+    ingest(store, 1)
+    ingest(store, 2)
+    s.poll_once()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(GpuCollector(s, a, store))
+    text = generate_latest(reg).decode()
+    lines = [ln for ln in text.splitlines() if ln.startswith(names.GPU_INTER_STAGE_IDLE_WINDOW + "{")]
+    assert sorted(ln.split('stat="')[1].split('"')[0] for ln in lines) == ["max", "median", "min"]
+    assert all(float(ln.split()[-1]) == pytest.approx(0.2, abs=0.01) for ln in lines)
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stdout + r.stderr
+    now[0] += store.run_expiry + 1                               # the run finished long ago
+    assert names.GPU_INTER_STAGE_IDLE_WINDOW + "{" not in generate_latest(reg).decode()
+
+
+@pytest.mark.parametrize("backend,extra,published", [
+    ("trace", {}, True),
+    ("replay", {}, False),                                   # replayed GPUs run none of the watched runs
+    ("replay", {"gpu_inter_stage_evidence": "on"}, True),
+    ("trace", {"gpu_inter_stage_evidence": "off"}, False),
+])
+def test_inter_stage_evidence_option(backend, extra, published):
+    from omniwatch.gpu import loop
+    be = loop.replay_backend(loop.DEFAULT_TRACE) if backend == "replay" else \
+        TraceBackend([TraceDevice(0, "GPU-1", "NVIDIA H200", deque(), memory_total=1)])
+    store = RunStore(window=1)
+    settings = Settings(push_token=TOKEN, extra={"gpu": "on", "gpu_backend": be, "gpu_node": "n", **extra})
+    app = create_app(store, make_registry(store), settings)
+    if "omniwatch.gpu.api" not in app_mod.ROUTER_MODULES:
+        gpu_api.init(app)
+    a = app.state.gpu.attributor
+    a.inter_stage.opened(("p", "e"))
+    a.inter_stage.closed(("p", "e"), 1, True, 0.4)
+    assert (a.inter_stage_windows() != {}) is published

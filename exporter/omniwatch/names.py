@@ -158,6 +158,12 @@ MFU_IMPLIED_PEAK = _m("omniwatch_mfu_implied_peak_tflops", "gauge",
 MFU_SUSPECTED_CAUSE = _m("omniwatch_mfu_suspected_cause", "gauge",
                          "1 for the cause the MFU cause check suspects while reported MFU > 1 (cause=relabeled_sku, "
                          "peak_mismatch or flops_overcount); the full sentence is at /api/v1/gpu.", R + (L_ROLE, "cause"))
+GPU_INTER_STAGE_IDLE_WINDOW = _m(
+    "omniwatch_gpu_inter_stage_idle_ratio_window", "gauge",
+    "min/median/max over the last k normal steps of the GPU inter-stage idle ratio: NVML-sampled GPU idle seconds "
+    "attributed to phase=\"inter_stage\" during the step, averaged over the run's GPUs on this node, / step seconds "
+    "(the GPU evidence of InterStageIdleGPU). Absent until k normal steps are attributed in a row, and while k or "
+    "more of the run's steps await GPU samples.", R + (L_STAT,), "ratio")
 
 # --- discovered endpoints (Ray, TransferQueue, vLLM-Omni) ------------------------------------------
 L_ROLE_T, L_REPLICA = "role", "replica"

@@ -11,7 +11,9 @@ auto: sample when NVML works here, stay silent otherwise; on: report the source 
 not), ``gpu_busy_threshold`` (``OMNIWATCH_GPU_BUSY_THRESHOLD``, percent, default 50),
 ``gpu_interval_s`` (default 1), ``gpu_node`` (default the host name), ``gpu_peak_tflops`` (the real
 device peak, for an exporter that sees no GPU), ``gpu_trainer_flops_tflops`` (the trainer's
-``VERL_OMNI_DEVICE_FLOPS_TFLOPS``, read from that variable when unset).
+``VERL_OMNI_DEVICE_FLOPS_TFLOPS``, read from that variable when unset), ``gpu_inter_stage_evidence``
+(``OMNIWATCH_GPU_INTER_STAGE_EVIDENCE``, on|off: publish the GPU inter-stage idle window that
+InterStageIdleGPU prefers; default on, off for a replayed trace, whose GPUs run none of the runs).
 """
 from __future__ import annotations
 
@@ -86,7 +88,9 @@ def init(app) -> None:
             sampler = GpuSampler(backend or NvmlBackend(), store, node=extra.get("gpu_node"),
                                  threshold=float(_opt(extra, "gpu_busy_threshold", "OMNIWATCH_GPU_BUSY_THRESHOLD", 50)),
                                  interval_s=float(extra.get("gpu_interval_s", 1.0)), required=mode == "on")
-            attributor = Attributor(sampler, store)
+            default = "off" if getattr(backend, "replayed", False) else "on"
+            evidence = str(_opt(extra, "gpu_inter_stage_evidence", "OMNIWATCH_GPU_INTER_STAGE_EVIDENCE", default))
+            attributor = Attributor(sampler, store, evidence=evidence.lower() not in ("off", "0", "false", "no"))
             store.listeners.append(attributor.on_step)
             _tie_to_lifespan(app, sampler)
     trainer = parse_override(_opt(extra, "gpu_trainer_flops_tflops", DEVICE_FLOPS_ENV))

@@ -18,7 +18,9 @@ Phase spans come from two places; pushed spans win:
 A span is attributed per GPU once the GPU's sampled intervals reach its end (the sampler's
 watermark); spans that the sample ring no longer covers are skipped and counted. Every span is
 attributed once, so the phase counters are exact sums; ``omniwatch_gpu_idle_ratio`` is the idle share
-of each phase of the latest step whose spans are all attributed, over the GPUs attributed.
+of each phase of the latest step whose spans are all attributed, over the GPUs attributed. Each such
+step also feeds ``window.InterStageWindows`` (GPU inter-stage idle / step seconds over the last k
+normal steps: the GPU evidence of ``InterStageIdleGPU``).
 
 Memory is bounded: pending spans, step windows and pushed spans per run are capped deques (the oldest
 is dropped and counted), and the sample ring is the sampler's few minutes.
@@ -32,8 +34,9 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from .. import names
-from ..analytics import PHASE_ORDER
+from ..analytics import DEFAULT_WINDOW_STEPS, PHASE_ORDER
 from .accounting import overlap_seconds
+from .window import InterStageWindows
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ MAX_WINDOWS = 1000
 MAX_OPEN_SPANS_PER_RUN = 512
 EXPIRE_S = 600.0           # a span some GPU cannot attribute this long (in sample time) after its end is given up
 CONTINUITY_S = 600.0       # a pushed-span gap longer than this between steps is not inter_stage
+CLIP_TOLERANCE_S = 2.0     # a timing layout clipped by more than this is not GPU inter-stage evidence
 MAX_LABEL_CHARS = 128      # the run-label cap of model.RunStore (not imported: keeps this module light)
 
 
@@ -58,6 +62,7 @@ class Span:
     done: set = field(default_factory=set)  # uuids attributed
     busy: float = 0.0  # summed over GPUs
     idle: float = 0.0
+    measured: int = 0  # GPUs whose samples covered the span (busy/idle above sum over these)
     complete: bool = False
 
 
@@ -66,13 +71,35 @@ class StepWindow:
     run: tuple[str, str]
     step: int
     spans: list[Span]
+    normal: bool = True  # StepRecord.normal: no warm-up, validation or checkpoint flag
+    seconds: float | None = None  # step seconds; None = unknown (the step cannot be measured)
+    untracked: float | None = None  # timing layout only: the step's untimed seconds
+
+    def inter_stage_ratio(self) -> float | None:
+        """The step's GPU inter-stage idle / step seconds, GPU seconds averaged over the GPUs that
+        measured each span; None when step seconds are unknown or some span no GPU measured.
+
+        Pushed spans: the GPU idle inside the ``inter_stage`` gaps between them (exact). Timing
+        layout: ``min(untimed seconds, GPU idle over the whole step)``. The layout only guesses where
+        the untimed seconds sit; GPU idle inside that guess under-reads whenever the real gaps lie
+        elsewhere (the H200 traces, gaps spread over three places: 0.03 measured for 0.23 true), which
+        would silence the timer evidence wrongly. The bound cannot under-read: it is low only when
+        the GPUs were busy for most of the untimed time wherever it was (a GPU-side transfer)."""
+        if not self.seconds or self.seconds <= 0 or any(s.measured == 0 for s in self.spans):
+            return None
+        if self.untracked is not None:
+            idle = min(self.untracked, sum(s.idle / s.measured for s in self.spans))
+        else:
+            idle = sum(s.idle / s.measured for s in self.spans if s.phase == INTER_STAGE)
+        return min(1.0, idle / self.seconds)
 
 
 class Attributor:
-    def __init__(self, sampler, store=None, *, clock=time.time):
+    def __init__(self, sampler, store=None, *, clock=time.time, evidence: bool = True):
         self.sampler = sampler
         self.store = store
         self.clock = clock
+        self.evidence = evidence  # publish the inter-stage window (off: the GPUs do not run the runs)
         self.lock = threading.RLock()
         self.pending: deque[Span] = deque()
         self.windows: deque[StepWindow] = deque()
@@ -82,6 +109,7 @@ class Attributor:
         # (project, experiment, node, gpu, uuid, phase) -> [busy, idle]
         self.totals: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.ratios: dict[tuple[str, str], tuple[int, dict[str, float]]] = {}  # run -> (step, phase -> idle ratio)
+        self.inter_stage = InterStageWindows(getattr(store, "window", None) or DEFAULT_WINDOW_STEPS)
         sampler.listeners.append(self.process)
 
     def _skip(self, reason: str, n: int = 1) -> None:
@@ -117,15 +145,17 @@ class Attributor:
             opened = self.open_spans.get(key)
             recent = rec.arrival - max(rec.duration or 0.0, 60.0)
             if opened or self.pushed_until.get(key, -1.0) > recent:
-                self._close_pushed(key, rec)
+                made = self._close_pushed(key, rec)
             else:
-                self._layout(key, rec)
+                made = self._layout(key, rec)
+            if not made:  # nothing to attribute: queued empty, so the GPU window learns of the hole in order
+                self._window(key, rec, [], None)
 
-    def _close_pushed(self, key, rec) -> None:
+    def _close_pushed(self, key, rec) -> bool:
         q = self.open_spans.get(key) or deque()
         spans = sorted((s for s in q if s.end <= rec.arrival + 1.0), key=lambda s: s.start)
         if not spans:
-            return
+            return False
         for s in spans:
             q.remove(s)
         gaps: list[Span] = []
@@ -139,12 +169,14 @@ class Attributor:
         self.covered_until[key] = edge
         for g in gaps:
             self._queue(g)
-        self._window(key, rec.step, spans + gaps)
+        first = min(s.start for s in spans + gaps)
+        self._window(key, rec, spans + gaps, rec.duration or (edge - first))
+        return True
 
-    def _layout(self, key, rec) -> None:
+    def _layout(self, key, rec) -> bool:
         phases = {p: s for p, s in rec.phases.items() if s > 0 and p != names.UNTRACKED_PHASE}
         if not phases:
-            return
+            return False
         order = [p for p in PHASE_ORDER if p in phases] + sorted(p for p in phases if p not in PHASE_ORDER)
         untracked = rec.phases.get(names.UNTRACKED_PHASE, 0.0)
         seq: list[tuple[str, float]] = []
@@ -159,6 +191,9 @@ class Attributor:
             seq.append((INTER_STAGE, untracked))
         t = rec.arrival - sum(d for _, d in seq)
         floor = self.covered_until.get(key)
+        # Arrival jitter (the source's poll) overlaps consecutive layouts by up to a poll interval; a
+        # larger overlap is a burst read while catching up, whose layout says nothing about the GPUs.
+        clipped = floor is not None and floor - t > CLIP_TOLERANCE_S
         spans: list[Span] = []
         for p, d in seq:
             a, b = t, t + d
@@ -169,17 +204,26 @@ class Attributor:
                 spans.append(Span(key, p, a, b))
         if not spans:
             self._skip("overlapping_step")
-            return
+            return False
         self.covered_until[key] = max(floor or 0.0, rec.arrival)
         for s in spans:
             self._queue(s)
-        self._window(key, rec.step, spans)
+        # A layout clipped by a burst no longer says where the step's untimed time was: not GPU evidence.
+        self._window(key, rec, spans, None if clipped else rec.duration, untracked)
+        return True
 
-    def _window(self, key, step: int, spans: list[Span]) -> None:
+    def _window(self, key, rec, spans: list[Span], seconds: float | None, untracked: float | None = None) -> None:
         if len(self.windows) >= MAX_WINDOWS:
-            self.windows.popleft()
+            old = self.windows.popleft()
             self._skip("window_dropped")
-        self.windows.append(StepWindow(key, step, spans))
+            self._close_inter_stage(old, measured=False)
+        self.windows.append(StepWindow(key, rec.step, spans, rec.normal, seconds, untracked))
+        self.inter_stage.opened(key)
+
+    def _close_inter_stage(self, w: StepWindow, measured: bool = True) -> None:
+        ratio = w.inter_stage_ratio() if measured else None
+        if not self.inter_stage.closed(w.run, w.step, w.normal, ratio) and w.spans:
+            self._skip("step_unmeasured")
 
     # -- attribution (after every sampler poll) -----------------------------------------------------
     def process(self) -> None:
@@ -195,7 +239,9 @@ class Attributor:
                     still.append(span)
             self.pending = still
             while self.windows and all(s.complete for s in self.windows[0].spans):
-                self._ratio(self.windows.popleft())
+                w = self.windows.popleft()
+                self._ratio(w)
+                self._close_inter_stage(w)
 
     def _attribute(self, span: Span, gpus, now: float) -> None:
         todo = [g for g in gpus if g.uuid not in span.done and
@@ -215,6 +261,7 @@ class Attributor:
             t[1] += idle
             span.busy += busy
             span.idle += idle
+            span.measured += 1
             span.done.add(g.uuid)
         remaining = [g for g in gpus if g.uuid not in span.done and
                      (span.gpus is None or g.uuid in span.gpus or str(g.index) in span.gpus)]
@@ -233,6 +280,13 @@ class Attributor:
             self.ratios[w.run] = (w.step, ratios)
 
     # -- reads ------------------------------------------------------------------------------------------
+    def inter_stage_windows(self) -> dict[tuple[str, str], dict[str, float]]:
+        """run -> min/median/max of the GPU inter-stage idle ratio over its last k measured normal steps."""
+        if not self.evidence:
+            return {}
+        with self.lock:
+            return self.inter_stage.all_stats()
+
     def phase_totals(self, project: str, experiment: str) -> dict[str, tuple[float, float]]:
         """phase -> (busy, idle) seconds summed over GPUs (for reports and tests)."""
         out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])

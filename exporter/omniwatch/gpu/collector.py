@@ -14,7 +14,7 @@ from .peaks import Silicon, check_mfu, identify
 OWNED = (
     n.GPU_BUSY_SECONDS_TOTAL, n.GPU_IDLE_SECONDS_TOTAL, n.GPU_UTILIZATION, n.GPU_MEMORY_USED, n.GPU_MEMORY_TOTAL,
     n.GPU_POWER, n.GPU_SM_CLOCK, n.GPU_INFO, n.GPU_PHASE_BUSY_SECONDS_TOTAL, n.GPU_PHASE_IDLE_SECONDS_TOTAL,
-    n.GPU_IDLE_RATIO, n.MFU_IMPLIED_PEAK, n.MFU_SUSPECTED_CAUSE,
+    n.GPU_IDLE_RATIO, n.GPU_INTER_STAGE_IDLE_WINDOW, n.MFU_IMPLIED_PEAK, n.MFU_SUSPECTED_CAUSE,
 )
 
 
@@ -23,6 +23,15 @@ def family(name: str):
     if m.type == "counter":
         return CounterMetricFamily(name[: -len("_total")], m.help, labels=list(m.labels))
     return GaugeMetricFamily(name, m.help, labels=list(m.labels))
+
+
+def live_runs(store, runs):
+    """The runs the store still exports (a finished, expired run must stop alerting here too)."""
+    if store is None:
+        return list(runs)
+    with store.lock:
+        now = store.clock()
+        return [k for k in runs if k in store.runs and not store.expired(store.runs[k], now)]
 
 
 def local_silicon(states) -> Silicon | None:
@@ -94,6 +103,10 @@ class GpuCollector(Collector):
                 for (p, e), (_step, ratios) in sorted(a.ratios.items()):
                     for phase, r in sorted(ratios.items()):
                         f[n.GPU_IDLE_RATIO].add_metric([p, e, phase], r)
+            windows = a.inter_stage_windows()
+            for p, e in sorted(live_runs(self.store, windows)):
+                for stat, v in windows[(p, e)].items():
+                    f[n.GPU_INTER_STAGE_IDLE_WINDOW].add_metric([p, e, stat], v)
         sil = self.silicon()
         for p, e, role, chk in mfu_checks(self.store, sil, self.trainer_flops_tflops):
             if chk.implied_peak is not None:

@@ -159,7 +159,13 @@ class LoopDevice:
 
 class LoopBackend:
     """``devices.Backend`` over :class:`LoopDevice` objects; ``gpus`` replay the same trace, spread
-    evenly over the lap. Playback position ``trace.start_s`` is at wall time ``origin`` (default: now)."""
+    evenly over the lap. Playback position ``trace.start_s`` is at wall time ``origin`` (default: now).
+
+    ``replayed``: these GPUs do not run the runs the exporter watches, so their idle is no evidence
+    about them; the GPU module does not publish the inter-stage idle window (InterStageIdleGPU keeps
+    the timer evidence) unless ``gpu_inter_stage_evidence=on`` says otherwise."""
+
+    replayed = True
 
     def __init__(self, trace: Trace, gpus: int = 1, origin: float | None = None,
                  clock: Callable[[], float] = time.time, readings: dict | None = None):
