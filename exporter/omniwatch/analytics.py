@@ -8,6 +8,7 @@ baselines the alert rules threshold (design note "time is counted in steps").
 from __future__ import annotations
 
 import statistics
+from functools import lru_cache
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -43,14 +44,27 @@ DEFAULT_WARMUP_STEPS = 2
 MIN_BASELINE_STEPS = 3
 
 
+@lru_cache(maxsize=1 << 16)
 def phase_of(key: str) -> str | None:
-    """``timing_s/gen`` -> ``gen``; None for keys that are not in-step phase timers."""
+    """``timing_s/gen`` -> ``gen``; None for keys that are not in-step phase timers. Cached: the same
+    keys come every step."""
     if not key.startswith("timing_s/"):
         return None
     name = key[9:]
     if "/" in name or name in OUTSIDE_STEP_TIMERS or not name:
         return None
     return name
+
+
+_VALIDATION = "\x00validation"
+_KEY_KIND: dict[str, str] = {}  # key -> phase name, _VALIDATION, or "" (neither); bounded
+
+
+def _classify(key: str) -> str:
+    k = phase_of(key) or (_VALIDATION if key == K_TESTING or key.startswith(("val-", "val/")) else "")
+    if len(_KEY_KIND) < 1 << 16:
+        _KEY_KIND[key] = k
+    return k
 
 
 @dataclass
@@ -77,10 +91,17 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
     if duration is not None and duration <= 0:
         duration = None
     phases: dict[str, float] = {}
-    for key, v in values.items():
-        ph = phase_of(key)
-        if ph is not None and v >= 0:
-            phases[ph] = v
+    validation = False
+    kind = _KEY_KIND.get
+    for key, v in values.items():  # one pass: phase timers and validation keys
+        k = kind(key)
+        if k is None:
+            k = _classify(key)
+        if k:
+            if k is _VALIDATION:
+                validation = True
+            elif v >= 0:
+                phases[k] = v
     if duration is not None:
         phases[names.UNTRACKED_PHASE] = max(0.0, duration - sum(phases.values()))
 
@@ -110,7 +131,7 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
     flags = set()
     if warmup:
         flags.add("warmup")
-    if K_TESTING in values or any(k.startswith(("val-", "val/")) for k in values):
+    if validation:
         flags.add("validation")
     if values.get(K_SAVE, 0) > 0:
         flags.add("checkpoint")

@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, names as n
+from .analytics import CONTRACT_KEYS
 from .model import RunStore, passthrough_name
 
 
@@ -64,7 +65,7 @@ class RunCollector(Collector):
                     fams[n.STAGE_SECONDS_TOTAL].add_metric(rl + [ph], sec)
                 for flag in n.FLAGS:
                     fams[n.FLAGGED_STEPS_TOTAL].add_metric(rl + [flag], run.flagged_total.get(flag, 0))
-                fams[n.PASSTHROUGH_KEYS].add_metric(rl, len(run.keys))
+                fams[n.PASSTHROUGH_KEYS].add_metric(rl, run.passthrough_count())
                 last = run.last
                 if last is None:
                     continue
@@ -103,6 +104,8 @@ class RunCollector(Collector):
                 if st.duration_baseline is not None:
                     fams[n.STEP_DURATION_BASELINE].add_metric(rl, st.duration_baseline)
                 for key, v in run.keys.items():
+                    if key in CONTRACT_KEYS:
+                        continue
                     passthrough[passthrough_name(key)].append((rl + [key], v))
         fams[n.SCRAPE_DURATION].add_metric([], self._last_render)
         yield from fams.values()

@@ -8,6 +8,7 @@ a re-run after a trainer restart — it replaces the stored step but never incre
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 import re
 import threading
 import time
@@ -28,6 +29,7 @@ MAX_LABEL_CHARS = 128
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
 
 
+@lru_cache(maxsize=1 << 16)
 def passthrough_name(key: str) -> str:
     """verl key -> ``verl_`` metric family name. ``@`` becomes ``_at_`` (as verl's MLflow backend
     does), every other character outside ``[a-zA-Z0-9_]`` becomes ``_``. Two keys that map to one
@@ -81,9 +83,13 @@ class Run:
     steps_in_incarnation: int = 0
     stage_seconds_total: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     flagged_total: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    keys: dict[str, float] = field(default_factory=dict)  # passthrough key -> latest value
+    keys: dict[str, float] = field(default_factory=dict)  # verl key -> latest value (contract keys too)
     feeds: dict[str, int] = field(default_factory=dict)  # feed (source:target) -> last step it sent
     replaying: bool = False  # after a restart, steps already seen are re-runs, not duplicates
+
+    def passthrough_count(self) -> int:
+        """Keys exported under verl_* (the contract keys have their own series)."""
+        return len(self.keys) - len(self.keys.keys() & CONTRACT_KEYS)
 
     @property
     def stats(self) -> WindowStats:
@@ -221,13 +227,18 @@ class RunStore:
             run.window.add(rec)
             run.stats_dirty = True
             run.last = rec
-            for key, v in parsed.values.items():
-                if key in CONTRACT_KEYS:
-                    continue
-                if key not in run.keys and len(run.keys) >= self.max_keys:
-                    self.errors[(source, "cardinality_cap")] += 1
-                    continue
-                run.keys[key] = v
+            vals = parsed.values
+            new = vals.keys() - run.keys.keys()
+            if new and not new <= CONTRACT_KEYS:  # a key this run never had: apply the cap
+                vals = dict(vals)
+                count = run.passthrough_count()
+                for key in new - CONTRACT_KEYS:
+                    if count >= self.max_keys:
+                        del vals[key]
+                        self.errors[(source, "cardinality_cap")] += 1
+                    else:
+                        count += 1
+            run.keys.update(vals)  # the usual step: no new key, one C-level update
             return rec
 
     def count_notification(self, status: str) -> None:

@@ -49,24 +49,41 @@ def _coerce_step(raw) -> int:
     return step
 
 
+_KEY_OK: dict[str, bool] = {}  # key -> a string within MAX_KEY_CHARS, not named like a secret
+_KEY_CACHE_MAX = 1 << 16
+
+
+def _key_ok(key) -> bool:
+    ok = _KEY_OK.get(key) if type(key) is str else None
+    if ok is None:
+        ok = type(key) is str and 0 < len(key) <= MAX_KEY_CHARS and not is_secret_key(key)
+        if type(key) is str and len(_KEY_OK) < _KEY_CACHE_MAX:
+            _KEY_OK[key] = ok
+    return ok
+
+
 def clean_values(data: dict) -> tuple[dict[str, float], dict[str, int]]:
     """Keep finite numeric values; count what was dropped and why. Keys named like a secret
-    (``HF_TOKEN``, ``env/WANDB_API_KEY``) are dropped whatever their value: a key becomes a label."""
+    (``HF_TOKEN``, ``env/WANDB_API_KEY``) are dropped whatever their value: a key becomes a label.
+    The common case (a known key, a finite float) costs one dict lookup; the rest takes the slow path."""
     values: dict[str, float] = {}
     dropped: dict[str, int] = {}
+    key_ok = _KEY_OK.get
     for key, v in data.items():
         t = type(v)
-        # the common case first: a plain key with a finite int/float value
-        if (t is float or t is int) and type(key) is str and 0 < len(key) <= MAX_KEY_CHARS \
-                and (t is int or math.isfinite(v)) and not is_secret_key(key):
+        if t is float:
+            if v - v == 0.0 and key_ok(key):  # finite: inf - inf and nan - nan are nan
+                values[key] = v
+                continue
+        elif t is int and key_ok(key):
             values[key] = float(v)
             continue
-        if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
-            reason = "key_too_long" if isinstance(key, str) and key else "bad_key"
+        if not _key_ok(key):
+            if isinstance(key, str) and key and len(key) <= MAX_KEY_CHARS:
+                reason = "secret_key"
+            else:
+                reason = "key_too_long" if isinstance(key, str) and key else "bad_key"
             dropped[reason] = dropped.get(reason, 0) + 1
-            continue
-        if is_secret_key(key):
-            dropped["secret_key"] = dropped.get("secret_key", 0) + 1
             continue
         if isinstance(v, bool):
             v = float(v)

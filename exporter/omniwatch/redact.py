@@ -6,6 +6,7 @@ Slack, AWS access keys)."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 SECRET_KEY = re.compile(
     r"(?:^|/)[A-Z0-9_]*(?:TOKEN|KEY|PASSWORD|PASSWD|SECRET)[A-Z0-9_]*$"
@@ -18,7 +19,9 @@ REDACTED = "[redacted]"
 ASSIGNED = re.compile(r"\b([A-Z0-9_]*(?:TOKEN|KEY|PASSWORD|PASSWD|SECRET)[A-Z0-9_]*\s*[=:]\s*)([^\s\"',;]+)")
 
 
+@lru_cache(maxsize=1 << 16)
 def is_secret_key(key: str) -> bool:
+    """Cached: a run logs the same ~100 keys every step (bounded cache: endless keys cost a regex each)."""
     return SECRET_KEY.search(key) is not None
 
 
