@@ -4,6 +4,8 @@ H200 trace (looping replay, phases attributed from the trace's own steps), demo 
 No panel is exempt."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from omniwatch import names
@@ -48,9 +50,14 @@ def test_gpu_panels_come_from_the_replayed_sampler(stack):
     assert len(util) == REPLAY_GPUS
     info = stack.query(names.GPU_INFO)
     assert {s["metric"]["name"] for s in info} == {"NVIDIA H200"}
-    phases = {s["metric"]["phase"] for s in stack.query(
-        f'{names.GPU_PHASE_IDLE_SECONDS_TOTAL}{{project="{DEMO_RUN[0]}",experiment="{DEMO_RUN[1]}"}}')}
-    assert {"gen", "reward", "update_actor"} <= phases, phases
+    def phases():
+        return {s["metric"]["phase"] for s in stack.query(
+            f'{names.GPU_PHASE_IDLE_SECONDS_TOTAL}{{project="{DEMO_RUN[0]}",experiment="{DEMO_RUN[1]}"}}')}
+    # replayed steps are attributed once the samples covering them arrived: wait (bounded) for a full step
+    deadline = time.monotonic() + 60
+    while not {"gen", "reward", "update_actor"} <= phases() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert {"gen", "reward", "update_actor"} <= phases(), phases()
     assert stack.replayed_steps >= 1
 
 
