@@ -15,7 +15,8 @@ from omniwatch.analytics import DEFAULT_WARMUP_STEPS
 from omniwatch.backtest import add_commands
 from omniwatch.backtest.backtest import backtest
 from omniwatch.backtest.evaluate import firing_intervals
-from omniwatch.backtest.ruleset import levels, load
+from omniwatch.backtest.replay import intervals, replay_to_file
+from omniwatch.backtest.ruleset import inline, levels, load
 from omniwatch.backtest.runfile import RunFileError, load_run
 from omniwatch.backtest.timeline import Timeline, parse_duration, parse_time
 from omniwatch.backtest.tsdb import TempPrometheus
@@ -79,6 +80,80 @@ def test_timeline_from_timers_and_mtime(tmp_path):
     tl2 = Timeline.of(run, START)
     assert tl2.arrivals[0] == START + 40 and tl2.step_at(START + 139) == 0 and tl2.step_at(START + 140) == 1
     assert tl2.step_at(START) is None
+
+
+def test_pace_replaces_the_timers_in_timeline_and_replay(tmp_path):
+    """--pace: one line every PACE seconds, whatever the timers say (the clock of an accelerated
+    live replay, which a backtest must use to fire at the replay's steps)."""
+    p = write_jsonl(tmp_path / "proj" / "exp.jsonl", fixture_records("flowgrpo_reward_bound")[:5])
+    run = load_run(p)
+    tl = Timeline.of(run, START, pace=2.0)
+    assert tl.arrivals == [START + 2.0 * k for k in range(1, 6)] and tl.step_at(START + 5) == 2
+    assert intervals(run, pace=0.5) == [0.5] * 5
+    assert intervals(run, speed=250) == pytest.approx([w / 250 for w in run.wall_seconds()])
+    # a stop event ends the replay between two lines, the file holding exactly the lines written
+    stop = threading.Event()
+    written: list[int] = []
+
+    class Progress:
+        def advance(self, n=1):
+            written.append(n)
+            if len(written) == 2:
+                stop.set()
+    out = tmp_path / "root" / "proj" / "exp.jsonl"
+    stats = replay_to_file(run, out, progress=Progress(), pace=0.01, stop=stop)
+    assert stats.sent == 2 and [e.step for e in load_run(str(out)).entries] == [1, 2]
+
+
+def test_pace_options_are_checked(tmp_path, capsys):
+    for argv in (["backtest", "--pace", "0", "x.jsonl"], ["backfill", "--pace", "nan", "x.jsonl"],
+                 ["replay", "--pace", "2", "--speed", "60", "--to", str(tmp_path), "x.jsonl"]):
+        with pytest.raises(SystemExit) as e:
+            cli(argv)
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "pace must be a number > 0" in err and "not allowed with argument" in err
+
+
+def test_same_group_recording_rules_are_inlined_as_live_evaluates_them(tmp_path):
+    """An alert reads its group's earlier recording rules at the evaluation that recorded them."""
+    assert inline("a:b:c > 1", {"a:b:c": "max(x)"}) == "(max(x)) > 1"
+    kept = ('a:b:c{k="v"}', "a:b:c[5m]", "a:b:c offset 5m", "a:b:c @ 100", 'x{k="a:b:c"}', "a:b:cd", "z:a:b:c")
+    for expr in kept:
+        assert inline(expr, {"a:b:c": "max(x)"}) == expr
+    (tmp_path / "r.rules.yml").write_text("""
+groups:
+  - name: g1
+    rules:
+      - record: r:x:min
+        expr: max by (p) (x{stat="min"})
+      - record: r:x:ratio
+        expr: r:x:min / r:y:sum
+      - record: r:z:twice
+        expr: vector(1)
+        labels: {source: a}
+      - record: r:z:twice
+        expr: vector(2)
+        labels: {source: b}
+      - alert: A
+        expr: r:x:ratio > 1 and r:z:twice > 0 and r:late:sum > 0 and r:y:sum > 0
+        for: 15s
+      - record: r:late:sum
+        expr: sum(y)
+  - name: g2
+    rules:
+      - record: r:y:sum
+        expr: sum(y)
+      - alert: B
+        expr: r:x:min > 1
+""")
+    rs = load(tmp_path)
+    a, b = rs.alerts
+    assert a.eval_expr == ('((max by (p) (x{stat="min"})) / r:y:sum) > 1 and r:z:twice > 0 '
+                           "and r:late:sum > 0 and r:y:sum > 0")  # other group / twice defined / later: read
+    assert b.eval_expr == b.expr == "r:x:min > 1"
+    assert {r.record for r in rs.needed_recordings([a], inlined=True)} == {"r:y:sum", "r:z:twice", "r:late:sum"}
+    assert {r.record for r in rs.needed_recordings([a])} >= {"r:x:ratio", "r:x:min"}
 
 
 def test_time_and_duration_parsing():

@@ -69,15 +69,17 @@ def tail_for(rules: RuleSet, eval_interval: float, scrape_interval: float) -> fl
 
 def backtest(run: RecordedRun, *, rules_dir: str | Path | None = None, eval_interval: float = 15.0,
              scrape_interval: float = DEFAULT_SCRAPE_INTERVAL, start: float | None = None,
-             progress=None) -> BacktestResult:
+             pace: float | None = None, progress=None) -> BacktestResult:
+    """``pace``: one line every ``pace`` seconds instead of the run's timers — the clock of a live
+    ``replay --pace`` (with the live profile's intervals, the backtest fires at the replay's steps)."""
     progress = progress or NullProgress()
     rules = load(rules_dir)
     alerts = rules.evaluated()
-    timeline = Timeline.of(run, start)
+    timeline = Timeline.of(run, start, pace)
     with tempfile.TemporaryDirectory(prefix="omniwatch-backtest-") as tmp:
         bf = backfill(run, timeline, str(Path(tmp) / "data"), scrape_interval=scrape_interval,
                       tail=tail_for(rules, eval_interval, scrape_interval),
-                      recordings=rules.needed_recordings(alerts), eval_interval=eval_interval,
+                      recordings=rules.needed_recordings(alerts, inlined=True), eval_interval=eval_interval,
                       om_file=str(Path(tmp) / "run.om.txt"), progress=progress)
         times = eval_times(bf.first, bf.last, eval_interval)
         hits: list[AlertHit] = []

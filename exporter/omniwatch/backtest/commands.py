@@ -38,14 +38,22 @@ def _time(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _speed(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = 0
-    if not v > 0 or v > 1e9:
-        raise argparse.ArgumentTypeError(f"speed must be a number > 0, got {text!r}")
-    return v
+def _positive(what: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = 0
+        if not v > 0 or v > 1e9:
+            raise argparse.ArgumentTypeError(f"{what} must be a number > 0, got {text!r}")
+        return v
+    return parse
+
+
+_speed = _positive("speed")
+_pace = _positive("pace")
+PACE_HELP = ("uniform wall-clock SECONDS per step instead of the step timers (what `omniwatch replay --pace` "
+             "writes; with the live profile's intervals a backtest then fires at the replay's steps)")
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -78,13 +86,13 @@ def cmd_replay(args) -> int:
     err = Console(stderr=True, soft_wrap=True)
     run = load_run(args.run, project=args.project, experiment=args.experiment)
     with progress_for(err, args.quiet) as prog:
-        prog.phase(f"replay x{args.speed:g}", len(run.entries))
+        prog.phase(f"replay {args.pace:g} s/step" if args.pace else f"replay x{args.speed:g}", len(run.entries))
         if args.to:
             dest = target_file(args.to, run)
-            stats = replay_to_file(run, dest, args.speed, prog)
+            stats = replay_to_file(run, dest, args.speed, prog, pace=args.pace)
             where = str(dest)
         else:
-            stats = replay_to_push(run, args.push, args.speed, prog)
+            stats = replay_to_push(run, args.push, args.speed, prog, pace=args.pace)
             where = push_url(args.push)
     err.print(f"replayed {stats.sent}/{len(run.entries)} steps of {run.project}/{run.experiment} to {where}"
               + (f"; failed: {stats.failed}" if stats.failed else ""), highlight=False)
@@ -95,7 +103,7 @@ def cmd_replay(args) -> int:
 def cmd_backfill(args) -> int:
     err = Console(stderr=True, soft_wrap=True)
     run = load_run(args.run, project=args.project, experiment=args.experiment)
-    timeline = Timeline.of(run, args.start)
+    timeline = Timeline.of(run, args.start, args.pace)
     out = Path(args.out or f"backfill-{run.experiment}")
     out.mkdir(parents=True, exist_ok=True)
     data_dir = Path(args.prometheus_data) if args.prometheus_data else out / "data"
@@ -126,7 +134,7 @@ def cmd_backtest(args) -> int:
     run = load_run(args.run, project=args.project, experiment=args.experiment)
     with progress_for(err, args.quiet or args.json) as prog:
         res = backtest(run, rules_dir=args.rules, eval_interval=args.eval_interval,
-                       scrape_interval=args.scrape_interval, start=args.start, progress=prog)
+                       scrape_interval=args.scrape_interval, start=args.start, pace=args.pace, progress=prog)
     if args.json:
         sys.stdout.write(json.dumps(res.as_json()) + "\n")
     else:
@@ -140,7 +148,9 @@ def add_commands(sub) -> None:
                                    "the exporter watches, or POST it step by step to the push endpoint "
                                    "(bearer token from OMNIWATCH_PUSH_TOKEN).")
     _run_args(p)
-    p.add_argument("--speed", type=_speed, default=60.0, help="time compression: step seconds / SPEED between lines (default 60)")
+    clock = p.add_mutually_exclusive_group()
+    clock.add_argument("--speed", type=_speed, default=60.0, help="time compression: step seconds / SPEED between lines (default 60)")
+    clock.add_argument("--pace", type=_pace, metavar="SECONDS", help="one line every SECONDS (uniform), ignoring the timers")
     dest = p.add_mutually_exclusive_group(required=True)
     dest.add_argument("--to", metavar="PATH", help="JSONL file to write, or a VERL_FILE_LOGGER_ROOT directory")
     dest.add_argument("--push", metavar="URL", help="exporter base URL (POST URL/api/v1/push)")
@@ -153,6 +163,7 @@ def add_commands(sub) -> None:
                                    "recording rules from --rules are backfilled too.")
     _run_args(p)
     p.add_argument("--start", type=_time, help="when the run started (ISO 8601 or unix); default: file mtime minus the run's total time")
+    p.add_argument("--pace", type=_pace, metavar="SECONDS", help=PACE_HELP)
     p.add_argument("--scrape-interval", type=_duration, default=DEFAULT_SCRAPE_INTERVAL, help="default 15s")
     p.add_argument("--eval-interval", type=_duration, default=DEFAULT_SCRAPE_INTERVAL, help="recording-rule evaluation interval (default 15s)")
     p.add_argument("--tail", type=_duration, default=DEFAULT_TAIL, help="keep scraping the finished run this long (default 5m)")
@@ -174,6 +185,7 @@ def add_commands(sub) -> None:
     p.add_argument("--eval-interval", type=_duration, default=15.0, help="default 15s")
     p.add_argument("--scrape-interval", type=_duration, default=DEFAULT_SCRAPE_INTERVAL, help="default 15s")
     p.add_argument("--start", type=_time, help="when the run started (default: file mtime minus the run's total)")
+    p.add_argument("--pace", type=_pace, metavar="SECONDS", help=PACE_HELP)
     p.add_argument("--json", action="store_true", help='print one JSON object {"run", "steps", "alerts": [...]}')
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_backtest)

@@ -78,7 +78,7 @@ def evaluate_rule(prom, rule: AlertRule, times: list[float]) -> list[Firing]:
     step = times[1] - times[0] if len(times) > 1 else 15.0
     index = {round(t * 1000): k for k, t in enumerate(times)}
     truth: dict[tuple, tuple[dict, list[bool]]] = {}
-    for series in prom.query_range(rule.expr, times[0], times[-1], step):
+    for series in prom.query_range(rule.eval_expr, times[0], times[-1], step):
         labels = alert_labels(rule, series["metric"])
         key = tuple(sorted(labels.items()))
         _, flags = truth.setdefault(key, (labels, [False] * len(times)))

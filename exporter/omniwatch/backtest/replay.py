@@ -2,11 +2,14 @@
 
 Either write the lines, as verl's FileLogger does (``open(path, "wb")`` unbuffered, one orjson line per
 step), into a file the running exporter watches, or POST each step to the exporter's push endpoint.
-Line i is written ``wall_i / speed`` seconds after line i-1 (``wall`` = the step's own timers), on a
-monotonic schedule so sleeps do not drift.
+Line i is written ``wall_i / speed`` seconds after line i-1 (``wall`` = the step's own timers), or
+every ``pace`` seconds (uniform; ``backtest --pace`` reproduces such a replay), on a monotonic schedule
+so sleeps do not drift. A ``stop`` event ends a replay between two lines (callers that stop once they
+have seen enough, e.g. a test that waits for an alert).
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,22 +44,35 @@ def push_url(url: str) -> str:
     return url if url.endswith(PUSH_PATH) else url + PUSH_PATH
 
 
-def _schedule(run: RecordedRun, speed: float, sleep=time.sleep, clock=time.monotonic):
-    """Yield each entry when it is due."""
+def intervals(run: RecordedRun, speed: float = 1.0, pace: float | None = None) -> list[float]:
+    """Seconds before each line: ``pace`` for every line, else the line's timers / ``speed``."""
+    if pace is not None:
+        return run.wall_seconds(pace)
+    return [w / speed for w in run.wall_seconds()]
+
+
+def _schedule(run: RecordedRun, speed: float, sleep=time.sleep, clock=time.monotonic,
+              pace: float | None = None, stop: threading.Event | None = None):
+    """Yield each entry when it is due; nothing more once ``stop`` is set."""
+    if stop is not None:
+        sleep = stop.wait  # a set stop event ends the wait at once
     due = clock()
-    for entry, wall in zip(run.entries, run.wall_seconds()):
-        due += wall / speed
+    for entry, gap in zip(run.entries, intervals(run, speed, pace)):
+        due += gap
         delay = due - clock()
         if delay > 0:
             sleep(delay)
+        if stop is not None and stop.is_set():
+            return
         yield entry
 
 
-def replay_to_file(run: RecordedRun, path: Path, speed: float, progress=None, sleep=time.sleep) -> ReplayStats:
+def replay_to_file(run: RecordedRun, path: Path, speed: float = 60.0, progress=None, sleep=time.sleep, *,
+                   pace: float | None = None, stop: threading.Event | None = None) -> ReplayStats:
     stats = ReplayStats()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb", buffering=0) as f:  # verl FileLogger: "wb" (a restart truncates), unbuffered
-        for entry in _schedule(run, speed, sleep):
+        for entry in _schedule(run, speed, sleep, pace=pace, stop=stop):
             f.write(orjson.dumps(entry.record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
             stats.sent += 1
             if progress:
@@ -64,8 +80,9 @@ def replay_to_file(run: RecordedRun, path: Path, speed: float, progress=None, sl
     return stats
 
 
-def replay_to_push(run: RecordedRun, url: str, speed: float, progress=None, sleep=time.sleep,
-                   token: str | None = None) -> ReplayStats:
+def replay_to_push(run: RecordedRun, url: str, speed: float = 60.0, progress=None, sleep=time.sleep,
+                   token: str | None = None, *, pace: float | None = None,
+                   stop: threading.Event | None = None) -> ReplayStats:
     """POST {"project", "experiment", "step", "data"} per step with the bearer token from
     OMNIWATCH_PUSH_TOKEN (or _FILE). A refused step is counted by HTTP status, never retried; a
     connection error is retried a few times, then counted."""
@@ -73,7 +90,7 @@ def replay_to_push(run: RecordedRun, url: str, speed: float, progress=None, slee
     token = token if token is not None else read_secret("OMNIWATCH_PUSH_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with httpx.Client(timeout=10, headers=headers, trust_env=False) as client:
-        for entry in _schedule(run, speed, sleep):
+        for entry in _schedule(run, speed, sleep, pace=pace, stop=stop):
             body = {"project": run.project, "experiment": run.experiment, **entry.record}
             reason = None
             for attempt in range(PUSH_RETRIES):

@@ -1,6 +1,13 @@
 """The rule files as the backtest needs them: alerting rules with ``for``/``keep_firing_for``, and
 recording rules ordered by dependency level.
 
+An alert reads a recorded series of its own group at the very evaluation that recorded it (rules of a
+group run in order at one timestamp), so the backtest evaluates the alert with those earlier
+same-group recording rules inlined (``AlertRule.eval_expr``): that is what live computes. Reading
+them from backfilled blocks instead would lag by up to one evaluation per rule level, because promtool
+evaluates each backfilled group at its own hash offset. Recorded series of other groups (which lag
+live too) and references with matchers, ranges, ``offset`` or ``@`` are read from the backfill.
+
 Rules are always read from disk at run time (``alerts/*.rules.yml`` by default, the one set of rule
 files); nothing is copied. Recording rules are backfilled level by level because ``promtool tsdb
 create-blocks-from rules`` evaluates each rule against the server as it is: a rule that reads another
@@ -9,6 +16,7 @@ recorded series needs that series in the TSDB first.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +32,9 @@ LIVE_ONLY = {
 }
 HEARTBEAT_SEVERITY = "none"  # Watchdog-style alerts that always fire by design
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+# A bare reference: not part of a longer name, not followed by matchers, a range, offset or @.
+_REF = re.compile(r"(?<![\w:])([a-zA-Z_:][\w:]*)(?![\w:])(?!\s*[{\[@])(?!\s+offset\b)")
 
 
 @dataclass
@@ -35,6 +46,10 @@ class AlertRule:
     labels: dict[str, str]
     file: str
     group: str
+    eval_expr: str = ""    # expr with its group's earlier recording rules inlined (see module doc)
+
+    def __post_init__(self) -> None:
+        self.eval_expr = self.eval_expr or self.expr
 
     @property
     def severity(self) -> str:
@@ -70,12 +85,14 @@ class RuleSet:
         skip = self.skipped()
         return [a for a in self.alerts if a.name not in skip]
 
-    def needed_recordings(self, alerts: list[AlertRule] | None = None) -> list[RecordingRule]:
-        """Recording rules the given alerts read, directly or through other recording rules."""
+    def needed_recordings(self, alerts: list[AlertRule] | None = None, inlined: bool = False) -> list[RecordingRule]:
+        """Recording rules the given alerts read, directly or through other recording rules
+        (``inlined``: as the backtest evaluates them, with same-group recordings inlined)."""
         by_name: dict[str, list[RecordingRule]] = {}
         for r in self.recordings:
             by_name.setdefault(r.record, []).append(r)
-        todo = [tok for a in (self.alerts if alerts is None else alerts) for tok in _IDENT.findall(a.expr)]
+        todo = [tok for a in (self.alerts if alerts is None else alerts)
+                for tok in _IDENT.findall(a.eval_expr if inlined else a.expr)]
         seen: set[str] = set()
         while todo:
             tok = todo.pop()
@@ -111,6 +128,36 @@ def levels(recordings: list[RecordingRule]) -> list[list[RecordingRule]]:
     return [out[k] for k in sorted(out)]
 
 
+def inline(expr: str, defs: dict[str, str]) -> str:
+    """``expr`` with each bare reference to a name of ``defs`` replaced by ``(its expression)``;
+    string literals are left alone."""
+    if not defs:
+        return expr
+
+    def code(part: str) -> str:
+        return _REF.sub(lambda m: f"({defs[m[1]]})" if m[1] in defs else m[0], part)
+    out, pos = [], 0
+    for m in _STRING.finditer(expr):
+        out += [code(expr[pos:m.start()]), m[0]]
+        pos = m.end()
+    return "".join(out) + code(expr[pos:])
+
+
+def _inline_groups(rs: RuleSet, ordered: list[tuple[str, str, object]]) -> None:
+    """Set each alert's ``eval_expr``: recording rules defined earlier in its group (once in the whole
+    rule set, without extra labels, and named level:metric:ops — a colon no label or function name
+    has) are inlined, themselves inlined the same way."""
+    once = {k for k, n in Counter(r.record for r in rs.recordings).items() if n == 1}
+    defs: dict[tuple[str, str], dict[str, str]] = {}
+    for file, group, rule in ordered:
+        d = defs.setdefault((file, group), {})
+        if isinstance(rule, RecordingRule):
+            if rule.record in once and not rule.labels and ":" in rule.record:
+                d[rule.record] = inline(rule.expr, d).strip()
+        else:
+            rule.eval_expr = inline(rule.expr, d)
+
+
 def _seconds(v, what: str, path: Path) -> float:
     if v in (None, "", 0, "0", "0s"):
         return 0.0
@@ -129,6 +176,7 @@ def load(rules_dir: str | Path | None = None) -> RuleSet:
     if not files:
         raise RulesError(f"no *.rules.yml in {d}")
     rs = RuleSet(files=[str(f) for f in files])
+    ordered: list[tuple[str, str, object]] = []
     for path in files:
         doc = load_rule_file(path)
         for group in doc["groups"]:
@@ -143,8 +191,11 @@ def load(rules_dir: str | Path | None = None) -> RuleSet:
                         name, str(rule["expr"]), _seconds(rule.get("for"), f"{name} for", path),
                         _seconds(rule.get("keep_firing_for"), f"{name} keep_firing_for", path),
                         labels, str(path), gname))
+                    ordered.append((str(path), gname, rs.alerts[-1]))
                 elif "record" in rule:
                     rs.recordings.append(RecordingRule(str(rule["record"]), str(rule["expr"]), labels, gname))
+                    ordered.append((str(path), gname, rs.recordings[-1]))
+    _inline_groups(rs, ordered)
     return rs
 
 

@@ -63,9 +63,14 @@ class RecordedRun:
     def feed(self) -> str:
         return f"{self.kind}:{self.path}"
 
-    def wall_seconds(self) -> list[float]:
+    def wall_seconds(self, pace: float | None = None) -> list[float]:
         """Seconds each entry adds to the wall clock; a line without timers counts as the run's median
-        timed line (the fallback keeps a timer-less run on a sane clock)."""
+        timed line (the fallback keeps a timer-less run on a sane clock). ``pace`` (seconds per line)
+        replaces the timers by a uniform clock: an accelerated live replay (``replay --pace``) keeps
+        the rules' ``for:`` and evaluation interval fixed, so a backtest must use the replay's clock,
+        not the run's, to fire at the same steps."""
+        if pace is not None:
+            return [pace] * len(self.entries)
         raw = [e.timer_seconds() for e in self.entries]
         known = [x for x in raw if x is not None]
         fallback = statistics.median(known) if known else DEFAULT_STEP_SECONDS

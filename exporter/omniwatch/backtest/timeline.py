@@ -60,8 +60,9 @@ class Timeline:
     steps: list[int]       # per entry
 
     @classmethod
-    def of(cls, run: RecordedRun, start: float | None = None) -> "Timeline":
-        walls = run.wall_seconds()
+    def of(cls, run: RecordedRun, start: float | None = None, pace: float | None = None) -> "Timeline":
+        """Arrivals from the run's timers, or every ``pace`` seconds (see ``RecordedRun.wall_seconds``)."""
+        walls = run.wall_seconds(pace)
         if start is None:
             start = run.mtime - sum(walls)
         arrivals = [start + s for s in itertools.accumulate(walls)]

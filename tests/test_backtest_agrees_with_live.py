@@ -1,0 +1,212 @@
+"""The past looks like the present: a backtest of a fixture and a live replay of the same fixture agree
+on which alerts fire at which steps.
+
+A live replay is accelerated (``replay --pace 2``: one verl line every 2 s) while the rules' ``for:``
+and the evaluation interval stay what they are, so live alerts fire more steps after the fault than
+in a backtest on the file's own 250 s steps. ``backtest --pace 2`` with the fast profile's 1 s scrape
+and evaluation intervals runs on the replay's clock; this test replays two fault fixtures at once into
+the real native stack (Prometheus + Alertmanager + exporter, ``profile="fast"``), records when each
+alert fired in Prometheus (``activeAt + for``, seen by polling ``/api/v1/alerts`` every 0.5 s) and
+at the exporter's webhook (``receivedAt``), maps those times to the latest step written, and asserts
+the backtest of the very lines that were written names the same alerts, each within one step.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+
+import httpx
+import pytest
+
+from omniwatch import names
+from omniwatch.backtest.replay import replay_to_file, target_file
+from omniwatch.backtest.ruleset import load
+from omniwatch.backtest.runfile import load_run
+from omniwatch.stack import Stack, StackConfig
+
+from .conftest import fixture_path, free_port, require_binary
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(170)]
+
+PACE = 2.0          # seconds per replayed step
+INTERVAL = "1s"     # the fast profile's scrape and evaluation interval
+POLL = 0.5          # Prometheus /api/v1/alerts polling period
+AFTER_FIRING = 3    # steps replayed after the run's fault alert fired
+REPLAY_LIMIT = 90.0  # seconds; 40 steps at 2 s are 80 s
+RUNS = {"flowgrpo_reward_bound": names.ALERT_REWARD_BOUND, "v1_transfer_idle": names.ALERT_IDLE}
+STEP_TOLERANCE = 1   # Prometheus firing step vs backtest first_step
+WEBHOOK_LAG = 2      # steps the webhook may trail Prometheus (group_wait 1 s, group_interval 2 s)
+
+
+class Writes:
+    """``replay_to_file`` progress hooks: the wall-clock time each line was written."""
+
+    def __init__(self, run):
+        self.run, self.times = run, []
+
+    def phase(self, name, total=None):
+        pass
+
+    def advance(self, n=1):
+        self.times.append(time.time())
+
+    def step_at(self, t: float) -> int | None:
+        """The latest step written at ``t`` (None before the first line)."""
+        i = bisect.bisect_right(self.times, t) - 1
+        return self.run.entries[i].step if i >= 0 else None
+
+
+def _unix(rfc3339: str) -> float:
+    """Prometheus' nanosecond RFC 3339 timestamps (``...12.123456789Z``) as unix seconds."""
+    t = re.sub(r"(\.\d{6})\d+", r"\1", rfc3339).replace("Z", "+00:00")
+    return datetime.fromisoformat(t).timestamp()
+
+
+def _key(labels: dict) -> tuple:
+    """(experiment, alertname, the other labels) — the identity of one alert of one run."""
+    rest = tuple(sorted((k, v) for k, v in labels.items() if k not in ("alertname", "alertstate")))
+    return labels.get("experiment"), labels["alertname"], rest
+
+
+def _ours(labels: dict) -> bool:
+    return labels.get("project") == "verl" and labels.get("experiment") in RUNS
+
+
+@pytest.fixture
+def stack(tmp_path):
+    require_binary("prometheus")
+    require_binary("promtool")
+    require_binary("alertmanager", "prometheus-alertmanager")
+    root = tmp_path / "logs"
+    root.mkdir()
+    cfg = StackConfig(run_dir=tmp_path / "run", prometheus_port=free_port(), alertmanager_port=free_port(),
+                      exporter_port=free_port(), grafana_port=free_port(), profile="fast", watch=[str(root)],
+                      exporter_args=["--poll-interval", "0.2"])
+    st = Stack(cfg)
+    try:
+        st.up()
+        yield st, root
+    finally:
+        st.down()
+
+
+def _prometheus_firing(client: httpx.Client, url: str) -> list[dict]:
+    r = client.get(f"{url}/api/v1/alerts", timeout=5)
+    r.raise_for_status()
+    return [a for a in r.json()["data"]["alerts"] if a["state"] == "firing" and _ours(a["labels"])]
+
+
+def _backtest(path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "omniwatch", "backtest", str(path), "--pace", f"{PACE:g}",
+                             "--scrape-interval", INTERVAL, "--eval-interval", INTERVAL, "--json", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_backtest_on_the_replay_clock_fires_the_live_alerts_at_the_same_steps(stack):
+    st, root = stack
+    hold = {r.name: r.hold for r in load().evaluated()}
+    # After the last step the held values change no more: only a step-based alert that became true on
+    # the last steps can still fire, once it sat out its for: (as the backtest's tail lets it).
+    tail = max(r.hold for r in load().evaluated() if r.labels.get("persistence") == "steps") + 3 + 1
+    runs = {name: load_run(str(fixture_path(name))) for name in RUNS}
+    dests = {name: target_file(str(root) + "/", run) for name, run in runs.items()}
+    writes = {name: Writes(run) for name, run in runs.items()}
+    stops = {name: threading.Event() for name in RUNS}
+    errors: list[BaseException] = []
+
+    def replay(name):
+        try:
+            replay_to_file(runs[name], dests[name], progress=writes[name], pace=PACE, stop=stops[name])
+        except BaseException as e:  # noqa: BLE001 - reported by the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=replay, args=(n,), daemon=True) for n in RUNS]
+    prom: dict[tuple, dict] = {}  # alert -> {"fired": activeAt + for, "seen": first poll that saw it firing}
+    backtests: dict[str, subprocess.Popen] = {}
+    client = httpx.Client(trust_env=False)
+    try:
+        for t in threads:
+            t.start()
+        started = time.monotonic()
+
+        def poll():
+            now = time.time()
+            for a in _prometheus_firing(client, st.cfg.prometheus_url):
+                k = _key(a["labels"])
+                if k not in prom:
+                    prom[k] = {"fired": _unix(a["activeAt"]) + hold[a["labels"]["alertname"]], "seen": now}
+
+        # Replay until each run's fault alert fired in Prometheus and AFTER_FIRING more steps were written.
+        while any(t.is_alive() for t in threads) and time.monotonic() - started < REPLAY_LIMIT:
+            poll()
+            for name, alert in RUNS.items():
+                fired = [v["seen"] for (x, a, _), v in prom.items() if x == name and a == alert]
+                w = writes[name]
+                if fired and len(w.times) >= bisect.bisect_right(w.times, fired[0]) + AFTER_FIRING:
+                    stops[name].set()
+            time.sleep(POLL)
+        for name in RUNS:
+            stops[name].set()
+        for t in threads:
+            t.join(timeout=10)
+        assert not errors, errors
+        # Backtest the lines that were written, on the replay's clock (started only now: on a 2-core
+        # machine they would slow the live exporter while it still follows a replay).
+        backtests = {name: _backtest(dests[name]) for name in RUNS}
+        # Keep watching as long as the backtest keeps scraping the finished run (alerts that became
+        # true on the last steps sit out their for: there too).
+        watch_until = max(w.times[-1] for w in writes.values()) + tail + 1.0
+        while time.time() < watch_until:
+            poll()
+            time.sleep(POLL)
+        r = client.get(f"{st.cfg.exporter_url}/api/v1/alerts", params={"limit": 1000}, timeout=5)
+        r.raise_for_status()
+        webhook: dict[tuple, float] = {}
+        for a in r.json():
+            if a["status"] == "firing" and _ours(a["labels"]):
+                k = _key(a["labels"])
+                webhook[k] = min(webhook.get(k, a["receivedAt"]), a["receivedAt"])
+        results = {}
+        for name, p in backtests.items():
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            results[name] = json.loads(out)
+    finally:
+        for ev in stops.values():
+            ev.set()
+        for p in backtests.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        client.close()
+
+    expected = {}
+    for name, res in results.items():
+        assert res["steps"] == len(writes[name].times)
+        for a in res["alerts"]:
+            labels = {**a["labels"], "alertname": a["alertname"]}
+            expected[_key(labels)] = a["first_step"]
+    live = {k: (writes[k[0]].step_at(v["fired"]), writes[k[0]].step_at(v["seen"])) for k, v in prom.items()}
+    hooks = {k: writes[k[0]].step_at(t) for k, t in webhook.items()}
+    report = "\n".join(f"{k[0]:<24} {k[1]:<20} backtest {expected.get(k)!s:>4}  prometheus {live.get(k, (None,))[0]!s:>4} "
+                       f"(poll {live.get(k, (None, None))[1]!s:>4})  webhook {hooks.get(k)!s:>4}"
+                       for k in sorted(set(expected) | set(live), key=str))
+    print("\nalert first steps at pace", PACE, "s/step\n" + report)
+
+    for name, alert in RUNS.items():  # the faults were seen at all, live and in the backtest
+        assert any(k[0] == name and k[1] == alert for k in live), f"{alert} never fired live for {name}\n{report}"
+    assert set(live) == set(expected), f"live and backtest fire different alerts\n{report}"
+    for k, first_step in expected.items():
+        assert abs(live[k][0] - first_step) <= STEP_TOLERANCE, f"{k[:2]} fired at different steps\n{report}"
+    # The webhook sees what Alertmanager let through (inhibited alerts, e.g. StepTimeRegression under
+    # RewardBoundRollout, never arrive), after Prometheus, within group_wait / group_interval.
+    assert {(k[0], k[1]) for k in webhook} >= {(n, a) for n, a in RUNS.items()}, report
+    for k, step in hooks.items():
+        assert k in live, f"{k[:2]} at the webhook but never firing in Prometheus\n{report}"
+        assert live[k][0] <= step <= live[k][0] + WEBHOOK_LAG, f"{k[:2]} webhook step {step}\n{report}"
