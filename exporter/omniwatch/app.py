@@ -98,8 +98,10 @@ def on_lifespan(app: FastAPI, start, stop) -> None:
     app.router.lifespan_context = lifespan
 
 
-def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings) -> FastAPI:
-    app = FastAPI(title="omniwatch exporter", version=__version__, docs_url=None, redoc_url=None)
+def base_app(store: RunStore, registry: CollectorRegistry, settings: Settings, title: str,
+             health: dict | None = None) -> FastAPI:
+    """What every omniwatch process serves: ``/metrics`` from its registry and ``/healthz``."""
+    app = FastAPI(title=title, version=__version__, docs_url=None, redoc_url=None)
     app.state.store, app.state.registry, app.state.settings = store, registry, settings
 
     @app.get("/metrics")
@@ -108,7 +110,30 @@ def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings)
 
     @app.get("/healthz")
     def healthz():
-        return {"status": "ok", "version": __version__}
+        return {"status": "ok", "version": __version__, **(health or {})}
+
+    return app
+
+
+def mount_areas(app: FastAPI, modules: list[str]) -> None:
+    """Mount each installed area module's ``router`` after its ``init(app)``; absent areas are skipped."""
+    for modname in modules:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:
+            if e.name == modname or (e.name and modname.startswith(e.name + ".")):
+                continue
+            raise
+        if not hasattr(mod, "router"):
+            log.warning("%s has no router; not mounted", modname)
+            continue
+        if hasattr(mod, "init"):
+            mod.init(app)
+        app.include_router(mod.router)
+
+
+def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings) -> FastAPI:
+    app = base_app(store, registry, settings, "omniwatch exporter")
 
     @app.get("/-/ready")
     def ready():
@@ -129,19 +154,6 @@ def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings)
                             "steps_total": run.steps_total, "restarts": run.restarts_total})
         return JSONResponse(out)
 
-    for modname in ROUTER_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname:
-                continue
-            raise
-        if not hasattr(mod, "router"):
-            log.warning("%s has no router; not mounted", modname)
-            continue
-        if hasattr(mod, "init"):
-            mod.init(app)
-        app.include_router(mod.router)
-
+    mount_areas(app, ROUTER_MODULES)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

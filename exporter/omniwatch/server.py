@@ -1,11 +1,9 @@
 """``omniwatch serve``: the exporter process — sources, the run model, and the FastAPI app on one port.
-
-Optional areas (GPU sampler, Ray discovery) plug in through SERVE_EXTENSIONS: a module exposing
-``add_serve_args(parser)`` and ``start_from_args(args, exporter) -> object with stop()``."""
+Areas with background work (relay delivery, GPU sampling, Ray discovery) start with the app's lifespan
+(``app.on_lifespan``); their options reach them through ``Settings.extra``."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -20,21 +18,6 @@ from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings
 from .sources.files import FileSource
 
 log = logging.getLogger(__name__)
-
-SERVE_EXTENSIONS: list[str] = []
-
-
-def _extensions():
-    for name in SERVE_EXTENSIONS:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue
-            raise
-        if hasattr(mod, "add_serve_args") and hasattr(mod, "start_from_args"):
-            yield mod
-
 
 @dataclass
 class Exporter:
@@ -133,11 +116,6 @@ def settings_from_args(args) -> Settings:
 def serve(args) -> int:
     settings = settings_from_args(args)
     ex = Exporter.build(settings)
-    started = []
-    for mod in _extensions():
-        obj = mod.start_from_args(args, ex)
-        if obj is not None:
-            started.append(obj)
     ex.start_sources()
     if not settings.push_token:
         log.info("push endpoint disabled (set OMNIWATCH_PUSH_TOKEN or OMNIWATCH_PUSH_TOKEN_FILE to enable)")
@@ -151,11 +129,6 @@ def serve(args) -> int:
     try:
         server.run()
     finally:
-        for obj in reversed(started):
-            try:
-                obj.stop()
-            except Exception:
-                log.exception("stopping extension")
         ex.stop()
     return 0
 
@@ -168,8 +141,6 @@ def add_commands(sub) -> None:
         discovery.add_arguments(p)
     except ModuleNotFoundError:
         pass
-    for mod in _extensions():
-        mod.add_serve_args(p)
     p.set_defaults(func=serve)
 
 

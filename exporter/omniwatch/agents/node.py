@@ -9,7 +9,6 @@ hands it to Prometheus with a ``node`` label.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
@@ -18,10 +17,8 @@ import time
 
 import httpx
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi.responses import HTMLResponse
 
-from .. import __version__
 from ..exposition import make_registry
 from ..model import RunStore
 from ..settings import Settings, read_secret
@@ -35,33 +32,15 @@ DEFAULT_HEARTBEAT_S = 10.0
 
 def build_app(settings: Settings, store: RunStore) -> FastAPI:
     """A small FastAPI app: /metrics, /healthz and the node-local routers that are installed."""
-    registry = make_registry(store)
-    app = FastAPI(title="omniwatch node agent", version=__version__, docs_url=None, redoc_url=None)
-    app.state.store, app.state.registry, app.state.settings = store, registry, settings
-
-    @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/healthz")
-    def healthz():
-        return {"status": "ok", "version": __version__, "mode": "agent", "node": settings.extra.get("gpu_node")}
+    from ..app import base_app, mount_areas  # late: app imports the agents package
+    app = base_app(store, make_registry(store), settings, "omniwatch node agent",
+                   health={"mode": "agent", "node": settings.extra.get("gpu_node")})
 
     @app.get("/", response_class=HTMLResponse)
     def index():
         return '<html><body><h1>omniwatch node agent</h1><a href="/metrics">/metrics</a></body></html>'
 
-    for modname in AGENT_ROUTER_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname or (e.name and modname.startswith(e.name + ".")):
-                continue  # area not installed: the agent still serves its own health
-            raise
-        if hasattr(mod, "init"):
-            mod.init(app)
-        if hasattr(mod, "router"):
-            app.include_router(mod.router)
+    mount_areas(app, AGENT_ROUTER_MODULES)
     return app
 
 
