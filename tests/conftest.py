@@ -60,3 +60,15 @@ def require_binary(name: str, *alts: str) -> str:
     if os.environ.get("CI"):
         pytest.fail(f"{name} missing on PATH in CI: .ci/run must install it")
     pytest.skip(f"{name} not installed")
+
+
+def require_tool(*candidates: str) -> str:
+    """A Prometheus/Alertmanager tool found the way ``omniwatch rules`` finds it, or skip -- except in
+    CI (env CI set), where a missing tool is a failure."""
+    from omniwatch import rules
+    try:
+        return rules.find_tool(*candidates)
+    except rules.RulesError as e:
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))

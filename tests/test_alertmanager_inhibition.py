@@ -5,9 +5,7 @@ alerts of its run only, a named cause silences StepTimeRegression, critical sile
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
-import socket
 import subprocess
 import time
 
@@ -17,25 +15,11 @@ import yaml
 
 from omniwatch import names, rules
 
+from .conftest import free_port, require_tool as tool
+
 pytestmark = pytest.mark.integration
 
 ALERTS = rules.load_alerts()
-
-
-def tool(*candidates: str) -> str:
-    """The binary, or skip -- except in CI (env CI set), where a missing Alertmanager is a failure."""
-    try:
-        return rules.find_tool(*candidates)
-    except rules.RulesError as e:
-        if os.environ.get("CI"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def render_config(tmp_path) -> str:

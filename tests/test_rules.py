@@ -5,7 +5,6 @@ runbook link lands on a heading, every omniwatch metric name exists in the catal
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -16,20 +15,12 @@ import yaml
 
 from omniwatch import names, rules
 
+from .conftest import require_tool as tool
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 ALERTS = rules.load_alerts()
 SEVERITIES = {"critical", "warning", "info"}
-
-
-def tool(*candidates: str) -> str:
-    """The binary, or skip -- except in CI (env CI set), where a missing checker is a failure."""
-    try:
-        return rules.find_tool(*candidates)
-    except rules.RulesError as e:
-        if os.environ.get("CI"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:
