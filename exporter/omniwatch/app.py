@@ -80,6 +80,14 @@ def require_token(request: Request, expected: str | None, what: str) -> None:
         raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
 
+def area_state(request: Request, attr: str, what: str):
+    """An area's object on ``app.state`` (set by its ``init``), or 503 when the area did not start."""
+    obj = getattr(request.app.state, attr, None)
+    if obj is None:
+        raise HTTPException(503, f"{what} is not initialised")
+    return obj
+
+
 def on_lifespan(app: FastAPI, start, stop) -> None:
     """Run ``start()`` when the server starts and ``stop()`` when it stops, around whatever lifespan the
     app already has: how an area ties its background threads (relay delivery, GPU sampling, discovery,

@@ -23,10 +23,8 @@ SWEEP_S = 1.0
 
 
 def _registry(request: Request) -> AgentRegistry:
-    reg = getattr(request.app.state, "agents", None)
-    if reg is None:
-        raise HTTPException(503, "agent registry not initialised")
-    return reg
+    from ..app import area_state  # late: app imports this module
+    return area_state(request, "agents", "agent registry")
 
 
 def _require_token(request: Request) -> None:

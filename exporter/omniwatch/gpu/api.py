@@ -107,10 +107,8 @@ def _tie_to_lifespan(app, sampler: GpuSampler) -> None:
 
 
 def _collector(request: Request) -> GpuCollector:
-    c = getattr(request.app.state, "gpu", None)
-    if c is None:
-        raise HTTPException(503, "GPU module not initialised")
-    return c
+    from ..app import area_state  # late: app imports this module
+    return area_state(request, "gpu", "GPU module")
 
 
 @router.post("/api/v1/phases")

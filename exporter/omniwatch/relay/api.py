@@ -28,10 +28,7 @@ MAX_LIMIT = 1000
 
 
 def _relay(request: Request) -> Relay:
-    relay = getattr(request.app.state, "relay", None)
-    if relay is None:
-        raise HTTPException(503, "relay is not initialised")
-    return relay
+    return app_mod.area_state(request, "relay", "relay")
 
 
 @router.post("/api/v1/alertmanager")
