@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from omniwatch import compose, paths
+from omniwatch import compose, rules
 from omniwatch.stack import Stack, StackConfig
 
 from .conftest import REPO, require_binary
@@ -55,7 +55,7 @@ def test_same_jobs_rules_and_routing_as_the_native_stack(tmp_path):
     mount = next(v for v in yaml.safe_load(COMPOSE_FILE.read_text())["services"]["prometheus"]["volumes"]
                  if v.split(":")[1] == compose.RULES_GLOB.rsplit("/", 1)[0])
     assert sorted(p.name for p in (REPO / mount.split(":")[0]).glob("*.rules.yml")) == \
-        [p.name for p in paths.rule_files()]
+        [p.name for p in rules.rule_files()]
     assert {k: v for k, v in cam.items() if k != "receivers"} == {k: v for k, v in nam.items() if k != "receivers"}
 
 
@@ -95,7 +95,7 @@ def test_every_address_is_a_compose_service_and_tokens_are_mounted_secrets():
 def test_rendered_configs_pass_promtool_and_amtool(tmp_path):
     promtool, amtool = require_binary("promtool"), require_binary("amtool")
     cfg = _load("prometheus.yml")
-    cfg["rule_files"] = [str(p) for p in paths.rule_files()]   # the container glob, resolved here
+    cfg["rule_files"] = [str(p) for p in rules.rule_files()]   # the container glob, resolved here
     (tmp_path / "p.yml").write_text(yaml.safe_dump(cfg))
     for argv in ([promtool, "check", "config", str(tmp_path / "p.yml")],
                  [amtool, "check-config", str(OUT / "alertmanager.yml")]):

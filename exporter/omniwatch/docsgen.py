@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import names
+from . import names, paths
 from .analytics import CONTRACT_KEYS
 
 HEADER = """# Metrics
@@ -43,7 +43,7 @@ def render() -> str:
 
 
 def docs_path() -> Path:
-    return Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+    return paths.repo_dir() / "docs" / "metrics.md"
 
 
 def cmd_docs(args) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from . import paths
-from .rules import RulesError, load_rule_file
+from .rules import RulesError, load_rule_file, rule_files
 
 API_VERSION = "monitoring.coreos.com/v1"
 NAME = "omniwatch"
@@ -62,7 +62,7 @@ def parse_labels(items: list[str] | None) -> dict[str, str]:
 def rule_groups(rules_dir: Path | None = None) -> list[dict]:
     """Every group of every rule file, in file order, as written (no copy kept anywhere)."""
     groups, seen = [], {}
-    for path in sorted(Path(rules_dir or paths.alerts_dir()).glob("*.rules.yml")):
+    for path in rule_files(rules_dir):
         for g in load_rule_file(path)["groups"]:
             name = (g or {}).get("name")
             if name in seen:
@@ -128,7 +128,7 @@ def k8s_manifests() -> dict[str, str]:
 
 
 def k8s_dir() -> Path:
-    return paths._PKG.parents[1] / "deploy" / "k8s"
+    return paths.repo_dir() / "deploy" / "k8s"
 
 
 def write_k8s(out: Path | None = None, check: bool = False) -> list[str]:

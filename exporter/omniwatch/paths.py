@@ -7,8 +7,13 @@ from pathlib import Path
 _PKG = Path(__file__).resolve().parent
 
 
+def repo_dir() -> Path:
+    """The source checkout this package lives in (editable install); the home of docs/ and deploy/."""
+    return _PKG.parents[1]
+
+
 def _data_dir(name: str) -> Path:
-    repo = _PKG.parents[1] / name
+    repo = repo_dir() / name
     if repo.is_dir():
         return repo
     return _PKG / "_data" / name
@@ -20,11 +25,3 @@ def alerts_dir() -> Path:
 
 def dashboards_dir() -> Path:
     return _data_dir("dashboards")
-
-
-def rule_files() -> list[Path]:
-    return sorted(alerts_dir().glob("*.rules.yml"))
-
-
-def alertmanager_config() -> Path:
-    return alerts_dir() / "alertmanager.yml"

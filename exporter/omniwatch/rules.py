@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from . import names
+from . import names, paths
 
 RULE_GLOB = "*.rules.yml"
 ALERTMANAGER_FILE = "alertmanager.yml"
@@ -29,16 +29,7 @@ class RulesError(Exception):
     """A rule file cannot be read or edited, or a checker is missing or failed."""
 
 
-def _find_rules_dir() -> Path:
-    """The repository's ``alerts/`` next to a source checkout, else the copy packaged in the wheel."""
-    here = Path(__file__).resolve()
-    repo = here.parents[2] / "alerts"
-    if repo.is_dir():
-        return repo
-    return here.parent / "_data" / "alerts"
-
-
-RULES_DIR = _find_rules_dir()
+RULES_DIR = paths.alerts_dir()  # the checkout's alerts/, else the copy packaged in the wheel
 
 
 def rule_files(rules_dir: Path | None = None) -> list[Path]:

@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from . import paths
+from .rules import alertmanager_config_path, rule_files
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class Stack:
     # -- configs ------------------------------------------------------------------------------------
     def prometheus_config(self) -> dict:
         prof = PROFILES[self.cfg.profile]
-        rules = [str(p) for p in paths.rule_files()]
+        rules = [str(p) for p in rule_files()]
         scrape = [
             {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.exporter_port}"]}]},
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.prometheus_port}"]}]},
@@ -139,7 +140,7 @@ class Stack:
         return jobs + scrape_configs(exporter, refresh_interval="10s")
 
     def alertmanager_config(self) -> dict:
-        src = paths.alertmanager_config()
+        src = alertmanager_config_path()
         if not src.is_file():
             raise StackError(f"Alertmanager config {src} is missing")
         cfg = yaml.safe_load(src.read_text())
