@@ -64,10 +64,10 @@ def stack(tmp_path_factory):
     st = Stack(cfg)
     stop = threading.Event()
     # MFUDrop compares against the median of the previous 20 normal steps: with 17 healthy baseline
-    # steps the drop stays visible for ~17 steps, i.e. longer than `for: 15s` at 1.5 s per step.
+    # steps the drop stays visible for ~17 steps: 34 s at 2 s per step, twice `for: 15s` (margin for a loaded CI).
     sims = [threading.Thread(target=write_sim, daemon=True, args=(
-                root / "sim" / "mfu-drop.jsonl", RunSpec(pace=1.5, seed=11, faults=[Fault("actor_slow", 20, factor=2.0)]),
-                60, 1.5, stop)),
+                root / "sim" / "mfu-drop.jsonl", RunSpec(pace=2.0, seed=11, faults=[Fault("actor_slow", 20, factor=2.0)]),
+                60, 2.0, stop)),
             threading.Thread(target=write_sim, daemon=True, args=(
                 root / "sim" / "stalled.jsonl", RunSpec(pace=0.5, seed=12), 8, 0.5, stop))]
     try:
