@@ -6,11 +6,12 @@ OW := $(VENV)/bin/omniwatch
 PIP_FLAGS ?= -q
 CONSTRAINTS := $(wildcard constraints.txt)
 
-.PHONY: help install deps up down status demo test test-unit test-long bench dashboards compose docs rules backtest clean
+.PHONY: help install deps up down status demo test test-unit test-long test-ray bench dashboards compose docs rules backtest clean
 
 help:
 	@echo "make demo        native stack + simulated FlowGRPO runs that trip every core alert"
 	@echo "make test        unit tests, promtool rule checks/tests, integration tests on loopback"
+	@echo "make test-ray    install Ray + TransferQueue (CPU torch) into .venv and run the tests that need them"
 	@echo "make up|down|status   the monitoring stack (docker compose if an engine answers, else native)"
 	@echo "make compose     regenerate deploy/compose/*.yml from the native stack's code"
 	@echo "make dashboards  regenerate dashboards/*.json;  make docs: docs/metrics.md;  make rules: runbook links"
@@ -65,6 +66,11 @@ test: install deps
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration and not long" $(PYTEST_ARGS)
+
+# Ray / TransferQueue are heavy (CPU torch ~0.7 GB): `make test` skips their tests, naming this target.
+test-ray: install deps
+	bash .ci/install-ray-tq.sh $(VENV)
+	OMNIWATCH_REQUIRE_RAY=1 $(PY) -m pytest -q -m "ray and not long" $(PYTEST_ARGS)
 
 test-long: install
 	$(PY) -m pytest -q -m long $(PYTEST_ARGS)

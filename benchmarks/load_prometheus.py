@@ -43,7 +43,7 @@ from omniwatch.exposition import make_registry  # noqa: E402
 from omniwatch.model import RunStore  # noqa: E402
 from omniwatch.parse import parse_jsonl_line  # noqa: E402
 
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "verl" / "flowgrpo_healthy.jsonl"
+FIXTURE = ROOT / "tests" / "fixtures" / "verl" / "flowgrpo_healthy.jsonl"
 PHASES = ("gen", "reward", "old_log_prob", "update_actor", "inter_stage")
 GPU_SERIES = [m for m in n.CATALOGUE.values() if m.labels[:3] == n.GPU_LABELS]
 PHASE_SERIES = [m for m in n.CATALOGUE.values() if n.GPU_LABELS[0] in m.labels and n.L_PHASE in m.labels]

@@ -1,5 +1,5 @@
 """A live stack for the dashboard tests and the committed PNGs: a real Prometheus (1 s scrape and rule
-evaluation, the rules of alerts/) scraping a real omniwatch exporter app fed with the shared verl
+evaluation, the rules of alerts/) scraping a real omniwatch exporter app fed with the recorded verl
 fixtures, and the demo endpoints (vLLM-Omni, reward vLLM, TransferQueue, DCGM, Ray) with run labels.
 
 The exporter's GPU sampler runs on the recorded H200 trace (``gpu/loop.py``: two GPUs replaying it in
@@ -197,7 +197,7 @@ if __name__ == "__main__":
 
     from omniwatch.dashboards.render import render_all
 
-    stack = LiveStack(REPO.parent / "shared" / "fixtures" / "verl", step_delay=0.5).start()
+    stack = LiveStack(REPO / "tests" / "fixtures" / "verl", step_delay=0.5).start()
     try:
         stack.wait_ready()
         time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 20)

@@ -8,7 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-FIXTURE = Path("/work/shared/fixtures/endpoints/alertmanager_0.25_webhook_and_slack.jsonl")
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "endpoints" / "alertmanager_0.25_webhook_and_slack.jsonl"
 
 
 def fixture_bodies(path: str = "/alert") -> list[dict]:

@@ -3,35 +3,23 @@ one agent per node, discovered and scraped by a real Prometheus, idempotent star
 gets one, a killed agent or a removed node leaves SD and fires OmniwatchSourceDown, stop removes all."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import require_binary
+from conftest import require_binary, require_ray_tq
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _skip_or_fail(why: str):
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.ray]
 
 
 @pytest.fixture(scope="module")
 def obs(tmp_path_factory):
     require_binary("prometheus")
-    if importlib.util.find_spec("ray") is None:
-        _skip_or_fail("ray is not installed")
-    if not shutil.which("unshare") or subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
-        _skip_or_fail("unshare -n does not work here (needs CAP_SYS_ADMIN or user namespaces)")
+    require_ray_tq("ray")
     out = tmp_path_factory.mktemp("agents") / "out.json"
     cmd = f"ip link set lo up && exec {sys.executable} {ROOT / 'tests' / 'agents_scenario.py'} {out}"
     res = subprocess.run(["unshare", "-n", "sh", "-c", cmd], capture_output=True, text=True, timeout=280, cwd=ROOT)

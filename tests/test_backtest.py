@@ -1,4 +1,4 @@
-"""Backtest: the shared fixtures back-tested to the alerts their truth files imply, by a real
+"""Backtest: the recorded fixtures back-tested to the alerts their truth files imply, by a real
 Prometheus over backfilled blocks with the repository's alerts/ rule files; bad input; the CLI."""
 from __future__ import annotations
 
@@ -209,8 +209,8 @@ def test_fixture_backtests_to_its_truth(prom_tools, scenario):
 
 @pytest.mark.integration
 def test_actor_slow_variant_raises_mfu_drop(prom_tools, tmp_path):
-    """No shared fixture carries the ``actor_slow`` fault, so this builds it from
-    shared/fixtures/verl/flowgrpo_healthy.jsonl: from step 15 update_actor takes twice as long (the
+    """No recorded fixture carries the ``actor_slow`` fault, so this builds it from
+    tests/fixtures/verl/flowgrpo_healthy.jsonl: from step 15 update_actor takes twice as long (the
     step grows by the same seconds) and perf/mfu/actor is halved, as the README's fault table says."""
     recs = fixture_records("flowgrpo_healthy")
     for r in recs:

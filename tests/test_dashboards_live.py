@@ -1,5 +1,5 @@
 """Every panel of every generated dashboard shows data in a real Prometheus (the issue's proof, since
-Grafana cannot run here): exporter fed with the shared verl fixtures, its GPU sampler on the recorded
+Grafana cannot run here): exporter fed with the recorded verl fixtures (tests/fixtures/verl), its GPU sampler on the recorded
 H200 trace (looping replay, phases attributed from the trace's own steps), demo endpoints, alert rules.
 No panel is exempt."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from omniwatch import names
 from omniwatch.dashboards import verify as v
 from omniwatch.dashboards.catalog import DASHBOARDS
 
-from .conftest import VERL_FIXTURES, require_binary
+from .conftest import VERL_FIXTURES, fixture_path, require_binary
 from .dashboards_live_support import DEMO_RUN, GPU_NODE, REPLAY_GPUS, LiveStack
 
 pytestmark = [pytest.mark.integration]
@@ -20,8 +20,7 @@ pytestmark = [pytest.mark.integration]
 
 @pytest.fixture(scope="module")
 def stack():
-    if not (VERL_FIXTURES / "flowgrpo_healthy.jsonl").exists():
-        pytest.skip("shared verl fixtures not present")
+    fixture_path("flowgrpo_healthy")  # fails loudly if the recorded runs are missing
     s = LiveStack(VERL_FIXTURES, require_binary("prometheus"), step_delay=0.05)
     try:
         s.start()

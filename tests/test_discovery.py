@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from conftest import require_tool
 from omniwatch import names as n
 from omniwatch.app import create_app
 from omniwatch.discovery import DiscoveryConfig, add_commands, scrape_configs
@@ -226,9 +227,8 @@ def test_discover_command_table(standins, capsys):
 
 def test_promtool_rules_and_tests():
     root = Path(__file__).resolve().parent.parent
-    if not __import__("shutil").which("promtool"):
-        pytest.skip("promtool not installed")
-    r = subprocess.run(["promtool", "check", "rules", "alerts/endpoints.rules.yml"], cwd=root, capture_output=True, text=True)
+    promtool = require_tool("promtool")
+    r = subprocess.run([promtool, "check", "rules", "alerts/endpoints.rules.yml"], cwd=root, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run(["promtool", "test", "rules", "alerts/tests/endpoints_test.yml"], cwd=root, capture_output=True, text=True)
+    r = subprocess.run([promtool, "test", "rules", "alerts/tests/endpoints_test.yml"], cwd=root, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

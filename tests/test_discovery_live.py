@@ -2,51 +2,30 @@
 Prometheus, all inside a private network namespace (loopback only). The scenario runs once
 (tests/discovery_scenario.py) and writes what it saw; each test asserts one outcome of it.
 
-Skips when ray/transferqueue are not installed (fails instead when $CI is set: CI installs them
-with .ci/install-ray-tq.sh) and when ``unshare -n`` is not permitted here.
+Skips when ray/transferqueue are not installed or ``unshare -n`` is not permitted here, saying that
+``make test-ray`` installs them and runs these tests (where they are required, OMNIWATCH_REQUIRE_RAY=1,
+a missing piece fails).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import require_binary, require_ray_tq
+
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _requirements() -> str | None:
-    missing = [m for m in ("ray", "transfer_queue", "torch", "tensordict") if importlib.util.find_spec(m) is None]
-    if missing:
-        return f"not installed: {', '.join(missing)} (run .ci/install-ray-tq.sh {sys.prefix})"
-    if not shutil.which("prometheus"):
-        return "no prometheus binary"
-    return None
-
-
-def _unshare_ok() -> bool:
-    try:
-        r = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return r.returncode == 0
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.ray]
 
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory):
-    why = _requirements()
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    if not _unshare_ok():
-        pytest.skip("`unshare -n` is not permitted here (needs a user or network namespace)")
+    require_ray_tq("ray", "transfer_queue", "torch", "tensordict")
+    require_binary("prometheus")
     out = tmp_path_factory.mktemp("disc") / "observed.json"
     bindir = os.path.dirname(sys.executable)
     cmd = (f"ip link set lo up && PATH={bindir}:$PATH exec {sys.executable} "

@@ -26,7 +26,7 @@ from omniwatch.analytics import phase_of
 from omniwatch.simulate import Fault, RunSpec, step_dict
 from omniwatch.stack import Stack, StackConfig
 
-from .conftest import free_port, require_binary, wait_for
+from .conftest import free_port, require_binary, skip_optional, wait_for
 
 TOKEN = "faults-webhook-token-0123456789"
 _SAMPLE = re.compile(r'^(\w+)\{([^}]*)\} (\S+)$')
@@ -165,7 +165,7 @@ def tiny_fs(path: Path, size_kb: int = 256):
     path.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)], capture_output=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.decode().strip()[:80]}); run as root")
+        skip_optional(f"cannot mount a tmpfs here ({r.stderr.decode().strip()[:80]})", "run the test as root (CI does)")
     try:
         yield path
     finally:

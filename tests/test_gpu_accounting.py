@@ -1,15 +1,13 @@
 """GPU busy/idle accounting: sample edge cases and recorded H200 traces replayed through the real
 sampler + attribution code (no GPU needed)."""
 import json
-from pathlib import Path
 
 import pytest
 
 from omniwatch.gpu.accounting import SampleAccountant, overlap_seconds
 from omniwatch.gpu.replay import replay, within
-from tests.conftest import SHARED
+from tests.conftest import fixture
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 S = 1_000_000
 
 
@@ -54,17 +52,15 @@ def test_threshold_is_configurable_for_sustained_partial_load():
     assert lo.busy_s == pytest.approx(2.0) and hi.idle_s == pytest.approx(2.0)
 
 
-def _load(path: Path) -> dict:
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    return json.loads(path.read_text())
+def _load(name: str) -> dict:
+    return json.loads(fixture(f"gpu/{name}").read_text())
 
 
 @pytest.mark.parametrize("name", ["h200_idle_validation.nvml.json", "h200_idle_validation_run1.nvml.json"])
 def test_recorded_h200_run_replays_within_target(name):
     """Our own H200 recordings (benchmarks/gpu_idle_validation.py, two runs): every phase and gap kind
     within 5 % / 0.3 s of the workload's own spans, every gap >= 0.5 s detected."""
-    r = replay(_load(FIXTURES / name))
+    r = replay(_load(name))
     for ph, v in {**r["per_phase"], **r["per_gap_kind"]}.items():
         assert v["within_target"], (ph, v)
     assert r["all_gaps_ge_0.5_detected"] and r["shortest_gap_detected_s"] <= 0.3
@@ -74,9 +70,9 @@ def test_recorded_h200_run_replays_within_target(name):
 
 
 def test_shared_h200_fixture_gaps_within_target():
-    """The shared H200 trace: the README's whole-sample-forward reading puts 7.6 s / 7.0 s of idle in
+    """The recorded H200 trace: the README's whole-sample-forward reading puts 7.6 s / 7.0 s of idle in
     the 7.4 s / 6.6 s of gaps; the sampler's (t_prev, t] reading with edge split lands within 0.1 s."""
-    fx = _load(SHARED / "fixtures" / "gpu" / "h200_flowgrpo_shaped.nvml.json")
+    fx = _load("h200_flowgrpo_shaped.nvml.json")
     r = replay(fx)
     kinds = r["per_gap_kind"]
     assert abs(kinds["gen->reward"]["measured_idle_s"] - 7.4) < 0.1
@@ -93,7 +89,7 @@ def test_shared_h200_fixture_gaps_within_target():
 
 def test_counters_match_between_sampler_and_phases():
     """Attribution never invents time: phase seconds sum to at most the sampler's totals."""
-    r = replay(_load(FIXTURES / "h200_idle_validation.nvml.json"))
+    r = replay(_load("h200_idle_validation.nvml.json"))
     st = r["sampler"].snapshot()[0]
     assert st.acct.busy_s + st.acct.idle_s > 90
     assert within(r["per_phase"]["inter_stage"]["measured_idle_s"], r["per_phase"]["inter_stage"]["truth_idle_s"])
@@ -114,7 +110,7 @@ def test_inter_stage_window_matches_the_true_gaps(name, mode):
     window appears at the k-th normal step, and every per-step GPU ratio and the published window sit
     within 0.005 of the workload's own gap share (its sleeps / step seconds, 0.13-0.41 here)."""
     from omniwatch.gpu.replay import replay_steps
-    r = replay_steps(_load(FIXTURES / name), mode)
+    r = replay_steps(_load(name), mode)
     rows = r["rows"]
     assert [x["step"] for x in rows if not x["normal"]] == [1, 2]
     assert all(x["gpu_ratio"] is None and x["window"] is None for x in rows if not x["normal"])
@@ -150,7 +146,7 @@ def test_busy_untimed_work_gives_low_gpu_evidence_while_timers_stay_high(mode):
     GPUs busy in them. Pushed spans measure ~0; the timing layout's bound min(untracked, GPU idle over
     the step) is left with the CPU-reward steps' idle, and the window min falls under 0.10."""
     from omniwatch.gpu.replay import replay_steps
-    r = replay_steps(_gaps_busy(_load(FIXTURES / H200_RUNS[0])), mode)
+    r = replay_steps(_gaps_busy(_load(H200_RUNS[0])), mode)
     normal = [x for x in r["rows"] if x["normal"]]
     assert min(x["timer_ratio"] for x in normal[-3:]) > 0.10
     win = r["attributor"].inter_stage_windows()[("replay", "trace")]

@@ -1,7 +1,6 @@
 """The NVML sampler through the device interface: error injection and recovery, missing pynvml,
 the collector's exposition (checked by promtool), the MFU cause check, and the real-GPU path
 (skipped where NVML cannot initialise)."""
-import shutil
 import subprocess
 import sys
 from collections import deque
@@ -10,6 +9,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from conftest import require_tool, skip_optional
 from omniwatch import names
 from omniwatch.gpu import devices
 from omniwatch.gpu.collector import GpuCollector
@@ -136,9 +136,7 @@ def test_collector_exposition_passes_promtool():
     assert 'omniwatch_gpu_idle_seconds_total{gpu="0",node="n1",uuid="GPU-aaaa"} 1.0' in text
     assert 'peak_tflops="989"' in text and names.GPU_POWER in text and names.GPU_SM_CLOCK in text
     assert 'omniwatch_mfu_implied_peak_tflops{experiment="e",project="p",role="actor"} 120.6' in text
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed")
+    promtool = require_tool("promtool")
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -173,10 +171,10 @@ def test_mfu_cause_series_for_a_relabeled_card():
 
 
 def test_real_nvml_path_when_a_gpu_is_present():
-    pytest.importorskip("pynvml")
     why = devices.nvml_available()
     if why is not None:
-        pytest.skip(f"NVML not usable here: {why}")
+        skip_optional(f"no usable NVML here ({why})",
+                      "pip install -e '.[gpu]' on a machine with an NVIDIA GPU and driver")
     store = RunStore()
     s = GpuSampler(devices.NvmlBackend(), store, node="hw")
     try:

@@ -7,7 +7,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +17,11 @@ from collections import Counter
 import httpx
 import pytest
 
+from conftest import require_binary
 from relay_support import Receiver, free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-AM_BIN = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 TOKEN = "e2e-webhook-token-abcdef"
 HOOK_SECRET = "e2eHOOKsecretPATHvalue77"
 
@@ -91,6 +90,7 @@ class Exporter:
 
 @pytest.fixture
 def alertmanager_factory(tmp_path):
+    am_bin = require_binary("prometheus-alertmanager", "alertmanager")
     procs = []
 
     def start(webhook_url: str) -> str:
@@ -116,7 +116,7 @@ def alertmanager_factory(tmp_path):
         """))
         port = free_port()
         log = open(tmp_path / "alertmanager.log", "wb")
-        p = subprocess.Popen([AM_BIN, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am-data'}",
+        p = subprocess.Popen([am_bin, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am-data'}",
                               f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
                               f"--web.external-url=http://127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -155,7 +155,6 @@ def _alert(i: int, starts: str, ends: str | None = None) -> dict:
     return a
 
 
-@pytest.mark.skipif(AM_BIN is None, reason="prometheus-alertmanager binary not installed")
 def test_alertmanager_to_down_receiver_through_restarts_exactly_once(tmp_path, alertmanager_factory, capsys, monkeypatch):
     rcv = Receiver()                           # port reserved; nothing listens yet: connection refused
     relay_conf = tmp_path / "receivers.yml"

@@ -138,7 +138,7 @@ class RewardServer(_Endpoint):
 
 
 class TransferQueueController(_Endpoint):
-    """TransferQueue 0.1.11 controller endpoint (shape of shared/fixtures/endpoints), partitions filled."""
+    """TransferQueue 0.1.11 controller endpoint (shape of tests/fixtures/endpoints), partitions filled."""
 
     def __init__(self, storage_units: int = 2):
         super().__init__()

@@ -191,7 +191,7 @@ ALERT_MFU_DROP = "MFUDrop"
 ALERT_STALLED = "TrainingStalled"
 CORE_ALERTS = (ALERT_REWARD_BOUND, ALERT_IDLE, ALERT_MFU_IMPOSSIBLE, ALERT_MFU_DROP, ALERT_STALLED)
 
-# Fault kinds of shared/fixtures/verl/*.truth.json -> the alert each must raise.
+# Fault kinds of tests/fixtures/verl/*.truth.json -> the alert each must raise.
 FAULT_TO_ALERT = {
     "reward_slow": ALERT_REWARD_BOUND,
     "idle_gap": ALERT_IDLE,

@@ -4,7 +4,7 @@ What a sample means (NVML docs): ``nvmlUtilization_t.gpu`` is the percent of tim
 sample period during which one or more kernels ran. So the sample stamped ``t`` describes the period
 ``(t_prev, t]`` that *ends* at its timestamp; attributing it forward (``[t, t_next)``) shifts every
 busy/idle edge by one period (~0.2 s on an H200) and over-counts gap idle — that is the 7.6 s vs 7.4 s
-error the shared H200 fixture's README mentions. This module uses ``(t_prev, t]``.
+error the H200 fixture's provenance note mentions (tests/fixtures/README.md). This module uses ``(t_prev, t]``.
 
 A sample is *busy* when its utilization is above ``threshold`` percent (default 50, configurable):
 a period that ran kernels more than half of the time. One refinement: a *transition* sample — partial
