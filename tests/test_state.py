@@ -103,3 +103,41 @@ def test_log_rotated_while_the_exporter_was_down_is_finished_from_the_old_file(t
     src2.poll_once()
     r = run_of(store2)
     assert r.steps_total == 20 and r.restarts_total == 0 and r.replayed_total == 0
+
+
+def _exported(store):
+    from prometheus_client import generate_latest
+    from omniwatch.exposition import make_registry
+    return generate_latest(make_registry(store)).decode()
+
+
+def test_runs_of_an_earlier_configuration_never_reach_metrics(tmp_path):
+    """`make demo`, `make down`, `make up WATCH=<empty dir>`: the demo's runs are in the checkpoint but no
+    current source produces them, so they are not exported (no stale TrainingStalled for runs the user
+    never started); a run whose log is watched now is exported at once, even if it never steps again."""
+    lines = fixture_path("flowgrpo_healthy").read_bytes().splitlines(keepends=True)
+    demo_root, real_root = tmp_path / "demo", tmp_path / "real"
+    (demo_root / "omniwatch-demo").mkdir(parents=True)
+    (real_root / "proj").mkdir(parents=True)
+    (demo_root / "omniwatch-demo" / "stalled.jsonl").write_bytes(b"".join(lines[:8]))
+    store, src, cp = exporter(tmp_path / "state", demo_root)
+    src.poll_once()
+    assert cp.save()
+
+    store2, src2, cp2 = exporter(tmp_path / "state", real_root)  # a different watch, same state dir
+    assert cp2.load()
+    src2.poll_once()
+    text = _exported(store2)
+    assert "omniwatch-demo" not in text and "omniwatch_runs 0.0" in text
+    # the old run comes back the moment a current source produces it (a pusher resuming, say)
+    from omniwatch.parse import parse_jsonl_line
+    store2.ingest("omniwatch-demo", "stalled", parse_jsonl_line(lines[8]), "push")
+    text = _exported(store2)
+    assert 'omniwatch_steps_total{experiment="stalled",project="omniwatch-demo"} 9.0' in text
+
+    store3, src3, cp3 = exporter(tmp_path / "state3", demo_root)  # the same watch: exported at once
+    src3.poll_once()
+    assert cp3.save()
+    store4, src4, cp4 = exporter(tmp_path / "state3", demo_root)
+    assert cp4.load()
+    assert 'omniwatch_step{experiment="stalled",project="omniwatch-demo"} 8.0' in _exported(store4)

@@ -158,6 +158,8 @@ def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings)
         with store.lock:
             out = []
             for (p, e), run in store.runs.items():
+                if store.hidden(run):
+                    continue
                 out.append({"project": p, "experiment": e, "step": run.last.step if run.last else None,
                             "steps_total": run.steps_total, "restarts": run.restarts_total})
         return JSONResponse(out)

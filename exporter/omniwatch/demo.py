@@ -21,7 +21,7 @@ from . import names
 from .gpu.devices import nvml_available
 from .gpu.loop import DEFAULT_TRACE
 from .simulate import Fault, RunSpec, step_dict
-from .stack import Stack, StackConfig, StackError, add_stack_args
+from .stack import DEMO_SUBDIR, Stack, StackConfig, StackError, add_stack_args
 
 PROJECT = "omniwatch-demo"
 REPLAY_NODE = "h200-replay"
@@ -114,7 +114,8 @@ def gpu_args() -> tuple[list[str], str]:
 def run_demo(args) -> int:
     con = Console(width=None if sys.stdout.isatty() else 160)
     pace, steps, onset = args.step_seconds, args.steps, args.onset
-    run_dir = Path(args.run_dir)
+    # Its own run dir (configs, TSDB, exporter state, logs): a later `omniwatch up` never sees its runs.
+    run_dir = Path(args.run_dir) / DEMO_SUBDIR
     root = run_dir.resolve() / "demo-logs"
     gpu, gpu_line = gpu_args()
     cfg = StackConfig(run_dir=run_dir, prometheus_port=args.prometheus_port, alertmanager_port=args.alertmanager_port,
@@ -157,6 +158,8 @@ def run_demo(args) -> int:
         return 1
     for name, url in started.items():
         con.print(f"  {name:<13} {url}")
+    if "grafana" not in started:
+        con.print(f"  {'dashboards':<13} {stack.dashboards_hint()}", soft_wrap=True)
     con.print(gpu_line)
     scs = scenarios(pace, steps, onset)
     con.print(f"Simulating {len(scs)} FlowGRPO runs in {root}/{PROJECT}/ at {pace:g} s/step; faults start at step {onset}.")

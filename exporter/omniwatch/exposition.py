@@ -46,7 +46,7 @@ class RunCollector(Collector):
         s = self.store
         with s.lock:
             fams[n.BUILD_INFO].add_metric([__version__], 1)
-            fams[n.RUNS].add_metric([], sum(1 for r in s.runs.values() if not s.expired(r)))
+            fams[n.RUNS].add_metric([], sum(1 for r in s.runs.values() if not s.hidden(r)))
             for (src, target), up in sorted(s.sources.items()):
                 fams[n.SOURCE_UP].add_metric([src, target], up)
             for (src, reason), cnt in sorted(s.errors.items()):
@@ -55,7 +55,7 @@ class RunCollector(Collector):
                 fams[n.ALERT_NOTIFICATIONS_TOTAL].add_metric([status], cnt)
             now = s.clock()
             for (project, experiment), run in s.runs.items():
-                if s.expired(run, now):
+                if s.hidden(run, now):
                     continue
                 rl = [project, experiment]
                 fams[n.STEPS_TOTAL].add_metric(rl, run.steps_total)

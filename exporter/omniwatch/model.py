@@ -86,6 +86,9 @@ class Run:
     keys: dict[str, float] = field(default_factory=dict)  # verl key -> latest value (contract keys too)
     feeds: dict[str, int] = field(default_factory=dict)  # feed (source:target) -> last step it sent
     replaying: bool = False  # after a restart, steps already seen are re-runs, not duplicates
+    # False for a run restored from a checkpoint until a current source produces it (a step arrives,
+    # or one of its files is watched now): an old exporter's runs (the demo's) never reach /metrics.
+    visible: bool = True
 
     def passthrough_count(self) -> int:
         """Keys exported under verl_* (the contract keys have their own series)."""
@@ -158,6 +161,11 @@ class RunStore:
             return False
         return (self.clock() if now is None else now) - run.last.arrival > self.run_expiry
 
+    def hidden(self, run: Run, now: float | None = None) -> bool:
+        """Not exported: expired (finished), or restored from a checkpoint and not produced by any
+        current source yet."""
+        return not run.visible or self.expired(run, now)
+
     def _evict_expired(self) -> bool:
         now = self.clock()
         stale = [k for k, r in self.runs.items() if self.expired(r, now)]
@@ -166,6 +174,13 @@ class RunStore:
             return False
         del self.runs[stale[0]]
         return True
+
+    def reveal(self, project: str, experiment: str) -> None:
+        """A current source produces this restored run (its file is watched now)."""
+        with self.lock:
+            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            if run is not None:
+                run.visible = True
 
     def trainer_restarted(self, project: str, experiment: str, source: str) -> None:
         """A source saw the log truncated or rotated."""
@@ -200,6 +215,7 @@ class RunStore:
             run = self._run(project, experiment, source)
             if run is None:
                 return None
+            run.visible = True
             step = parsed.step
             prev = run.feeds.get(feed)
             if prev is not None and step < prev:

@@ -28,6 +28,7 @@ from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST
 log = logging.getLogger(__name__)
 
 DEFAULT_RUN_DIR = ".omniwatch"
+DEMO_SUBDIR = "demo"  # `omniwatch demo` keeps its own stack (configs, TSDB, state, logs) in <run dir>/demo
 DEFAULT_PROMETHEUS_PORT = 19090
 DEFAULT_ALERTMANAGER_PORT = 19093
 DEFAULT_GRAFANA_PORT = 13000
@@ -357,6 +358,17 @@ class Stack:
             out.append({"component": name, "pid": info["pid"], "running": alive, "url": urls.get(name, "")})
         return out
 
+    def running(self) -> bool:
+        return any(self._alive(self._read_pid(name)) for name in self.COMPONENTS + ("endpoints", "receiver"))
+
+    def dashboards_hint(self) -> str:
+        """Where the dashboards are when this stack started no Grafana: the one line that gets one."""
+        if find_binary("grafana", "grafana-server"):
+            return "set OMNIWATCH_GRAFANA_ADMIN_PASSWORD and run omniwatch up again"
+        if find_binary("docker") and (os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists()):
+            return "make up (docker compose starts Grafana with them)"
+        return f"no Grafana here; import into yours: {_short(paths.dashboards_dir())}/*.json"
+
     def _saved_config(self) -> StackConfig:
         try:
             raw = json.loads(self.p("stack.json").read_text())
@@ -381,18 +393,42 @@ def _cfg_from_args(args) -> StackConfig:
                        watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [])
 
 
+def demo_stack(stack: Stack) -> Stack:
+    """The demo's stack: same ports, its own run directory under this one."""
+    return Stack(StackConfig(**{**asdict(stack.cfg), "run_dir": stack.run_dir / DEMO_SUBDIR}))
+
+
+def _short(path: Path) -> str:
+    """A path as the user would type it: relative to the working directory when under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _row(name: str, value: str) -> str:
+    """``name  value`` in 80 columns; a value that would not fit goes whole on the next line (a path is
+    never broken in two)."""
+    line = f"  {name:<12} {value}"
+    return line if len(line) <= 80 else f"  {name}\n    {value}"
+
+
 def _print_urls(stack: Stack, started: dict) -> None:
-    from rich.console import Console
-    con = Console()
-    con.print(f"[bold green]omniwatch stack up[/] (run dir {stack.run_dir})")
+    print("omniwatch stack up")
+    print(_row("run dir", _short(stack.run_dir)))
     for name, url in started.items():
-        con.print(f"  {name:<13} {url}")
-    con.print(f"  push token    {stack.p('secrets', 'push.token')} (OMNIWATCH_PUSH_TOKEN_FILE)")
-    con.print("  stop with     omniwatch down   (or make down)")
+        print(_row(name, url))
+    if "grafana" not in started:
+        print(_row("dashboards", stack.dashboards_hint()))
+    print(_row("push token", _short(stack.p("secrets", "push.token"))))
+    print(_row("stop with", "omniwatch down   (or make down)"))
 
 
 def cmd_up(args) -> int:
     stack = Stack(_cfg_from_args(args))
+    demo = demo_stack(stack)
+    if demo.running():
+        print("stopping the demo stack first (it uses the same ports): " + ", ".join(demo.down()))
     try:
         started = stack.up()
     except StackError as e:
@@ -404,20 +440,23 @@ def cmd_up(args) -> int:
 
 def cmd_down(args) -> int:
     stack = Stack(_cfg_from_args(args))
-    stopped = stack.down()
+    stopped = stack.down() + [f"{name} (demo)" for name in demo_stack(stack).down()]
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     return 0
 
 
 def cmd_status(args) -> int:
     stack = Stack(_cfg_from_args(args))
-    rows = stack.status()
+    rows = [(r, "") for r in stack.status()] + [(r, " (demo)") for r in demo_stack(stack).status()]
     if not rows:
         print(f"nothing runs from {stack.run_dir}")
         return 3
-    for r in rows:
-        print(f"{r['component']:<13} {'running' if r['running'] else 'DEAD   '} pid {r['pid']:<8} {r['url']}")
-    return 0 if all(r["running"] for r in rows) else 1
+    for r, tag in rows:
+        state = "running" if r["running"] else "DEAD   "
+        print(_row(r["component"] + tag, f"{state} pid {r['pid']:<8} {r['url']}".rstrip()))
+    if not any(r["component"] == "grafana" and r["running"] for r, _ in rows):
+        print(_row("dashboards", stack.dashboards_hint()))
+    return 0 if all(r["running"] for r, _ in rows) else 1
 
 
 def add_stack_args(p) -> None:

@@ -22,6 +22,7 @@ import orjson
 
 from .analytics import K_ZERO_STD, StepRecord
 from .model import RunStore, SeenSteps
+from .sources.files import run_labels
 
 log = logging.getLogger(__name__)
 VERSION = 1
@@ -65,6 +66,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.steps_total, run.replayed_total = d["steps_total"], d["replayed_total"]
             run.restarts_total, run.steps_in_incarnation = d["restarts_total"], d["steps_in_incarnation"]
             run.replaying = d["replaying"]
+            run.visible = False  # until a current source produces it (Checkpointer.load, RunStore.ingest)
             run.stage_seconds_total = defaultdict(float, d["stage_seconds_total"])
             run.flagged_total = defaultdict(int, d["flagged_total"])
             run.keys, run.feeds = dict(d["keys"]), dict(d["feeds"])
@@ -109,6 +111,7 @@ class Checkpointer:
             for src in self.sources:
                 if hasattr(src, "restore_offsets"):
                     src.restore_offsets(data.get("files", {}).get(src.kind, {}))
+            self._reveal_watched(data)
         except (ValueError, KeyError, TypeError) as e:
             bad = self.path.with_suffix(".corrupt")
             log.error("exporter state %s is unusable (%s); moved to %s, starting fresh", self.path, e, bad)
@@ -120,6 +123,23 @@ class Checkpointer:
             return False
         log.info("restored %d runs from %s", len(data["model"].get("runs", [])), self.path)
         return True
+
+    def _reveal_watched(self, data: dict) -> None:
+        """Restored runs stay off /metrics until a current source produces them. A run whose log file
+        is watched by this exporter now is produced by it (a stalled run must still alert); a run only
+        an earlier configuration watched (the demo's, a log no longer watched, a pusher that has not
+        pushed since) waits for its next step."""
+        watched = [p for src in self.sources if hasattr(src, "watches")
+                   for p in data.get("files", {}).get(src.kind, {}) if src.watches(p)]
+        for run in list(self.store.runs.values()):
+            feeds = [f.partition(":") for f in run.feeds]
+            watched += [path for kind, _, path in feeds for src in self.sources
+                        if getattr(src, "kind", None) == kind and hasattr(src, "watches") and src.watches(path)]
+        for path in watched:
+            self.store.reveal(*run_labels(path))
+        hidden = sum(1 for r in self.store.runs.values() if not r.visible)
+        if hidden:
+            log.info("%d restored runs are not watched now; they stay off /metrics until a step arrives", hidden)
 
     # -- save ------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:

@@ -26,12 +26,13 @@ def family(name: str):
 
 
 def live_runs(store, runs):
-    """The runs the store still exports (a finished, expired run must stop alerting here too)."""
+    """The runs the store still exports (a finished, expired run, or one restored from a checkpoint that
+    no current source produces, must not alert here either)."""
     if store is None:
         return list(runs)
     with store.lock:
         now = store.clock()
-        return [k for k in runs if k in store.runs and not store.expired(store.runs[k], now)]
+        return [k for k in runs if k in store.runs and not store.hidden(store.runs[k], now)]
 
 
 def local_silicon(states) -> Silicon | None:

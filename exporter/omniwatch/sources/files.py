@@ -63,6 +63,10 @@ class FileSource:
             return sorted(p for p in glob.glob(spec) if os.path.isfile(p))
         return [spec]  # a single file, perhaps not there yet: waited for
 
+    def watches(self, path: str) -> bool:
+        """``path`` is one of the files this source follows now (it exists and a spec matches it)."""
+        return os.path.isfile(path) and any(path in self._expand(spec) for spec in self.specs)
+
     def scan(self) -> None:
         for spec in self.specs:
             try:
