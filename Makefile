@@ -6,15 +6,15 @@ OW := $(VENV)/bin/omniwatch
 PIP_FLAGS ?= -q
 CONSTRAINTS := $(wildcard constraints.txt)
 
-.PHONY: help install deps up down status demo test test-unit test-long test-ray bench dashboards compose docs rules backtest clean
+.PHONY: help install deps up down status demo test test-unit test-long test-ray bench generate check dashboards compose docs rules backtest clean
 
 help:
 	@echo "make demo        native stack + simulated FlowGRPO runs that trip every core alert"
 	@echo "make test        unit tests, promtool rule checks/tests, integration tests on loopback"
 	@echo "make test-ray    install Ray + TransferQueue (CPU torch) into .venv and run the tests that need them"
 	@echo "make up|down|status   the monitoring stack (docker compose if an engine answers, else native)"
-	@echo "make compose     regenerate deploy/compose/*.yml from the native stack's code"
-	@echo "make dashboards  regenerate dashboards/*.json;  make docs: docs/metrics.md;  make rules: runbook links"
+	@echo "make generate    regenerate every generated file (rules + their tests, dashboards, docs, compose, k8s)"
+	@echo "make check       fail on any drift between the generated files and their sources (make test runs it)"
 	@echo "make backtest RUN=path/to/run.jsonl   which alerts would have fired, at which steps"
 	@echo "make bench       benchmarks (ratios against baselines in the same run)"
 
@@ -58,11 +58,25 @@ status: install
 demo: install deps
 	$(OW) demo
 
-test: install deps
-	$(OW) docs --check
+test: install deps check
 	$(OW) rules check
-	$(OW) compose check
 	$(PY) -m pytest -q -m "not long" $(PYTEST_ARGS)
+
+# Every generated file, from its one source: alerts/ and its tests + the thresholds table of docs/alerts.md
+# (exporter/omniwatch/alerting/), dashboards/*.json, docs/metrics.md, deploy/compose/, deploy/k8s/.
+generate: install
+	$(OW) rules generate
+	$(OW) dashboards generate
+	$(OW) docs
+	$(OW) compose render
+	$(OW) export k8s
+
+check: install
+	$(OW) rules generate --check
+	$(OW) dashboards check
+	$(OW) docs --check
+	$(OW) compose check
+	$(OW) export k8s --check
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration and not long" $(PYTEST_ARGS)
@@ -78,17 +92,7 @@ test-long: install
 bench: install
 	$(PY) benchmarks/run.py
 
-dashboards: install
-	$(OW) dashboards generate
-
-compose: install
-	$(OW) compose render
-
-docs: install
-	$(OW) docs
-
-rules: install
-	$(OW) rules sync
+dashboards compose docs rules: generate
 
 backtest: install deps
 	@test -n "$(RUN)" || { echo "usage: make backtest RUN=path/to/run.jsonl"; exit 2; }

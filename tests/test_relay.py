@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from omniwatch import names as n
+from omniwatch.alerting.config import DEFAULT
 from omniwatch import app as app_mod
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
@@ -81,7 +82,7 @@ def rl_body(i: int, status: str = "firing") -> dict:
     a["labels"] = {"alertname": n.ALERT_REWARD_BOUND, "project": "flowgrpo", "experiment": f"exp{i}", "severity": "warning"}
     a["annotations"] = {"summary": "Rollout is reward-bound.", "description": "reward holds 62% of the generation window (median of last 3 steps).",
                         "step": str(100 + i), "remedy": "Move the reward model to its own pool (reward.reward_model.enable_resource_pool=True).",
-                        "runbook_url": n.RUNBOOK_URL.format(anchor="rewardboundrollout")}
+                        "runbook_url": DEFAULT.runbook_url(n.ALERT_REWARD_BOUND)}
     if status == "resolved":
         a["endsAt"] = "2026-11-29T10:00:00Z"
     return b
@@ -249,7 +250,7 @@ def test_slack_and_feishu_formats(tmp_path, monkeypatch, receiver):
     post = by["/feishu-post"]["body"]
     assert post["msg_type"] == "post" and "sign" not in post
     flat = json.dumps(post["content"]["post"]["zh_cn"]["content"])
-    assert "step 107" in flat and n.RUNBOOK_URL.format(anchor="rewardboundrollout") in flat
+    assert "step 107" in flat and DEFAULT.runbook_url(n.ALERT_REWARD_BOUND) in flat
 
 
 def test_retry_until_up_then_exactly_once_and_permanent_failure(tmp_path, monkeypatch, receiver):

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from omniwatch import names, rules
+from omniwatch.alerting.config import DEFAULT
 
 from .conftest import require_tool as tool
 
@@ -99,7 +100,7 @@ def test_alert_has_severity_summary_description_and_runbook(alert):
     for key in ("summary", "description"):
         assert str(alert.annotations.get(key, "")).strip(), f"{alert.name} lacks {key}"
     assert alert.annotations["summary"].rstrip().endswith("."), "summary is a sentence ending with a period"
-    assert alert.annotations.get("runbook_url") == names.RUNBOOK_URL.format(anchor=alert.name.lower())
+    assert alert.annotations.get("runbook_url") == DEFAULT.runbook_url(alert.name)
     assert alert.name[0].isupper() and " " not in alert.name
 
 
@@ -111,7 +112,10 @@ def test_step_alerts_use_window_series_and_are_marked_for_inhibition():
                                              names.ALERT_MFU_DROP, "StepTimeRegression", "RewardSaturation"}
     for a in step_alerts:
         assert a.for_ == "15s", a.name
-        assert re.search(r":(min|max)_k", a.expr), f"{a.name} must threshold a window statistic: {a.expr}"
+        # a window statistic, or an exporter series that is itself a window fact (every window step
+        # reported MFU 0) or a device fact (the GPU's name and memory), never a latest-step gauge
+        assert re.search(r":(min|max)_k|omniwatch_mfu_unsupported|omniwatch_mfu_suspected_cause", a.expr), \
+            f"{a.name} must threshold a window statistic: {a.expr}"
 
 
 def test_core_alerts_are_defined():
@@ -143,93 +147,47 @@ def test_metric_names_used_in_alerts_exist_in_the_catalogue():
     assert not unknown, f"not in omniwatch.names.CATALOGUE: {unknown}"
 
 
-# --- rules sync --------------------------------------------------------------------------------------
-def test_rules_sync_check_reports_no_drift(capsys):
-    assert rules.sync_runbooks(check=True) == []
-    assert cli("rules", "sync", "--check") == 0, capsys.readouterr()
+# --- generated from one configuration ---------------------------------------------------------------
+def test_rules_generate_check_reports_no_drift(capsys):
+    assert cli("rules", "generate", "--check") == 0, capsys.readouterr()
 
 
-MESSY = """\
-# top comment survives
-groups:
-  - name: g   # trailing comment survives
-    rules:
-      - record: x:y:z
-        expr: vector(1)
-      - alert: HasRightLink
-        expr: vector(1)
-        annotations:
-          summary: ok.
-          runbook_url: {right}
-      - alert: HasWrongLink
-        expr: vector(1)
-        annotations:
-          summary: "quoted: value"
-          runbook_url: "https://old.example/runbook#x"   # stale
-          description: |
-            block scalar
-            kept
-      - expr: vector(1)
-        alert: NoLinkKeyFirstElsewhere
-        labels: {{severity: warning}}
-        annotations:
-          description: >-
-            folded
-            text
-      - alert: NoAnnotations
-        expr: vector(1)
-        for: 1m
-"""
+def test_a_hand_edit_of_a_generated_file_is_drift(tmp_path, capsys):
+    from omniwatch.alerting import config, generate
+    out = tmp_path / "alerts"
+    assert generate.generate(config.DEFAULT, out) != []          # first render writes everything
+    assert generate.generate(config.DEFAULT, out, check=True) == []
+    f = out / "omniwatch.rules.yml"
+    f.write_text(f.read_text().replace("> 0.4", "> 0.6"))
+    assert generate.generate(config.DEFAULT, out, check=True) == [f]
 
 
-def test_rules_sync_fixes_links_keeps_everything_else_and_is_idempotent(tmp_path, capsys):
-    f = tmp_path / "x.rules.yml"
-    f.write_text(MESSY.format(right=rules.runbook_url("HasRightLink")))
-    before = yaml.safe_load(f.read_text())
-
-    drift = rules.sync_runbooks(check=True, rules_dir=tmp_path)
-    assert [d.alert for d in drift] == ["HasWrongLink", "NoLinkKeyFirstElsewhere", "NoAnnotations"]
-    assert f.read_text() == MESSY.format(right=rules.runbook_url("HasRightLink")), "check mode must not write"
-    assert cli("rules", "sync", "--check", "--rules-dir", str(tmp_path)) == 1
-    assert "NoAnnotations" in capsys.readouterr().out
-
-    assert cli("rules", "sync", "--rules-dir", str(tmp_path)) == 0
-    text = f.read_text()
-    for comment in ("# top comment survives", "# trailing comment survives", "# stale"):
-        assert comment in text
-    after = yaml.safe_load(text)
-    for g0, g1 in zip(before["groups"][0]["rules"], after["groups"][0]["rules"]):
-        ann = g1.get("annotations", {})
-        if "alert" in g1:
-            assert ann["runbook_url"] == rules.runbook_url(g1["alert"])
-        # nothing but runbook_url changed
-        assert {k: v for k, v in ann.items() if k != "runbook_url"} == \
-               {k: v for k, v in (g0.get("annotations") or {}).items() if k != "runbook_url"}
-        assert {k: v for k, v in g1.items() if k != "annotations"} == {k: v for k, v in g0.items() if k != "annotations"}
-    assert after["groups"][0]["rules"][2]["annotations"]["description"] == "block scalar\nkept\n"
-
-    assert rules.sync_runbooks(rules_dir=tmp_path) == []
-    assert f.read_text() == text
+def test_a_tuned_config_renders_rules_whose_own_tests_pass(tmp_path):
+    """Users tune a YAML copy of the thresholds: the rules, their prose and their promtool tests all
+    follow it (the tests are generated from the same numbers), so the tuned set is tested too."""
+    cfg_file = tmp_path / "mine.yml"
+    cfg_file.write_text("reward_bound: {ratio: 0.55, step_share: 0.25}\nmfu: {drop_ratio: 0.8}\n"
+                        "gpu_memory: {ratio: 0.9, for: 10m}\nruns_book_typo: 1\n")
+    assert cli("rules", "generate", "--config", str(cfg_file), "--out", str(tmp_path / "out")) == 2  # unknown key
+    cfg_file.write_text("reward_bound: {ratio: 0.55, step_share: 0.25}\nmfu: {drop_ratio: 0.8}\n"
+                        "gpu_memory: {ratio: 0.9, for: 10m}\n")
+    assert cli("rules", "generate", "--config", str(cfg_file), "--out", str(tmp_path / "out")) == 0
+    text = (tmp_path / "out" / "omniwatch.rules.yml").read_text()
+    assert "omniwatch_reward_bound_ratio:min_k > 0.55" in text and "threshold 55%" in text
+    assert "node_gpu:gpu_memory_used:ratio > 0.9" in text and "for: 10m" in text
+    res = run([tool("promtool"), "test", "rules", *map(str, sorted((tmp_path / "out" / "tests").glob("*.yml")))])
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 @pytest.mark.parametrize("content, why", [
-    ("groups: [\n", "cannot parse"),
+    ("groups: [\n", "cannot read rule file"),
     ("", "no top-level 'groups'"),
     ("- just a list\n", "no top-level 'groups'"),
-    ("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: vector(1)\n        annotations: {summary: x}\n",
-     "block mapping"),
-    ("groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: vector(1)\n        annotations:\n",
-     "block mapping"),
     (b"\xff\xfe\x00garbage", "cannot read"),
 ])
-def test_rules_sync_rejects_bad_files_with_a_clear_error(tmp_path, capsys, content, why):
+def test_bad_rule_files_are_clear_errors(tmp_path, content, why):
     f = tmp_path / "bad.rules.yml"
     f.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(rules.RulesError, match=why) as e:
-        rules.sync_runbooks(rules_dir=tmp_path)
+        rules.load_alerts(tmp_path)
     assert "bad.rules.yml" in str(e.value)
-    assert cli("rules", "sync", "--rules-dir", str(tmp_path)) == 2
-    assert "error:" in capsys.readouterr().err
-    if why != "block mapping":
-        with pytest.raises(rules.RulesError):
-            rules.load_alerts(tmp_path)

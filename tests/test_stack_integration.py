@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from omniwatch import names
+from omniwatch.alerting.config import DEFAULT
 from omniwatch.analytics import phase_of
 from omniwatch.simulate import Fault, RunSpec, step_dict
 from omniwatch.stack import Stack, StackConfig
@@ -150,7 +151,7 @@ def test_every_core_alert_reaches_the_webhook_and_the_healthy_run_stays_silent(s
     one = next(a for a in alerts if a["labels"]["alertname"] == names.ALERT_REWARD_BOUND)
     assert one["labels"]["severity"] in ("warning", "critical")
     assert one["annotations"]["summary"] and one["annotations"]["description"]
-    assert one["annotations"]["runbook_url"] == names.RUNBOOK_URL.format(anchor="rewardboundrollout")
+    assert one["annotations"]["runbook_url"] == DEFAULT.runbook_url(names.ALERT_REWARD_BOUND)
     assert one["startsAt"] and one["endsAt"] is None
 
 

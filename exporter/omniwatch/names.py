@@ -124,6 +124,26 @@ RUNS = _m("omniwatch_runs", "gauge", "Runs (project, experiment) held in memory.
 BUILD_INFO = _m("omniwatch_build_info", "gauge", "Always 1; the omniwatch version as a label.", ("version",))
 SCRAPE_DURATION = _m("omniwatch_scrape_duration_seconds", "gauge", "Seconds the previous /metrics render took.", (), "seconds")
 
+RUN_INFO = _m("omniwatch_run_info", "gauge",
+              "Always 1; the run's layout as detected from the keys it logs: trainer (legacy | v1 | unknown), reward "
+              "(colocated: the reward model runs inside the step; streamed: scored while samples generate, by a reward "
+              "pool or a reward function; unknown) and async_mode (sync | separate_async | unknown). Alerts pick their "
+              "remedy by it.", R + ("trainer", "reward", "async_mode"))
+REWARD_STEP_SHARE_WINDOW = _m("omniwatch_reward_step_share_window", "gauge",
+                              "min/median/max over the last k normal steps of reward seconds on the critical path / step "
+                              "seconds (how much reward matters to the step).", R + (L_STAT,), "ratio")
+STEP_REGRESSION = _m("omniwatch_step_regression_seconds", "gauge",
+                     "Growth of each part of the step (cause = reward, inter_stage_idle, actor, rollout, weight_sync, "
+                     "other): window median minus baseline median, seconds; present with the step-time baseline. "
+                     "StepTimeRegression names the largest.", R + ("cause",), "seconds")
+MFU_UNSUPPORTED = _m("omniwatch_mfu_unsupported", "gauge",
+                     "1 when every one of the last k normal steps reported MFU exactly 0 (VeRL-Omni has no FLOPs estimator "
+                     "for the pipeline, or did not know the GPU).", R + (L_ROLE,))
+MFU_DEVICE_PEAK = _m("omniwatch_mfu_device_peak_tflops", "gauge",
+                     "bf16 dense peak (TFLOP/s) of the silicon the GPU check found on this node (NVML name and memory, "
+                     "or --peak-tflops), for the runs reporting MFU: the value to pin with VERL_OMNI_DEVICE_FLOPS_TFLOPS.",
+                     R + (L_ROLE,))
+
 ZERO_STD_WINDOW = _m("omniwatch_reward_zero_std_ratio_window", "gauge",
                      "min/median/max of critic/rewards/zero_std_ratio over the last k normal steps (reward saturation).",
                      R + (L_STAT,), "ratio")
@@ -189,6 +209,11 @@ ALERT_IDLE = "InterStageIdleGPU"
 ALERT_MFU_IMPOSSIBLE = "MFUImpossible"
 ALERT_MFU_DROP = "MFUDrop"
 ALERT_STALLED = "TrainingStalled"
+ALERT_MFU_LOW = "MFUImplausiblyLow"
+ALERT_MFU_UNSUPPORTED = "MFUEstimatorUnsupported"
+ALERT_STEP_REGRESSION = "StepTimeRegression"
+ALERT_REWARD_SATURATION = "RewardSaturation"
+ALERT_SOURCE_DOWN = "OmniwatchSourceDown"
 CORE_ALERTS = (ALERT_REWARD_BOUND, ALERT_IDLE, ALERT_MFU_IMPOSSIBLE, ALERT_MFU_DROP, ALERT_STALLED)
 
 # Fault kinds of tests/fixtures/verl/*.truth.json -> the alert each must raise.
@@ -199,7 +224,3 @@ FAULT_TO_ALERT = {
     "actor_slow": ALERT_MFU_DROP,
     "stalled_after_step": ALERT_STALLED,
 }
-
-# runbook_url of every alert is RUNBOOK_URL.format(anchor=alertname.lower()); `omniwatch rules sync`
-# writes it into alerts/*.yml, a test checks it.
-RUNBOOK_URL = "https://github.com/omniwatch/omniwatch/blob/main/docs/runbooks.md#{anchor}"

@@ -114,7 +114,8 @@ class Panel:
     def full_description(self) -> str:
         if not self.runbook:
             return self.description
-        url = n.RUNBOOK_URL.format(anchor=self.runbook.lower())
+        from ..alerting.config import DEFAULT
+        url = DEFAULT.runbook_url(self.runbook)
         return f"{self.description}\n\nRunbook: [{self.runbook}]({url})"
 
 

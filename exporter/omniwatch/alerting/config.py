@@ -1,0 +1,158 @@
+"""The one home of every alert threshold, window and ``for:`` (kubernetes-mixin's ``_config``).
+
+``alerts/*.rules.yml``, the alert prose, the promtool tests in ``alerts/tests/``, the dashboards'
+threshold lines and the threshold table of ``docs/alerts.md`` are generated from / read from
+:data:`DEFAULT` (``omniwatch rules generate``; ``make check`` fails on drift). Users tune a copy:
+``omniwatch rules generate --config my.yml --out DIR`` renders rule files from a YAML file that
+overrides any field below (validated; unknown keys are errors).
+
+Each field's description says why the number is what it is (the calibration); docs/alerts.md shows it.
+Counting in steps (which steps are in a window, baselines, warm-up) stays in the exporter
+(``analytics.py``); only thresholds and ``for:`` live here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Selectors(_Part):
+    job: str = Field("omniwatch", description="Prometheus job name of the exporter's scrape job "
+                     "(OmniwatchSourceDown's `up{job=...}`; the native stack and compose name it so).")
+    extra: str = Field("", description="Extra label matchers added to every omniwatch series the rules "
+                       "read, e.g. `cluster=\"prod\"` for a central Prometheus that holds several clusters.")
+
+
+class Window(_Part):
+    """The exporter's step-window defaults, quoted in alert prose (the exporter's flags set the real ones)."""
+    k: int = Field(3, description="Normal steps in the alert window (`--window-steps`).")
+    baseline: int = Field(20, description="Normal steps in the MFU / step-time baselines (`--baseline-steps`).")
+    warmup: int = Field(2, description="Steps after each trainer (re)start left out as warm-up (`--warmup-steps`).")
+
+
+class RewardBound(_Part):
+    ratio: float = Field(0.4, description=(
+        "Window min of reward's share of the generation window (gen + reward). Healthy colocated runs "
+        "measure 0.19-0.24, healthy async-reward runs 0.06-0.09, a 5x slower reward model 0.52-0.61 "
+        "(tests/fixtures/verl): 0.4 sits in the gap with margin on both sides."))
+    step_share: float = Field(0.2, description=(
+        "Window min of reward's critical-path seconds / step seconds: reward must also matter to the step. "
+        "With actor-dominated steps (reward ~10 % of the step) a separate reward pool buys little and "
+        "costs GPUs; the VeRL-Omni tuning guide's 'significant fraction of step time'. Healthy colocated "
+        "fixtures 0.11-0.13, faulty 0.36-0.42."))
+
+
+class InterStageIdle(_Part):
+    ratio: float = Field(0.10, description=(
+        "Window min of untimed (or GPU-measured idle) seconds between timed phases / step seconds. Healthy "
+        "runs 0.004-0.007; the V1 transfer fault (90 s untimed TransferQueue work per step) 0.26-0.33. "
+        "10 % is 15x healthy and under a third of the fault."))
+
+
+class MFU(_Part):
+    impossible: float = Field(1.0, description=(
+        "MFU 1.0 = every DP GPU at its advertised peak for the timed call; above is physically impossible "
+        "(VeRL-Omni docs/perf/diffusion_mfu.md). The relabeled-SKU fixture reports 2.6."))
+    drop_ratio: float = Field(0.7, description=(
+        "Window max / baseline. VeRL-Omni's nightly flags 15 % as a regression (PERF_THRESHOLD=0.15); a "
+        "30 % drop of even the best window step is a fault, not noise."))
+    floor: float = Field(0.05, description=(
+        "Window max below this is implausibly low. Lowest healthy value VeRL-Omni published: ~0.17 actor "
+        "(full FT, param+optimizer offload, Ulysses SP=2, H200; commit 41cd0ed0); LoRA reports at least "
+        "as much (its FLOPs are counted as full FT); gradient checkpointing under-reports by ~1/3. 0.05 is "
+        "3.4x below the lowest healthy point and far above a two-orders-of-magnitude error."))
+
+
+class StepTime(_Part):
+    regression_ratio: float = Field(1.15, description=(
+        "Window min / baseline: the nightly's PERF_THRESHOLD=0.15 for perf/time_per_step; the fastest of "
+        "the window's steps must be 15 % slower."))
+
+
+class RewardSaturation(_Part):
+    zero_std_ratio: float = Field(0.5, description=(
+        "VeRL-Omni docs/start/metrics.md: critic/rewards/zero_std_ratio persistently > 0.5 means most GRPO "
+        "groups carry no advantage signal."))
+
+
+class Stall(_Part):
+    notice_steps: float = Field(3, description=(
+        "info: no step for this many typical steps. A checkpoint or validation step may still explain it."))
+    unseen_planned_steps: float = Field(4, description=(
+        "warning/critical wait this many more typical steps while the run has not yet shown a checkpoint "
+        "and a validation (their first occurrence cannot be announced by the log): a first checkpoint of "
+        "4-5x the step must not page."))
+    critical_extra_steps: float = Field(3, description=(
+        "critical = the warning threshold + this many typical steps. With nothing planned known that is "
+        "3 + 4 + 3 = 10 typical steps: a 50-minute hang on a 4-minute step pages."))
+
+
+class GPUMemory(_Part):
+    ratio: float = Field(0.95, description=(
+        "Memory is sampled, not stepped: colocated runs free memory between phases (vLLM sleep, offload), "
+        "so staying above 95 % means no headroom in any phase."))
+    for_: str = Field("5m", alias="for", description="Wall time above the ratio before firing.")
+
+
+class SourceDown(_Part):
+    for_: str = Field("2m", alias="for", description=(
+        "A source failing for 2 minutes (files polled every 0.5 s, discovery every few s) is broken, not "
+        "flapping; 8 failed scrapes at 15 s."))
+
+
+class RolloutQueue(_Part):
+    saturated_share: float = Field(0.75, description=(
+        "Share of the last `window` a replica was saturated (waiting > 0 with every slot running). A "
+        "generation burst saturates part of every step; 75 % of 10 minutes is a server that cannot keep up."))
+    window: str = Field("10m", description="Range over which the saturated share is averaged.")
+    for_: str = Field("1m", alias="for", description="Wall time the condition must hold.")
+
+
+class Config(_Part):
+    """Every number the rules, their prose, tests, dashboards and docs use."""
+    selectors: Selectors = Selectors()
+    window: Window = Window()
+    step_for: str = Field("15s", description=(
+        "`for:` of the step-based alerts: one default evaluation interval, so the condition must hold at "
+        "two consecutive evaluations. Persistence itself is counted in steps by the exporter."))
+    runbook_base: str = Field("https://github.com/omniwatch/omniwatch/blob/main/docs/runbooks.md",
+                              description="Each alert's runbook_url is `<runbook_base>#<alertname lower-cased>`.")
+    reward_bound: RewardBound = RewardBound()
+    inter_stage_idle: InterStageIdle = InterStageIdle()
+    mfu: MFU = MFU()
+    step_time: StepTime = StepTime()
+    reward_saturation: RewardSaturation = RewardSaturation()
+    stall: Stall = Stall()
+    gpu_memory: GPUMemory = GPUMemory()
+    source_down: SourceDown = SourceDown()
+    rollout_queue: RolloutQueue = RolloutQueue()
+
+    def runbook_url(self, alertname: str) -> str:
+        return f"{self.runbook_base}#{alertname.lower()}"
+
+
+DEFAULT = Config()
+
+
+def load(path: str | Path | None) -> Config:
+    """The default configuration with the overrides of a YAML file (nested like :class:`Config`)."""
+    if path is None:
+        return DEFAULT
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of overrides")
+    merged = _merge(DEFAULT.model_dump(by_alias=True), data)
+    return Config.model_validate(merged)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out

@@ -1,0 +1,454 @@
+"""The promtool unit tests of the generated rules, as data built from the same configuration.
+
+Each alert is tested just before and just after its ``for:`` (kubernetes-mixin style), with input
+values placed either side of its threshold, and with runs that must stay quiet (healthy, one noisy
+step, warm-up, the other layouts). Expected annotations are the alert's own prose rendered for the
+test's values by :meth:`Prose.expect` (the oracle), so prose, thresholds and tests cannot drift apart:
+``omniwatch rules generate`` writes ``alerts/tests/*.test.yml``; ``promtool test rules`` runs them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import yaml
+
+from .. import names as n
+from . import spec
+from .config import Config
+from .prose import STEP, Ctx
+
+JOB = {"job": "omniwatch", "instance": "127.0.0.1:19095"}
+INTERVAL = 15  # seconds between samples and evaluations
+
+
+def dur(text: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600}
+    return int(float(text[:-1]) * units[text[-1]])
+
+
+def secs(t: int) -> str:
+    return f"{t // 60}m{t % 60}s" if t % 60 else (f"{t // 60}m" if t else "0s")
+
+
+def num(v: float) -> str:
+    return f"{v:g}"
+
+
+@dataclass
+class Series:
+    metric: str
+    labels: dict
+    values: str
+
+    def render(self) -> dict:
+        lab = ",".join(f'{k}="{v}"' for k, v in self.labels.items())
+        return {"series": f"{self.metric}{{{lab}}}", "values": self.values}
+
+
+@dataclass
+class Expect:
+    labels: dict          # the alert's labels (severity etc. included), alertname excluded
+    ctx: Ctx
+
+
+@dataclass
+class Check:
+    at: int
+    alert: str
+    expect: list[Expect] = field(default_factory=list)
+
+
+@dataclass
+class Case:
+    name: str
+    series: list[Series]
+    checks: list[Check]
+    comment: str = ""
+
+
+def expected_annotations(cfg: Config, alert: str, labels: dict, ctx: Ctx) -> dict:
+    cands = [a for a in spec.alerts(cfg) if a.name == alert
+             and all(labels.get(k) == v for k, v in a.all_labels().items())]
+    if len(cands) != 1:
+        raise ValueError(f"{alert} {labels}: {len(cands)} rules match")
+    a = cands[0]
+    out = {"summary": a.summary, "description": a.description.expect(ctx)}
+    if a.step:
+        out["step"] = STEP.expect(ctx)
+    if a.remedy is not None:
+        out["remedy"] = a.remedy.expect(ctx)
+    out["runbook_url"] = cfg.runbook_url(a.name)
+    return out
+
+
+def _check_yaml(cfg: Config, c: Check) -> dict:
+    d: dict = {"eval_time": secs(c.at), "alertname": c.alert}
+    if c.expect:
+        d["exp_alerts"] = [{"exp_labels": e.labels,
+                            "exp_annotations": expected_annotations(cfg, c.alert, e.labels, e.ctx)} for e in c.expect]
+    return d
+
+
+def render(cfg: Config, cases: list[Case], rule_file: str, header: str) -> str:
+    doc = {"rule_files": [f"../{rule_file}"], "evaluation_interval": f"{INTERVAL}s", "tests": []}
+    for case in cases:
+        t: dict = {"name": case.name, "interval": f"{INTERVAL}s"}
+        if case.series:
+            t["input_series"] = [s.render() for s in case.series]
+        t["alert_rule_test"] = [_check_yaml(cfg, c) for c in case.checks]
+        doc["tests"].append(t)
+    body = yaml.safe_dump(doc, sort_keys=False, width=10**9, allow_unicode=True)
+    return "".join(f"# {line}".rstrip() + "\n" for line in header.strip("\n").split("\n")) + "\n" + body
+
+
+# --- the standard step-alert scenario ----------------------------------------------------------------------
+ONSET = 4 * INTERVAL   # the window statistic crosses the threshold at the 5th sample (60 s)
+RUN_SAMPLES = 9        # samples after the first (0 .. 135 s)
+
+
+def run_labels(project: str, experiment: str, **extra) -> dict:
+    return {**JOB, "project": project, "experiment": experiment, **extra}
+
+
+def step_series(project: str, experiment: str, first_step: int) -> list[Series]:
+    return [Series(n.STEP, run_labels(project, experiment), f"{first_step}+1x{RUN_SAMPLES}"),
+            Series(n.WINDOW_STEPS, run_labels(project, experiment), f"{3}x{RUN_SAMPLES}")]
+
+
+def info_series(project: str, experiment: str, modes: dict) -> Series:
+    return Series(n.RUN_INFO, run_labels(project, experiment, **modes), f"1x{RUN_SAMPLES}")
+
+
+def onset(before: float, after: float) -> str:
+    return f"{num(before)}x3 {num(after)}x{RUN_SAMPLES - 4}"
+
+
+def fires(cfg: Config, alert: str, name: str, project: str, experiment: str, series: list[Series], value: float,
+          labels: dict, first_step: int = 10, modes: dict | None = None, extra_ctx: dict | None = None) -> Case:
+    """``series`` cross the threshold at 60 s: pending then (nothing yet), firing at 75 s with ``value``."""
+    ser = list(series) + step_series(project, experiment, first_step)
+    if modes is not None:
+        ser.append(info_series(project, experiment, modes))
+    fire_at = ONSET + dur(cfg.step_for)
+    step_at_fire = first_step + fire_at // INTERVAL
+    ctx = Ctx({"project": project, "experiment": experiment, **labels}, value,
+              {n.STEP: step_at_fire, n.WINDOW_STEPS: 3, **(extra_ctx or {})}, modes)
+    exp_labels = {**labels, "project": project, "experiment": experiment}
+    return Case(name, ser, [Check(fire_at - INTERVAL, alert), Check(fire_at, alert, [Expect(exp_labels, ctx)])])
+
+
+def quiet(alert: str, name: str, series: list[Series]) -> Case:
+    return Case(name, series, [Check(ONSET + INTERVAL, alert), Check(5 * 60, alert)])
+
+
+def window(metric: str, project: str, experiment: str, stat: str, values: str, **extra) -> Series:
+    return Series(metric, {**({k: v for k, v in JOB.items()} if project != "p" else {}),
+                           "project": project, "experiment": experiment, **extra, "stat": stat}, values)
+
+
+def flat(v: float, samples: int = 20) -> str:
+    return f"{num(v)}x{samples}"
+
+
+# --- omniwatch.steps -------------------------------------------------------------------------------------
+STEP_LABELS = {"severity": "warning", "persistence": "steps"}
+LEGACY_COLOCATED = {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}
+LEGACY_STREAMED = {"trainer": "legacy", "reward": "streamed", "async_mode": "sync"}
+V1_COLOCATED = {"trainer": "v1", "reward": "colocated", "async_mode": "sync"}
+V1_SYNC = {"trainer": "v1", "reward": "streamed", "async_mode": "sync"}
+V1_ASYNC = {"trainer": "v1", "reward": "streamed", "async_mode": "separate_async"}
+
+
+def reward_bound_cases(cfg: Config) -> list[Case]:
+    t, share = cfg.reward_bound.ratio, cfg.reward_bound.step_share
+    hi, lo = round(t + 0.15, 2), round(t * 0.5, 2)
+    share_hi = round(share + 0.18, 2)
+    out = []
+    for exp, modes in (("qwen_ocr", LEGACY_COLOCATED), ("qwen_ocr_async", LEGACY_STREAMED),
+                       ("wan_v1", V1_COLOCATED), ("unknown_layout", None)):
+        out.append(fires(cfg, n.ALERT_REWARD_BOUND,
+                         f"RewardBoundRollout fires at the window step that makes every step reward-bound "
+                         f"({'no info series' if modes is None else modes['trainer'] + ', ' + modes['reward']} remedy)",
+                         "flowgrpo", exp,
+                         [window(n.REWARD_BOUND_WINDOW, "flowgrpo", exp, "min", onset(lo, hi)),
+                          window(n.REWARD_STEP_SHARE_WINDOW, "flowgrpo", exp, "min", onset(share_hi, share_hi))],
+                         hi, STEP_LABELS, modes=modes))
+    out.append(quiet(n.ALERT_REWARD_BOUND,
+                     "RewardBoundRollout stays quiet for healthy, noisy, warm-up and actor-dominated runs", [
+                         window(n.REWARD_BOUND_WINDOW, "p", "healthy_colocated", "min", flat(round(t * 0.5, 2))),
+                         window(n.REWARD_STEP_SHARE_WINDOW, "p", "healthy_colocated", "min", flat(round(share * 0.6, 2))),
+                         window(n.REWARD_BOUND_WINDOW, "p", "healthy_async", "min", flat(round(t * 0.15, 2))),
+                         window(n.REWARD_BOUND_WINDOW, "p", "noisy", "min", flat(round(t * 0.55, 2))),
+                         window(n.REWARD_BOUND_WINDOW, "p", "noisy", "max", f"{num(round(t * 0.55, 2))}x3 0.95x17"),
+                         Series(n.REWARD_BOUND_RATIO, {"project": "p", "experiment": "warmup"}, flat(0.9)),
+                         # reward holds the generation window but the step is actor-dominated: a reward pool
+                         # would buy little and cost GPUs
+                         window(n.REWARD_BOUND_WINDOW, "p", "actor_dominated", "min", flat(hi)),
+                         window(n.REWARD_STEP_SHARE_WINDOW, "p", "actor_dominated", "min", flat(round(share * 0.5, 2))),
+                     ]))
+    return out
+
+
+def idle_cases(cfg: Config) -> list[Case]:
+    t = cfg.inter_stage_idle.ratio
+    hi = round(t + 0.16, 2)
+    gpu = {**STEP_LABELS, "evidence": "gpu"}
+    timers = {**STEP_LABELS, "evidence": "timers"}
+    out = []
+    for exp, modes in (("wan_video", V1_SYNC), ("wan_video_async", V1_ASYNC), ("qwen_legacy", LEGACY_COLOCATED)):
+        out.append(fires(cfg, n.ALERT_IDLE, f"InterStageIdleGPU fires on the timer residual ({modes['trainer']} "
+                                            f"{modes['async_mode']} remedy)", "v1", exp,
+                         [window(n.IDLE_WINDOW, "v1", exp, "min", onset(0.005, hi))], hi, timers, first_step=20,
+                         modes=modes))
+    out.append(fires(cfg, n.ALERT_IDLE, "InterStageIdleGPU fires on GPU evidence, once, even when the timer residual "
+                                        "is also over", "v1", "gpu_measured",
+                     [window(n.GPU_INTER_STAGE_IDLE_WINDOW, "v1", "gpu_measured", "min", onset(0.004, hi + 0.05)),
+                      window(n.IDLE_WINDOW, "v1", "gpu_measured", "min", onset(0.005, hi + 0.07))],
+                     hi + 0.05, gpu, first_step=20, modes=V1_SYNC))
+    out.append(quiet(n.ALERT_IDLE, "InterStageIdleGPU stays quiet for healthy, noisy, warm-up runs and when the GPUs "
+                                   "were busy during the untimed work", [
+        window(n.IDLE_WINDOW, "p", "healthy", "min", flat(0.007)),
+        window(n.IDLE_WINDOW, "p", "noisy", "min", flat(0.006)),
+        window(n.IDLE_WINDOW, "p", "noisy", "max", "0.006x3 0.5x17"),
+        Series(n.INTER_STAGE_IDLE_RATIO, {"project": "p", "experiment": "warmup"}, flat(0.6)),
+        # untimed but the GPUs ran (a GPU-side transfer); GPU evidence just under the threshold is evidence too
+        window(n.IDLE_WINDOW, "v1", "gpu_transfer", "min", flat(hi)),
+        window(n.GPU_INTER_STAGE_IDLE_WINDOW, "v1", "gpu_transfer", "min", flat(0.02)),
+        window(n.IDLE_WINDOW, "v1", "edge", "min", flat(0.4)),
+        window(n.GPU_INTER_STAGE_IDLE_WINDOW, "v1", "edge", "min", flat(t)),
+    ]))
+    # timers per run; hand-over when GPU evidence appears (low, silences) and is withdrawn again
+    v = round(t + 0.2, 2)
+    ctx = lambda e: Ctx({"project": "v1", "experiment": e, **timers}, v, {}, None)  # noqa: E731
+    exp = lambda e: Expect({**timers, "project": "v1", "experiment": e}, ctx(e))  # noqa: E731
+    out.append(Case("InterStageIdleGPU falls back to timers per run, and hands over when GPU evidence appears or goes", [
+        window(n.IDLE_WINDOW, "v1", "timers_only", "min", flat(v)),
+        window(n.GPU_INTER_STAGE_IDLE_WINDOW, "v1", "other", "min", flat(0.01)),
+        window(n.IDLE_WINDOW, "v1", "handover", "min", flat(v)),
+        window(n.GPU_INTER_STAGE_IDLE_WINDOW, "v1", "handover", "min", "_x4 0.03x5 stale"),
+    ], [Check(0, n.ALERT_IDLE), Check(45, n.ALERT_IDLE, [exp("timers_only"), exp("handover")]),
+        Check(60, n.ALERT_IDLE, [exp("timers_only")]), Check(150, n.ALERT_IDLE, [exp("timers_only")]),
+        Check(165, n.ALERT_IDLE, [exp("timers_only"), exp("handover")])],
+        "GPU window present (low) from 60 s, withdrawn (stale: steps awaiting samples) at 150 s."))
+    return out
+
+
+def mfu_cases(cfg: Config) -> list[Case]:
+    c = cfg.mfu
+    out = []
+    role = {"role": "actor"}
+    cause = Series(n.MFU_SUSPECTED_CAUSE, run_labels("flowgrpo", "l20x", role="actor", cause="relabeled_sku"), "0x3 1x6")
+    peak = Series(n.MFU_DEVICE_PEAK, run_labels("flowgrpo", "l20x", role="actor"), "989x9")
+    out.append(fires(cfg, n.ALERT_MFU_IMPOSSIBLE, "MFUImpossible fires when every window step reports MFU above 1, "
+                                                  "naming the suspected cause and the silicon's peak",
+                     "flowgrpo", "l20x", [window(n.MFU_WINDOW, "flowgrpo", "l20x", "min", onset(0.45, 2.62), role="actor"),
+                                          cause, peak],
+                     2.62, {**STEP_LABELS, "evidence": "value", **role}, first_step=3, modes=LEGACY_COLOCATED,
+                     extra_ctx={f"{n.MFU_SUSPECTED_CAUSE}:cause": "relabeled_sku", n.MFU_DEVICE_PEAK: 989}))
+    out.append(fires(cfg, n.ALERT_MFU_IMPOSSIBLE, "MFUImpossible fires on a relabeled GPU although the inflated MFU is "
+                                                  "below 1 (no silicon peak known: the remedy says which number to use)",
+                     "flowgrpo", "l20x_low",
+                     [window(n.MFU_WINDOW, "flowgrpo", "l20x_low", "min", flat(0.8, RUN_SAMPLES), role="actor"),
+                      Series(n.MFU_SUSPECTED_CAUSE, run_labels("flowgrpo", "l20x_low", role="actor", cause="relabeled_sku"),
+                             "0x3 1x6")],
+                     1, {**STEP_LABELS, "evidence": "device", **role}, first_step=3))
+    out.append(quiet(n.ALERT_MFU_IMPOSSIBLE, "MFUImpossible stays quiet for healthy, noisy and warm-up runs", [
+        window(n.MFU_WINDOW, "p", "healthy", "min", flat(0.45), role="actor"),
+        window(n.MFU_WINDOW, "p", "noisy", "min", flat(0.45), role="actor"),
+        window(n.MFU_WINDOW, "p", "noisy", "max", "0.45x3 1.4x17", role="actor"),
+        Series(n.MFU, {"project": "p", "experiment": "warmup", "role": "actor"}, flat(2.62)),
+        Series(n.MFU_SUSPECTED_CAUSE, {"project": "p", "experiment": "other_cause", "role": "actor",
+                                       "cause": "flops_overcount"}, flat(1)),
+    ]))
+    low = round(c.floor / 25, 4)
+    out.append(fires(cfg, n.ALERT_MFU_LOW, "MFUImplausiblyLow fires when even the best window step is two orders of "
+                                           "magnitude under a plausible MFU", "flowgrpo", "tiny",
+                     [window(n.MFU_WINDOW, "flowgrpo", "tiny", "max", onset(0.3, low), role="actor")],
+                     low, {**STEP_LABELS, **role}))
+    out.append(quiet(n.ALERT_MFU_LOW, "MFUImplausiblyLow stays quiet for healthy LoRA and offloaded full-FT runs, "
+                                      "and for an unsupported estimator (zeros are not in the window)", [
+        window(n.MFU_WINDOW, "p", "lora_h200", "max", flat(0.31), role="actor"),
+        window(n.MFU_WINDOW, "p", "full_ft_offload_sp2", "max", flat(0.17), role="actor"),
+        window(n.MFU_WINDOW, "p", "noisy", "min", flat(0.01), role="actor"),
+        window(n.MFU_WINDOW, "p", "noisy", "max", flat(0.2), role="actor"),
+        Series(n.MFU, {"project": "p", "experiment": "unsupported", "role": "actor"}, flat(0)),
+    ]))
+    out.append(fires(cfg, n.ALERT_MFU_UNSUPPORTED, "MFUEstimatorUnsupported is an info finding when MFU is exactly 0",
+                     "flowgrpo", "qwen_edit",
+                     [Series(n.MFU_UNSUPPORTED, run_labels("flowgrpo", "qwen_edit", role="actor"), onset(0, 1))],
+                     1, {"severity": "info", "persistence": "steps", **role}))
+    base, drop = 0.5, round(0.5 * c.drop_ratio * 0.85, 3)
+    out.append(fires(cfg, n.ALERT_MFU_DROP, f"MFUDrop fires when the window's best MFU falls under "
+                                            f"{c.drop_ratio:g} x the baseline", "flowgrpo", "qwen_full",
+                     [window(n.MFU_WINDOW, "flowgrpo", "qwen_full", "max", onset(0.46, drop), role="actor"),
+                      Series(n.MFU_BASELINE, run_labels("flowgrpo", "qwen_full", role="actor"), f"{base}x9")],
+                     drop / base, {**STEP_LABELS, **role}, first_step=30))
+    out.append(quiet(n.ALERT_MFU_DROP, "MFUDrop stays quiet for healthy, noisy, unsupported-estimator and warm-up runs", [
+        window(n.MFU_WINDOW, "p", "healthy", "max", flat(0.44), role="actor"),
+        Series(n.MFU_BASELINE, {"project": "p", "experiment": "healthy", "role": "actor"}, flat(0.5)),
+        window(n.MFU_WINDOW, "p", "noisy", "min", "0.5x3 0.1x17", role="actor"),
+        window(n.MFU_WINDOW, "p", "noisy", "max", flat(0.5), role="actor"),
+        Series(n.MFU_BASELINE, {"project": "p", "experiment": "noisy", "role": "actor"}, flat(0.5)),
+        window(n.MFU_WINDOW, "p", "warmup", "max", flat(0.1), role="actor"),
+        window(n.MFU_WINDOW, "p", "zero", "max", flat(0.1), role="actor"),
+        Series(n.MFU_BASELINE, {"project": "p", "experiment": "zero", "role": "actor"}, flat(0)),
+    ]))
+    return out
+
+
+def step_time_cases(cfg: Config) -> list[Case]:
+    r = cfg.step_time.regression_ratio
+    base = 250
+    slow = round(base * (r + 0.05))
+    out = []
+    for cause_name in ("actor", "reward", "rollout"):
+        exp = f"qwen_{cause_name}"
+        causes = [Series(n.STEP_REGRESSION, run_labels("flowgrpo", exp, cause=c),
+                         f"0x3 {num(40 if c == cause_name else 3)}x6") for c in ("actor", "reward", "rollout")]
+        out.append(fires(cfg, n.ALERT_STEP_REGRESSION, f"StepTimeRegression fires with the cause that grew most "
+                                                       f"({cause_name})", "flowgrpo", exp,
+                         [window(n.STEP_DURATION_WINDOW, "flowgrpo", exp, "min", onset(252, slow)),
+                          Series(n.STEP_DURATION_BASELINE, run_labels("flowgrpo", exp), f"{base}x9"), *causes],
+                         slow / base, {**STEP_LABELS, "cause": cause_name}, first_step=30))
+    out.append(fires(cfg, n.ALERT_STEP_REGRESSION, "StepTimeRegression still fires when the exporter names no cause",
+                     "flowgrpo", "no_cause",
+                     [window(n.STEP_DURATION_WINDOW, "flowgrpo", "no_cause", "min", onset(252, slow)),
+                      Series(n.STEP_DURATION_BASELINE, run_labels("flowgrpo", "no_cause"), f"{base}x9")],
+                     slow / base, STEP_LABELS, first_step=30))
+    out.append(quiet(n.ALERT_STEP_REGRESSION, "StepTimeRegression stays quiet for healthy, noisy and warm-up runs", [
+        window(n.STEP_DURATION_WINDOW, "p", "healthy", "min", flat(round(base * (1 + (r - 1) * 0.6)))),
+        Series(n.STEP_DURATION_BASELINE, {"project": "p", "experiment": "healthy"}, flat(base)),
+        window(n.STEP_DURATION_WINDOW, "p", "noisy", "min", flat(base)),
+        window(n.STEP_DURATION_WINDOW, "p", "noisy", "max", f"{base}x3 900x17"),
+        Series(n.STEP_DURATION_BASELINE, {"project": "p", "experiment": "noisy"}, flat(base)),
+        Series(n.STEP_DURATION, {"project": "p", "experiment": "warmup"}, flat(900)),
+    ]))
+    return out
+
+
+def saturation_cases(cfg: Config) -> list[Case]:
+    t = cfg.reward_saturation.zero_std_ratio
+    hi = round(t + 0.25, 2)
+    return [
+        fires(cfg, n.ALERT_REWARD_SATURATION, "RewardSaturation fires when every window step has most groups at zero std",
+              "flowgrpo", "sd35_ocr", [window(n.ZERO_STD_WINDOW, "flowgrpo", "sd35_ocr", "min", onset(0.1, hi))],
+              hi, STEP_LABELS, first_step=200),
+        quiet(n.ALERT_REWARD_SATURATION, "RewardSaturation stays quiet for healthy, noisy and warm-up runs", [
+            window(n.ZERO_STD_WINDOW, "p", "healthy", "min", flat(round(t * 0.4, 2))),
+            window(n.ZERO_STD_WINDOW, "p", "noisy", "min", flat(round(t * 0.6, 2))),
+            window(n.ZERO_STD_WINDOW, "p", "noisy", "max", f"{num(round(t * 0.6, 2))}x3 0.9x17"),
+            Series("verl_critic_rewards_zero_std_ratio", {"project": "p", "experiment": "warmup",
+                                                          "key": "critic/rewards/zero_std_ratio"}, flat(0.9)),
+        ]),
+    ]
+
+
+def steps_cases(cfg: Config) -> list[Case]:
+    return (reward_bound_cases(cfg) + idle_cases(cfg) + mfu_cases(cfg) + step_time_cases(cfg)
+            + saturation_cases(cfg))
+
+
+# --- omniwatch.health ------------------------------------------------------------------------------------
+def health_cases(cfg: Config) -> list[Case]:
+    c = cfg
+    out = []
+    # TrainingStalled: a step every 30 s until the one observed at 90 s; then nothing.
+    typical = 30
+    notice = c.stall.notice_steps * typical
+    first_true = next(t for t in range(0, 3000, INTERVAL) if t - 90 > notice)
+    fire_at = first_true + dur(c.step_for)
+    run = run_labels("flowgrpo", "qwen_ocr")
+    n_samples = fire_at // INTERVAL + 2
+    ctx = Ctx({"project": "flowgrpo", "experiment": "qwen_ocr"}, fire_at - 90,
+              {n.TYPICAL_STEP: typical, n.STEP: 18}, None)
+    out.append(Case(f"TrainingStalled fires once no step came for more than {c.stall.notice_steps:g} typical steps", [
+        Series(n.LAST_STEP_TS, run, f"0 0 30 30 60 60 90x{n_samples - 6}"),
+        Series(n.TYPICAL_STEP, run, f"{typical}x{n_samples}"),
+        Series(n.STEP, run, f"15 15 16 16 17 17 18x{n_samples - 6}"),
+    ], [Check(first_true - INTERVAL, n.ALERT_STALLED), Check(first_true, n.ALERT_STALLED),
+        Check(fire_at, n.ALERT_STALLED, [Expect({"severity": "critical", "project": "flowgrpo", "experiment": "qwen_ocr"}, ctx)])]))
+    out.append(quiet(n.ALERT_STALLED, "TrainingStalled stays quiet while steps arrive, through one slow step, and before "
+                                      "the run has a typical step", [
+        Series(n.LAST_STEP_TS, {"project": "p", "experiment": "healthy"}, " ".join(str(30 * (i // 2)) for i in range(21))),
+        Series(n.TYPICAL_STEP, {"project": "p", "experiment": "healthy"}, flat(30)),
+        Series(n.LAST_STEP_TS, {"project": "p", "experiment": "slow_step"},
+               "0 0 0 0 0 " + " ".join(str(75 + 30 * (i // 2)) for i in range(16))),
+        Series(n.TYPICAL_STEP, {"project": "p", "experiment": "slow_step"}, flat(30)),
+        Series(n.LAST_STEP_TS, {"project": "p", "experiment": "warmup"}, flat(0)),
+    ]))
+
+    # GPUMemoryNearFull: one GPU per source over the ratio from 3m.
+    g = c.gpu_memory
+    hold = dur(g.for_)
+    start = 12 * INTERVAL
+    total = (start + hold) // INTERVAL + 10
+    over_o = 146e9 / 150e9
+    assert over_o > g.ratio, "test values must exceed the configured memory ratio"
+    mem = lambda node, gpu, src, v: Expect({"severity": "warning", "source": src, "node": node, "gpu": gpu},  # noqa: E731
+                                           Ctx({"node": node, "gpu": gpu, "source": src}, v))
+    out.append(Case(f"GPUMemoryNearFull fires from omniwatch NVML, dcgm-exporter and Ray gauges after {g.for_}", [
+        Series(n.GPU_MEMORY_USED, {"job": "omniwatch", "node": "gpu-node-0", "gpu": "0", "uuid": "GPU-aaaa"}, f"70e9x11 146e9x{total - 12}"),
+        Series(n.GPU_MEMORY_TOTAL, {"job": "omniwatch", "node": "gpu-node-0", "gpu": "0", "uuid": "GPU-aaaa"}, f"150e9x{total}"),
+        Series("DCGM_FI_DEV_FB_USED", {"job": "dcgm", "Hostname": "gpu-node-1", "gpu": "3", "UUID": "GPU-bbbb", "modelName": "NVIDIA H200"}, f"60000x11 139000x{total - 12}"),
+        Series("DCGM_FI_DEV_FB_FREE", {"job": "dcgm", "Hostname": "gpu-node-1", "gpu": "3", "UUID": "GPU-bbbb", "modelName": "NVIDIA H200"}, f"83000x11 4000x{total - 12}"),
+        Series("ray_node_gram_used", {"job": "ray", "ip": "10.0.0.7", "GpuIndex": "1", "GpuDeviceName": "NVIDIA H200", "SessionName": "s"}, f"60000x11 139000x{total - 12}"),
+        Series("ray_node_gram_available", {"job": "ray", "ip": "10.0.0.7", "GpuIndex": "1", "GpuDeviceName": "NVIDIA H200", "SessionName": "s"}, f"83000x11 4000x{total - 12}"),
+    ], [Check(start + hold - INTERVAL, "GPUMemoryNearFull"),
+        Check(start + hold, "GPUMemoryNearFull", [mem("gpu-node-0", "0", "omniwatch", over_o),
+                                                    mem("gpu-node-1", "3", "dcgm", 139000 / 143000),
+                                                    mem("10.0.0.7", "1", "ray", 139000 / 143000)])]))
+    peak = max(1, hold // INTERVAL // 2)   # a peak shorter than `for:` (a weight sync) that drops back
+    healthy = round((g.ratio - 0.05) * 143000)  # just under the ratio all the time (vLLM's reservation)
+    long = 2 * (hold // INTERVAL) + 10
+    out.append(Case("GPUMemoryNearFull ignores short peaks, healthy GPUs and a zero total", [
+        Series(n.GPU_MEMORY_USED, {"node": "n", "gpu": "0", "uuid": "GPU-a"}, f"70e9x3 149e9x{peak} 70e9x{long}"),
+        Series(n.GPU_MEMORY_TOTAL, {"node": "n", "gpu": "0", "uuid": "GPU-a"}, f"150e9x{long + peak + 4}"),
+        Series("DCGM_FI_DEV_FB_USED", {"Hostname": "n", "gpu": "1"}, f"{healthy}x{long}"),
+        Series("DCGM_FI_DEV_FB_FREE", {"Hostname": "n", "gpu": "1"}, f"{143000 - healthy}x{long}"),
+        Series("ray_node_gram_used", {"ip": "n", "GpuIndex": "2"}, f"0x{long}"),
+        Series("ray_node_gram_available", {"ip": "n", "GpuIndex": "2"}, f"0x{long}"),
+    ], [Check(2 * hold, "GPUMemoryNearFull")]))
+
+    # OmniwatchSourceDown
+    hold = dur(c.source_down.for_)
+    samples = (ONSET + hold) // INTERVAL + 6
+    src_labels = {**JOB, "source": "jsonl", "target": "/runs/flowgrpo/qwen_ocr.jsonl"}
+    out.append(Case(f"OmniwatchSourceDown warns once a source has failed for {c.source_down.for_}", [
+        Series(n.SOURCE_UP, src_labels, f"1x3 0x{samples}"),
+        Series(n.SOURCE_UP, {**JOB, "source": "ray", "target": "10.0.0.7:8265"}, f"1x{samples + 3}"),
+        Series("up", JOB, f"1x{samples + 3}"),
+    ], [Check(ONSET + hold - INTERVAL, n.ALERT_SOURCE_DOWN),
+        Check(ONSET + hold, n.ALERT_SOURCE_DOWN, [Expect({"severity": "warning", **src_labels}, Ctx(src_labels))])]))
+    out.append(Case("OmniwatchSourceDown is critical when Prometheus cannot scrape the exporter", [
+        Series("up", JOB, f"1x3 0x{samples}"),
+        Series("up", {"job": "prometheus", "instance": "127.0.0.1:9090"}, f"1x{samples + 3}"),
+    ], [Check(ONSET + hold - INTERVAL, n.ALERT_SOURCE_DOWN),
+        Check(ONSET + hold, n.ALERT_SOURCE_DOWN, [Expect({"severity": "critical", **JOB}, Ctx(JOB))])]))
+    out.append(Case("OmniwatchSourceDown is critical when the exporter is missing from the targets", [
+        Series("up", {"job": "prometheus", "instance": "127.0.0.1:9090"}, f"1x{samples + 3}"),
+    ], [Check(hold - INTERVAL, n.ALERT_SOURCE_DOWN),
+        Check(hold, n.ALERT_SOURCE_DOWN, [Expect({"severity": "critical", "job": c.selectors.job}, Ctx({"job": c.selectors.job}))])]))
+    blip = max(1, hold // INTERVAL - 4)
+    out.append(quiet(n.ALERT_SOURCE_DOWN, "OmniwatchSourceDown stays quiet while everything is up, and through a short blip", [
+        Series("up", JOB, f"1x3 0x{blip} 1x20"),
+        Series(n.SOURCE_UP, {**JOB, "source": "jsonl", "target": "/runs/a.jsonl"}, f"1x3 0x{blip} 1x20"),
+    ]))
+    out.append(Case("Watchdog always fires", [], [Check(0, "Watchdog", [Expect({"severity": "none"}, Ctx({}))])]))
+    return out
+
+
+HEADER = """\
+promtool unit tests of {what} (group {group}).
+GENERATED by `omniwatch rules generate` from exporter/omniwatch/alerting/promtests.py: inputs either side
+of each threshold of config.py, checks just before and just after each `for:`, and expected annotations
+rendered from the alerts' own prose. Do not edit. Run: promtool test rules alerts/tests/*.yml
+"""
+
+
+def test_files(cfg: Config) -> dict[str, str]:
+    return {
+        "steps.test.yml": render(cfg, steps_cases(cfg), "omniwatch.rules.yml",
+                                 HEADER.format(what="the step-based alerts", group="omniwatch.steps")),
+        "health.test.yml": render(cfg, health_cases(cfg), "omniwatch.rules.yml",
+                                  HEADER.format(what="liveness, GPU memory and the monitoring pipeline", group="omniwatch.health")),
+    }

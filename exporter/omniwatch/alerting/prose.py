@@ -1,0 +1,277 @@
+"""Alert text written once and rendered twice: as the Go template Prometheus fills in when the alert
+fires, and as the exact text a promtool test expects for given values (the test oracle).
+
+A :class:`Prose` is a sequence of parts: literal text, or slots (the alert's value, a run label, the
+value of one of the run's series, a branch on the run's detected modes). ``go()`` is the annotation
+template; ``expect(ctx)`` is what Prometheus renders when the value is ``ctx.value``, the run's series
+hold ``ctx.series`` and its ``omniwatch_run_info`` labels are ``ctx.modes``. The formatters below mirror
+Prometheus' template functions (``template/template.go``) for the values the tests use.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from .. import names
+
+
+@dataclass(frozen=True)
+class Ctx:
+    labels: Mapping[str, str]
+    value: float | None = None
+    series: Mapping[str, float] = field(default_factory=dict)   # run series name -> value
+    modes: Mapping[str, str] | None = None                         # omniwatch_run_info labels; None = absent
+
+
+# --- Prometheus template formatters (test oracle) ------------------------------------------------------
+def go_g4(v: float) -> str:
+    """Go's ``%.4g``."""
+    if math.isnan(v) or math.isinf(v):
+        return {True: "+Inf", False: "-Inf"}[v > 0] if math.isinf(v) else "NaN"
+    s = f"{v:.4g}"
+    if "e" in s:  # Go writes at least two exponent digits, like Python
+        mant, exp = s.split("e")
+        s = f"{mant}e{exp[0]}{int(exp[1:]):02d}"
+    return s
+
+
+def humanize_percentage(v: float) -> str:
+    return go_g4(v * 100) + "%"
+
+
+def humanize_duration(v: float) -> str:
+    if math.isnan(v) or math.isinf(v):
+        return go_g4(v)
+    if v == 0:
+        return go_g4(v) + "s"
+    if abs(v) >= 1:
+        sign = "-" if v < 0 else ""
+        v = abs(v)
+        d = int(v)
+        seconds, minutes, hours, days = d % 60, (d // 60) % 60, (d // 3600) % 24, d // 86400
+        if days:
+            return f"{sign}{days}d {hours}h {minutes}m {seconds}s"
+        if hours:
+            return f"{sign}{hours}h {minutes}m {seconds}s"
+        if minutes:
+            return f"{sign}{minutes}m {seconds}s"
+        return f"{sign}{go_g4(v)}s"
+    prefix = ""
+    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+        if abs(v) >= 1:
+            break
+        prefix = p
+        v *= 1000
+    return f"{go_g4(v)}{prefix}s"
+
+
+# fmt name -> (Go pipeline suffix, Python formatter)
+FORMATS = {
+    "pct": ("humanizePercentage", humanize_percentage),
+    "dur": ("humanizeDuration", humanize_duration),
+    "f0": ('printf "%.0f"', lambda v: f"{v:.0f}"),
+    "f1": ('printf "%.1f"', lambda v: f"{v:.1f}"),
+    "f2": ('printf "%.2f"', lambda v: f"{v:.2f}"),
+}
+
+
+# --- parts ----------------------------------------------------------------------------------------------
+class Part:
+    def go(self) -> str:
+        raise NotImplementedError
+
+    def expect(self, ctx: Ctx) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Text(Part):
+    text: str
+
+    def go(self) -> str:
+        if "{{" in self.text or "}}" in self.text:
+            raise ValueError(f"literal alert text may not contain template braces: {self.text!r}")
+        return self.text
+
+    def expect(self, ctx: Ctx) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Label(Part):
+    name: str
+
+    def go(self) -> str:
+        return f"{{{{ $labels.{self.name} }}}}"
+
+    def expect(self, ctx: Ctx) -> str:
+        return ctx.labels.get(self.name, "")
+
+
+@dataclass(frozen=True)
+class Value(Part):
+    fmt: str
+
+    def go(self) -> str:
+        return f"{{{{ $value | {FORMATS[self.fmt][0]} }}}}"
+
+    def expect(self, ctx: Ctx) -> str:
+        assert ctx.value is not None, "the test context needs the alert's value"
+        return FORMATS[self.fmt][1](ctx.value)
+
+
+def _run_selector(metric: str, extra: str) -> str:
+    m = f",{extra}" if extra else ""
+    return f'printf "{metric}{{project=%q,experiment=%q{m}}}" $labels.project $labels.experiment'
+
+
+@dataclass(frozen=True)
+class Query(Part):
+    """The value of one of the run's series at evaluation time (``query`` over the run's labels):
+    ``prefix + formatted value + suffix``, or ``default`` when the series is absent."""
+    metric: str
+    fmt: str = "f0"
+    prefix: str = ""
+    suffix: str = ""
+    default: str = ""
+    matchers: str = ""  # extra label matchers, e.g. 'role="actor"' (values may use $labels via %q below)
+    label_args: tuple[str, ...] = ()  # $labels.<x> values filling %q placeholders in `matchers`
+
+    def go(self) -> str:
+        m = f",{self.matchers}" if self.matchers else ""
+        args = " ".join(f"$labels.{a}" for a in self.label_args)
+        sel = f'printf "{self.metric}{{project=%q,experiment=%q{m}}}" $labels.project $labels.experiment{" " + args if args else ""}'
+        for part in (self.prefix, self.suffix, self.default):
+            Text(part).go()
+        other = f"{{{{ else }}}}{self.default}" if self.default else ""
+        return (f"{{{{ with {sel} | query }}}}{self.prefix}{{{{ . | first | value | {FORMATS[self.fmt][0]} }}}}"
+                f"{self.suffix}{other}{{{{ end }}}}")
+
+    def expect(self, ctx: Ctx) -> str:
+        v = ctx.series.get(self.metric)
+        return self.default if v is None else self.prefix + FORMATS[self.fmt][1](v) + self.suffix
+
+
+@dataclass(frozen=True)
+class QueryLabel(Part):
+    """A label of one of the run's series (first result): ``prefix + label value + suffix``, or nothing."""
+    metric: str
+    label: str
+    prefix: str = ""
+    suffix: str = ""
+    matchers: str = ""
+    label_args: tuple[str, ...] = ()
+
+    def go(self) -> str:
+        m = f",{self.matchers}" if self.matchers else ""
+        args = " ".join(f"$labels.{a}" for a in self.label_args)
+        sel = f'printf "{self.metric}{{project=%q,experiment=%q{m}}}" $labels.project $labels.experiment{" " + args if args else ""}'
+        Text(self.prefix).go(), Text(self.suffix).go()
+        return f'{{{{ with {sel} | query }}}}{self.prefix}{{{{ . | first | label "{self.label}" }}}}{self.suffix}{{{{ end }}}}'
+
+    def expect(self, ctx: Ctx) -> str:
+        v = ctx.series.get(f"{self.metric}:{self.label}")
+        return "" if v is None else f"{self.prefix}{v}{self.suffix}"
+
+
+@dataclass(frozen=True)
+class LabelIf(Part):
+    """``prefix + $labels.<name> + suffix`` when the alert has that label, else nothing."""
+    name: str
+    prefix: str = ""
+    suffix: str = ""
+
+    def go(self) -> str:
+        Text(self.prefix).go(), Text(self.suffix).go()
+        return f"{{{{ with $labels.{self.name} }}}}{self.prefix}{{{{ . }}}}{self.suffix}{{{{ end }}}}"
+
+    def expect(self, ctx: Ctx) -> str:
+        v = ctx.labels.get(self.name)
+        return f"{self.prefix}{v}{self.suffix}" if v else ""
+
+
+@dataclass(frozen=True)
+class Switch(Part):
+    """Branch on the run's detected modes (labels of ``omniwatch_run_info``): the first case whose every
+    label matches wins; ``default`` when none does or the run has no info series."""
+    cases: tuple[tuple[tuple[tuple[str, str], ...], "Prose"], ...]
+    default: "Prose"
+
+    def go(self) -> str:
+        if not self.cases:
+            return self.default.go()
+        out = [f"{{{{ with {_run_selector(names.RUN_INFO, '')} | query }}}}{{{{ $i := . | first }}}}"]
+        for k, (cond, prose) in enumerate(self.cases):
+            tests = [f'(eq ($i | label "{lab}") "{val}")' for lab, val in cond]
+            test = tests[0][1:-1] if len(tests) == 1 else "and " + " ".join(tests)
+            out.append(f"{{{{ {'if' if k == 0 else 'else if'} {test} }}}}{prose.go()}")
+        out.append(f"{{{{ else }}}}{self.default.go()}{{{{ end }}}}{{{{ else }}}}{self.default.go()}{{{{ end }}}}")
+        return "".join(out)
+
+    def expect(self, ctx: Ctx) -> str:
+        if ctx.modes is not None:
+            for cond, prose in self.cases:
+                if all(ctx.modes.get(lab) == val for lab, val in cond):
+                    return prose.expect(ctx)
+        return self.default.expect(ctx)
+
+
+@dataclass(frozen=True)
+class LabelSwitch(Part):
+    """Branch on one of the alert's own labels (``$labels.<name>``)."""
+    name: str
+    cases: tuple[tuple[str, "Prose"], ...]
+    default: "Prose"
+
+    def go(self) -> str:
+        out = [f'{{{{ {"if" if k == 0 else "else if"} eq $labels.{self.name} "{val}" }}}}{prose.go()}'
+               for k, (val, prose) in enumerate(self.cases)]
+        return "".join(out) + f"{{{{ else }}}}{self.default.go()}{{{{ end }}}}"
+
+    def expect(self, ctx: Ctx) -> str:
+        return dict(self.cases).get(ctx.labels.get(self.name), self.default).expect(ctx)
+
+
+@dataclass(frozen=True)
+class Prose:
+    parts: tuple[Part, ...]
+
+    def go(self) -> str:
+        return "".join(p.go() for p in self.parts)
+
+    def expect(self, ctx: Ctx) -> str:
+        return "".join(p.expect(ctx) for p in self.parts)
+
+    def __add__(self, other: "Prose | str") -> "Prose":
+        return Prose(self.parts + P(other).parts)
+
+    def __radd__(self, other: str) -> "Prose":
+        return P(other) + self
+
+
+def P(*items: "str | Part | Prose") -> Prose:
+    """Build prose from strings (literal text), parts and other prose."""
+    parts: list[Part] = []
+    for it in items:
+        if isinstance(it, Prose):
+            parts.extend(it.parts)
+        elif isinstance(it, Part):
+            parts.append(it)
+        elif isinstance(it, str):
+            if it:
+                parts.append(Text(it))
+        else:
+            raise TypeError(it)
+    return Prose(tuple(parts))
+
+
+def switch(cases: Sequence[tuple[Mapping[str, str], "Prose | str"]], default: "Prose | str") -> Prose:
+    return P(Switch(tuple((tuple(sorted(c.items())), P(p)) for c, p in cases), P(default)))
+
+
+# Slots every run-scoped alert uses.
+RUN = P(Label(names.L_PROJECT), "/", Label(names.L_EXPERIMENT))
+K = Query(names.WINDOW_STEPS, "f0", default="k")
+AT_STEP = Query(names.STEP, "f0", prefix=", at step ")
+STEP = Query(names.STEP, "f0")

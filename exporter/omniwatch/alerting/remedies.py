@@ -1,0 +1,172 @@
+"""Remedy text, once, keyed by alert and by the run's detected modes.
+
+The alert annotations (``remedy``), the relay's messages (which show that annotation), the runbooks'
+"Fix" lines that quote it and the run report's verdict all come from :func:`remedy`. A remedy branches
+on the labels of ``omniwatch_run_info`` — ``trainer`` (legacy | v1), ``reward`` (colocated | streamed)
+and ``async_mode`` (sync | separate_async) — so a run that already has a reward pool is not told to
+enable one. Every VeRL-Omni config key a remedy names goes through :func:`key`, which records it;
+``tests/test_remedies.py`` checks each against the keys of VeRL-Omni's composed trainer config
+(``tests/fixtures/verl_omni/config_keys.txt``). Sources for every statement: docs/verl-source.md.
+"""
+from __future__ import annotations
+
+from .. import names
+from .prose import P, Prose, Query, switch
+
+# Config keys the remedies name: key -> True when it must be added with a Hydra '+' (not in the
+# composed config), False when it exists there.
+NAMED_KEYS: dict[str, bool] = {}
+
+
+def key(path: str, value: str = "", plus: bool = False) -> str:
+    """A VeRL-Omni config override as the user types it, recorded for the key check."""
+    NAMED_KEYS[path] = plus
+    return f"`{'+' if plus else ''}{path}{'=' + value if value else ''}`"
+
+
+LEGACY, V1 = "legacy", "v1"
+COLOCATED, STREAMED = "colocated", "streamed"
+SYNC, SEPARATE_ASYNC = "sync", "separate_async"
+
+PROFILE_ONE_STEP = ("profile one lightweight step first (" + key("global_profiler.steps", "[N]") + ", "
+                    + key("trainer.save_freq", "-1") + ", " + key("trainer.test_freq", "-1") + ")")
+
+# --- RewardBoundRollout --------------------------------------------------------------------------------
+_RB_COLOCATED = (
+    "The colocated reward model gates every step: give it its own GPUs with "
+    + key("reward.reward_model.enable_resource_pool", "True") + " (pool size "
+    + key("reward.reward_model.n_gpus_per_node") + " x " + key("reward.reward_model.nnodes")
+    + ") so scoring overlaps generation; " + PROFILE_ONE_STEP + " with "
+    + key("reward.reward_model.rollout.profiler.enable", "True") + ".")
+_RB_V1_COLOCATED = (
+    "The colocated reward model gates every step (in V1 its timer also holds a rollout sleep and a weight "
+    "re-sync): give it its own GPUs with " + key("reward.reward_model.enable_resource_pool", "True")
+    + " (pool size " + key("reward.reward_model.n_gpus_per_node") + " x " + key("reward.reward_model.nnodes")
+    + "), which V1 supports too; " + PROFILE_ONE_STEP + ".")
+_RB_STREAMED = (
+    "Reward is already scored while samples generate (a reward pool, or a reward function without a reward "
+    "model) and still holds the tail of generation. With a reward pool: add pool GPUs ("
+    + key("reward.reward_model.n_gpus_per_node") + ", " + key("reward.reward_model.nnodes")
+    + "), lower " + key("reward.reward_model.rollout.tensor_model_parallel_size")
+    + " for more replicas (replicas = pool GPUs / TP) and set " + key("reward.num_workers")
+    + " to pool GPUs / TP. With a reward function (rule or HTTP scorer, "
+    + key("reward.reward_functions.<name>.server_url", plus=True)
+    + "): make the function faster or scale the scorer service.")
+_RB_DEFAULT = (
+    "Find where scoring sits: colocated reward model (long `timing_s/reward`) -> "
+    + key("reward.reward_model.enable_resource_pool", "True")
+    + "; already scored while generating (long tail of `timing_s/gen`) -> scale the reward pool ("
+    + key("reward.reward_model.n_gpus_per_node") + ", " + key("reward.num_workers") + ") or the scorer.")
+
+
+def reward_bound() -> Prose:
+    return switch([({"trainer": V1, "reward": COLOCATED}, _RB_V1_COLOCATED),
+                   ({"reward": COLOCATED}, _RB_COLOCATED),
+                   ({"reward": STREAMED}, _RB_STREAMED)], _RB_DEFAULT)
+
+
+# --- InterStageIdleGPU ---------------------------------------------------------------------------------
+_V1_IDLE = (
+    "In V1 the untimed work is the TransferQueue fetch (diffusion_tq_batch_to_dataproto), the padding "
+    "(_balance_batch) and the write-back (put_dataproto_fields_to_tq) inside _step_once. Spread storage over "
+    "more units (" + key("transfer_queue.backend.SimpleStorage.num_data_storage_units")
+    + ", at least 2 x nodes), move trajectories over RDMA (" + key("transfer_queue.backend.storage_backend", "MooncakeStore")
+    + " with " + key("transfer_queue.backend.MooncakeStore.protocol", "rdma") + ", experimental), or store less "
+    "per trajectory (frames, resolution).")
+_IDLE_SEPARATE_ASYNC = (
+    _V1_IDLE + " separate_async overlaps generation with training but runs the same fetch and write-back, "
+    "once per " + key("trainer.v1.separate_async.parameter_sync_step") + " sub-step.")
+_IDLE_SYNC = (
+    _V1_IDLE + " Switching to " + key("trainer.v1.trainer_mode", "separate_async")
+    + " does not shrink this work (the same _step_once runs); it only overlaps generation with training.")
+_IDLE_LEGACY = (
+    "The legacy step times almost everything (only batch.repeat/union and building gen_batch are untimed), "
+    "so a large gap is a barrier waiting on a straggler rank or host work between phases: take an nsys trace "
+    "of one step (" + key("global_profiler.tool", "nsys") + ", " + key("global_profiler.steps", "[N]")
+    + ") and look for the rank that arrives last.")
+_IDLE_DEFAULT = (
+    "Find the untimed work between phases with an nsys trace of one step (" + key("global_profiler.tool", "nsys")
+    + "); in V1 it is the TransferQueue fetch / write-back (" + key("transfer_queue.backend.SimpleStorage.num_data_storage_units") + ").")
+
+
+def inter_stage_idle() -> Prose:
+    return switch([({"trainer": V1, "async_mode": SEPARATE_ASYNC}, _IDLE_SEPARATE_ASYNC),
+                   ({"trainer": V1}, _IDLE_SYNC),
+                   ({"trainer": LEGACY}, _IDLE_LEGACY)], _IDLE_DEFAULT)
+
+
+# --- MFU ------------------------------------------------------------------------------------------------
+def _peak_override(peak: Query) -> Prose:
+    return P("Pin the real bf16 dense peak for every actor worker: ",
+             "`'" + "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_OMNI_DEVICE_FLOPS_TFLOPS" + '="', peak, "\"'`",
+             " (quoted: Ray wants a string; a shell export reaches the workers only when the trainer starts Ray "
+             "itself, not on a cluster started with `ray start`). verl's device table matches the GPU name by "
+             "substring, so a relabeled card (an H200 reporting as NVIDIA L20X hits L20, 119.5) inflates MFU.")
+
+
+NAMED_KEYS["ray_kwargs.ray_init.runtime_env.env_vars.VERL_OMNI_DEVICE_FLOPS_TFLOPS"] = True
+DEVICE_PEAK = Query(names.MFU_DEVICE_PEAK, "f0", default="<the GPU's bf16 dense peak in TFLOP/s, e.g. 989 for H100/H800/H200>",
+                    matchers='role=%q', label_args=("role",))
+
+
+def mfu_impossible() -> Prose:
+    return _peak_override(DEVICE_PEAK) + (
+        " If the peak is right, a FLOPs metadata field misses the DP gather (allgather_diffusion_flops_meta).")
+
+
+def mfu_drop() -> Prose:
+    return P("Something inside the timed actor update got slower (offload changes are outside the MFU timer and show "
+             "as StepTimeRegression instead): compare ", key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
+             ", ", key("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"), " and ",
+             key("actor_rollout_ref.model.enable_gradient_checkpointing"),
+             " with the baseline steps' config, check GPU clocks / power for throttling, and profile one update_actor "
+             "step (", key("actor_rollout_ref.actor.profiler.enable", "True"), ", tool torch).")
+
+
+def mfu_low() -> Prose:
+    return P("Check that the estimator matches the model (only Qwen-Image pipelines are registered), that the "
+             "trainer saw the right device peak (", "`VERL_OMNI_DEVICE_FLOPS_TFLOPS`",
+             "), and that the actor is not starved: ", key("actor_rollout_ref.actor.fsdp_config.param_offload", "False"),
+             " gives the largest MFU gain, then ", key("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "False"),
+             " and a larger ", key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"), ".")
+
+
+def mfu_unsupported() -> Prose:
+    return P("Nothing to fix in training: MFU 0 means VeRL-Omni has no FLOPs estimator for this pipeline (only "
+             "QwenImagePipeline is registered; edit / img2img / ControlNet variants report 0) or did not know the "
+             "GPU name. To compare configurations, read throughput (perf/throughput) instead.")
+
+
+# --- StepTimeRegression (branches on its own `cause` label) -----------------------------------------
+STEP_CAUSES = {
+    "reward": "Reward scoring grew: see RewardBoundRollout's remedy for this run's reward layout.",
+    "inter_stage_idle": "Untimed work between phases grew: see InterStageIdleGPU.",
+    "actor": ("The actor phases grew. If MFU held, the time went outside the timed train_batch: offload ("
+              + key("actor_rollout_ref.actor.fsdp_config.param_offload", "False") + " gives the largest gain, then "
+              + key("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "False")
+              + "; with both on keep " + key("actor_rollout_ref.rollout.layered_summon", "True")
+              + "); if MFU dropped too, see MFUDrop."),
+    "rollout": ("Generation grew: check rollout batching (" + key("actor_rollout_ref.rollout.max_num_seqs") + ", "
+                + key("actor_rollout_ref.rollout.step_execution") + ") and the rollout servers' queue."),
+    "weight_sync": ("Weight sync grew (the nightly gives it its own 20 % threshold: sensitive to vLLM-Omni, LoRA, "
+                    "IPC, free-cache and " + key("actor_rollout_ref.rollout.layered_summon") + ")."),
+    "other": "Profile one step to find the phase that grew (global_profiler.tool=nsys).",
+}
+
+
+def step_regression() -> Prose:
+    from .prose import LabelSwitch
+    return P(LabelSwitch("cause", tuple((c, P(t)) for c, t in STEP_CAUSES.items()),
+                         P("Profile one step to find the phase that grew; see the stage-share panel.")))
+
+
+def reward_saturation() -> Prose:
+    return P("Rewards no longer separate samples within groups (check critic/rewards/std_mean): harder or more "
+             "diverse prompts, a finer-grained reward, or fix a broken scorer. Algorithm change, not a performance "
+             "knob: more samples per group (", key("actor_rollout_ref.rollout.n"), ").")
+
+
+def stalled() -> Prose:
+    return P("Check the trainer process and Ray (ray status, driver and worker logs): a hung NCCL collective, a dead "
+             "actor or an OOM kill is the usual cause; resume from the last checkpoint with ",
+             key("trainer.resume_mode", "auto"), " after fixing it.")

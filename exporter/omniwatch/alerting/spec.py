@@ -1,0 +1,298 @@
+"""The omniwatch rules as data, built from one :class:`~.config.Config`.
+
+``rule_files(cfg)`` returns every generated rule file (name -> header + groups); ``omniwatch rules
+generate`` writes them to ``alerts/``. Expressions, ``for:``, labels and annotations are all here;
+thresholds come from ``cfg``; alert prose is :class:`~.prose.Prose` (one text for the annotation
+template and for the promtool tests' expectations); remedies come from :mod:`.remedies`.
+
+Conventions (kubernetes-mixin): recording rules are ``level:metric:operations`` and fold a run scraped
+from several exporters into one series (``max by (project, experiment)``); a recording rule an alert
+reads sits in the alert's group, before it (rules of a group run in order at one timestamp, so the
+alert sees this evaluation's value); step-based alerts carry ``persistence: steps`` (Alertmanager
+inhibits them while TrainingStalled fires for the run).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import names as n
+from . import remedies
+from .config import Config
+from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Prose, Query, QueryLabel, Value
+
+RUN_BY = "project, experiment"
+RELABELED = 'cause="relabeled_sku"'
+
+
+@dataclass
+class Record:
+    record: str
+    expr: str
+    labels: dict = field(default_factory=dict)
+    comment: str = ""
+
+
+@dataclass
+class Alert:
+    name: str
+    expr: str
+    severity: str
+    summary: str
+    description: Prose
+    for_: str | None = None
+    labels: dict = field(default_factory=dict)
+    remedy: Prose | None = None
+    step: bool = False          # carries a `step` annotation (the run's latest step)
+    comment: str = ""
+
+    def all_labels(self) -> dict:
+        return {"severity": self.severity, **self.labels}
+
+
+@dataclass
+class Group:
+    name: str
+    rules: list
+    comment: str = ""
+
+
+@dataclass
+class RuleFile:
+    name: str
+    header: str
+    groups: list[Group]
+
+
+def sel(cfg: Config, metric: str, matchers: str = "") -> str:
+    """``metric{matchers, <cfg extra matchers>}``."""
+    ms = ",".join(m for m in (matchers, cfg.selectors.extra) if m)
+    return f"{metric}{{{ms}}}" if ms else metric
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:g}%"
+
+
+def _window(cfg: Config, metric: str, stat: str, by: str = RUN_BY) -> str:
+    stat_m = f'stat="{stat}"'
+    return f"max by ({by}) ({sel(cfg, metric, stat_m)})"
+
+
+# --- omniwatch.rules.yml ------------------------------------------------------------------------------
+def records(cfg: Config) -> Group:
+    return Group("omniwatch.records", [
+        Record("project_experiment:omniwatch_reward_bound_ratio:median_k", _window(cfg, n.REWARD_BOUND_WINDOW, "median")),
+        Record("project_experiment:omniwatch_inter_stage_idle_ratio:median_k", _window(cfg, n.IDLE_WINDOW, "median")),
+        Record("project_experiment_role:omniwatch_mfu_ratio:median_k", _window(cfg, n.MFU_WINDOW, "median", RUN_BY + ", role")),
+        Record("project_experiment:omniwatch_step_duration_seconds:median_k", _window(cfg, n.STEP_DURATION_WINDOW, "median")),
+        Record("project_experiment_phase:omniwatch_stage_duration_seconds:share",
+               f"max by ({RUN_BY}, phase) ({sel(cfg, n.STAGE_DURATION)})\n"
+               f"  / on ({RUN_BY}) group_left ()\n"
+               f"max by ({RUN_BY}) ({sel(cfg, n.STEP_DURATION)} > 0)",
+               comment="Stage shares of the latest step (phase=\"untracked\" included)."),
+    ], "Dashboard-only aggregates: smoothed (window-median) signals and where the latest step went.")
+
+
+def steps(cfg: Config) -> Group:
+    c = cfg
+    rules: list = []
+    add = rules.append
+
+    # RewardBoundRollout --------------------------------------------------------------------------------
+    add(Record("project_experiment:omniwatch_reward_bound_ratio:min_k", _window(c, n.REWARD_BOUND_WINDOW, "min"),
+               comment="Reward scoring's share of the generation window, lowest over the window."))
+    add(Record("project_experiment:omniwatch_reward_step_share:min_k", _window(c, n.REWARD_STEP_SHARE_WINDOW, "min"),
+               comment="Reward seconds on the critical path / step seconds, lowest over the window."))
+    add(Alert(
+        n.ALERT_REWARD_BOUND,
+        f"project_experiment:omniwatch_reward_bound_ratio:min_k > {c.reward_bound.ratio:g}\n"
+        f"  and on ({RUN_BY}) project_experiment:omniwatch_reward_step_share:min_k > {c.reward_bound.step_share:g}",
+        "warning", "Reward scoring is on the critical path of rollout.",
+        P(RUN, ": reward scoring held at least ", Value("pct"), " of the generation window (gen + reward) in every one "
+          "of the last ", K, f" normal steps (threshold {pct(c.reward_bound.ratio)}) and at least "
+          f"{pct(c.reward_bound.step_share)} of each step", AT_STEP, ". Rollout GPUs wait for the reward model."),
+        c.step_for, {"persistence": "steps"}, remedies.reward_bound(), step=True,
+        comment="Reward must both hold the generation window and matter to the step (actor-dominated steps "
+                "gain little from a reward pool)."))
+
+    # InterStageIdleGPU ---------------------------------------------------------------------------------
+    add(Record("project_experiment:omniwatch_inter_stage_idle_ratio:min_k", _window(c, n.IDLE_WINDOW, "min"),
+               comment="Untracked (between-phase) share of the step, lowest over the window."))
+    add(Record("project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k", _window(c, n.GPU_INTER_STAGE_IDLE_WINDOW, "min"),
+               comment="GPU-measured inter-stage idle share of the step (omniwatch's NVML sampler), lowest over the\n"
+                       "window; present only where the run's GPUs are sampled (max: the worst node's GPUs)."))
+    idle_tail = P(AT_STEP, ".")
+    add(Alert(
+        n.ALERT_IDLE, f"project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k > {c.inter_stage_idle.ratio:g}",
+        "warning", "GPUs idle between training stages.",
+        P(RUN, ": the GPUs were idle between timed phases for at least ", Value("pct"), " of every one of the last ", K,
+          f" normal steps, as measured by omniwatch's GPU sampler (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
+        c.step_for, {"persistence": "steps", "evidence": "gpu"}, remedies.inter_stage_idle(), step=True,
+        comment="Two rules: GPU evidence where the sampler measured the run's GPUs, the timer residual only where it\n"
+                "did not (untimed is not idle: GPUs busy during the untimed work silence the timer rule)."))
+    add(Alert(
+        n.ALERT_IDLE,
+        f"project_experiment:omniwatch_inter_stage_idle_ratio:min_k > {c.inter_stage_idle.ratio:g}\n"
+        f"  unless on ({RUN_BY}) project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k",
+        "warning", "GPUs idle between training stages.",
+        P(RUN, ": at least ", Value("pct"), " of every one of the last ", K,
+          f" normal steps was spent outside any timed phase (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
+        c.step_for, {"persistence": "steps", "evidence": "timers"}, remedies.inter_stage_idle(), step=True))
+
+    # MFU -----------------------------------------------------------------------------------------------
+    role_by = RUN_BY + ", role"
+    add(Record("project_experiment_role:omniwatch_mfu_ratio:min_k", _window(c, n.MFU_WINDOW, "min", role_by),
+               comment="MFU over the window (zeros = unsupported estimator are left out by the exporter) and the\n"
+                       "window's best step against the run's own baseline."))
+    add(Record("project_experiment_role:omniwatch_mfu_ratio:max_k", _window(c, n.MFU_WINDOW, "max", role_by)))
+    add(Record("project_experiment_role:omniwatch_mfu_ratio:max_k_vs_baseline",
+               f"project_experiment_role:omniwatch_mfu_ratio:max_k\n"
+               f"  / max by ({role_by}) ({sel(c, n.MFU_BASELINE)} > 0)"))
+    mfu_role = P("perf/mfu/", n_label("role"))
+    add(Alert(
+        n.ALERT_MFU_IMPOSSIBLE, f"project_experiment_role:omniwatch_mfu_ratio:min_k > {c.mfu.impossible:g}",
+        "warning", "Reported MFU is above 1.0, which no hardware can reach.",
+        P(RUN, ": ", mfu_role, " was at least ", Value("f2"), " in every one of the last ", K, " normal steps", AT_STEP,
+          ": the device peak is mis-identified or a FLOPs metadata field misses the DP gather; MFU comparisons for "
+          "this run are meaningless.",
+          QueryLabel(n.MFU_SUSPECTED_CAUSE, "cause", prefix=" Suspected cause: ", suffix=".",
+                     matchers="role=%q", label_args=("role",))),
+        c.step_for, {"persistence": "steps", "evidence": "value"}, remedies.mfu_impossible(), step=True))
+    add(Alert(
+        n.ALERT_MFU_IMPOSSIBLE,
+        f"max by ({role_by}) ({sel(c, n.MFU_SUSPECTED_CAUSE, RELABELED)} == 1)\n"
+        f"  unless on ({role_by}) project_experiment_role:omniwatch_mfu_ratio:min_k > {c.mfu.impossible:g}",
+        "warning", "Reported MFU is computed against the wrong device peak.",
+        P(RUN, ": ", mfu_role, " is divided by the peak of the GPU name verl matched, but the GPUs' name and memory "
+          "say they are another part (relabeled SKU)", AT_STEP, ": every MFU of this run is off by the peak ratio, "
+          "whatever its value."),
+        c.step_for, {"persistence": "steps", "evidence": "device"}, remedies.mfu_impossible(), step=True,
+        comment="The relabeled-GPU check (NVML name + memory) runs whatever the MFU value: an inflated MFU below 1.0\n"
+                "is still wrong."))
+    add(Alert(
+        n.ALERT_MFU_LOW, f"project_experiment_role:omniwatch_mfu_ratio:max_k < {c.mfu.floor:g}",
+        "warning", "Reported MFU is implausibly low.",
+        P(RUN, ": the best ", mfu_role, " of the last ", K, " normal steps is ", Value("f2"),
+          f", below any plausible value for a diffusion actor update (floor {c.mfu.floor:g}; healthy offloaded "
+          "full fine-tuning on H200 reports ~0.17)", AT_STEP, "."),
+        c.step_for, {"persistence": "steps"}, remedies.mfu_low(), step=True))
+    add(Alert(
+        n.ALERT_MFU_UNSUPPORTED, f"max by ({role_by}) ({sel(c, n.MFU_UNSUPPORTED)} == 1)",
+        "info", "MFU is not estimated for this run.",
+        P(RUN, ": ", mfu_role, " was exactly 0 in each of the last ", K, " normal steps", AT_STEP,
+          ": VeRL-Omni's estimator does not support this pipeline or GPU, so MFU alerts cannot judge it."),
+        c.step_for, {"persistence": "steps"}, remedies.mfu_unsupported(), step=True))
+    add(Alert(
+        n.ALERT_MFU_DROP, f"project_experiment_role:omniwatch_mfu_ratio:max_k_vs_baseline < {c.mfu.drop_ratio:g}",
+        "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline.",
+        P(RUN, ": the best ", n_label("role"), " MFU of the last ", K, " normal steps is ", Value("pct"),
+          " of the run's baseline (median of the ", f"{c.window.baseline} normal steps before them in this trainer "
+          f"incarnation; threshold {pct(c.mfu.drop_ratio)})", AT_STEP, "."),
+        c.step_for, {"persistence": "steps"}, remedies.mfu_drop(), step=True))
+
+    # StepTimeRegression --------------------------------------------------------------------------------
+    add(Record("project_experiment:omniwatch_step_duration_seconds:min_k", _window(c, n.STEP_DURATION_WINDOW, "min"),
+               comment="Step time over the window, and the window's fastest step against the run's own baseline."))
+    add(Record("project_experiment:omniwatch_step_duration_seconds:min_k_vs_baseline",
+               f"project_experiment:omniwatch_step_duration_seconds:min_k\n"
+               f"  / max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_BASELINE)} > 0)"))
+    add(Record("project_experiment:omniwatch_step_regression_cause:top",
+               f"topk by ({RUN_BY}) (1, max by ({RUN_BY}, cause) ({sel(c, n.STEP_REGRESSION)})) * 0 + 1",
+               comment="The part of the step that grew most (label `cause`), valued 1: StepTimeRegression carries it so\n"
+                       "Alertmanager inhibits the regression only while the alert of that cause fires."))
+    add(Alert(
+        n.ALERT_STEP_REGRESSION,
+        f"(project_experiment:omniwatch_step_duration_seconds:min_k_vs_baseline > {c.step_time.regression_ratio:g})\n"
+        f"  * on ({RUN_BY}) group_left (cause) project_experiment:omniwatch_step_regression_cause:top\n"
+        f"or on ({RUN_BY})\n"
+        f"project_experiment:omniwatch_step_duration_seconds:min_k_vs_baseline > {c.step_time.regression_ratio:g}",
+        "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own baseline.",
+        P(RUN, ": the fastest of the last ", K, " normal steps took ", Value("f2"), "x the run's baseline step time "
+          f"(median of the {c.window.baseline} normal steps before them in this trainer incarnation; threshold "
+          f"{c.step_time.regression_ratio:g}x); most of the growth is in ", n_label("cause"), AT_STEP, "."),
+        c.step_for, {"persistence": "steps"}, remedies.step_regression(), step=True))
+
+    # RewardSaturation -----------------------------------------------------------------------------------
+    add(Record("project_experiment:omniwatch_reward_zero_std_ratio:min_k", _window(c, n.ZERO_STD_WINDOW, "min"),
+               comment="Share of GRPO groups whose samples all got the same reward, lowest over the window."))
+    add(Alert(
+        n.ALERT_REWARD_SATURATION, f"project_experiment:omniwatch_reward_zero_std_ratio:min_k > {c.reward_saturation.zero_std_ratio:g}",
+        "warning", "Most GRPO groups get identical rewards; the learning signal is vanishing.",
+        P(RUN, ": critic/rewards/zero_std_ratio was at least ", Value("pct"), " in every one of the last ", K,
+          f" normal steps (threshold {pct(c.reward_saturation.zero_std_ratio)})", AT_STEP,
+          ". Those groups have zero advantage and do not train the policy."),
+        c.step_for, {"persistence": "steps"}, remedies.reward_saturation(), step=True))
+    return Group("omniwatch.steps", rules, "Step-based alerts: thresholds on step-window series (persistence counted in steps).")
+
+
+def n_label(name: str) -> Label:
+    return Label(name)
+
+
+def health(cfg: Config) -> Group:
+    c = cfg
+    rules: list = [
+        Record("project_experiment:omniwatch_last_step_timestamp_seconds:age",
+               f"time() - max by ({RUN_BY}) ({sel(c, n.LAST_STEP_TS)})", comment="Seconds since the run's latest step was observed."),
+        Record("node_gpu:gpu_memory_used:ratio",
+               f"max by (node, gpu) (\n  {sel(c, n.GPU_MEMORY_USED)} / ({sel(c, n.GPU_MEMORY_TOTAL)} > 0)\n)",
+               {"source": "omniwatch"},
+               comment="GPU memory used / total from whichever source exists, with the same (node, gpu) labels.\n"
+                       "DCGM and Ray report MiB; the ratio is unit-free. used / (used + free) ignores DCGM's\n"
+                       "reserved memory, so it reads slightly high: the safe side for a headroom alert."),
+        Record("node_gpu:gpu_memory_used:ratio",
+               'max by (node, gpu) (\n  label_replace(\n    DCGM_FI_DEV_FB_USED / ((DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE) > 0),\n'
+               '    "node", "$1", "Hostname", "(.*)")\n)', {"source": "dcgm"}),
+        Record("node_gpu:gpu_memory_used:ratio",
+               'max by (node, gpu) (\n  label_replace(label_replace(\n    ray_node_gram_used / ((ray_node_gram_used + ray_node_gram_available) > 0),\n'
+               '    "node", "$1", "ip", "(.*)"), "gpu", "$1", "GpuIndex", "(.*)")\n)', {"source": "ray"}),
+        Alert(n.ALERT_STALLED,
+              f"project_experiment:omniwatch_last_step_timestamp_seconds:age\n"
+              f"  > {c.stall.notice_steps:g} * max by ({RUN_BY}) ({sel(c, n.TYPICAL_STEP)})",
+              "critical", "Training stopped producing steps.",
+              P(RUN, ": no step for ", Value("dur"), f", more than {c.stall.notice_steps:g} typical steps",
+                Query(n.TYPICAL_STEP, "dur", prefix=" (", suffix=" each)"), Query(n.STEP, "f0", prefix="; last step "),
+                ". The trainer crashed, hangs (NCCL, Ray actor death, OOM kill) or its log stopped reaching omniwatch."),
+              c.step_for, {}, remedies.stalled(), step=True),
+        Alert("GPUMemoryNearFull", f"node_gpu:gpu_memory_used:ratio > {c.gpu_memory.ratio:g}", "warning",
+              f"GPU memory has stayed above {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}.",
+              P("GPU ", n_label("gpu"), " on ", n_label("node"), " (", n_label("source"), ") uses ", Value("pct"),
+                f" of its memory and has not dropped below {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}; the next "
+                "larger batch, longer video or weight sync is likely to OOM."), c.gpu_memory.for_),
+        Alert(n.ALERT_SOURCE_DOWN, f"{sel(c, n.SOURCE_UP)} == 0", "warning", "An omniwatch source stopped working.",
+              P("Source ", n_label("source"), " (", n_label("target"), ") on ", n_label("instance"),
+                f" has been failing for {c.source_down.for_}; alerts that depend on it cannot fire."), c.source_down.for_),
+        Alert(n.ALERT_SOURCE_DOWN, f'up{{job="{c.selectors.job}"}} == 0 or absent(up{{job="{c.selectors.job}"}})',
+              "critical", "Prometheus cannot scrape the omniwatch exporter.",
+              P("The omniwatch exporter ", LabelIf("instance", "at ", " "), f"has been down or missing from Prometheus' targets for {c.source_down.for_}; "
+                "no training alert can fire until it is back."), c.source_down.for_),
+        Alert("Watchdog", "vector(1)", "none", "The alerting pipeline is alive.",
+              P("Always firing. If its notifications stop arriving, Prometheus, Alertmanager or the route to the "
+                "omniwatch receiver is broken.")),
+    ]
+    return Group("omniwatch.health", rules, "Liveness, resources and the monitoring pipeline itself.")
+
+
+OMNIWATCH_HEADER = """\
+omniwatch alert and recording rules for VeRL-Omni diffusion RL training.
+
+GENERATED by `omniwatch rules generate` from exporter/omniwatch/alerting/ (spec.py: expressions and prose,
+config.py: every threshold and `for:`, remedies.py: the fix per run layout). Do not edit: change the
+config (or render your own copy with `omniwatch rules generate --config my.yml --out DIR`); `make check`
+fails when this file and its generator disagree.
+
+Time is counted in steps, not minutes: the exporter publishes, per run (project, experiment), the
+min / median / max of each signal over the last k normal steps (warm-up, validation and checkpoint
+steps left out; absent until k such steps exist) and baselines (median of the normal steps before the
+window in the current trainer incarnation). "window min > threshold" therefore means "every one of the
+last k normal steps was over", and the step-based alerts only need a short `for:` that absorbs scrape
+jitter. docs/alerts.md says why each number is what it is.
+"""
+
+
+def rule_files(cfg: Config) -> list[RuleFile]:
+    return [RuleFile("omniwatch.rules.yml", OMNIWATCH_HEADER, [records(cfg), steps(cfg), health(cfg)])]
+
+
+def alerts(cfg: Config) -> list[Alert]:
+    return [r for f in rule_files(cfg) for g in f.groups for r in g.rules if isinstance(r, Alert)]
