@@ -54,11 +54,13 @@ def test_restart_replays_are_not_counted_twice_and_counters_only_grow():
 
 
 def test_step_counter_going_back_without_truncation_is_a_restart():
+    """A step already seen arrives again from the same feed with other values: the trainer ran it again
+    (a resume from an earlier checkpoint), so a new incarnation starts."""
     st = RunStore()
     for n in range(1, 11):
         st.ingest("p", "e", step(n), "push", feed="push:p/e")
     for n in range(6, 9):
-        st.ingest("p", "e", step(n), "push", feed="push:p/e")
+        st.ingest("p", "e", step(n, **{"timing_s/gen": 4.2}), "push", feed="push:p/e")
     assert value(st, names.TRAINER_RESTARTS_TOTAL, project="p", experiment="e") == 1
     assert value(st, names.STEPS_REPLAYED_TOTAL, project="p", experiment="e") == 3
     assert value(st, names.STEP, project="p", experiment="e") == 8

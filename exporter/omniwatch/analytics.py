@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 from functools import lru_cache
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -34,6 +35,22 @@ K_THROUGHPUT = "perf/throughput"
 K_TESTING = "timing_s/testing"
 K_SAVE = "timing_s/save_checkpoint"
 K_ZERO_STD = "critic/rewards/zero_std_ratio"
+K_FEED = "timing_s/feed"
+K_STALENESS_MAX = "training/off_policy/trajectory_staleness/max"
+K_STALENESS_MEAN = "training/off_policy/trajectory_staleness/mean"
+K_DROPPED = "training/off_policy/dropped_samples"
+
+# Where each in-step phase's time goes when the step gets slower (StepTimeRegression's `cause`); the
+# streamed reward tail inside `gen` counts as reward. Phases not listed are "other".
+CAUSE_OF_PHASE = {
+    "feed": "rollout", "gen": "rollout", "reward": "reward", "old_log_prob": "actor", "rollout_corr": "actor",
+    "ref": "actor", "teacher": "actor", "adv": "actor", "prepare_actor_batch": "actor", "update_actor": "actor",
+    "update_weights": "weight_sync", names.UNTRACKED_PHASE: "inter_stage_idle",
+}
+CAUSES = ("reward", "inter_stage_idle", "actor", "rollout", "weight_sync", "other")
+# A colocated reward timer shorter than this (and no streamed scoring) says nothing about the layout:
+# the legacy trainer always times extract_reward, ~0 s when reward was streamed.
+COLOCATED_MIN_SECONDS = 0.5
 
 # Keys represented by contract series; everything else numeric is passed through as verl_*.
 CONTRACT_KEYS = frozenset({K_STEP, K_TIME_PER_STEP, K_THROUGHPUT, "training/global_step", *names.MFU_ROLES})
@@ -80,10 +97,53 @@ class StepRecord:
     throughput: float | None
     flags: frozenset[str] = frozenset()
     values: dict[str, float] = field(default_factory=dict, repr=False)
+    modes: dict[str, str] = field(default_factory=dict)       # what this step's keys say (trainer, reward, async_mode)
+    reward_step_share: float | None = None                    # reward critical-path seconds / step seconds
+    causes: dict[str, float] = field(default_factory=dict)    # seconds per StepTimeRegression cause
 
     @property
     def normal(self) -> bool:
         return not self.flags
+
+
+def step_modes(values: dict[str, float]) -> dict[str, str]:
+    """The layout one step's keys reveal (reference verl_omni_metrics.md 2.3, 2.8, 2.11; docs/verl-source.md):
+    V1 logs ``timing_s/feed`` and ``training/off_policy/*`` and no agent-loop keys; streamed reward shows as
+    ``agent_loop/compute_score`` > 0 (legacy), a colocated reward model as a real ``timing_s/reward``
+    (in V1 that timer exists only for a colocated reward model); separate_async trajectories are stale
+    (staleness >= 0; on-policy sync is -1) or dropped."""
+    modes: dict[str, str] = {}
+    v1 = K_FEED in values or any(k.startswith("training/off_policy/") for k in values)
+    legacy = not v1 and (K_GEN_SEQ_MAX in values or "perf/mfu/actor_infer" in values)
+    if v1 or legacy:
+        modes["trainer"] = "v1" if v1 else "legacy"
+    score = values.get(K_SCORE_MAX, values.get(K_SLOWEST_SCORE))
+    reward = values.get(K_REWARD)
+    step = values.get(K_STEP, 0.0)
+    if score is not None and score > 0:
+        modes["reward"] = "streamed"
+    elif reward is not None and reward >= max(COLOCATED_MIN_SECONDS, 0.01 * step):
+        modes["reward"] = "colocated"
+    elif v1 and reward is None:
+        modes["reward"] = "streamed"  # V1 scores inside the agent loop, hidden in gen
+    if v1:
+        stale = max(values.get(K_STALENESS_MAX, -1.0), values.get(K_STALENESS_MEAN, -1.0))
+        modes["async_mode"] = "separate_async" if stale > -1 or K_DROPPED in values else "sync"
+    elif legacy:
+        modes["async_mode"] = "sync"
+    return modes
+
+
+def _causes(phases: dict[str, float], critical: dict[str, float]) -> dict[str, float]:
+    out = dict.fromkeys(CAUSES, 0.0)
+    for ph, sec in phases.items():
+        if ph != "save_checkpoint":
+            out[CAUSE_OF_PHASE.get(ph, "other")] += sec
+    tail = critical.get("streamed", 0.0)
+    if tail:  # the streamed reward tail is inside gen
+        out["rollout"] -= tail
+        out["reward"] += tail
+    return out
 
 
 def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bool = False) -> StepRecord:
@@ -128,6 +188,7 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
         idle = phases[names.UNTRACKED_PHASE] / duration
 
     mfu = {role: values[k] for k, role in names.MFU_ROLES.items() if k in values}
+    share = sum(critical.values()) / duration if critical and duration else None
     flags = set()
     if warmup:
         flags.add("warmup")
@@ -136,7 +197,8 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
     if values.get(K_SAVE, 0) > 0:
         flags.add("checkpoint")
     return StepRecord(step, arrival, duration, phases, rb, critical, idle, mfu,
-                      values.get(K_THROUGHPUT), frozenset(flags), values)
+                      values.get(K_THROUGHPUT), frozenset(flags), values, step_modes(values), share,
+                      _causes(phases, critical) if duration is not None else {})
 
 
 def _stats(xs: list[float]) -> dict[str, float]:
@@ -151,13 +213,20 @@ class WindowStats:
     mfu: dict[str, dict[str, float]] = field(default_factory=dict)
     duration: dict[str, float] | None = None
     zero_std: dict[str, float] | None = None
+    reward_step_share: dict[str, float] | None = None
+    mfu_unsupported: list[str] = field(default_factory=list)   # roles that reported exactly 0 in every window step
+    regression: dict[str, float] = field(default_factory=dict)  # cause -> window median - baseline median (s)
     mfu_baseline: dict[str, float] = field(default_factory=dict)
     duration_baseline: float | None = None
     typical_step: float | None = None
 
 
 class RunWindow:
-    """The last ``window + baseline`` normal steps of one run, in step order."""
+    """The last ``window + baseline`` normal steps of one trainer incarnation, in step order.
+
+    Steps may arrive out of order (concurrent pushes): a late step is placed by its number. A trainer
+    restart (:meth:`reset`) starts a new incarnation: window and baselines start over, so a run resumed
+    after a fix (a pinned device peak, a reward pool) is compared with itself after the fix only."""
 
     def __init__(self, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS):
         if window < 1 or baseline < 1:
@@ -167,14 +236,27 @@ class RunWindow:
         self.normal: deque[StepRecord] = deque(maxlen=window + baseline)
 
     def add(self, rec: StepRecord) -> None:
-        if rec.normal:
-            self.normal.append(rec)
+        if not rec.normal:
+            return
+        q = self.normal
+        if not q or rec.step > q[-1].step:
+            q.append(rec)
+            return
+        steps = [r.step for r in q]
+        i = bisect_left(steps, rec.step)
+        if i < len(q) and q[i].step == rec.step:
+            q[i] = rec  # the step again (a re-run): the newer record counts
+        elif i == 0 and len(q) == q.maxlen:
+            return  # older than everything kept: beyond the baseline's reach
+        else:
+            if len(q) == q.maxlen:  # full: the oldest step leaves, everything before i moves down one
+                q.popleft()
+                i -= 1
+            q.insert(i, rec)
 
-    def drop_after(self, step: int) -> None:
-        """A trainer restart resumed at ``step``: forget the abandoned timeline after it."""
-        kept = [r for r in self.normal if r.step < step]
+    def reset(self) -> None:
+        """A new trainer incarnation: nothing of the old one is compared with the new one."""
         self.normal.clear()
-        self.normal.extend(kept)
 
     def stats(self) -> WindowStats:
         recs = list(self.normal)
@@ -188,6 +270,9 @@ class RunWindow:
         rb = [r.reward_bound_ratio for r in win if r.reward_bound_ratio is not None]
         if len(rb) == self.k:
             out.reward_bound = _stats(rb)
+        share = [r.reward_step_share for r in win if r.reward_step_share is not None]
+        if len(share) == self.k:
+            out.reward_step_share = _stats(share)
         idle = [r.idle_ratio for r in win if r.idle_ratio is not None]
         if len(idle) == self.k:
             out.idle = _stats(idle)
@@ -202,10 +287,17 @@ class RunWindow:
             xs = [r.mfu[role] for r in win if r.mfu.get(role, 0) > 0]
             if len(xs) == self.k:
                 out.mfu[role] = _stats(xs)
+            elif sum(1 for r in win if r.mfu.get(role) == 0) == self.k:
+                out.mfu_unsupported.append(role)
             bs = [r.mfu[role] for r in base if r.mfu.get(role, 0) > 0]
             if len(bs) >= MIN_BASELINE_STEPS:
                 out.mfu_baseline[role] = statistics.median(bs)
         bd = [r.duration for r in base if r.duration is not None]
         if len(bd) >= MIN_BASELINE_STEPS:
             out.duration_baseline = statistics.median(bd)
+            wc = [r.causes for r in win if r.causes]
+            bc = [r.causes for r in base if r.causes]
+            if len(wc) == self.k and len(bc) >= MIN_BASELINE_STEPS:
+                out.regression = {c: statistics.median(x[c] for x in wc) - statistics.median(x[c] for x in bc)
+                                  for c in CAUSES}
         return out

@@ -27,7 +27,8 @@ OWNED = (
     n.PASSTHROUGH_KEYS, n.STEP, n.LAST_STEP_TS, n.STEP_DURATION, n.STAGE_DURATION, n.REWARD_BOUND_RATIO,
     n.REWARD_CRITICAL_PATH, n.INTER_STAGE_IDLE_RATIO, n.MFU, n.THROUGHPUT, n.STEP_FLAG, n.WINDOW_STEPS,
     n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW, n.ZERO_STD_WINDOW,
-    n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION,
+    n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION, n.RUN_INFO,
+    n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.MFU_UNSUPPORTED,
 )
 
 
@@ -64,13 +65,15 @@ class RunCollector(Collector):
                 for ph, sec in sorted(run.stage_seconds_total.items()):
                     fams[n.STAGE_SECONDS_TOTAL].add_metric(rl + [ph], sec)
                 for flag in n.FLAGS:
-                    fams[n.FLAGGED_STEPS_TOTAL].add_metric(rl + [flag], run.flagged_total.get(flag, 0))
+                    cnt = run.warmup_total() if flag == "warmup" else run.flagged_total.get(flag, 0)
+                    fams[n.FLAGGED_STEPS_TOTAL].add_metric(rl + [flag], cnt)
                 fams[n.PASSTHROUGH_KEYS].add_metric(rl, run.passthrough_count())
                 last = run.last
                 if last is None:
                     continue
                 fams[n.STEP].add_metric(rl, last.step)
-                fams[n.LAST_STEP_TS].add_metric(rl, last.arrival)
+                fams[n.LAST_STEP_TS].add_metric(rl, run.last_arrival)
+                fams[n.RUN_INFO].add_metric(rl + [run.modes.get(k, "unknown") for k in ("trainer", "reward", "async_mode")], 1)
                 if last.duration is not None:
                     fams[n.STEP_DURATION].add_metric(rl, last.duration)
                 for ph, sec in last.phases.items():
@@ -92,7 +95,8 @@ class RunCollector(Collector):
                 if st.typical_step is not None:
                     fams[n.TYPICAL_STEP].add_metric(rl, st.typical_step)
                 for fam, stats in ((n.REWARD_BOUND_WINDOW, st.reward_bound), (n.IDLE_WINDOW, st.idle),
-                                   (n.STEP_DURATION_WINDOW, st.duration), (n.ZERO_STD_WINDOW, st.zero_std)):
+                                   (n.STEP_DURATION_WINDOW, st.duration), (n.ZERO_STD_WINDOW, st.zero_std),
+                                   (n.REWARD_STEP_SHARE_WINDOW, st.reward_step_share)):
                     if stats:
                         for stat, v in stats.items():
                             fams[fam].add_metric(rl + [stat], v)
@@ -101,6 +105,10 @@ class RunCollector(Collector):
                         fams[n.MFU_WINDOW].add_metric(rl + [role, stat], v)
                 for role, v in st.mfu_baseline.items():
                     fams[n.MFU_BASELINE].add_metric(rl + [role], v)
+                for role in st.mfu_unsupported:
+                    fams[n.MFU_UNSUPPORTED].add_metric(rl + [role], 1)
+                for cause, v in st.regression.items():
+                    fams[n.STEP_REGRESSION].add_metric(rl + [cause], v)
                 if st.duration_baseline is not None:
                     fams[n.STEP_DURATION_BASELINE].add_metric(rl, st.duration_baseline)
                 for key, v in run.keys.items():

@@ -67,25 +67,39 @@ class SeenSteps:
             self.ranges.insert(i, [s, s])
 
 
+DIGESTS_KEPT = 256   # recent steps whose content is remembered: a retried push is not a re-run
+WARM_KEPT = 64       # warm-up records of the current incarnation a late, lower step can make normal
+LEVEL_SHIFT = 3.0    # a step after a pause whose MFU / step time moved this many times: a new incarnation
+PAUSE_STEPS = 3.0    # ... where a pause is longer than this many typical steps
+
+
 @dataclass
 class Run:
     project: str
     experiment: str
     window: RunWindow
     warmup_steps: int
-    last: StepRecord | None = None
+    last: StepRecord | None = None       # the highest step of the current trainer incarnation
+    last_arrival: float | None = None    # when the latest step was observed (liveness)
     _stats: WindowStats = field(default_factory=WindowStats)
     stats_dirty: bool = False
     seen: SeenSteps = field(default_factory=SeenSteps)
     steps_total: int = 0
     replayed_total: int = 0
     restarts_total: int = 0
-    steps_in_incarnation: int = 0
     stage_seconds_total: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    flagged_total: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    flagged_total: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # validation, checkpoint
     keys: dict[str, float] = field(default_factory=dict)  # verl key -> latest value (contract keys too)
     feeds: dict[str, int] = field(default_factory=dict)  # feed (source:target) -> last step it sent
-    replaying: bool = False  # after a restart, steps already seen are re-runs, not duplicates
+    # The current trainer incarnation (a restart starts a new one: window, baselines and warm-up start over).
+    inc_low: int | None = None           # its lowest step
+    inc_steps: int = 0                   # steps applied in it
+    warmup_done: int = 0                 # warm-up steps of the finished incarnations
+    warm: list[StepRecord] = field(default_factory=list)
+    new_incarnation: bool = False        # the next applied step becomes `last`, whatever its number
+    replay_from: int | None = None       # re-running after a restart: a seen step at/after this continues it
+    digests: dict[int, tuple[str, int]] = field(default_factory=dict)  # step -> (feed, content hash)
+    modes: dict[str, str] = field(default_factory=dict)  # detected layout of the current incarnation
     # False for a run restored from a checkpoint until a current source produces it (a step arrives,
     # or one of its files is watched now): an old exporter's runs (the demo's) never reach /metrics.
     visible: bool = True
@@ -106,14 +120,35 @@ class Run:
     def stats(self, value: WindowStats) -> None:
         self._stats, self.stats_dirty = value, False
 
-    def restart(self, at_step: int | None) -> None:
-        self.restarts_total += 1
-        self.steps_in_incarnation = 0
-        self.replaying = True
-        self.feeds.clear()
-        if at_step is not None:
-            self.window.drop_after(at_step)
+    def warmup_total(self) -> int:
+        """Steps flagged warm-up so far: the first ``warmup_steps`` of every incarnation (by step number,
+        so out-of-order arrival cannot inflate it)."""
+        return self.warmup_done + min(self.warmup_steps, self.inc_steps)
 
+    def restart(self) -> None:
+        """A new trainer incarnation: the old one's window and baselines are not compared with it."""
+        self.restarts_total += 1
+        self.warmup_done = self.warmup_total()
+        self.inc_low, self.inc_steps, self.warm = None, 0, []
+        self.new_incarnation = True
+        self.replay_from = -1
+        self.feeds.clear()
+        self.modes = {}
+        self.window.reset()
+        self.stats_dirty = True
+
+    def level_shift(self, rec: StepRecord, arrival: float) -> bool:
+        """A step after a pause of several typical steps whose MFU or step time moved by LEVEL_SHIFT x
+        against the baseline: a restart the log did not show (resumed at its high-water mark, an
+        appended console log)."""
+        if self.last_arrival is None or not rec.normal:
+            return False
+        st = self.stats
+        if not st.typical_step or arrival - self.last_arrival <= PAUSE_STEPS * st.typical_step:
+            return False
+        pairs = [(rec.mfu.get(role), base) for role, base in st.mfu_baseline.items()]
+        pairs.append((rec.duration, st.duration_baseline))
+        return any(v and b and max(v / b, b / v) > LEVEL_SHIFT for v, b in pairs)
 
 class RunStore:
     def __init__(self, *, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
@@ -157,9 +192,9 @@ class RunStore:
     def expired(self, run: Run, now: float | None = None) -> bool:
         """No step for ``run_expiry`` seconds: the run finished (or died long ago) — not exported, so its
         alerts resolve instead of firing for weeks; it comes back with its next step."""
-        if run.last is None or not self.run_expiry:
+        if run.last_arrival is None or not self.run_expiry:
             return False
-        return (self.clock() if now is None else now) - run.last.arrival > self.run_expiry
+        return (self.clock() if now is None else now) - run.last_arrival > self.run_expiry
 
     def hidden(self, run: Run, now: float | None = None) -> bool:
         """Not exported: expired (finished), or restored from a checkpoint and not produced by any
@@ -169,7 +204,7 @@ class RunStore:
     def _evict_expired(self) -> bool:
         now = self.clock()
         stale = [k for k, r in self.runs.items() if self.expired(r, now)]
-        stale.sort(key=lambda k: self.runs[k].last.arrival)
+        stale.sort(key=lambda k: self.runs[k].last_arrival)
         if not stale:
             return False
         del self.runs[stale[0]]
@@ -183,11 +218,11 @@ class RunStore:
                 run.visible = True
 
     def trainer_restarted(self, project: str, experiment: str, source: str) -> None:
-        """A source saw the log truncated or rotated."""
+        """A source saw the log truncated (verl reopens its file with "wb" on every start)."""
         with self.lock:
             run = self._run(project, experiment, source)
             if run is not None:
-                run.restart(None)
+                run.restart()
 
     # -- the entry point -------------------------------------------------------------------------
     def ingest(self, project: str, experiment: str, parsed: ParsedStep, source: str,
@@ -217,32 +252,51 @@ class RunStore:
                 return None
             run.visible = True
             step = parsed.step
-            prev = run.feeds.get(feed)
-            if prev is not None and step < prev:
-                run.restart(step)  # the step counter of this feed went back: a resumed trainer
-            elif step in run.seen and not run.replaying:
-                self.errors[(source, "duplicate_step")] += 1
-                run.feeds[feed] = step
-                return None
-            if run.steps_in_incarnation == 0 and run.last is not None:
-                run.window.drop_after(step)
+            digest = hash(frozenset(parsed.values.items()))
+            seen = step in run.seen
+            if seen:
+                known = run.digests.get(step)
+                replaying = run.replay_from is not None and step >= run.replay_from
+                if known is not None and (known[0] != feed or (known[1] == digest and not replaying)):
+                    # another feed already gave this step (the console twin of a JSONL file), or the same
+                    # content again (a retried push): a duplicate, not new work
+                    self.errors[(source, "duplicate_step")] += 1
+                    run.feeds[feed] = step
+                    return None
+                if not replaying:  # the same feed, different content: the step ran again, the trainer restarted
+                    run.restart()
             run.feeds[feed] = step
-            warm = run.steps_in_incarnation < run.warmup_steps
+            warm = self._place(run, step)
             rec = analyze_step(step, parsed.values, arrival, warmup=warm)
-            run.steps_in_incarnation += 1
-            if step in run.seen:
+            if not seen and run.level_shift(rec, arrival):
+                run.restart()
+                warm = self._place(run, step)
+                rec = analyze_step(step, parsed.values, arrival, warmup=warm)
+            run.inc_steps += 1
+            if warm and len(run.warm) < WARM_KEPT:
+                run.warm.append(rec)
+            if seen:
                 run.replayed_total += 1
+                run.replay_from = step
             else:
-                run.replaying = False
+                run.replay_from = None
                 run.seen.add(step)
                 run.steps_total += 1
                 for ph, sec in rec.phases.items():
                     run.stage_seconds_total[ph] += sec
-                for flag in rec.flags:
+                for flag in rec.flags - {"warmup"}:
                     run.flagged_total[flag] += 1
+            run.digests[step] = (feed, digest)
+            if len(run.digests) > DIGESTS_KEPT:
+                del run.digests[min(run.digests)]
             run.window.add(rec)
             run.stats_dirty = True
-            run.last = rec
+            if run.last is None or run.new_incarnation or step >= run.last.step:
+                run.last, run.new_incarnation = rec, False
+            run.last_arrival = arrival if run.last_arrival is None else max(run.last_arrival, arrival)
+            for k, v in rec.modes.items():
+                if not (k == "async_mode" and run.modes.get(k) == "separate_async"):  # sticky per incarnation
+                    run.modes[k] = v
             vals = parsed.values
             new = vals.keys() - run.keys.keys()
             if new and not new <= CONTRACT_KEYS:  # a key this run never had: apply the cap
@@ -256,6 +310,23 @@ class RunStore:
                         count += 1
             run.keys.update(vals)  # the usual step: no new key, one C-level update
             return rec
+
+    @staticmethod
+    def _place(run: Run, step: int) -> bool:
+        """Place ``step`` in its incarnation; True when it is one of the incarnation's first warm-up steps
+        (by step number). A late step below the incarnation's lowest turns the warm-up records it
+        overtakes into normal steps."""
+        if run.inc_low is None or step < run.inc_low:
+            run.inc_low = step
+            still = []
+            for r in run.warm:
+                if r.step >= step + run.warmup_steps:
+                    r.flags = r.flags - {"warmup"}
+                    run.window.add(r)
+                else:
+                    still.append(r)
+            run.warm = still
+        return step < run.inc_low + run.warmup_steps
 
     def count_notification(self, status: str) -> None:
         with self.lock:

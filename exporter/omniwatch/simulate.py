@@ -1,10 +1,21 @@
 """A FlowGRPO-shaped run simulator that writes exactly what verl's Tracking writes.
 
 Used by ``omniwatch demo`` (and by tests and benchmarks) so they need no recorded file. The key set,
-the order of keys and the timer structure follow the VeRL-Omni trainers (reference §2, §4): legacy
-colocated reward, legacy async reward pool (streamed scoring: reward≈0, ``agent_loop/compute_score``
-> 0) and V1 (``feed``, TransferQueue, no agent-loop keys). Timers are scaled so ``timing_s/step`` equals
-the requested pace, which keeps the exporter's typical step time equal to the real arrival interval.
+the order of keys and the timer structure follow the VeRL-Omni trainers (reference §2, §4,
+docs/verl-source.md) for every layout they run:
+
+- ``trainer``: ``legacy`` (``main_diffusion``; agent-loop keys) or ``v1`` (``main_diffusion_v1``: ``feed``,
+  TransferQueue, ``training/off_policy/*``, no agent-loop keys, no ``perf/mfu/actor_infer``);
+- ``reward``: ``colocated`` (a reward model inside the step: a real ``timing_s/reward``, compute_score 0),
+  ``pool`` (a disaggregated reward pool: scored while generating, ``timing_s/reward`` ~0 in legacy and
+  absent in V1, legacy ``agent_loop/compute_score`` > 0) or ``function`` (a rule / HTTP reward function, no
+  reward model: streamed the same way, cheap);
+- ``async_mode``: ``sync`` or ``separate_async`` (V1 only: generation overlaps training, trajectories are
+  one version stale, ``timing_s/gen`` is the trainer's wait for samples).
+
+``trainer="legacy_async"`` is the old spelling of ``trainer="legacy", reward="pool"``. Timers are scaled
+so ``timing_s/step`` equals the requested pace, which keeps the exporter's typical step time equal to
+the real arrival interval.
 """
 from __future__ import annotations
 
@@ -31,7 +42,7 @@ class Fault:
 
 @dataclass
 class RunSpec:
-    trainer: str = "legacy"   # legacy | legacy_async | v1
+    trainer: str = "legacy"   # legacy | v1  (legacy_async = legacy with reward="pool")
     pace: float = 250.0       # healthy timing_s/step in seconds
     faults: list[Fault] = field(default_factory=list)
     seed: int = 0
@@ -39,6 +50,25 @@ class RunSpec:
     checkpoint_every: int = 0  # timing_s/save_checkpoint on these steps
     mfu: float = 0.31
     extra_keys: int = 0        # pad with extra critic/<x>/mean keys (benchmarks: 80-120 keys per line)
+    reward: str | None = None  # colocated | pool | function (default: colocated for legacy, function for V1,
+    #                            as VeRL-Omni's defaults: reward.reward_model.enable=False)
+    async_mode: str = "sync"   # sync | separate_async (V1)
+    checkpoint_factor: float = 0.3  # save_checkpoint seconds / healthy step
+    validation_factor: float = 0.5  # testing seconds / healthy step
+
+    def __post_init__(self):
+        if self.trainer == "legacy_async":
+            self.trainer, self.reward = "legacy", "pool"
+        if self.reward is None:
+            self.reward = "colocated" if self.trainer == "legacy" else "function"
+        if self.trainer not in ("legacy", "v1") or self.reward not in ("colocated", "pool", "function") \
+                or self.async_mode not in ("sync", "separate_async") or (self.async_mode != "sync" and self.trainer != "v1"):
+            raise ValueError(f"unsupported layout {self.trainer}/{self.reward}/{self.async_mode}")
+
+    @property
+    def streamed(self) -> bool:
+        """Reward scored while samples generate (a reward pool or a reward function)."""
+        return self.reward != "colocated"
 
 
 def _fault(spec: RunSpec, kind: str, step: int) -> Fault | None:
@@ -52,21 +82,29 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     """The metrics dict a VeRL-Omni trainer logs for global step ``step`` (1-based)."""
     rng = rng or random.Random(spec.seed * 100_003 + step)
     j = lambda x, s=0.04: x * (1 + rng.uniform(-s, s))  # noqa: E731 - jitter
-    shares = V1_SHARES if spec.trainer == "v1" else LEGACY_SHARES
+    legacy = spec.trainer == "legacy"
+    shares = V1_SHARES if not legacy else LEGACY_SHARES
     t = {ph: j(spec.pace * sh) for ph, sh in shares.items()}
     if step == 1:
         t["gen"] *= 1.6  # first step: compile + cache warm-up
-    if spec.trainer == "legacy_async":
-        t["reward"] = j(0.00002 * spec.pace, 0.5)
+    if legacy and spec.streamed:
+        t["reward"] = j(0.00002 * spec.pace, 0.5)  # extract_reward only: scoring happened during gen
+    elif not legacy and not spec.streamed:
+        # V1 colocated reward model: its timer holds sleep_replicas + scoring + update_weights
+        t = {**{k: v for k, v in t.items() if k in ("feed", "gen")}, "reward": j(spec.pace * 0.12),
+             **{k: v for k, v in t.items() if k not in ("feed", "gen")}}
+    if spec.async_mode == "separate_async":
+        t["gen"] = j(spec.pace * 0.05)  # generation overlaps training: the trainer only waits for the tail
     mfu = j(spec.mfu, 0.03)
     mfu_infer = j(spec.mfu * 0.8, 0.03)
-    if (f := _fault(spec, "reward_slow", step)):
-        if spec.trainer == "legacy_async":
-            score_tail = j(spec.pace * 0.04) * f.factor
+    tail_share = 0.04 if spec.reward == "pool" else 0.008  # a reward function is cheaper than a model
+    if (slow := _fault(spec, "reward_slow", step)):
+        if spec.streamed:
+            score_tail = j(spec.pace * tail_share) * slow.factor
         else:
-            t["reward"] *= f.factor
+            t["reward"] *= slow.factor
     else:
-        score_tail = j(spec.pace * 0.04)
+        score_tail = j(spec.pace * tail_share)
     if (f := _fault(spec, "actor_slow", step)):
         t["update_actor"] *= f.factor
         mfu /= f.factor
@@ -77,11 +115,11 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     if (f := _fault(spec, "idle_gap", step)):
         untimed += j(spec.pace * f.seconds_share, 0.1)
     gen_seq_max = t["gen"] * 0.93
-    if spec.trainer == "legacy_async":
+    if spec.streamed and (legacy or slow):
         gen_seq_max = t["gen"] * 0.98
-        t["gen"] = gen_seq_max + score_tail
+        t["gen"] = gen_seq_max + score_tail  # V1 too: a slow reward's tail hides in gen (no agent-loop keys)
     if spec.checkpoint_every and step % spec.checkpoint_every == 0:
-        t["save_checkpoint"] = j(spec.pace * 0.3)
+        t["save_checkpoint"] = j(spec.pace * spec.checkpoint_factor)
     step_s = sum(t.values()) + untimed
     ordered = {}
     order = ["feed", "gen", "reward", "old_log_prob", "adv", "update_actor", "save_checkpoint", "update_weights"]
@@ -106,14 +144,18 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
         "actor/ratio_mean": 1 + rng.uniform(-1e-3, 1e-3), "actor/ratio_std": j(0.011, 0.2),
         "actor/grad_norm": j(0.6, 0.2), "actor/lr": 3e-4, "perf/mfu/actor": mfu,
     })
-    if spec.trainer == "v1":
-        d["training/off_policy/trajectory_staleness/mean"] = -1.0
+    if not legacy:
+        stale = 0.0 if spec.async_mode == "separate_async" else -1.0
+        d["training/off_policy/trajectory_staleness/mean"] = stale
+        if spec.async_mode == "separate_async":
+            d["training/off_policy/trajectory_staleness/max"] = 1.0
+            d["training/off_policy/trajectory_staleness/min"] = 0.0
     else:
         d["perf/mfu/actor_infer"] = mfu_infer
     for ph, v in ordered.items():
         d[f"timing_s/{ph}"] = v
-    if spec.trainer != "v1":
-        cs = score_tail if spec.trainer == "legacy_async" else 0.0
+    if legacy:
+        cs = score_tail if spec.streamed else 0.0
         d.update({
             "timing_s/agent_loop/generate_sequences/min": gen_seq_max * 0.4,
             "timing_s/agent_loop/generate_sequences/max": gen_seq_max,
@@ -125,7 +167,7 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
             "timing_s/agent_loop/slowest/prompt_length": 23, "timing_s/agent_loop/slowest/response_length": 0,
         })
     d["timing_s/step"] = step_s
-    if spec.trainer != "v1":
+    if legacy:
         d["timing_s/start_profile"] = 3e-6
         d["timing_s/stop_profile"] = 2e-6
     for ph in ("gen", "old_log_prob", "adv", "update_actor"):
@@ -134,7 +176,7 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     d.update({"perf/total_num_images": IMAGES, "perf/time_per_step": step_s,
               "perf/throughput": IMAGES / (step_s * GPUS)})
     if spec.validation_every and step % spec.validation_every == 0:
-        d["timing_s/testing"] = j(spec.pace * 0.5)
+        d["timing_s/testing"] = j(spec.pace * spec.validation_factor)
         d["val-core/ocr/reward/mean@1"] = rmean + 0.02
         d["val-aux/ocr/reward/combined/mean@1"] = rmean
     return d

@@ -25,7 +25,7 @@ from .model import RunStore, SeenSteps
 from .sources.files import run_labels
 
 log = logging.getLogger(__name__)
-VERSION = 1
+VERSION = 2  # 2: trainer incarnations, step digests, detected modes
 FILENAME = "exporter-state.json"
 SOURCE = "state"
 
@@ -34,12 +34,14 @@ def _rec_to(r: StepRecord) -> dict:
     return {"step": r.step, "arrival": r.arrival, "duration": r.duration, "phases": r.phases,
             "rb": r.reward_bound_ratio, "critical": r.reward_critical, "idle": r.idle_ratio, "mfu": r.mfu,
             "throughput": r.throughput, "flags": sorted(r.flags),
-            "values": {k: v for k, v in r.values.items() if k == K_ZERO_STD}}
+            "values": {k: v for k, v in r.values.items() if k == K_ZERO_STD},
+            "modes": r.modes, "share": r.reward_step_share, "causes": r.causes}
 
 
 def _rec_from(d: dict) -> StepRecord:
     return StepRecord(d["step"], d["arrival"], d["duration"], d["phases"], d["rb"], d["critical"], d["idle"],
-                      d["mfu"], d["throughput"], frozenset(d["flags"]), d.get("values", {}))
+                      d["mfu"], d["throughput"], frozenset(d["flags"]), d.get("values", {}), d.get("modes", {}),
+                      d.get("share"), d.get("causes", {}))
 
 
 def snapshot_store(store: RunStore) -> dict:
@@ -48,10 +50,14 @@ def snapshot_store(store: RunStore) -> dict:
         runs.append({
             "project": run.project, "experiment": run.experiment, "steps_total": run.steps_total,
             "replayed_total": run.replayed_total, "restarts_total": run.restarts_total,
-            "steps_in_incarnation": run.steps_in_incarnation, "replaying": run.replaying,
             "stage_seconds_total": dict(run.stage_seconds_total), "flagged_total": dict(run.flagged_total),
             "keys": run.keys, "feeds": run.feeds, "seen": run.seen.ranges,
-            "last": _rec_to(run.last) if run.last else None, "window": [_rec_to(r) for r in run.window.normal],
+            "last": _rec_to(run.last) if run.last else None, "last_arrival": run.last_arrival,
+            "window": [_rec_to(r) for r in run.window.normal],
+            "incarnation": {"low": run.inc_low, "steps": run.inc_steps, "warmup_done": run.warmup_done,
+                            "warm": [_rec_to(r) for r in run.warm], "new": run.new_incarnation,
+                            "replay_from": run.replay_from},
+            "digests": [[k, f, h] for k, (f, h) in run.digests.items()], "modes": run.modes,
         })
     return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
             "notifications": dict(store.notifications)}
@@ -64,8 +70,14 @@ def restore_store(store: RunStore, data: dict) -> None:
             if run is None:
                 continue
             run.steps_total, run.replayed_total = d["steps_total"], d["replayed_total"]
-            run.restarts_total, run.steps_in_incarnation = d["restarts_total"], d["steps_in_incarnation"]
-            run.replaying = d["replaying"]
+            run.restarts_total = d["restarts_total"]
+            inc = d["incarnation"]
+            run.inc_low, run.inc_steps, run.warmup_done = inc["low"], inc["steps"], inc["warmup_done"]
+            run.warm = [_rec_from(x) for x in inc["warm"]]
+            run.new_incarnation, run.replay_from = inc["new"], inc["replay_from"]
+            run.digests = {k: (f, h) for k, f, h in d["digests"]}
+            run.modes = dict(d["modes"])
+            run.last_arrival = d["last_arrival"]
             run.visible = False  # until a current source produces it (Checkpointer.load, RunStore.ingest)
             run.stage_seconds_total = defaultdict(float, d["stage_seconds_total"])
             run.flagged_total = defaultdict(int, d["flagged_total"])
