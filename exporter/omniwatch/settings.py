@@ -39,6 +39,7 @@ class Settings:
     max_runs: int = DEFAULT_MAX_RUNS
     max_keys: int = DEFAULT_MAX_KEYS
     run_expiry_seconds: float = DEFAULT_RUN_EXPIRY
+    gpus: int | None = None                                   # GPUs of runs whose keys cannot tell (ledger)
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_line_bytes: int = DEFAULT_MAX_LINE
     poll_seconds: float = DEFAULT_POLL_SECONDS
