@@ -29,6 +29,8 @@ from .timeline import parse_duration
 # Alerts a backtest cannot judge, and why (printed in the report instead of a verdict).
 LIVE_ONLY = {
     names.ALERT_STALLED: "live-only: a finished file is not a stall (it fires when a live run stops logging)",
+    names.ALERT_OUTSIDE_STEP: "live-only: arrivals are rebuilt from the timers, so the time outside them is 0 by "
+                              "construction (it fires on a live run's real gaps between steps)",
 }
 HEARTBEAT_SEVERITY = "none"  # Watchdog-style alerts that always fire by design
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
