@@ -152,8 +152,8 @@ GPU_SECONDS_TOTAL = _m("omniwatch_gpu_seconds_total", "counter",
                        "the buckets sum to the run's GPUs x wall time between steps (docs/report.md).",
                        R + (L_BUCKET,), "seconds")
 RUN_GPUS = _m("omniwatch_run_gpus", "gauge",
-              "GPUs the ledger multiplies by: source=\"log\" derived from the run's keys (perf/total_num_images / "
-              "(perf/throughput x perf/time_per_step)), source=\"flag\" from --gpus.", R + (L_SOURCE,))
+              "GPUs the ledger multiplies by: origin=\"log\" derived from the run's keys (perf/total_num_images / "
+              "(perf/throughput x perf/time_per_step)), origin=\"flag\" from --gpus.", R + ("origin",))
 
 ZERO_STD_WINDOW = _m("omniwatch_reward_zero_std_ratio_window", "gauge",
                      "min/median/max of critic/rewards/zero_std_ratio over the last k normal steps (reward saturation).",
