@@ -35,6 +35,13 @@ OMNI_SUCCESS = OMNI + "requests_success_total"            # counter, labels mode
 OMNI_IMAGES = OMNI + "image_count_total"                  # counter
 OMNI_QUEUE_WAIT = OMNI + "request_queue_wait_s"           # histogram (vLLM-Omni PR #6150); named by the runbooks
 OMNI_E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+# vLLM-Omni before vllm PR #42331 exposed the pipeline families as "vllm:omni_*" (no diffusion families yet);
+# alerts/endpoints.rules.yml and the rollout dashboard accept both forms and upstream "vllm:" (AR stages).
+OMNI_V0 = "vllm:omni_"
+OMNI_V0_RUNNING = OMNI_V0 + "num_requests_running"
+OMNI_V0_WAITING = OMNI_V0 + "num_requests_waiting"
+OMNI_V0_E2E = OMNI_V0 + "e2e_request_latency_s"
+OMNI_V0_SUCCESS = OMNI_V0 + "requests_success_total"
 L_MODEL = "model_name"
 L_STAGE = "stage"
 L_FAIL_REASON = "reason"
@@ -45,6 +52,10 @@ VLLM_RUNNING = VLLM + "num_requests_running"
 VLLM_WAITING = VLLM + "num_requests_waiting"
 VLLM_E2E = VLLM + "e2e_request_latency_seconds"  # histogram
 VLLM_KV_USAGE = VLLM + "kv_cache_usage_perc"      # 0-1
+VLLM_SUCCESS = VLLM + "request_success_total"     # counter {finished_reason}
+VLLM_QUEUE_TIME = VLLM + "request_queue_time_seconds"   # histogram: waiting for a scheduler slot
+VLLM_TTFT = VLLM + "time_to_first_token_seconds"        # histogram: LLM-judge reward models
+VLLM_PREEMPTIONS = VLLM + "num_preemptions_total"       # counter: KV cache full, requests recomputed
 L_ENGINE = "engine"
 
 # --- TransferQueue controller (0.1.11) ------------------------------------------------------------
