@@ -8,8 +8,14 @@ from it. ``scrape_configs()`` returns the Prometheus jobs that scrape them with 
 (project, experiment, role, replica) that join every series to a run, exactly as omniwatch's own
 scrape configs and discovery label real targets.
 
+Every endpoint set exists once per run it is attached to (``DemoSources.runs``, default 2): run 0 under
+``/rollout/<i>/metrics`` ..., run ``k`` under ``/run/<k>/rollout/<i>/metrics`` ..., each with its own
+values, GPU node and TransferQueue controller, so a panel that drops the run labels shows it (two runs'
+series pile up). Run 1's rollout replicas speak the older vLLM-Omni metric prefix ``vllm:omni_`` (pipeline
+families only), so the panels' and rules' name forms are exercised too.
+
     server, port = start()             # 127.0.0.1, free port
-    cfgs = scrape_configs("127.0.0.1", port, "demo", "flowgrpo")
+    cfgs = scrape_configs("127.0.0.1", port, "demo", "flowgrpo", also=[("demo", "v1-run")])
     stop(server)
 """
 from __future__ import annotations
@@ -60,15 +66,35 @@ class _Endpoint:
         return generate_latest(self.registry)
 
 
+class _Null:
+    """Stand-in for a metric family the replica's vLLM-Omni version does not expose."""
+
+    def labels(self, *a, **k):
+        return self
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
 class RolloutReplica(_Endpoint):
-    def __init__(self, index: int, max_num_seqs: int = 4):
+    def __init__(self, index: int, max_num_seqs: int = 4, prefix: str = x.OMNI):
         super().__init__()
         r, m = self.registry, [x.L_MODEL]
         self.index, self.max_num_seqs = index, max_num_seqs
-        self.running = Gauge(x.OMNI_RUNNING, "Number of requests in model execution batches.", m, registry=r)
-        self.waiting = Gauge(x.OMNI_WAITING, "Number of requests waiting to be processed.", m, registry=r)
-        self.e2e = Histogram(x.OMNI_E2E, "End-to-end request latency in seconds.", m, registry=r,
+        p = prefix  # x.OMNI ("vllm_omni:") or x.OMNI_V0 ("vllm:omni_": pipeline families only)
+        self.running = Gauge(p + "num_requests_running", "Number of requests in model execution batches.", m,
+                             registry=r)
+        self.waiting = Gauge(p + "num_requests_waiting", "Number of requests waiting to be processed.", m, registry=r)
+        self.e2e = Histogram(p + "e2e_request_latency_s", "End-to-end request latency in seconds.", m, registry=r,
                              buckets=x.OMNI_E2E_BUCKETS)
+        self.success = Counter(p + "requests_success_total", "Successful requests.", [x.L_MODEL, "finished_reason"],
+                               registry=r)
+        self.success.labels(ROLLOUT_MODEL, "stop")
+        self.e2e.labels(ROLLOUT_MODEL)
+        self.slow = 1.0 + 0.35 * index  # replica 1 is a straggler: visible in the per-replica panels
+        if prefix != x.OMNI:  # the diffusion families came with the vllm_omni: prefix
+            self.exec = self.exec_step = self.pre = self.post = self.failed = self.images = _Null()
+            return
         dl = [x.L_MODEL, x.L_STAGE]
         self.exec = Histogram(x.OMNI_EXEC, "Diffusion execution time per request.", dl, registry=r,
                               buckets=(0.5, 1, 2, 5, 10, 20, 40, 80))
@@ -79,16 +105,12 @@ class RolloutReplica(_Endpoint):
         self.post = Histogram(x.OMNI_POSTPROCESS, "Diffusion postprocess (VAE decode) time.", dl, registry=r,
                               buckets=(0.05, 0.1, 0.25, 0.5, 1, 2))
         self.failed = Counter(x.OMNI_FAILED, "Failed requests.", [x.L_MODEL, x.L_FAIL_REASON], registry=r)
-        self.success = Counter(x.OMNI_SUCCESS, "Successful requests.", [x.L_MODEL, "finished_reason"], registry=r)
         self.images = Counter(x.OMNI_IMAGES, "Images generated.", m, registry=r)
         for reason in ("timeout", "oom"):
             self.failed.labels(ROLLOUT_MODEL, reason)
         for h in (self.exec, self.exec_step, self.pre, self.post):
             h.labels(ROLLOUT_MODEL, DIFFUSION_STAGE)  # series exist before the first request finishes
-        self.e2e.labels(ROLLOUT_MODEL)
         self.images.labels(ROLLOUT_MODEL)
-        self.success.labels(ROLLOUT_MODEL, "stop")
-        self.slow = 1.0 + 0.35 * index  # replica 1 is a straggler: visible in the per-replica panels
 
     def tick(self, t, dt, rng):
         phase, _ = phase_at(t)
@@ -122,7 +144,17 @@ class RewardServer(_Endpoint):
         self.kv = Gauge(x.VLLM_KV_USAGE, "KV-cache usage. 1 means 100 percent usage.", lab, registry=r)
         self.e2e = Histogram(x.VLLM_E2E, "Histogram of e2e request latency in seconds.", lab, registry=r,
                              buckets=(0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60))
-        self.e2e.labels(REWARD_MODEL, "0")
+        self.queue = Histogram(x.VLLM_QUEUE_TIME, "Histogram of time spent in WAITING phase for request.", lab,
+                               registry=r, buckets=(0.05, 0.1, 0.3, 0.5, 1, 2, 5, 10, 20, 60))
+        self.ttft = Histogram(x.VLLM_TTFT, "Histogram of time to first token in seconds.", lab, registry=r,
+                              buckets=(0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5))
+        self.preempt = Counter(x.VLLM_PREEMPTIONS, "Cumulative number of preemption from the engine.", lab,
+                               registry=r)
+        self.success = Counter(x.VLLM_SUCCESS, "Count of successfully processed requests.", lab + ["finished_reason"],
+                               registry=r)
+        for h in (self.e2e, self.queue, self.ttft, self.preempt):
+            h.labels(REWARD_MODEL, "0")
+        self.success.labels(REWARD_MODEL, "0", "stop")
 
     def tick(self, t, dt, rng):
         phase, progress = phase_at(t)
@@ -134,7 +166,13 @@ class RewardServer(_Endpoint):
         self.kv.labels(*lv).set(min(1.0, 0.2 + 0.06 * queue + rng.uniform(0, 0.05)) if scoring else 0.02)
         if scoring:
             for _ in range(rng.randint(1, 3)):
-                self.e2e.labels(*lv).observe(0.4 + 0.15 * queue + rng.uniform(0, 0.3))
+                queued = 0.12 * queue + rng.uniform(0, 0.05)
+                self.queue.labels(*lv).observe(queued)
+                self.ttft.labels(*lv).observe(0.05 + rng.uniform(0, 0.05) + 0.01 * queue)
+                self.e2e.labels(*lv).observe(0.4 + queued + 0.03 * queue + rng.uniform(0, 0.3))
+                self.success.labels(*lv, "stop").inc()
+            if queue >= 10 and rng.random() < 0.3:  # a full KV cache near the end of gen
+                self.preempt.labels(*lv).inc()
 
 
 class TransferQueueController(_Endpoint):
@@ -290,17 +328,35 @@ class DemoSources:
     node_ip: str = "10.0.0.10"
     gpus: int = 4
     seed: int = 7
+    runs: int = 2  # endpoint sets, one per run they are attached to (scrape_configs(..., also=...))
+    v0_prefix_runs: tuple[int, ...] = (1,)  # runs whose rollout replicas speak "vllm:omni_"
+
+
+def run_path(run: int, path: str) -> str:
+    """Path of an endpoint of run ``run``'s set: run 0 keeps the historical paths."""
+    return path if run == 0 else f"/run/{run}{path}"
+
+
+def run_node(cfg: DemoSources, run: int) -> tuple[str, str]:
+    """(node name, node IP) of run ``run``'s GPU node: each run has its own node."""
+    if run == 0:
+        return cfg.node, cfg.node_ip
+    base, _, last = cfg.node_ip.rpartition(".")
+    return f"{cfg.node.rsplit('-', 1)[0]}-{run}", f"{base}.{int(last) + run}"
 
 
 def build_endpoints(cfg: DemoSources) -> dict[str, _Endpoint]:
     eps: dict[str, _Endpoint] = {}
-    for i in range(cfg.rollout_replicas):
-        eps[f"/rollout/{i}/metrics"] = RolloutReplica(i)
-    for i in range(cfg.reward_replicas):
-        eps[f"/reward/{i}/metrics"] = RewardServer(i)
-    eps["/tq/metrics"] = TransferQueueController()
-    eps["/dcgm/metrics"] = DcgmExporter(cfg.node, cfg.gpus)
-    eps["/ray/metrics"] = RayNodeAgent(cfg.node_ip, cfg.gpus)
+    for k in range(max(1, cfg.runs)):
+        prefix = x.OMNI_V0 if k in cfg.v0_prefix_runs else x.OMNI
+        for i in range(cfg.rollout_replicas):
+            eps[run_path(k, f"/rollout/{i}/metrics")] = RolloutReplica(i, prefix=prefix)
+        for i in range(cfg.reward_replicas):
+            eps[run_path(k, f"/reward/{i}/metrics")] = RewardServer(i)
+        node, ip = run_node(cfg, k)
+        eps[run_path(k, "/tq/metrics")] = TransferQueueController()
+        eps[run_path(k, "/dcgm/metrics")] = DcgmExporter(node, cfg.gpus)
+        eps[run_path(k, "/ray/metrics")] = RayNodeAgent(ip, cfg.gpus)
     return eps
 
 
@@ -376,19 +432,26 @@ def stop(server: DemoServer) -> None:
 
 
 def scrape_configs(host: str, port: int, project: str, experiment: str, cfg: DemoSources | None = None,
-                   job_prefix: str = "omniwatch-demo", scrape_interval: str | None = None) -> list[dict]:
+                   job_prefix: str = "omniwatch-demo", scrape_interval: str | None = None,
+                   also: list[tuple[str, str]] | tuple = ()) -> list[dict]:
     """Prometheus ``scrape_configs`` entries for the demo endpoints, one job per source kind. Each
     target carries project/experiment/role(/replica) target labels and its own ``__metrics_path__``;
-    DCGM and Ray series are relabelled to omniwatch's ``node``/``gpu`` labels."""
+    DCGM and Ray series are relabelled to omniwatch's ``node``/``gpu`` labels. ``(project, experiment)``
+    joins endpoint set 0; each run of ``also`` joins the next set (at most ``cfg.runs - 1`` of them)."""
     cfg = cfg or DemoSources()
     addr = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-    run = {"project": project, "experiment": experiment}
+    runs = [(project, experiment), *also]
+    if len(runs) > max(1, cfg.runs):
+        raise ValueError(f"{len(runs)} runs, but the demo serves {cfg.runs} endpoint sets (DemoSources.runs)")
 
-    def target(path: str, role: str, replica: int | None = None) -> dict:
-        labels = {"__metrics_path__": path, **run, x.L_ROLE: role}
-        if replica is not None:
-            labels[x.L_REPLICA] = str(replica)
-        return {"targets": [addr], "labels": labels}
+    def targets(path: str, role: str, replica: int | None = None) -> list[dict]:
+        out = []
+        for k, (proj, exp) in enumerate(runs):
+            labels = {"__metrics_path__": run_path(k, path), "project": proj, "experiment": exp, x.L_ROLE: role}
+            if replica is not None:
+                labels[x.L_REPLICA] = str(replica)
+            out.append({"targets": [addr], "labels": labels})
+        return out
 
     def job(kind: str, targets: list[dict], relabel=None) -> dict:
         j = {"job_name": f"{job_prefix}-{kind}", "static_configs": targets}
@@ -399,11 +462,13 @@ def scrape_configs(host: str, port: int, project: str, experiment: str, cfg: Dem
         return j
 
     return [
-        job("rollout", [target(f"/rollout/{i}/metrics", x.ROLE_ROLLOUT, i) for i in range(cfg.rollout_replicas)]),
-        job("reward", [target(f"/reward/{i}/metrics", x.ROLE_REWARD, i) for i in range(cfg.reward_replicas)]),
-        job("transferqueue", [target("/tq/metrics", x.ROLE_TQ)]),
-        job("dcgm", [target("/dcgm/metrics", x.ROLE_DCGM)], x.DCGM_RELABEL),
-        job("ray", [target("/ray/metrics", x.ROLE_RAY)], x.RAY_RELABEL),
+        job("rollout", [t for i in range(cfg.rollout_replicas) for t in targets(f"/rollout/{i}/metrics",
+                                                                                x.ROLE_ROLLOUT, i)]),
+        job("reward", [t for i in range(cfg.reward_replicas) for t in targets(f"/reward/{i}/metrics",
+                                                                              x.ROLE_REWARD, i)]),
+        job("transferqueue", targets("/tq/metrics", x.ROLE_TQ)),
+        job("dcgm", targets("/dcgm/metrics", x.ROLE_DCGM), x.DCGM_RELABEL),
+        job("ray", targets("/ray/metrics", x.ROLE_RAY), x.RAY_RELABEL),
     ]
 
 
@@ -418,12 +483,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--project", default="demo", help="only for --print-scrape-configs")
     p.add_argument("--experiment", default="demo", help="only for --print-scrape-configs")
+    p.add_argument("--also", action="append", default=[], metavar="PROJECT/EXPERIMENT",
+                   help="only for --print-scrape-configs: a further run joined to the next endpoint set")
     p.add_argument("--print-scrape-configs", action="store_true", help="print the scrape_configs JSON and keep serving")
     args = p.parse_args(argv)
     server, port = start(args.host, args.port)
     print(f"demo endpoints on http://{args.host}:{port}: {' '.join(sorted(server.endpoints))}", flush=True)
     if args.print_scrape_configs:
-        print(json.dumps(scrape_configs(args.host, port, args.project, args.experiment), indent=2), flush=True)
+        also = [tuple(a.split("/", 1)) for a in args.also]
+        print(json.dumps(scrape_configs(args.host, port, args.project, args.experiment, also=also), indent=2),
+              flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
