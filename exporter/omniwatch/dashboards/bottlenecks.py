@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
-from .spec import (ALERT_ROLLOUT_SATURATED, ALERT_TQ_BACKLOG, EXP, REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE,
-                   REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED,
-                   REC_STEP_VS_BASELINE, REC_TQ_KEYS_FLOOR, REC_TQ_OUTSTANDING_FLOOR, RUN_BY, Dashboard, Panel, Row,
-                   Step, Target, alerts_sel, by_run, cfg_step, default_tags, idle_evidence, increase_w, run_max, sel)
+from .spec import (ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, Panel,
+                   REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE,
+                   REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED, REC_STEP_VS_BASELINE, REC_TQ_KEYS_FLOOR,
+                   REC_TQ_OUTSTANDING_FLOOR, RUN_BY, Row, Step, Target, alert_states_by_run, by_run, cfg_step,
+                   default_tags, idle_evidence, increase_w, run_max, sel)
 
 W = EXP
 C = CONFIG
@@ -186,10 +187,9 @@ ALERT_ROW = Row("Alerts", (
     Panel("Pending and firing alerts",
           "omniwatch alerts of the selected runs over time, one row per run and alert (Watchdog left out): orange "
           "pending (the condition holds, the short 'for' still absorbs scrape jitter), red firing.",
-          (Target(f"max by ({RUN_BY}, alertname) (2 * {alerts_sel(alertstate='firing')} "
-                  f"or {alerts_sel(alertstate='pending')})", W + " {{alertname}}"),),
+          (Target(alert_states_by_run(), W + " {{alertname}}"),),
           unit="none", kind="statetimeline", w=24, h=8,
-          mappings=((1, "pending", "orange"), (2, "firing", "red"))),
+          mappings=ALERT_STATE_MAPPINGS),
 ))
 
 DASHBOARD = Dashboard(

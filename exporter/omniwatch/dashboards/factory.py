@@ -41,7 +41,7 @@ from grafana_foundation_sdk.models.common import (
     TableColoredBackgroundCellOptions, TooltipDisplayMode, VisibilityMode, VizOrientation)
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync, DashboardLinkType, DataSourceRef, DataTransformerConfig, DynamicConfigValue, GridPos,
-    MatcherConfig, Threshold, ThresholdsMode, ValueMap, ValueMappingResult, VariableOption, VariableRefresh,
+    Threshold, ThresholdsMode, ValueMap, ValueMappingResult, VariableOption, VariableRefresh,
     VariableSort)
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 

@@ -11,9 +11,9 @@ from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import K_ZERO_STD
 from ..model import passthrough_name
-from .spec import (EXP, REC_AGE, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN, REC_STEP_VS_BASELINE, REC_ZERO_STD_MIN,
-                   RUN_BY, RUN_LEGEND, Dashboard, Panel, Row, Step, Target, alerts_sel, cfg_step, default_tags,
-                   firing_by_run, idle_evidence, run_max, sel)
+from .spec import (ALERT_STATE_MAPPINGS, Dashboard, EXP, Panel, REC_AGE, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
+                   REC_STEP_VS_BASELINE, REC_ZERO_STD_MIN, RUN_BY, RUN_LEGEND, Row, Step, Target, alert_states_by_run,
+                   cfg_step, default_tags, firing_by_run, idle_evidence, run_max, sel)
 
 # verl keys the overview plots; the exporter passes each through as verl_<key> with label key=<key>.
 K_REWARD_MEAN = "critic/rewards/mean"
@@ -113,10 +113,9 @@ ALERT_ROW = Row("Alerts", (
           "Firing (red) and pending (orange) omniwatch alerts of this run over time, one row per alert (Watchdog "
           "left out). Pending means the condition holds and the short 'for' still absorbs scrape jitter. The "
           "same alerts are annotations on every time series.",
-          (Target(f"max by ({RUN_BY}, alertname) (2 * {alerts_sel(alertstate='firing')} "
-                  f"or {alerts_sel(alertstate='pending')})", EXP + " {{alertname}}"),),
+          (Target(alert_states_by_run(), EXP + " {{alertname}}"),),
           unit="none", kind="statetimeline", w=24, h=5, repeat=True,
-          mappings=((1, "pending", "orange"), (2, "firing", "red"))),
+          mappings=ALERT_STATE_MAPPINGS),
 ))
 
 STEP_TIME = Row("Where the step goes", (

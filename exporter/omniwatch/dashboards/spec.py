@@ -334,6 +334,16 @@ def idle_evidence() -> str:
             f'label_replace({sel(REC_IDLE_MIN)}, "evidence", "timers", "", "")')
 
 
+def alert_states_by_run() -> str:
+    """Per run and alert: 2 firing, 1 pending; a run with neither shows one row ``alertname="none"`` at 0."""
+    return (f"max by ({RUN_BY}, alertname) (2 * {alerts_sel(alertstate='firing')} "
+            f"or {alerts_sel(alertstate='pending')}) or on ({RUN_BY}) "
+            f'label_replace(0 * {run_max(sel(n.STEP))}, "alertname", "none", "", "")')
+
+
+ALERT_STATE_MAPPINGS = ((0, "no alert", "green"), (1, "pending", "orange"), (2, "firing", "red"))
+
+
 def firing_by_run() -> str:
     """Firing alerts per run (0 for a run with none: the runs come from omniwatch_step)."""
     return (f"count by ({RUN_BY}) ({alerts_sel(alertstate='firing')}) "
