@@ -22,6 +22,7 @@ import orjson
 
 from .analytics import K_ZERO_STD, StepRecord
 from .model import RunStore, SeenSteps
+from .planned import PlannedWork
 from .sources.files import run_labels
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def snapshot_store(store: RunStore) -> dict:
                             "warm": [_rec_to(r) for r in run.warm], "new": run.new_incarnation,
                             "replay_from": run.replay_from},
             "digests": [[k, f, h] for k, (f, h) in run.digests.items()], "modes": run.modes,
+            "planned": run.planned.to_json(),
         })
     return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
             "notifications": dict(store.notifications)}
@@ -77,6 +79,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.new_incarnation, run.replay_from = inc["new"], inc["replay_from"]
             run.digests = {k: (f, h) for k, f, h in d["digests"]}
             run.modes = dict(d["modes"])
+            run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
             run.last_arrival = d["last_arrival"]
             run.visible = False  # until a current source produces it (Checkpointer.load, RunStore.ingest)
             run.stage_seconds_total = defaultdict(float, d["stage_seconds_total"])
