@@ -170,3 +170,11 @@ def stalled() -> Prose:
     return P("Check the trainer process and Ray (ray status, driver and worker logs): a hung NCCL collective, a dead "
              "actor or an OOM kill is the usual cause; resume from the last checkpoint with ",
              key("trainer.resume_mode", "auto"), " after fixing it.")
+
+
+def stalled_notice() -> Prose:
+    """TrainingStalled (info): perhaps planned work."""
+    return P("Usually nothing to do yet: a checkpoint save (", key("trainer.save_freq"), "; written under ",
+             key("trainer.default_local_dir"), "/global_step_<next step>, growing while it saves) or a validation "
+             "pass (", key("trainer.test_freq"), ") may be running; verl forces both on the last step. If the warning "
+             "follows, treat it as a hang.")
