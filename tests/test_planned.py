@@ -218,3 +218,31 @@ def test_planned_facts_survive_an_exporter_restart(tmp_path):
     assert b.to_json() == a.to_json()
     assert b.kinds["checkpoint"].every == 10 and b.allowance(39) == a.allowance(39) > 0
     assert b.total == 100 and b.log_open is True
+
+
+def test_checkpoint_root_reports_the_next_steps_checkpoint_being_written(tmp_path):
+    from omniwatch.planned import CheckpointWatch, newest_write
+    st = new_store()
+    feed(st, RunSpec(**HEAVY), range(1, 10))
+    root = tmp_path / "checkpoints"
+    watch = CheckpointWatch(st, [str(root)])
+    watch.scan_once()
+    assert (names.CHECKPOINT_WRITE_TS, (("experiment", "e"), ("project", "p"))) not in samples(st)
+    (root / "p" / "e" / "global_step_5" / "actor").mkdir(parents=True)  # an old checkpoint: not the next step
+    watch.scan_once()
+    assert run(st).planned.ckpt_write is None
+    shard = root / "p" / "e" / "global_step_10" / "actor" / "model_world_size_8_rank_0.pt"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"x" * 10)
+    os.utime(shard, (5000.0, 5000.0))
+    os.utime(shard.parent, (4000.0, 4000.0))
+    os.utime(shard.parent.parent, (4000.0, 4000.0))
+    assert newest_write(str(shard.parent.parent)) == 5000.0
+    assert newest_write(str(shard)) is None and newest_write(str(root / "missing")) is None
+    watch.scan_once()
+    assert value(st, names.CHECKPOINT_WRITE_TS, project="p", experiment="e") == 5000.0
+    os.utime(shard, (6000.0, 6000.0))  # the save goes on writing
+    watch.scan_once()
+    assert value(st, names.CHECKPOINT_WRITE_TS, project="p", experiment="e") == 6000.0
+    feed(st, RunSpec(**HEAVY), [10], t0=st.clock.t)  # step 10 arrived: that directory says nothing more
+    assert (names.CHECKPOINT_WRITE_TS, (("experiment", "e"), ("project", "p"))) not in samples(st)

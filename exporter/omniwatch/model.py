@@ -222,6 +222,13 @@ class RunStore:
             if run is not None:
                 run.planned.total = total
 
+    def set_checkpoint_write(self, project: str, experiment: str, step: int, newest: float) -> None:
+        """The checkpoint directory of ``step`` was last written at ``newest`` (--checkpoint-root)."""
+        with self.lock:
+            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            if run is not None:
+                run.planned.ckpt_write = (step, newest)
+
     def set_log_open(self, project: str, experiment: str, is_open: bool) -> None:
         """A process holds the run's log open for writing now (or not). Not seen open yet and not open
         now stays unknown: a log written on another node is never seen open here."""

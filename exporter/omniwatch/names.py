@@ -234,6 +234,11 @@ RUN_LOG_OPEN = _m("omniwatch_run_log_open", "gauge",
                   "trainer: a stall never expires), 0 once it was seen open and is no longer (the trainer "
                   "process ended: the run expires after --run-expiry); absent when never seen (a log written "
                   "on another node, another user's process, push: expires after --stalled-run-expiry).", R)
+CHECKPOINT_WRITE_TS = _m("omniwatch_checkpoint_write_timestamp_seconds", "gauge",
+                         "Newest modification time under <--checkpoint-root>/<project>/<experiment>/global_step_<N> "
+                         "for N = the step after the latest one: the next step is saving a checkpoint. "
+                         "TrainingStalled's warning and critical wait while it keeps being written. Absent without "
+                         "--checkpoint-root or such a directory.", R, "seconds")
 
 # Alert names (the rule files define them; tests check both sides agree).
 ALERT_REWARD_BOUND = "RewardBoundRollout"

@@ -147,6 +147,7 @@ class PlannedWork:
     low: int | None = None              # lowest training step seen (>= 1)
     total: int | None = None            # total training steps announced on the console
     log_open: bool | None = None        # a writer holds the log open now; False: seen and gone; None: unknown
+    ckpt_write: tuple[int, float] | None = None  # (step, newest mtime) of its global_step_<step> dir (--checkpoint-root)
 
     def observe(self, step: int, values: dict[str, float]) -> None:
         """One applied step. Step 0 is verl's ``val_before_train`` line (``val-*`` keys only, no timer):
@@ -194,6 +195,13 @@ class PlannedWork:
         if self.log_open is None:
             return UNKNOWN
         return OPEN if self.log_open else CLOSED
+
+    def checkpoint_write(self, last_step: int | None) -> float | None:
+        """When the checkpoint directory of the step after ``last_step`` was last written (None: no such
+        directory seen)."""
+        if last_step is None or self.ckpt_write is None or self.ckpt_write[0] != last_step + 1:
+            return None
+        return self.ckpt_write[1]
 
     def to_json(self) -> dict:
         return {"kinds": {k: s.to_json() for k, s in self.kinds.items()}, "low": self.low,
@@ -253,6 +261,82 @@ def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = Non
             if m and int(m.group(1), 8) & 0o3:  # O_WRONLY or O_RDWR
                 found.add(target)
     return found
+
+
+CHECKPOINT_SCAN_SECONDS = 5.0
+MAX_CHECKPOINT_ENTRIES = 20_000  # files looked at per checkpoint directory and scan (bounded walk)
+
+
+def newest_write(path: str, limit: int = MAX_CHECKPOINT_ENTRIES) -> float | None:
+    """The newest mtime of ``path`` and everything under it (None when it is not a directory); looks at
+    no more than ``limit`` entries."""
+    try:
+        newest = os.stat(path).st_mtime
+    except OSError:
+        return None
+    if not os.path.isdir(path):
+        return None
+    todo, seen = [path], 0
+    while todo and seen < limit:
+        try:
+            with os.scandir(todo.pop()) as it:
+                for e in it:
+                    seen += 1
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    newest = max(newest, st.st_mtime)
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(e.path)
+                    if seen >= limit:
+                        break
+        except OSError:
+            continue
+    return newest
+
+
+class CheckpointWatch:
+    """``--checkpoint-root``: verl writes checkpoint N to ``<trainer.default_local_dir>/global_step_<N>``
+    (default ``checkpoints/<project>/<experiment>``, docs/verl-source.md D9). Every ``interval`` seconds,
+    for each run, the newest write under ``<root>/<project>/<experiment>/global_step_<last step + 1>``:
+    live evidence that the next step is saving a checkpoint (TrainingStalled's warning and critical wait
+    while it keeps being written; a write that stopped progressing is a hang again)."""
+
+    def __init__(self, store, roots: list[str], interval: float = CHECKPOINT_SCAN_SECONDS):
+        self.store, self.roots, self.interval = store, list(roots), interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def scan_once(self) -> None:
+        with self.store.lock:
+            runs = [(r.project, r.experiment, r.last.step) for r in self.store.runs.values() if r.last is not None]
+        for project, experiment, last in runs:
+            newest = None
+            for root in self.roots:
+                t = newest_write(os.path.join(root, project, experiment, f"global_step_{last + 1}"))
+                if t is not None:
+                    newest = t if newest is None else max(newest, t)
+            if newest is not None:
+                self.store.set_checkpoint_write(project, experiment, last + 1, newest)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.scan_once()
+            except Exception:
+                log.exception("checkpoint directory scan failed")
+            self._stop.wait(self.interval)
+
+    def start(self) -> "CheckpointWatch":
+        self._thread = threading.Thread(target=self._loop, name="omniwatch-checkpoints", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 class LogWriterWatch:
@@ -319,7 +403,7 @@ class PlannedCollector:
         from . import names as n
         fams = {name: GaugeMetricFamily(name, n.CATALOGUE[name].help, labels=list(n.CATALOGUE[name].labels))
                 for name in (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN,
-                             n.RUN_TOTAL_STEPS, n.RUN_FINISHED, n.RUN_LOG_OPEN)}
+                             n.RUN_TOTAL_STEPS, n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS)}
         s = self.store
         with s.lock:
             now = s.clock()
@@ -339,4 +423,6 @@ class PlannedCollector:
                 fams[n.RUN_FINISHED].add_metric(rl, 1 if p.finished(last) else 0)
                 if p.log_open is not None:
                     fams[n.RUN_LOG_OPEN].add_metric(rl, 1 if p.log_open else 0)
+                if (written := p.checkpoint_write(last)) is not None:
+                    fams[n.CHECKPOINT_WRITE_TS].add_metric(rl, written)
         yield from fams.values()

@@ -28,6 +28,7 @@ class Exporter:
     sources: list = field(default_factory=list)
     checkpointer: object = None
     writers: object = None  # planned.LogWriterWatch: is a trainer still holding each log open?
+    checkpoints: object = None  # planned.CheckpointWatch (--checkpoint-root): is the next checkpoint being written?
 
     @classmethod
     def build(cls, settings: Settings) -> "Exporter":
@@ -46,6 +47,9 @@ class Exporter:
         if ex.sources:
             from .planned import LogWriterWatch
             ex.writers = LogWriterWatch(store, ex.sources)
+        if settings.checkpoint_roots:
+            from .planned import CheckpointWatch
+            ex.checkpoints = CheckpointWatch(store, settings.checkpoint_roots)
         if settings.state_dir:
             from .state import Checkpointer
             ex.checkpointer = Checkpointer(store, ex.sources, settings.state_dir)
@@ -59,10 +63,13 @@ class Exporter:
             self.checkpointer.start()
         if self.writers is not None:
             self.writers.start()
+        if self.checkpoints is not None:
+            self.checkpoints.start()
 
     def stop(self) -> None:
-        if self.writers is not None:
-            self.writers.stop()
+        for w in (self.writers, self.checkpoints):
+            if w is not None:
+                w.stop()
         for s in reversed(self.sources):
             try:
                 s.stop()
@@ -101,6 +108,11 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
                    help="a run with no evidence that it finished (a log written on another node, a push feed) "
                         "keeps alerting this long without a step (default 259200 = 3 d; 0 = never); a run "
                         "whose log a live process still holds open never expires: it is hung")
+    p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
+                   help="where the trainers save checkpoints, laid out <DIR>/<project>/<experiment>/global_step_<N> "
+                        "(verl's trainer.default_local_dir = checkpoints/<project>/<experiment>: pass that "
+                        "checkpoints dir); while the next step's checkpoint keeps being written, TrainingStalled "
+                        "stays at info; repeatable")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
     p.add_argument("--poll-interval", type=float, default=None, help="seconds between file polls (default 0.5)")
     p.add_argument("--gpu", type=gpu_option, default=None, metavar="auto|on|off|replay:TRACE.json",
@@ -125,7 +137,8 @@ def settings_from_args(args) -> Settings:
                              warmup_steps=args.warmup_steps, max_keys=args.max_keys, max_runs=args.max_runs,
                              state_dir=args.state_dir, poll_seconds=args.poll_interval,
                              run_expiry_seconds=args.run_expiry,
-                             stalled_expiry_seconds=getattr(args, "stalled_run_expiry", None))
+                             stalled_expiry_seconds=getattr(args, "stalled_run_expiry", None),
+                             checkpoint_roots=getattr(args, "checkpoint_root", None) or None)
 
 
 def serve(args) -> int:

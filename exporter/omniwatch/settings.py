@@ -40,6 +40,7 @@ class Settings:
     max_keys: int = DEFAULT_MAX_KEYS
     run_expiry_seconds: float = DEFAULT_RUN_EXPIRY
     stalled_expiry_seconds: float = DEFAULT_STALLED_EXPIRY    # runs that may be hung (planned.py)
+    checkpoint_roots: list[str] = field(default_factory=list) # <root>/<project>/<experiment>/global_step_<N>
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_line_bytes: int = DEFAULT_MAX_LINE
     poll_seconds: float = DEFAULT_POLL_SECONDS

@@ -104,8 +104,13 @@ def records(cfg: Config) -> list:
 
 def _expr(cfg: Config, severity: str) -> str:
     from .spec import sel
-    return (f"{AGE}\n  > on ({RUN_BY}) {REC}{severity}\n"
-            f"unless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_FINISHED)} == 1)")
+    out = (f"{AGE}\n  > on ({RUN_BY}) {REC}{severity}\n"
+           f"unless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_FINISHED)} == 1)")
+    if severity != "info":  # live evidence (--checkpoint-root): the next step's checkpoint is being written
+        out += (f"\nunless on ({RUN_BY})\n  time() - max by ({RUN_BY}) ({sel(cfg, n.CHECKPOINT_WRITE_TS)})\n"
+                f"  < on ({RUN_BY}) {cfg.stall.checkpoint_write_idle_steps:g} * max by ({RUN_BY}) "
+                f"({sel(cfg, n.TYPICAL_STEP)})")
+    return out
 
 
 TYP = Query(n.TYPICAL_STEP, "dur", prefix=" (", suffix=" each)")
@@ -297,6 +302,24 @@ def cases(cfg: Config) -> list:
                     "a long validation and a checkpoint due by the cadence; never for a finished run", series, checks,
                     "Every evaluation is checked: no warning or critical at any time; info only while the planned "
                     "step is running."))
+    # --checkpoint-root: warning and critical wait while the next checkpoint keeps being written.
+    run = Stall("checkpoint_writing", 30, 90)
+    idle = cfg.stall.checkpoint_write_idle_steps * run.typical
+    th = thresholds(cfg, run.typical, run.allowance, run.unseen)
+    first, last_write = 105, int(th["critical"]) + 90 + 4 * INTERVAL  # writes past the critical threshold
+    resume = next(t for t in range(last_write, 100_000, INTERVAL) if t - last_write >= idle)
+    samples = (resume + hold) // INTERVAL + 3
+    writes = (f"_x{first // INTERVAL} {first}+{INTERVAL}x{(last_write - first) // INTERVAL} "
+              f"{last_write}x{samples - last_write // INTERVAL - 2}")
+    from .promtests import Series
+    mid = (last_write // INTERVAL - 2) * INTERVAL
+    out.append(Case(
+        f"TrainingStalled waits at info while the next step's checkpoint directory is written (--checkpoint-root), "
+        f"and escalates once it was not written for {cfg.stall.checkpoint_write_idle_steps:g} typical steps",
+        run.series(samples, INTERVAL) + [Series(n.CHECKPOINT_WRITE_TS, run.labels(), writes)],
+        [Check(mid, n.ALERT_STALLED, expect(run, mid, ("info",))),
+         Check(resume, n.ALERT_STALLED, expect(run, resume, ("info",))),
+         Check(resume + hold, n.ALERT_STALLED, expect(run, resume + hold, SEVERITIES))]))
     # The numbers: a 50-minute hang on a 4-minute step must page (critical) while it lasts.
     for title, run in (
             ("nothing planned known", Stall("hang_unknown", 240, 720)),
