@@ -246,3 +246,25 @@ def test_checkpoint_root_reports_the_next_steps_checkpoint_being_written(tmp_pat
     assert value(st, names.CHECKPOINT_WRITE_TS, project="p", experiment="e") == 6000.0
     feed(st, RunSpec(**HEAVY), [10], t0=st.clock.t)  # step 10 arrived: that directory says nothing more
     assert (names.CHECKPOINT_WRITE_TS, (("experiment", "e"), ("project", "p"))) not in samples(st)
+
+
+def test_serve_flags_wire_the_expiry_and_the_watchers(tmp_path):
+    import argparse
+
+    from omniwatch.server import Exporter, add_exporter_args, settings_from_args
+    p = argparse.ArgumentParser()
+    add_exporter_args(p)
+    args = p.parse_args(["--watch", str(tmp_path), "--checkpoint-root", str(tmp_path / "ck"),
+                         "--stalled-run-expiry", "60", "--run-expiry", "30"])
+    s = settings_from_args(args)
+    assert s.checkpoint_roots == [str(tmp_path / "ck")] and s.stalled_expiry_seconds == 60
+    ex = Exporter.build(s)
+    try:
+        assert (ex.store.run_expiry, ex.store.stalled_expiry) == (30, 60)
+        assert isinstance(ex.writers, LogWriterWatch) and ex.checkpoints is not None
+        ex.start_sources()
+    finally:
+        ex.stop()
+    assert not ex.writers._thread.is_alive() and not ex.checkpoints._thread.is_alive()
+    default = settings_from_args(p.parse_args([]))
+    assert Exporter.build(default).writers is None  # nothing watched: nothing to scan

@@ -388,6 +388,13 @@ class LogWriterWatch:
 
 
 # --- exposition -----------------------------------------------------------------------------------------
+def owned() -> tuple[str, ...]:
+    """The families :class:`PlannedCollector` renders."""
+    from . import names as n
+    return (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN, n.RUN_TOTAL_STEPS,
+            n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS)
+
+
 class PlannedCollector:
     """Renders the planned-work facts of every exported run (registered next to the run collector)."""
 
@@ -402,8 +409,7 @@ class PlannedCollector:
 
         from . import names as n
         fams = {name: GaugeMetricFamily(name, n.CATALOGUE[name].help, labels=list(n.CATALOGUE[name].labels))
-                for name in (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN,
-                             n.RUN_TOTAL_STEPS, n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS)}
+                for name in owned()}
         s = self.store
         with s.lock:
             now = s.clock()
