@@ -157,6 +157,12 @@ def test_verl_substring_match_order_and_relabeled_sku():
     assert not genuine.relabeled and genuine.peak == 119.5
     assert check_mfu(1.3, identify("NVIDIA H200", 143771 << 20)).code == "flops_overcount"
     assert check_mfu(4.0, identify("NVIDIA H200", 143771 << 20), override_tflops=120).code == "peak_mismatch"
+    # the relabeled card is reported whatever the MFU value: 0.8 on an H200 divided by the L20's peak is
+    # really ~0.1 (the check used to run only above 1.0)
+    low = check_mfu(0.8, sil)
+    assert low.code == "relabeled_sku" and "989" in low.cause
+    assert check_mfu(0.8, sil, override_tflops=989).code is None  # pinned right: nothing to report
+    assert check_mfu(0.0, sil).code is None  # MFU 0: the estimator is unsupported, not a wrong peak
 
 
 def test_mfu_cause_series_for_a_relabeled_card():
@@ -168,6 +174,10 @@ def test_mfu_cause_series_for_a_relabeled_card():
     text = _collector_text(s, store)
     assert 'omniwatch_mfu_suspected_cause{cause="relabeled_sku",experiment="e",project="p",role="actor"} 1.0' in text
     assert 'name="NVIDIA L20X"' in text and 'peak_tflops="989"' in text
+    assert 'omniwatch_mfu_device_peak_tflops{experiment="e",project="p",role="actor"} 989.0' in text
+    store.ingest("p", "e", ParsedStep(4, {"perf/mfu/actor": 0.83}), "test")  # inflated, but under 1.0
+    assert 'omniwatch_mfu_suspected_cause{cause="relabeled_sku",experiment="e",project="p",role="actor"} 1.0' in \
+        _collector_text(s, store)
 
 
 def test_real_nvml_path_when_a_gpu_is_present():

@@ -149,3 +149,84 @@ def test_a_run_without_steps_for_the_expiry_leaves_metrics_and_frees_its_slot():
     assert not any(k[0] == names.STEP for k in samples(st))  # finished run: its alerts resolve
     st.ingest("p", "new", step(1), "push")  # the expired run's slot is reused, not refused
     assert set(st.runs) == {("p", "new")} and not st.errors
+
+
+def _mfu_step(n, mfu, dur=10.0):
+    return ParsedStep(n, {"timing_s/step": dur, "timing_s/gen": 4.0, "timing_s/reward": 1.0,
+                          "timing_s/update_actor": 4.0, "perf/mfu/actor": mfu})
+
+
+def _ratio(st):
+    s = st.runs[("p", "e")].stats
+    base = s.mfu_baseline.get("actor")
+    return None if not base or "actor" not in s.mfu else s.mfu["actor"]["max"] / base
+
+
+def test_a_fix_through_a_restart_never_sets_off_the_next_alert():
+    """MFU 2.6 (a wrong device peak), then the trainer is resumed with the peak pinned (log truncated,
+    steps resume at 25): the old incarnation's MFU never becomes the new one's baseline, so MFUDrop's
+    ratio stays ~1 instead of 0.12."""
+    st = RunStore()
+    for n in range(1, 31):
+        st.ingest("p", "e", _mfu_step(n, 2.6), "jsonl", feed="jsonl:f")
+    assert _ratio(st) == pytest.approx(1.0, abs=0.01)
+    st.trainer_restarted("p", "e", "jsonl")
+    ratios = []
+    for n in range(25, 50):
+        st.ingest("p", "e", _mfu_step(n, 0.31), "jsonl", feed="jsonl:f")
+        ratios.append(_ratio(st))
+    seen = [r for r in ratios if r is not None]
+    assert seen and min(seen) > 0.9, ratios
+    assert ratios[:7] == [None] * 7  # 2 warm-up + 3 window + 2 more until 3 baseline steps exist
+    assert value(st, names.TRAINER_RESTARTS_TOTAL, project="p", experiment="e") == 1
+
+
+def test_a_level_shift_after_a_pause_is_a_new_incarnation_even_without_a_restart_signal():
+    """An appended console log, resumed right at its high-water mark: no truncation, no step going back.
+    A step after a long pause whose MFU moved 8x is a new incarnation; the same shift without a pause
+    (a real regression in one incarnation) is not absorbed."""
+    now = [0.0]
+    st = RunStore(clock=lambda: now[0])
+    for n in range(1, 26):
+        now[0] += 10
+        st.ingest("p", "e", _mfu_step(n, 2.6), "console", feed="console:f")
+    now[0] += 10 * 30  # the trainer was down for 30 typical steps
+    for n in range(26, 40):
+        now[0] += 10
+        st.ingest("p", "e", _mfu_step(n, 0.31), "console", feed="console:f")
+    assert st.runs[("p", "e")].restarts_total == 1
+    assert _ratio(st) == pytest.approx(1.0, abs=0.01)
+
+    st2 = RunStore(clock=lambda: now[0])
+    for n in range(1, 32):
+        now[0] += 10
+        st2.ingest("p", "e", _mfu_step(n, 0.31 if n < 26 else 0.08), "console", feed="console:f")
+    assert st2.runs[("p", "e")].restarts_total == 0
+    s = st2.runs[("p", "e")].stats
+    assert s.mfu["actor"]["max"] / s.mfu_baseline["actor"] < 0.7  # MFUDrop's condition holds
+
+
+def test_out_of_order_steps_are_placed_by_number_not_arrival():
+    """100 concurrent pushes of steps 1..100 arrive in any order: no restart, exactly the first two
+    steps are warm-up, the latest step is 100, the window holds the last steps in step order."""
+    import random
+    order = list(range(1, 101))
+    random.Random(7).shuffle(order)
+    st = RunStore()
+    for n in order:
+        st.ingest("p", "e", step(n), "push", feed="push:p/e")
+    run = st.runs[("p", "e")]
+    assert run.restarts_total == 0 and run.steps_total == 100 and run.replayed_total == 0
+    assert value(st, names.FLAGGED_STEPS_TOTAL, project="p", experiment="e", flag="warmup") == 2
+    assert value(st, names.STEP, project="p", experiment="e") == 100
+    steps = [r.step for r in run.window.normal]
+    assert steps == list(range(100 - len(steps) + 1, 101)) and len(steps) == 23
+
+
+def test_a_late_lower_step_turns_early_warm_up_guesses_into_normal_steps():
+    st = RunStore()
+    for n in (5, 6, 7, 1, 2, 3, 4, 8):
+        st.ingest("p", "e", step(n), "push", feed="push:p/e")
+    run = st.runs[("p", "e")]
+    assert [r.step for r in run.window.normal] == [3, 4, 5, 6, 7, 8]
+    assert run.warmup_total() == 2

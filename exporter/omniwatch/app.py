@@ -151,7 +151,13 @@ def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings)
     def index():
         return ("<html><head><title>omniwatch</title></head><body><h1>omniwatch exporter</h1>"
                 '<ul><li><a href="/metrics">/metrics</a></li><li><a href="/api/v1/alerts">/api/v1/alerts</a></li>'
-                '<li><a href="/api/v1/runs">/api/v1/runs</a></li><li><a href="/healthz">/healthz</a></li></ul></body></html>')
+                '<li><a href="/api/v1/runs">/api/v1/runs</a></li><li><a href="/runbooks">/runbooks</a></li>'
+                '<li><a href="/healthz">/healthz</a></li></ul></body></html>')
+
+    @app.get("/runbooks", response_class=HTMLResponse)
+    def runbooks_page():
+        from .runbooks import page
+        return page()
 
     @app.get("/api/v1/runs")
     def runs():

@@ -41,6 +41,7 @@ class Scenario:
     detected_at: float | None = None
     onset_time: float | None = None
     last_write: float | None = None
+    remedy: str = ""              # the firing alert's remedy annotation (fits the run's detected layout)
 
 
 def scenarios(pace: float, steps: int, onset: int) -> list[Scenario]:
@@ -196,6 +197,7 @@ def run_demo(args) -> int:
                           f"  at step {step}  {a.get('annotations', {}).get('summary', '')}")
                 if sc and a.get("status") == "firing" and labels.get("alertname") == sc.expect and sc.detected_step is None:
                     sc.detected_step, sc.detected_at = sc.written, time.time()
+                    sc.remedy = (a.get("annotations") or {}).get("remedy", "")
             if all(sc.detected_step is not None for sc in scs if sc.expect) and \
                     all(not t.is_alive() for t, sc in zip(threads, scs) if sc.expect is None):
                 break
@@ -228,12 +230,27 @@ def run_demo(args) -> int:
             table.add_row(sc.experiment, sc.fault, str(sc.onset), sc.expect, str(sc.detected_step), steps_txt, secs_txt)
         ok &= good
     con.print(table)
+    _print_remedies(con, scs)
     _print_forwarded(con, received, scs)
     con.print(f"Demo step pace {pace:g} s: the rules' `for: 15s` spans ~{15 / pace:.0f} demo steps but less than one "
               "step of a real run (30 s - 15 min per step); the step-window (k=3 normal steps) is the same.")
     con.print(f"Prometheus {cfg.prometheus_url}  Alertmanager {cfg.alertmanager_url}  exporter {cfg.exporter_url}/metrics")
     con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it.")
     return 0 if ok else 1
+
+
+def _print_remedies(con: Console, scs: list[Scenario]) -> None:
+    """The fix each alert gave, chosen for the layout omniwatch detected in that run (omniwatch_run_info)."""
+    t = Table(title="remedy per run (picked for the layout detected from the run's keys)")
+    for col in ("run", "layout", "remedy (first sentence)"):
+        t.add_column(col)
+    for sc in scs:
+        if sc.expect is None:
+            continue
+        layout = f"{sc.spec.trainer}, reward {sc.spec.reward}, {sc.spec.async_mode}"
+        first = sc.remedy.split(". ")[0].rstrip(".") + "." if sc.remedy else "-"
+        t.add_row(sc.experiment, layout, first)
+    con.print(t)
 
 
 def _print_forwarded(con: Console, path: Path, scs: list[Scenario]) -> None:

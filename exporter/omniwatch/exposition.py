@@ -29,7 +29,7 @@ OWNED = (
     n.REWARD_CRITICAL_PATH, n.INTER_STAGE_IDLE_RATIO, n.MFU, n.THROUGHPUT, n.STEP_FLAG, n.WINDOW_STEPS,
     n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW, n.ZERO_STD_WINDOW,
     n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION, n.RUN_INFO,
-    n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.MFU_UNSUPPORTED,
+    n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.MFU_UNSUPPORTED, n.GPU_SECONDS_TOTAL, n.RUN_GPUS,
 )
 
 
@@ -69,6 +69,10 @@ class RunCollector(Collector):
                     cnt = run.warmup_total() if flag == "warmup" else run.flagged_total.get(flag, 0)
                     fams[n.FLAGGED_STEPS_TOTAL].add_metric(rl + [flag], cnt)
                 fams[n.PASSTHROUGH_KEYS].add_metric(rl, run.passthrough_count())
+                for bucket, sec in sorted(run.gpu_seconds.items()):
+                    fams[n.GPU_SECONDS_TOTAL].add_metric(rl + [bucket], sec)
+                if run.gpus is not None:
+                    fams[n.RUN_GPUS].add_metric(rl + [run.gpus.source], run.gpus.count)
                 last = run.last
                 if last is None:
                     continue

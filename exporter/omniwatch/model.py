@@ -20,6 +20,7 @@ from .analytics import (
     CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS,
     RunWindow, StepRecord, WindowStats, analyze_step,
 )
+from . import ledger
 from .parse import ParsedStep
 from .planned import OPEN, UNKNOWN, PlannedWork
 
@@ -104,6 +105,9 @@ class Run:
     replay_from: int | None = None       # re-running after a restart: a seen step at/after this continues it
     digests: dict[int, tuple[str, int]] = field(default_factory=dict)  # step -> (feed, content hash)
     modes: dict[str, str] = field(default_factory=dict)  # detected layout of the current incarnation
+    gpu_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # ledger bucket -> GPU s
+    gpus: ledger.Gpus | None = None      # the run's GPUs (from its keys, else --gpus)
+    live_arrival: float | None = None    # arrival of the latest step observed live (ledger intervals)
     # False for a run restored from a checkpoint until a current source produces it (a step arrives,
     # or one of its files is watched now): an old exporter's runs (the demo's) never reach /metrics.
     visible: bool = True
@@ -160,11 +164,12 @@ class RunStore:
     def __init__(self, *, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
                  warmup: int = DEFAULT_WARMUP_STEPS, max_runs: int = DEFAULT_MAX_RUNS,
                  max_keys: int = DEFAULT_MAX_KEYS, run_expiry: float = DEFAULT_RUN_EXPIRY, clock=time.time,
-                 stalled_expiry: float = DEFAULT_STALLED_EXPIRY):
+                 stalled_expiry: float = DEFAULT_STALLED_EXPIRY, gpus: int | None = None):
         self.window, self.baseline, self.warmup = window, baseline, warmup
         self.max_runs, self.max_keys, self.run_expiry = max_runs, max_keys, run_expiry
         self.clock = clock
         self.stalled_expiry = stalled_expiry
+        self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
         self.lock = threading.RLock()
         self.runs: dict[tuple[str, str], Run] = {}
         self.errors: dict[tuple[str, str], int] = defaultdict(int)  # (source, reason) -> count
@@ -267,12 +272,12 @@ class RunStore:
 
     # -- the entry point -------------------------------------------------------------------------
     def ingest(self, project: str, experiment: str, parsed: ParsedStep, source: str,
-               arrival: float | None = None, feed: str | None = None) -> StepRecord | None:
+               arrival: float | None = None, feed: str | None = None, backlog: bool = False) -> StepRecord | None:
         """Add one step. ``feed`` names the stream it came from (a file, a pusher); a feed whose step
         goes back is a resumed trainer. A step already seen that arrives from another feed (the console
         twin of a JSONL file, say), or again from the same feed (a push retried), is a duplicate: counted
         as a skip, not applied twice."""
-        rec = self._ingest(project, experiment, parsed, source, arrival, feed)
+        rec = self._ingest(project, experiment, parsed, source, arrival, feed, backlog)
         if rec is not None:
             run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
             for fn in list(self.listeners):
@@ -282,7 +287,7 @@ class RunStore:
                     logging.getLogger(__name__).exception("step listener failed")
         return rec
 
-    def _ingest(self, project, experiment, parsed, source, arrival, feed):
+    def _ingest(self, project, experiment, parsed, source, arrival, feed, backlog=False):
         arrival = self.clock() if arrival is None else arrival
         feed = feed or source
         with self.lock:
@@ -327,6 +332,7 @@ class RunStore:
                     run.stage_seconds_total[ph] += sec
                 for flag in rec.flags - {"warmup"}:
                     run.flagged_total[flag] += 1
+            self._account(run, rec, arrival, backlog)
             run.digests[step] = (feed, digest)
             if len(run.digests) > DIGESTS_KEPT:
                 del run.digests[min(run.digests)]
@@ -352,6 +358,23 @@ class RunStore:
                         count += 1
             run.keys.update(vals)  # the usual step: no new key, one C-level update
             return rec
+
+    def _account(self, run: Run, rec: StepRecord, arrival: float, backlog: bool) -> None:
+        """Add the step's interval to the GPU-hours ledger (ledger.split: the one implementation)."""
+        n = ledger.gpus_from_keys(rec.values)
+        if n is not None:
+            run.gpus = ledger.Gpus(n, "log")
+        elif run.gpus is None and self.gpus:
+            run.gpus = ledger.Gpus(self.gpus, "flag")
+        interval = None
+        if not backlog:
+            if run.live_arrival is not None and arrival >= run.live_arrival:
+                interval = arrival - run.live_arrival
+            run.live_arrival = arrival
+        if run.gpus is None:
+            return
+        for bucket, sec in ledger.split(rec, interval, run._stats.typical_step).items():
+            run.gpu_seconds[bucket] += sec * run.gpus.count
 
     @staticmethod
     def _place(run: Run, step: int) -> bool:

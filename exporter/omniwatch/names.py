@@ -144,6 +144,16 @@ MFU_DEVICE_PEAK = _m("omniwatch_mfu_device_peak_tflops", "gauge",
                      "or --peak-tflops), for the runs reporting MFU: the value to pin with VERL_OMNI_DEVICE_FLOPS_TFLOPS.",
                      R + (L_ROLE,))
 
+L_BUCKET = "bucket"
+GPU_SECONDS_TOTAL = _m("omniwatch_gpu_seconds_total", "counter",
+                       "The run's GPU-seconds by where they went (bucket = a phase such as gen or update_actor, "
+                       "reward_critical_path, inter_stage_idle, checkpoint, validation, outside_step_timer, stalled); "
+                       "the buckets sum to the run's GPUs x wall time between steps (docs/report.md).",
+                       R + (L_BUCKET,), "seconds")
+RUN_GPUS = _m("omniwatch_run_gpus", "gauge",
+              "GPUs the ledger multiplies by: source=\"log\" derived from the run's keys (perf/total_num_images / "
+              "(perf/throughput x perf/time_per_step)), source=\"flag\" from --gpus.", R + (L_SOURCE,))
+
 ZERO_STD_WINDOW = _m("omniwatch_reward_zero_std_ratio_window", "gauge",
                      "min/median/max of critic/rewards/zero_std_ratio over the last k normal steps (reward saturation).",
                      R + (L_STAT,), "ratio")

@@ -25,3 +25,9 @@ def alerts_dir() -> Path:
 
 def dashboards_dir() -> Path:
     return _data_dir("dashboards")
+
+
+def docs_file(name: str) -> Path:
+    """A page of docs/ (the runbooks the exporter serves): the checkout's, else the packaged copy."""
+    repo = repo_dir() / "docs" / name
+    return repo if repo.is_file() else _PKG / "_data" / "docs" / name

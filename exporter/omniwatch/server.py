@@ -34,7 +34,8 @@ class Exporter:
     def build(cls, settings: Settings) -> "Exporter":
         store = RunStore(window=settings.window_steps, baseline=settings.baseline_steps,
                          warmup=settings.warmup_steps, max_runs=settings.max_runs, max_keys=settings.max_keys,
-                         run_expiry=settings.run_expiry_seconds, stalled_expiry=settings.stalled_expiry_seconds)
+                         run_expiry=settings.run_expiry_seconds, stalled_expiry=settings.stalled_expiry_seconds,
+                         gpus=settings.gpus)
         registry = make_registry(store)
         app = create_app(store, registry, settings)
         ex = cls(settings, store, registry, app)
@@ -114,6 +115,9 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
                         "checkpoints dir); while the next step's checkpoint keeps being written, TrainingStalled "
                         "stays at info; repeatable")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
+    p.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="GPUs of a run whose keys cannot tell (the GPU-hours ledger multiplies by it; derived from "
+                        "perf/throughput when the run logs it)")
     p.add_argument("--poll-interval", type=float, default=None, help="seconds between file polls (default 0.5)")
     p.add_argument("--gpu", type=gpu_option, default=None, metavar="auto|on|off|replay:TRACE.json",
                    help="NVML GPU sampler: auto (when nvidia-ml-py and a driver are present), on (required), off "
@@ -136,7 +140,7 @@ def settings_from_args(args) -> Settings:
                              window_steps=args.window_steps, baseline_steps=args.baseline_steps,
                              warmup_steps=args.warmup_steps, max_keys=args.max_keys, max_runs=args.max_runs,
                              state_dir=args.state_dir, poll_seconds=args.poll_interval,
-                             run_expiry_seconds=args.run_expiry,
+                             run_expiry_seconds=args.run_expiry, gpus=args.gpus,
                              stalled_expiry_seconds=getattr(args, "stalled_run_expiry", None),
                              checkpoint_roots=getattr(args, "checkpoint_root", None) or None)
 

@@ -41,6 +41,7 @@ class Settings:
     run_expiry_seconds: float = DEFAULT_RUN_EXPIRY
     stalled_expiry_seconds: float = DEFAULT_STALLED_EXPIRY    # runs that may be hung (planned.py)
     checkpoint_roots: list[str] = field(default_factory=list) # <root>/<project>/<experiment>/global_step_<N>
+    gpus: int | None = None                                   # GPUs of runs whose keys cannot tell (ledger)
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_line_bytes: int = DEFAULT_MAX_LINE
     poll_seconds: float = DEFAULT_POLL_SECONDS

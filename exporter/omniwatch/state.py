@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 
 from .analytics import K_ZERO_STD, StepRecord
+from .ledger import Gpus
 from .model import RunStore, SeenSteps
 from .planned import PlannedWork
 from .sources.files import run_labels
@@ -59,6 +60,8 @@ def snapshot_store(store: RunStore) -> dict:
                             "warm": [_rec_to(r) for r in run.warm], "new": run.new_incarnation,
                             "replay_from": run.replay_from},
             "digests": [[k, f, h] for k, (f, h) in run.digests.items()], "modes": run.modes,
+            "gpu_seconds": dict(run.gpu_seconds), "live_arrival": run.live_arrival,
+            "gpus": [run.gpus.count, run.gpus.source] if run.gpus else None,
             "planned": run.planned.to_json(),
         })
     return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
@@ -81,6 +84,9 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.modes = dict(d["modes"])
             run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
             run.last_arrival = d["last_arrival"]
+            run.gpu_seconds = defaultdict(float, d["gpu_seconds"])
+            run.live_arrival = d["live_arrival"]
+            run.gpus = Gpus(*d["gpus"]) if d["gpus"] else None
             run.visible = False  # until a current source produces it (Checkpointer.load, RunStore.ingest)
             run.stage_seconds_total = defaultdict(float, d["stage_seconds_total"])
             run.flagged_total = defaultdict(int, d["flagged_total"])

@@ -125,8 +125,10 @@ class Config(_Part):
     step_for: str = Field("15s", description=(
         "`for:` of the step-based alerts: one default evaluation interval, so the condition must hold at "
         "two consecutive evaluations. Persistence itself is counted in steps by the exporter."))
-    runbook_base: str = Field("https://github.com/omniwatch/omniwatch/blob/main/docs/runbooks.md",
-                              description="Each alert's runbook_url is `<runbook_base>#<alertname lower-cased>`.")
+    runbook_base: str = Field("http://127.0.0.1:19095/runbooks", description=(
+        "Each alert's runbook_url is `<runbook_base>#<alertname lower-cased>`. The default is the exporter "
+        "itself (`GET /runbooks` serves docs/runbooks.md), so the link works with no internet; set it to the "
+        "address people reach the exporter at (or a docs site) when that is not 127.0.0.1:19095."))
     reward_bound: RewardBound = RewardBound()
     inter_stage_idle: InterStageIdle = InterStageIdle()
     mfu: MFU = MFU()

@@ -14,7 +14,7 @@ from .peaks import Silicon, check_mfu, identify
 OWNED = (
     n.GPU_BUSY_SECONDS_TOTAL, n.GPU_IDLE_SECONDS_TOTAL, n.GPU_UTILIZATION, n.GPU_MEMORY_USED, n.GPU_MEMORY_TOTAL,
     n.GPU_POWER, n.GPU_SM_CLOCK, n.GPU_INFO, n.GPU_PHASE_BUSY_SECONDS_TOTAL, n.GPU_PHASE_IDLE_SECONDS_TOTAL,
-    n.GPU_IDLE_RATIO, n.GPU_INTER_STAGE_IDLE_WINDOW, n.MFU_IMPLIED_PEAK, n.MFU_SUSPECTED_CAUSE,
+    n.GPU_IDLE_RATIO, n.GPU_INTER_STAGE_IDLE_WINDOW, n.MFU_IMPLIED_PEAK, n.MFU_SUSPECTED_CAUSE, n.MFU_DEVICE_PEAK,
 )
 
 
@@ -110,6 +110,8 @@ class GpuCollector(Collector):
                     f[n.GPU_INTER_STAGE_IDLE_WINDOW].add_metric([p, e, stat], v)
         sil = self.silicon()
         for p, e, role, chk in mfu_checks(self.store, sil, self.trainer_flops_tflops):
+            if sil is not None and sil.peak:
+                f[n.MFU_DEVICE_PEAK].add_metric([p, e, role], sil.peak)
             if chk.implied_peak is not None:
                 f[n.MFU_IMPLIED_PEAK].add_metric([p, e, role], chk.implied_peak)
             if chk.code:

@@ -104,12 +104,16 @@ def implied_peak(mfu: float, real_peak: float | None) -> float | None:
 
 
 def check_mfu(mfu: float, sil: Silicon | None, override_tflops: float | None = None) -> MfuCheck:
-    """Explain an MFU above 1.0 from what the exporter sees (device name, memory, override)."""
+    """Explain a wrong MFU from what the exporter sees (device name, memory, override). A relabeled card
+    or a peak that does not match the silicon is reported whatever the MFU value: an H200 divided by
+    the L20's peak reports 8.3x too much even when that is still below 1.0."""
     real = sil.peak if sil else None
     imp = implied_peak(mfu, real)
-    if not (mfu > 1.0) or sil is None:
+    if sil is None or not mfu > 0:
         return MfuCheck(mfu, imp, None, None)
     used = override_tflops if override_tflops else sil.verl_peak
+    if not mfu > 1.0 and not (used and real and real / used > 1.5):
+        return MfuCheck(mfu, imp, None, None)
     if used and real and real / used > 1.5:
         how = (f"{DEVICE_FLOPS_ENV}={used:g}" if override_tflops else
                f"verl's substring match of '{sil.name}' hits '{sil.verl_key}' ({used:g} TFLOP/s)")

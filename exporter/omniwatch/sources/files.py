@@ -121,11 +121,13 @@ class FileSource:
                 continue
             backlog_arrival = tail.mtime or self.clock()
             for i, line in enumerate(res.lines):
-                arrival = backlog_arrival if i < res.backlog else self.clock()
-                applied += self._apply(project, experiment, path, line, arrival)
+                backlog = i < res.backlog
+                applied += self._apply(project, experiment, path, line, backlog_arrival if backlog else self.clock(),
+                                       backlog)
         return applied
 
-    def _apply(self, project: str, experiment: str, path: str, line: bytes, arrival: float) -> int:
+    def _apply(self, project: str, experiment: str, path: str, line: bytes, arrival: float,
+               backlog: bool = False) -> int:
         try:
             parsed: ParsedStep = self.parse(line)
         except LineError as e:
@@ -139,7 +141,7 @@ class FileSource:
             self.store.count_error(self.kind, "parser_bug")
             return 0
         rec = self.store.ingest(project, experiment, parsed, self.kind, arrival=arrival,
-                                feed=f"{self.kind}:{path}")
+                                feed=f"{self.kind}:{path}", backlog=backlog)
         return 1 if rec is not None else 0
 
     # -- thread ------------------------------------------------------------------------------------

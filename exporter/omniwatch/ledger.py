@@ -1,0 +1,111 @@
+"""Where a run's GPU-hours went: every second between two step arrivals, times the run's GPUs, in exactly
+one bucket, so the buckets sum to the total.
+
+One step's interval (from the previous step's arrival to this one's) splits into:
+
+- the step timer (``timing_s/step``): each timed phase in its own bucket (``gen``, ``old_log_prob``,
+  ``update_actor``, ``update_weights``, ...), except: reward on the critical path is
+  ``reward_critical_path`` (the colocated ``timing_s/reward``, or the streamed tail that sits inside
+  ``gen``), ``save_checkpoint`` is ``checkpoint``, and the untimed rest is ``inter_stage_idle``. Timers
+  that add up to more than the step (a nested timer) are scaled to fit it;
+- ``validation``: ``timing_s/testing`` (outside the step timer, before the line is logged);
+- ``outside_step_timer``: what is left of the interval (dataloader, metrics, logging; V1's second
+  TransferQueue fetch and kv_clear), up to the stall tolerance;
+- ``stalled``: the part of that outside time beyond ``(stall.notice_steps - 1)`` typical steps (the
+  gap TrainingStalled's first stage reports).
+
+The interval is known when both arrivals were observed live (or rebuilt by the backtest); for a step
+read from a file's backlog, or the first step, it is the step plus its validation. GPUs come from the
+run's own keys (``perf/throughput = perf/total_num_images / (perf/time_per_step x n_gpus)``, all resource
+pools; V1 separate_async's standalone rollout GPUs are not counted, docs/verl-source.md E14) or from
+``--gpus``. The live exporter (``omniwatch_gpu_seconds_total{bucket}``) and ``omniwatch report`` call
+:func:`split`; nothing else computes the ledger.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import names
+from .alerting.config import DEFAULT as _ALERT_CONFIG
+from .analytics import K_TESTING, StepRecord
+
+K_IMAGES = "perf/total_num_images"
+K_TIME_PER_STEP = "perf/time_per_step"
+K_THROUGHPUT = "perf/throughput"
+
+REWARD = "reward_critical_path"
+IDLE = "inter_stage_idle"
+CHECKPOINT = "checkpoint"
+VALIDATION = "validation"
+OUTSIDE = "outside_step_timer"
+STALLED = "stalled"
+NON_PHASE = (REWARD, IDLE, CHECKPOINT, VALIDATION, OUTSIDE, STALLED)
+# Phase buckets, in step order (analytics.PHASE_ORDER minus the ones with their own bucket); any other
+# timed phase keeps its own name.
+PHASE_BUCKETS = ("feed", "gen", "old_log_prob", "rollout_corr", "ref", "teacher", "adv", "prepare_actor_batch",
+                 "update_actor", "update_weights", "dump_rollout_generations")
+STALL_TOLERANCE_STEPS = _ALERT_CONFIG.stall.notice_steps - 1
+
+
+def bucket_of(phase: str) -> str:
+    if phase == "reward":
+        return REWARD
+    if phase == "save_checkpoint":
+        return CHECKPOINT
+    if phase == names.UNTRACKED_PHASE:
+        return IDLE
+    return phase
+
+
+@dataclass(frozen=True)
+class Gpus:
+    count: int
+    source: str  # "log" (derived from the run's own keys) or "flag" (--gpus)
+
+
+def gpus_from_keys(values: dict[str, float]) -> int | None:
+    """n_gpus VeRL-Omni divided by: total_num_images / (throughput x time_per_step), when it is an integer."""
+    imgs, thr, t = values.get(K_IMAGES), values.get(K_THROUGHPUT), values.get(K_TIME_PER_STEP)
+    if not imgs or not thr or not t or thr <= 0 or t <= 0:
+        return None
+    n = imgs / (thr * t)
+    r = round(n)
+    return r if r >= 1 and abs(n - r) <= 0.02 * r else None
+
+
+def split(rec: StepRecord, interval: float | None, typical: float | None) -> dict[str, float]:
+    """Wall seconds of one step's interval by bucket (they sum to the interval, or to step + validation
+    when the interval is unknown). ``typical`` is the run's typical step (for the stall tolerance)."""
+    out: dict[str, float] = {}
+    if rec.duration is None:
+        return out
+    timed = {p: s for p, s in rec.phases.items() if p != names.UNTRACKED_PHASE and s > 0}
+    total_timed = sum(timed.values())
+    scale = rec.duration / total_timed if total_timed > rec.duration else 1.0
+    for p, s in timed.items():
+        b = bucket_of(p)
+        out[b] = out.get(b, 0.0) + s * scale
+    tail = min(rec.reward_critical.get("streamed", 0.0) * scale, out.get("gen", 0.0))
+    if tail > 0:  # the streamed reward tail is the end of gen
+        out["gen"] -= tail
+        out[REWARD] = out.get(REWARD, 0.0) + tail
+    out[IDLE] = max(0.0, rec.duration - total_timed * scale)
+    testing = max(0.0, rec.values.get(K_TESTING, 0.0))
+    if testing:
+        out[VALIDATION] = testing
+    if interval is not None:
+        rest = interval - rec.duration - testing
+        if rest > 0:
+            allowed = STALL_TOLERANCE_STEPS * typical if typical else rest
+            out[OUTSIDE] = min(rest, allowed)
+            if rest > allowed:
+                out[STALLED] = rest - allowed
+    return {b: s for b, s in out.items() if s > 0}
+
+
+def ordered(buckets) -> list[str]:
+    """Buckets in reading order: phases in step order, then the rest."""
+    names_ = set(buckets)
+    head = [b for b in PHASE_BUCKETS if b in names_]
+    tail = [b for b in NON_PHASE if b in names_]
+    return head + sorted(names_ - set(head) - set(tail)) + tail
