@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from . import names
 from .analytics import (
-    CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS,
-    RunWindow, StepRecord, WindowStats, analyze_step,
+    CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, TIMER_OVERLAP_LOG_SHARE,
+    RunWindow, StepRecord, WindowStats, analyze_step, is_validation_key, time_outside, PHASE_ORDER,
 )
 from . import ledger
 from .parse import ParsedStep
@@ -95,6 +95,9 @@ class Run:
     stage_seconds_total: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     flagged_total: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # validation, checkpoint
     keys: dict[str, float] = field(default_factory=dict)  # verl key -> latest value (contract keys too)
+    # verl key -> the step whose line carried that value. /metrics exports a key only while the latest
+    # step carried it; validation keys (val-*, val/*) keep their last value, with this step beside it.
+    key_steps: dict[str, int] = field(default_factory=dict)
     feeds: dict[str, int] = field(default_factory=dict)  # feed (source:target) -> last step it sent
     # The current trainer incarnation (a restart starts a new one: window, baselines and warm-up start over).
     inc_low: int | None = None           # its lowest step
@@ -111,11 +114,14 @@ class Run:
     # False for a run restored from a checkpoint until a current source produces it (a step arrives,
     # or one of its files is watched now): an old exporter's runs (the demo's) never reach /metrics.
     visible: bool = True
+    grad_nonfinite_total: int = 0        # distinct steps whose actor/grad_norm was logged non-finite
+    overlap_logged: bool = False         # the "timers exceed the step" line was logged for this run
     # Checkpoint / validation durations and cadence, the announced total, the log writer (planned.py).
     planned: PlannedWork = field(default_factory=PlannedWork)
 
     def passthrough_count(self) -> int:
-        """Keys exported under verl_* (the contract keys have their own series)."""
+        """Keys held for the verl_* prefix (the contract keys have their own series), toward --max-keys;
+        those the latest step carried, and the validation keys, are exported."""
         return len(self.keys) - len(self.keys.keys() & CONTRACT_KEYS)
 
     @property
@@ -146,6 +152,11 @@ class Run:
         self.modes = {}
         self.window.reset()
         self.stats_dirty = True
+        # Nothing the old incarnation logged is the present of the new one (validation values keep their
+        # step, which says where they came from).
+        for k in [k for k in self.keys if not is_validation_key(k)]:
+            del self.keys[k]
+            self.key_steps.pop(k, None)
 
     def level_shift(self, rec: StepRecord, arrival: float) -> bool:
         """A step after a pause of several typical steps whose MFU or step time moved by LEVEL_SHIFT x
@@ -313,11 +324,12 @@ class RunStore:
                     run.restart()
             run.feeds[feed] = step
             warm = self._place(run, step)
-            rec = analyze_step(step, parsed.values, arrival, warmup=warm)
+            rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
             if not seen and run.level_shift(rec, arrival):
                 run.restart()
                 warm = self._place(run, step)
-                rec = analyze_step(step, parsed.values, arrival, warmup=warm)
+                rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
+            self._outside(run, rec, backlog)
             run.inc_steps += 1
             if warm and len(run.warm) < WARM_KEPT:
                 run.warm.append(rec)
@@ -332,6 +344,8 @@ class RunStore:
                     run.stage_seconds_total[ph] += sec
                 for flag in rec.flags - {"warmup"}:
                     run.flagged_total[flag] += 1
+                if rec.grad_norm_nonfinite:
+                    run.grad_nonfinite_total += 1
             self._account(run, rec, arrival, backlog)
             run.digests[step] = (feed, digest)
             if len(run.digests) > DIGESTS_KEPT:
@@ -356,7 +370,8 @@ class RunStore:
                         self.errors[(source, "cardinality_cap")] += 1
                     else:
                         count += 1
-            run.keys.update(vals)  # the usual step: no new key, one C-level update
+            self._keep_keys(run, rec, vals)
+            self._timers_exceed_step(run, rec)
             return rec
 
     def _account(self, run: Run, rec: StepRecord, arrival: float, backlog: bool) -> None:
@@ -375,6 +390,53 @@ class RunStore:
             return
         for bucket, sec in ledger.split(rec, interval, run._stats.typical_step).items():
             run.gpu_seconds[bucket] += sec * run.gpus.count
+
+    @staticmethod
+    def _keep_keys(run: Run, rec: StepRecord, vals: dict[str, float]) -> None:
+        """Remember each key's value and the step that carried it. The latest step sets all its keys (the
+        usual step: two C-level updates); a late, older step only keys no newer step has set."""
+        if run.last is rec:
+            run.keys.update(vals)
+            run.key_steps.update(dict.fromkeys(vals, rec.step))
+            return
+        ks, step = run.key_steps, rec.step
+        for k, v in vals.items():
+            if ks.get(k, -1) <= step:
+                run.keys[k] = v
+                ks[k] = step
+
+    @staticmethod
+    def _outside(run: Run, rec: StepRecord, backlog: bool = False) -> None:
+        """Time outside the step timer, from the arrival gap to the previous step of the same trainer
+        incarnation (consecutive step numbers only). A line read from a backlog (its arrival is the file's
+        mtime) is not measured. A gap too short for the step's own timers was not observed live either (a
+        push batch arrives at once, a replay is accelerated): the step is not measured, nor is the previous
+        one, whose arrival stamp was that batch's too."""
+        prev = run.last
+        if backlog or prev is None or run.new_incarnation or prev.step != rec.step - 1:
+            return
+        out = time_outside(rec.arrival - prev.arrival, rec)
+        if out is None:
+            if prev.outside_seconds is not None:
+                prev.outside_seconds = prev.outside_ratio = None
+            return
+        rec.outside_seconds, rec.outside_ratio = out
+
+    @staticmethod
+    def _timers_exceed_step(run: Run, rec: StepRecord) -> None:
+        """One log line per run the first time its timers sum to more than timing_s/step (a timer nested
+        in another phase is counted twice and hides the untimed time between phases)."""
+        if run.overlap_logged or rec.timer_residual is None or not rec.duration:
+            return
+        if rec.timer_residual < -TIMER_OVERLAP_LOG_SHARE * rec.duration:
+            run.overlap_logged = True
+            extra = sorted(ph for ph in rec.phases if ph not in PHASE_ORDER and ph != names.UNTRACKED_PHASE)
+            logging.getLogger(__name__).warning(
+                "%s/%s step %d: the in-step timers sum to %.1f s more than timing_s/step (%.1f s); a timer nested "
+                "inside another phase%s is counted twice, so untimed time between phases is hidden "
+                "(omniwatch_step_timer_residual_seconds, alert TimersExceedStep). Logged once per run.",
+                run.project, run.experiment, rec.step, -rec.timer_residual, rec.duration,
+                f" (timers omniwatch does not know: {', '.join('timing_s/' + p for p in extra)})" if extra else "")
 
     @staticmethod
     def _place(run: Run, step: int) -> bool:

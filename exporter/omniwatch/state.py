@@ -37,13 +37,23 @@ def _rec_to(r: StepRecord) -> dict:
             "rb": r.reward_bound_ratio, "critical": r.reward_critical, "idle": r.idle_ratio, "mfu": r.mfu,
             "throughput": r.throughput, "flags": sorted(r.flags),
             "values": {k: v for k, v in r.values.items() if k == K_ZERO_STD},
-            "modes": r.modes, "share": r.reward_step_share, "causes": r.causes}
+            "modes": r.modes, "share": r.reward_step_share, "causes": r.causes,
+            "signals": {k: getattr(r, k) for k in _SIGNAL_FIELDS}}
+
+
+# StepRecord fields of the issue-13 signals, stored as one mapping (absent in older states: None).
+_SIGNAL_FIELDS = ("straggler_ratio", "grad_norm_nonfinite", "rs_seq_masked", "rs_mode", "timer_residual", "timed_wall",
+                  "outside_seconds", "outside_ratio")
 
 
 def _rec_from(d: dict) -> StepRecord:
-    return StepRecord(d["step"], d["arrival"], d["duration"], d["phases"], d["rb"], d["critical"], d["idle"],
-                      d["mfu"], d["throughput"], frozenset(d["flags"]), d.get("values", {}), d.get("modes", {}),
-                      d.get("share"), d.get("causes", {}))
+    rec = StepRecord(d["step"], d["arrival"], d["duration"], d["phases"], d["rb"], d["critical"], d["idle"],
+                     d["mfu"], d["throughput"], frozenset(d["flags"]), d.get("values", {}), d.get("modes", {}),
+                     d.get("share"), d.get("causes", {}))
+    sig = d.get("signals") or {}
+    for k in _SIGNAL_FIELDS:
+        setattr(rec, k, sig.get(k))
+    return rec
 
 
 def snapshot_store(store: RunStore) -> dict:
@@ -62,6 +72,7 @@ def snapshot_store(store: RunStore) -> dict:
             "digests": [[k, f, h] for k, (f, h) in run.digests.items()], "modes": run.modes,
             "gpu_seconds": dict(run.gpu_seconds), "live_arrival": run.live_arrival,
             "gpus": [run.gpus.count, run.gpus.source] if run.gpus else None,
+            "key_steps": run.key_steps, "grad_nonfinite_total": run.grad_nonfinite_total,
             "planned": run.planned.to_json(),
         })
     return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
@@ -91,11 +102,18 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.stage_seconds_total = defaultdict(float, d["stage_seconds_total"])
             run.flagged_total = defaultdict(int, d["flagged_total"])
             run.keys, run.feeds = dict(d["keys"]), dict(d["feeds"])
+            # A state written before key_steps existed says nothing about which step carried a key: none is
+            # exported until a step carries it again (held keys still count toward the cap).
+            run.key_steps = {k: int(s) for k, s in d.get("key_steps", {}).items() if k in run.keys}
+            run.grad_nonfinite_total = int(d.get("grad_nonfinite_total", 0))
             run.seen = SeenSteps()
             run.seen.ranges = [list(x) for x in d["seen"]]
             run.last = _rec_from(d["last"]) if d["last"] else None
             run.window.normal.clear()
             run.window.normal.extend(_rec_from(x) for x in d["window"])
+            w = run.window.normal
+            if run.last and w and (w[-1].step, w[-1].arrival) == (run.last.step, run.last.arrival):
+                run.last = w[-1]  # one object again, as before the snapshot (later steps may amend it)
             run.stats = run.window.stats()
         for s, r, n in data.get("errors", []):
             store.errors[(s, r)] = n

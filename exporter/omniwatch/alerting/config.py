@@ -118,6 +118,50 @@ class RolloutQueue(_Part):
     for_: str = Field("1m", alias="for", description="Wall time the condition must hold.")
 
 
+class Straggler(_Part):
+    ratio: float = Field(2.5, description=(
+        "Window min of timing_s/agent_loop/generate_sequences/max / .../mean (legacy trainer; V1 logs no agent-loop "
+        "keys). Per-sample times include server queueing: W equal waves of requests give max/mean = 2W/(W+1), "
+        "under 2 however many waves or however unevenly they are spread over replicas of equal speed. The "
+        "fixtures and the healthy simulator measure 1.43; a sample that takes 3x the mean (simulator "
+        "`straggler` fault) 3.0. 2.5 is 25 % beyond anything queueing explains."))
+
+
+class GradNorm(_Part):
+    nonfinite_steps: int = Field(3, description=(
+        "Skipped updates (actor/grad_norm logged non-finite: VeRL-Omni zeroes the gradients and skips the "
+        "optimizer step) among the last `window.baseline` normal steps. One skip is a bad batch (noise); "
+        "3 in 20 is a pattern (15 % of the updates lost), and a run that skips every update from some step on "
+        "fires at its 3rd skip, the same budget as the other step alerts. Fixtures and the healthy "
+        "simulator: 0."))
+
+
+class RolloutRejection(_Part):
+    seq_masked_fraction: float = Field(0.05, description=(
+        "Window min of rollout_corr/rollout_rs_seq_masked_fraction (bypass mode: actor/rollout_corr/...). "
+        "VeRL-Omni docs/algo/rollout_correction.md: 'consistently above ~5 %, the rollout backend is drifting "
+        "too far' (and widen the band above ~10 % over several steps: gradient dilution). The healthy simulator "
+        "(matched backends, mean abs(dlogp) ~1e-5) measures 0.5-1.3 %; a drifting backend (simulator `rs_drift`) "
+        "10-13 %."))
+
+
+class OutsideStep(_Part):
+    ratio: float = Field(0.10, description=(
+        "Window min of the time outside every verl timer / the gap between two steps' arrivals (dataloader, "
+        "metric computation, logging; V1 re-fetches the batch from TransferQueue after the step). Live "
+        "arrivals only. Healthy simulator runs 0.1-0.4 % (legacy) and 0.5-3.7 % (V1) — assumed levels, no "
+        "recorded run carries arrival times; GPUs idle for 10 % of the wall time is the same bar as "
+        "InterStageIdleGPU's. The simulator's `outside_gap` fault (30 % of the step) measures 22-36 %."))
+
+
+class TimerOverlap(_Part):
+    tolerance: float = Field(0.01, description=(
+        "Window max of (timing_s/step - sum of in-step timers) / step below minus this: in every window step "
+        "the timers add up to more than the step by over 1 % of it. Timers are perf_counter spans, so only a "
+        "timer nested inside another phase (counted twice) does that; the fixtures and the healthy simulator "
+        "measure +0.3 to +2 % (never negative), a timer of 5 % of the step nested in gen -4 to -8 %."))
+
+
 class Config(_Part):
     """Every number the rules, their prose, tests, dashboards and docs use."""
     selectors: Selectors = Selectors()
@@ -138,6 +182,11 @@ class Config(_Part):
     gpu_memory: GPUMemory = GPUMemory()
     source_down: SourceDown = SourceDown()
     rollout_queue: RolloutQueue = RolloutQueue()
+    straggler: Straggler = Straggler()
+    grad_norm: GradNorm = GradNorm()
+    rollout_rejection: RolloutRejection = RolloutRejection()
+    outside_step: OutsideStep = OutsideStep()
+    timer_overlap: TimerOverlap = TimerOverlap()
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base}#{alertname.lower()}"

@@ -55,13 +55,18 @@ def remedies_table(cfg: Config) -> str:
             continue
         seen.add(a.name)
         from .remedies import STEP_CAUSES
+        # Alerts whose remedy branches on one of their own labels: (label, its values).
+        by_label = {n.ALERT_STEP_REGRESSION: ("cause", tuple(STEP_CAUSES)),
+                    n.ALERT_RS_REJECTION: ("mode", ("bypass", "decoupled"))}
+        label_name, label_values = by_label.get(a.name, ("cause", tuple(STEP_CAUSES)))
         by_text: dict[str, list[str]] = {}
-        for cause in STEP_CAUSES:
-            labels = {"project": "<project>", "experiment": "<experiment>", "role": "actor", "cause": cause}
+        for value in label_values:
+            labels = {"project": "<project>", "experiment": "<experiment>", "role": "actor", "cause": "other",
+                      label_name: value}
             for label, modes in LAYOUTS:
                 text = a.remedy.expect(Ctx(labels, 1.0, {}, modes))
                 by_text.setdefault(text, [])
-                key = f"cause={cause}" if a.name == n.ALERT_STEP_REGRESSION else label
+                key = f"{label_name}={value}" if a.name in by_label else label
                 if key not in by_text[text]:
                     by_text[text].append(key)
         out.append(f"**{a.name}**")

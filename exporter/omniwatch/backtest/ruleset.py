@@ -27,7 +27,10 @@ from ..rules import RULES_DIR, RulesError, load_rule_file, rule_files
 from .timeline import parse_duration
 
 # Alerts a backtest cannot judge, and why (printed in the report instead of a verdict).
-LIVE_ONLY: dict[str, str] = {}
+LIVE_ONLY = {
+    names.ALERT_OUTSIDE_STEP: "live-only: arrivals are rebuilt from the timers, so the time outside them is 0 by "
+                              "construction (it fires on a live run's real gaps between steps)",
+}
 # Alerts judged only while the run ran: over every gap between two steps, at evaluation times up to the
 # last step's arrival (a finished file is no stall after its last line; a long gap mid-run may be one).
 GAPS_ONLY = {

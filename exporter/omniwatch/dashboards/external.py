@@ -33,6 +33,7 @@ OMNI_POSTPROCESS = OMNI + "diffusion_postprocess_s"       # histogram (VAE decod
 OMNI_FAILED = OMNI + "requests_failed_total"              # counter, labels model_name, reason
 OMNI_SUCCESS = OMNI + "requests_success_total"            # counter, labels model_name, finished_reason
 OMNI_IMAGES = OMNI + "image_count_total"                  # counter
+OMNI_QUEUE_WAIT = OMNI + "request_queue_wait_s"           # histogram (vLLM-Omni PR #6150); named by the runbooks
 OMNI_E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 L_MODEL = "model_name"
 L_STAGE = "stage"
@@ -91,6 +92,7 @@ RAY_GPU_UTIL = "ray_node_gpus_utilization"   # percent
 RAY_GRAM_USED = "ray_node_gram_used"         # MiB although the metadata says bytes
 RAY_GRAM_AVAILABLE = "ray_node_gram_available"  # MiB
 RAY_GPU_POWER = "ray_node_gpu_power_milliwatts"
+RAY_WORKER_EVICTIONS = "ray_memory_manager_worker_eviction_total"  # counter {Type, Name}: OOM kills; named by the runbooks
 RAY_IP = "ip"
 RAY_GPU_INDEX = "GpuIndex"
 
