@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from . import __version__, names as n
 from .analytics import CONTRACT_KEYS, is_validation_key
 from .model import RunStore, passthrough_name
+from .planned import PlannedCollector
 
 
 def _family(name: str):
@@ -165,4 +166,5 @@ def _signals(fams: dict, rl: list[str], run, last, st) -> None:
 def make_registry(store: RunStore) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(RunCollector(store))
+    reg.register(PlannedCollector(store))  # checkpoint / validation facts, end of run (planned.py)
     return reg

@@ -22,9 +22,13 @@ from .analytics import (
 )
 from . import ledger
 from .parse import ParsedStep
+from .planned import OPEN, UNKNOWN, PlannedWork
 
 DEFAULT_MAX_RUNS = 64
 DEFAULT_RUN_EXPIRY = 6 * 3600.0  # a run without a step for this long leaves /metrics (a finished run)
+# A run that may be hung (no evidence it finished, its log writer not seen) keeps alerting this long;
+# one whose log a live process still holds open for writing never expires (planned.py).
+DEFAULT_STALLED_EXPIRY = 3 * 24 * 3600.0
 DEFAULT_MAX_KEYS = 512
 MAX_LABEL_CHARS = 128
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
@@ -112,6 +116,8 @@ class Run:
     visible: bool = True
     grad_nonfinite_total: int = 0        # distinct steps whose actor/grad_norm was logged non-finite
     overlap_logged: bool = False         # the "timers exceed the step" line was logged for this run
+    # Checkpoint / validation durations and cadence, the announced total, the log writer (planned.py).
+    planned: PlannedWork = field(default_factory=PlannedWork)
 
     def passthrough_count(self) -> int:
         """Keys held for the verl_* prefix (the contract keys have their own series), toward --max-keys;
@@ -169,10 +175,11 @@ class RunStore:
     def __init__(self, *, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
                  warmup: int = DEFAULT_WARMUP_STEPS, max_runs: int = DEFAULT_MAX_RUNS,
                  max_keys: int = DEFAULT_MAX_KEYS, run_expiry: float = DEFAULT_RUN_EXPIRY, clock=time.time,
-                 gpus: int | None = None):
+                 stalled_expiry: float = DEFAULT_STALLED_EXPIRY, gpus: int | None = None):
         self.window, self.baseline, self.warmup = window, baseline, warmup
         self.max_runs, self.max_keys, self.run_expiry = max_runs, max_keys, run_expiry
         self.clock = clock
+        self.stalled_expiry = stalled_expiry
         self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
         self.lock = threading.RLock()
         self.runs: dict[tuple[str, str], Run] = {}
@@ -207,11 +214,44 @@ class RunStore:
         return run
 
     def expired(self, run: Run, now: float | None = None) -> bool:
-        """No step for ``run_expiry`` seconds: the run finished (or died long ago) — not exported, so its
-        alerts resolve instead of firing for weeks; it comes back with its next step."""
-        if run.last_arrival is None or not self.run_expiry:
+        """No step for longer than the run's expiry: not exported, so its alerts resolve instead of
+        firing for weeks; it comes back with its next step. Expiry is for runs that ended: a finished
+        run (its last step was the planned last) or one whose log writer was seen and is gone expire
+        after ``run_expiry``; a run whose log a live process holds open is hung, never expired; a run
+        with no such evidence (a remote log, a push feed) after ``stalled_expiry``."""
+        if run.last_arrival is None:
             return False
-        return (self.clock() if now is None else now) - run.last_arrival > self.run_expiry
+        bound = self.expiry_of(run)
+        return bool(bound) and (self.clock() if now is None else now) - run.last_arrival > bound
+
+    def expiry_of(self, run: Run) -> float:
+        """Seconds without a step after which ``run`` leaves /metrics (0 = never)."""
+        state = run.planned.liveness(run.last.step if run.last else None)
+        if state == OPEN:
+            return 0.0
+        return self.stalled_expiry if state == UNKNOWN else self.run_expiry
+
+    def set_total_steps(self, project: str, experiment: str, total: int) -> None:
+        """The trainer announced its total training steps (console ``Total training steps: N``)."""
+        with self.lock:
+            run = self._run(project, experiment, "console")  # printed before the first step line
+            if run is not None:
+                run.planned.total = total
+
+    def set_checkpoint_write(self, project: str, experiment: str, step: int, newest: float) -> None:
+        """The checkpoint directory of ``step`` was last written at ``newest`` (--checkpoint-root)."""
+        with self.lock:
+            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            if run is not None:
+                run.planned.ckpt_write = (step, newest)
+
+    def set_log_open(self, project: str, experiment: str, is_open: bool) -> None:
+        """A process holds the run's log open for writing now (or not). Not seen open yet and not open
+        now stays unknown: a log written on another node is never seen open here."""
+        with self.lock:
+            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            if run is not None and (is_open or run.planned.log_open is not None):
+                run.planned.log_open = is_open
 
     def hidden(self, run: Run, now: float | None = None) -> bool:
         """Not exported: expired (finished), or restored from a checkpoint and not produced by any
@@ -311,6 +351,7 @@ class RunStore:
             if len(run.digests) > DIGESTS_KEPT:
                 del run.digests[min(run.digests)]
             run.window.add(rec)
+            run.planned.observe(step, parsed.values)
             run.stats_dirty = True
             if run.last is None or run.new_incarnation or step >= run.last.step:
                 run.last, run.new_incarnation = rec, False

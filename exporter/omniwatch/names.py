@@ -257,6 +257,43 @@ RELAY_DELIVERIES_TOTAL = _m("omniwatch_relay_deliveries_total", "counter",
 RELAY_PENDING = _m("omniwatch_relay_pending", "gauge", "Notifications stored but not yet delivered, by receiver.", ("receiver",))
 
 
+# --- planned work and the end of a run (TrainingStalled's staging, run expiry; planned.py) ------------
+L_KIND = "kind"
+PLANNED_KINDS = ("checkpoint", "validation")
+PLANNED_WORK = _m("omniwatch_planned_work_seconds", "gauge",
+                  "Longest of the run's last 3 occurrences of each kind of planned work: kind=\"checkpoint\" "
+                  "(timing_s/save_checkpoint, inside the step) or kind=\"validation\" (timing_s/testing, after the "
+                  "step, before its log line). Absent until the kind was seen.", R + (L_KIND,), "seconds")
+PLANNED_EVERY = _m("omniwatch_planned_work_every_steps", "gauge",
+                   "Cadence of each kind of planned work (save_freq / test_freq as the steps that carried it "
+                   "imply: multiples of it, none skipped since the lowest step seen). Absent while unknown.",
+                   R + (L_KIND,))
+PLANNED_ALLOWANCE = _m("omniwatch_planned_allowance_seconds", "gauge",
+                       "Planned work that may come before the next step's line: the durations of every kind seen "
+                       "that is due on the next step by its cadence, has no known cadence, or is forced because "
+                       "the next step may be the last (always, while the total is unknown). TrainingStalled's "
+                       "warning and critical thresholds add it.", R, "seconds")
+PLANNED_UNSEEN = _m("omniwatch_planned_unseen_kinds", "gauge",
+                    "Kinds of planned work (checkpoint, validation) the run has not shown yet: their first "
+                    "occurrence cannot be announced, so TrainingStalled's warning waits a reserve of typical "
+                    "steps while this is above 0.", R)
+RUN_TOTAL_STEPS = _m("omniwatch_run_total_steps", "gauge",
+                     "Total training steps the trainer announced (console: \"Total training steps: N\"); absent "
+                     "for JSONL-only runs.", R)
+RUN_FINISHED = _m("omniwatch_run_finished", "gauge",
+                  "1 when the latest step was the run's planned last (the announced total reached, or a "
+                  "checkpoint / validation off its cadence: verl forces both on the last step), else 0. "
+                  "TrainingStalled ignores finished runs; they leave /metrics after --run-expiry.", R)
+RUN_LOG_OPEN = _m("omniwatch_run_log_open", "gauge",
+                  "1 while a process other than omniwatch holds the run's log file open for writing (a live "
+                  "trainer: a stall never expires), 0 once it was seen open and is no longer (the trainer "
+                  "process ended: the run expires after --run-expiry); absent when never seen (a log written "
+                  "on another node, another user's process, push: expires after --stalled-run-expiry).", R)
+CHECKPOINT_WRITE_TS = _m("omniwatch_checkpoint_write_timestamp_seconds", "gauge",
+                         "Newest modification time under <--checkpoint-root>/<project>/<experiment>/global_step_<N> "
+                         "for N = the step after the latest one: the next step is saving a checkpoint. "
+                         "TrainingStalled's warning and critical wait while it keeps being written. Absent without "
+                         "--checkpoint-root or such a directory.", R, "seconds")
 
 # Alert names (the rule files define them; tests check both sides agree).
 ALERT_REWARD_BOUND = "RewardBoundRollout"

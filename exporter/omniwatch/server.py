@@ -27,12 +27,15 @@ class Exporter:
     app: object
     sources: list = field(default_factory=list)
     checkpointer: object = None
+    writers: object = None  # planned.LogWriterWatch: is a trainer still holding each log open?
+    checkpoints: object = None  # planned.CheckpointWatch (--checkpoint-root): is the next checkpoint being written?
 
     @classmethod
     def build(cls, settings: Settings) -> "Exporter":
         store = RunStore(window=settings.window_steps, baseline=settings.baseline_steps,
                          warmup=settings.warmup_steps, max_runs=settings.max_runs, max_keys=settings.max_keys,
-                         run_expiry=settings.run_expiry_seconds, gpus=settings.gpus)
+                         run_expiry=settings.run_expiry_seconds, stalled_expiry=settings.stalled_expiry_seconds,
+                         gpus=settings.gpus)
         registry = make_registry(store)
         app = create_app(store, registry, settings)
         ex = cls(settings, store, registry, app)
@@ -42,6 +45,12 @@ class Exporter:
         if settings.console:
             ex.sources.append(FileSource(store, settings.console, "console", poll_seconds=settings.poll_seconds,
                                          max_line=settings.max_line_bytes))
+        if ex.sources:
+            from .planned import LogWriterWatch
+            ex.writers = LogWriterWatch(store, ex.sources)
+        if settings.checkpoint_roots:
+            from .planned import CheckpointWatch
+            ex.checkpoints = CheckpointWatch(store, settings.checkpoint_roots)
         if settings.state_dir:
             from .state import Checkpointer
             ex.checkpointer = Checkpointer(store, ex.sources, settings.state_dir)
@@ -53,8 +62,15 @@ class Exporter:
             s.start()
         if self.checkpointer is not None:
             self.checkpointer.start()
+        if self.writers is not None:
+            self.writers.start()
+        if self.checkpoints is not None:
+            self.checkpoints.start()
 
     def stop(self) -> None:
+        for w in (self.writers, self.checkpoints):
+            if w is not None:
+                w.stop()
         for s in reversed(self.sources):
             try:
                 s.stop()
@@ -86,7 +102,18 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-runs", type=int, default=None, help="cap on runs held (default 64)")
     p.add_argument("--run-expiry", type=float, default=None, metavar="SECONDS",
                    help="a run without a new step for this long leaves /metrics, so a finished run stops "
-                        "alerting (default 21600 = 6 h; 0 = never)")
+                        "alerting (default 21600 = 6 h; 0 = never). Applies to runs that look finished: the "
+                        "last step was the planned last (total reached, forced final checkpoint/validation) or "
+                        "the process writing the log was seen and has exited")
+    p.add_argument("--stalled-run-expiry", type=float, default=None, metavar="SECONDS",
+                   help="a run with no evidence that it finished (a log written on another node, a push feed) "
+                        "keeps alerting this long without a step (default 259200 = 3 d; 0 = never); a run "
+                        "whose log a live process still holds open never expires: it is hung")
+    p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
+                   help="where the trainers save checkpoints, laid out <DIR>/<project>/<experiment>/global_step_<N> "
+                        "(verl's trainer.default_local_dir = checkpoints/<project>/<experiment>: pass that "
+                        "checkpoints dir); while the next step's checkpoint keeps being written, TrainingStalled "
+                        "stays at info; repeatable")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="GPUs of a run whose keys cannot tell (the GPU-hours ledger multiplies by it; derived from "
@@ -113,7 +140,9 @@ def settings_from_args(args) -> Settings:
                              window_steps=args.window_steps, baseline_steps=args.baseline_steps,
                              warmup_steps=args.warmup_steps, max_keys=args.max_keys, max_runs=args.max_runs,
                              state_dir=args.state_dir, poll_seconds=args.poll_interval,
-                             run_expiry_seconds=args.run_expiry, gpus=args.gpus)
+                             run_expiry_seconds=args.run_expiry, gpus=args.gpus,
+                             stalled_expiry_seconds=getattr(args, "stalled_run_expiry", None),
+                             checkpoint_roots=getattr(args, "checkpoint_root", None) or None)
 
 
 def serve(args) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS
-from .model import DEFAULT_MAX_KEYS, DEFAULT_MAX_RUNS, DEFAULT_RUN_EXPIRY
+from .model import DEFAULT_MAX_KEYS, DEFAULT_MAX_RUNS, DEFAULT_RUN_EXPIRY, DEFAULT_STALLED_EXPIRY
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_EXPORTER_PORT = 19095
@@ -39,6 +39,8 @@ class Settings:
     max_runs: int = DEFAULT_MAX_RUNS
     max_keys: int = DEFAULT_MAX_KEYS
     run_expiry_seconds: float = DEFAULT_RUN_EXPIRY
+    stalled_expiry_seconds: float = DEFAULT_STALLED_EXPIRY    # runs that may be hung (planned.py)
+    checkpoint_roots: list[str] = field(default_factory=list) # <root>/<project>/<experiment>/global_step_<N>
     gpus: int | None = None                                   # GPUs of runs whose keys cannot tell (ledger)
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_line_bytes: int = DEFAULT_MAX_LINE

@@ -34,10 +34,11 @@ GPUS = 4
 @dataclass
 class Fault:
     kind: str                 # reward_slow | idle_gap | mfu_value | actor_slow | straggler | grad_nonfinite |
-    #                           rs_drift | nested_timer | outside_gap
+    #                           rs_drift | nested_timer | outside_gap | hang
     start: int
     factor: float = 1.0       # reward_slow / actor_slow; straggler: slowest sample / mean sample
-    value: float = 0.0        # mfu_value; rs_drift: RS sequence-level rejection share
+    value: float = 0.0        # mfu_value; rs_drift: RS sequence-level rejection share; hang: seconds step
+    #                           `start` (only) waits inside the step timer
     seconds_share: float = 0.0  # idle_gap: untimed seconds as a share of the healthy step; nested_timer: seconds
     #                             of a timer nested in gen; outside_gap: seconds outside the step timer
 
@@ -59,6 +60,8 @@ class RunSpec:
     validation_factor: float = 0.5  # testing seconds / healthy step
     rollout_corr: str = "off"  # off | decoupled (rollout_corr/*, timing_s/rollout_corr) | bypass (actor/rollout_corr/*,
     #                            no old_log_prob recompute): algorithm.rollout_correction with rollout_rs set
+    total_steps: int = 0       # the run's last step: verl forces a checkpoint and a validation on it when
+    #                            save_freq / test_freq > 0 (docs/verl-source.md D9)
 
     def __post_init__(self):
         if self.trainer == "legacy_async":
@@ -124,6 +127,9 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     untimed = j(spec.pace * 0.006, 0.2)
     if (f := _fault(spec, "idle_gap", step)):
         untimed += j(spec.pace * f.seconds_share, 0.1)
+    for f in spec.faults:  # a collective that hung this long inside the step, then went on
+        if f.kind == "hang" and step == f.start:
+            untimed += f.value
     gen_seq_max = t["gen"] * 0.93
     if spec.streamed and (legacy or slow):
         gen_seq_max = t["gen"] * 0.98
@@ -133,7 +139,8 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
         # one sample (a preempted request, a slow replica) finishes long after the others: gen waits for it
         t["gen"] += gen_seq_mean * f.factor - gen_seq_max
         gen_seq_max = gen_seq_mean * f.factor
-    if spec.checkpoint_every and step % spec.checkpoint_every == 0:
+    last = spec.total_steps and step == spec.total_steps
+    if spec.checkpoint_every and (step % spec.checkpoint_every == 0 or last):
         t["save_checkpoint"] = j(spec.pace * spec.checkpoint_factor)
     step_s = sum(t.values()) + untimed
     ordered = {}
@@ -202,7 +209,7 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
             d[f"timing_per_image_ms/{ph}"] = ordered[ph] * 1000 / IMAGES
     d.update({"perf/total_num_images": IMAGES, "perf/time_per_step": step_s,
               "perf/throughput": IMAGES / (step_s * GPUS)})
-    if spec.validation_every and step % spec.validation_every == 0:
+    if spec.validation_every and (step % spec.validation_every == 0 or last):
         d["timing_s/testing"] = j(spec.pace * spec.validation_factor)
         d["val-core/ocr/reward/mean@1"] = rmean + 0.02
         d["val-aux/ocr/reward/combined/mean@1"] = rmean

@@ -23,6 +23,7 @@ import orjson
 from .analytics import K_ZERO_STD, StepRecord
 from .ledger import Gpus
 from .model import RunStore, SeenSteps
+from .planned import PlannedWork
 from .sources.files import run_labels
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ def snapshot_store(store: RunStore) -> dict:
             "gpu_seconds": dict(run.gpu_seconds), "live_arrival": run.live_arrival,
             "gpus": [run.gpus.count, run.gpus.source] if run.gpus else None,
             "key_steps": run.key_steps, "grad_nonfinite_total": run.grad_nonfinite_total,
+            "planned": run.planned.to_json(),
         })
     return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
             "notifications": dict(store.notifications)}
@@ -91,6 +93,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.new_incarnation, run.replay_from = inc["new"], inc["replay_from"]
             run.digests = {k: (f, h) for k, f, h in d["digests"]}
             run.modes = dict(d["modes"])
+            run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
             run.last_arrival = d["last_arrival"]
             run.gpu_seconds = defaultdict(float, d["gpu_seconds"])
             run.live_arrival = d["live_arrival"]

@@ -91,6 +91,10 @@ class Stall(_Part):
     critical_extra_steps: float = Field(3, description=(
         "critical = the warning threshold + this many typical steps. With nothing planned known that is "
         "3 + 4 + 3 = 10 typical steps: a 50-minute hang on a 4-minute step pages."))
+    checkpoint_write_idle_steps: float = Field(2, description=(
+        "With `--checkpoint-root`: warning/critical wait while the next step's checkpoint directory "
+        "(global_step_<N>) was written within this many typical steps; a save that stopped writing for "
+        "longer is a hang again (FSDP shards are written file by file; gathering a shard can pause writes)."))
 
 
 class GPUMemory(_Part):

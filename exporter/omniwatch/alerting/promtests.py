@@ -352,21 +352,9 @@ def steps_cases(cfg: Config) -> list[Case]:
 def health_cases(cfg: Config) -> list[Case]:
     c = cfg
     out = []
-    # TrainingStalled: a step every 30 s until the one observed at 90 s; then nothing.
-    typical = 30
-    notice = c.stall.notice_steps * typical
-    first_true = next(t for t in range(0, 3000, INTERVAL) if t - 90 > notice)
-    fire_at = first_true + dur(c.step_for)
-    run = run_labels("flowgrpo", "qwen_ocr")
-    n_samples = fire_at // INTERVAL + 2
-    ctx = Ctx({"project": "flowgrpo", "experiment": "qwen_ocr"}, fire_at - 90,
-              {n.TYPICAL_STEP: typical, n.STEP: 18}, None)
-    out.append(Case(f"TrainingStalled fires once no step came for more than {c.stall.notice_steps:g} typical steps", [
-        Series(n.LAST_STEP_TS, run, f"0 0 30 30 60 60 90x{n_samples - 6}"),
-        Series(n.TYPICAL_STEP, run, f"{typical}x{n_samples}"),
-        Series(n.STEP, run, f"15 15 16 16 17 17 18x{n_samples - 6}"),
-    ], [Check(first_true - INTERVAL, n.ALERT_STALLED), Check(first_true, n.ALERT_STALLED),
-        Check(fire_at, n.ALERT_STALLED, [Expect({"severity": "critical", "project": "flowgrpo", "experiment": "qwen_ocr"}, ctx)])]))
+    # TrainingStalled in stages (info, warning, critical) and quiet through planned work: alerting/stalls.py
+    from . import stalls
+    out += stalls.cases(c)
     out.append(quiet(n.ALERT_STALLED, "TrainingStalled stays quiet while steps arrive, through one slow step, and before "
                                       "the run has a typical step", [
         Series(n.LAST_STEP_TS, {"project": "p", "experiment": "healthy"}, " ".join(str(30 * (i // 2)) for i in range(21))),

@@ -246,3 +246,11 @@ def timers_exceed() -> Prose:
              "InterStageIdleGPU cannot see it from timers (its GPU evidence, --gpu on, still can). Log the nested "
              "timer as a sub-key (timing_s/<phase>/<name>: keys with a further '/' are not added) or drop it; the "
              "exporter's log names the timers it does not know.")
+
+
+def stalled_notice() -> Prose:
+    """TrainingStalled (info): perhaps planned work."""
+    return P("Usually nothing to do yet: a checkpoint save (", key("trainer.save_freq"), "; written under ",
+             key("trainer.default_local_dir"), "/global_step_<next step>, growing while it saves) or a validation "
+             "pass (", key("trainer.test_freq"), ") may be running; verl forces both on the last step. If the warning "
+             "follows, treat it as a hang.")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import names as n
-from . import remedies
+from . import remedies, stalls
 from .config import Config
 from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Prose, Query, QueryLabel, Value
 
@@ -326,14 +326,7 @@ def health(cfg: Config) -> Group:
         Record("node_gpu:gpu_memory_used:ratio",
                'max by (node, gpu) (\n  label_replace(label_replace(\n    ray_node_gram_used / ((ray_node_gram_used + ray_node_gram_available) > 0),\n'
                '    "node", "$1", "ip", "(.*)"), "gpu", "$1", "GpuIndex", "(.*)")\n)', {"source": "ray"}),
-        Alert(n.ALERT_STALLED,
-              f"project_experiment:omniwatch_last_step_timestamp_seconds:age\n"
-              f"  > {c.stall.notice_steps:g} * max by ({RUN_BY}) ({sel(c, n.TYPICAL_STEP)})",
-              "critical", "Training stopped producing steps.",
-              P(RUN, ": no step for ", Value("dur"), f", more than {c.stall.notice_steps:g} typical steps",
-                Query(n.TYPICAL_STEP, "dur", prefix=" (", suffix=" each)"), Query(n.STEP, "f0", prefix="; last step "),
-                ". The trainer crashed, hangs (NCCL, Ray actor death, OOM kill) or its log stopped reaching omniwatch."),
-              c.step_for, {}, remedies.stalled(), step=True),
+        *stalls.rules(c),  # TrainingStalled: info, warning, critical (alerting/stalls.py)
         Alert("GPUMemoryNearFull", f"node_gpu:gpu_memory_used:ratio > {c.gpu_memory.ratio:g}", "warning",
               f"GPU memory has stayed above {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}.",
               P("GPU ", n_label("gpu"), " on ", n_label("node"), " (", n_label("source"), ") uses ", Value("pct"),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..model import RunStore
 from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
+from ..planned import total_steps_in
 from .tail import FileTail
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,8 @@ class FileSource:
         except LineError as e:
             if e.reason != "not_a_step_line":  # console logs carry other output: not an error
                 self.store.count_error(self.kind, e.reason)
+            elif (total := total_steps_in(line)) is not None:  # the trainer's "Total training steps: N"
+                self.store.set_total_steps(project, experiment, total)
             return 0
         except Exception:  # never let one line kill the source
             log.exception("unexpected parse failure in %s", path)
