@@ -238,17 +238,28 @@ def test_gpu_dashboard_has_run_scoped_node_and_gpu_variables():
 
 
 def _threshold_in_rule(expr: str, value: float) -> bool:
-    return bool(re.search(rf"(>|<|>=|<=)\s*{re.escape(f'{value:g}')}(?![0-9.])", expr))
+    """The rule compares with the value (``> 0.4``), or scales its threshold by it (``3 * typical``)."""
+    v = re.escape(f"{value:g}")
+    return bool(re.search(rf"(>|<|>=|<=)\s*{v}(?![0-9.])|(?<![\w.]){v}\s*\*", expr))
 
 
 def test_every_panel_threshold_comes_from_the_config_and_matches_its_rule():
     """Every threshold step is either an alert threshold read from alerting.config.DEFAULT (and then the
     rule of that alert compares with exactly that number, and the panel links that alert's runbook), or a
     display band that says why it is not one."""
+    records = {r["record"]: str(r["expr"]) for r in rule_docs() if "record" in r}
     exprs: dict[str, list[str]] = {}
     for r in rule_docs():
         if "alert" in r:
-            exprs.setdefault(r["alert"], []).append(str(r["expr"]))
+            # the alert's expression and the recording rules it reads (thresholds may live there)
+            todo, seen = [str(r["expr"])], set()
+            while todo:
+                e = todo.pop()
+                exprs.setdefault(r["alert"], []).append(e)
+                for name in re.findall(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", e):
+                    if name in records and name not in seen:
+                        seen.add(name)
+                        todo.append(records[name])
     drawn = set()
     for d, p, st in all_steps():
         if st.value is None:
