@@ -23,12 +23,11 @@ BACKLOG = Row("Backlog: live samples", (
           "the storage units (what capacity limits); partition samples = keys registered in each partition, "
           "counted from the first kv_put of a key (tags included), before its fields arrive. A healthy V1 run "
           "drains to the same floor every step; a backlog rises step over step. Writing a computed field back "
-          "to the same keys changes neither. The controller refreshes both every TQ_METRICS_COLLECT_INTERVAL "
-          "(default 10 s).",
+          "to the same keys changes neither. Against capacity: Storage utilisation. The controller refreshes "
+          "both every TQ_METRICS_COLLECT_INTERVAL (default 10 s).",
           (Target(f"sum by ({RUN}) ({sel(x.TQ_ACTIVE_KEYS)})", f"{EXP} active keys (storage)"),
            Target(f"sum by ({RUN}, {x.L_PARTITION}) ({sel(x.TQ_PARTITION_SAMPLES)})",
-                  f"{EXP} {{{{partition_id}}}} samples"),
-           Target(f"sum by ({RUN}) ({sel(x.TQ_CAPACITY)})", f"{EXP} capacity", dashed=True)),
+                  f"{EXP} {{{{partition_id}}}} samples", dashed=True)),
           unit="none", min=0, w=9, runbook=x.ALERT_TQ_BACKLOG),
     Panel("Net change of live samples", "Live samples per second gained (+) or drained (-), the linear "
           "regression of active keys over 2 minutes (recording rule run:tq_storage_active_keys:deriv2m, what "
