@@ -128,8 +128,8 @@ def test_storage_units_join_the_controller_and_give_windowed_latency_and_per_op_
     assert set(p99) == {"PUT_DATA", "GET_DATA", "CLEAR_DATA"} and all(0 < v < 0.1 for v in p99.values()), p99
     arrived, done = seen["arrivals_by_op"], seen["completed_by_op"]
     assert arrived.get("GET_METRICS", 0) > 0 and "GET_METRICS" not in done   # the controller's polls
-    for op in ("PUT_DATA", "GET_DATA", "CLEAR_DATA"):  # read at different times (the controller collects every 10 s)
-        assert abs(arrived[op] - done[op]) <= max(4, 0.05 * done[op]), (op, arrived[op], done[op])
+    for op in ("PUT_DATA", "GET_DATA", "CLEAR_DATA"):  # read after the load stopped and the controller collected
+        assert abs(arrived[op] - done[op]) <= 4, (op, arrived[op], done[op])
 
 
 def test_transferqueue_dashboard_shows_real_tq_except_the_streaming_panel(seen):

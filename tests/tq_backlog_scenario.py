@@ -351,10 +351,19 @@ def collect(prom: str, h: dict, b: dict, d: dict) -> None:
         prom, f'sum by (project, experiment, storage_unit_id, replica) (tq_storage_request_total{{{run},role="storage"}})'
               f' * on (project, experiment, storage_unit_id) group_left ()'
               f' max by (project, experiment, storage_unit_id) (tq_storage_capacity_total{{{run},role="controller"}})')]
-    obs["arrivals_by_op"] = {r["metric"]["op_type"]: float(r["value"][1]) for r in q(
-        prom, f"sum by (op_type) (tq_storage_arrivals_by_op{{{run}}})")}
-    obs["completed_by_op"] = {r["metric"]["op_type"]: float(r["value"][1]) for r in q(
-        prom, f'sum by (op_type) (tq_storage_request_duration_seconds_count{{{run},role="storage"}})')}
+    # arrivals (the controller's copy, refreshed every 10 s) against completions (the units' histograms):
+    # read once the load has stopped and the controller's next collection has been scraped
+    def by_op():
+        arrived = {r["metric"]["op_type"]: float(r["value"][1]) for r in q(
+            prom, f"sum by (op_type) (tq_storage_arrivals_by_op{{{run}}})")}
+        done = {r["metric"]["op_type"]: float(r["value"][1]) for r in q(
+            prom, f'sum by (op_type) (tq_storage_request_duration_seconds_count{{{run},role="storage"}})')}
+        return arrived, done
+    t = time.monotonic()
+    arrived, done = wait_for("controller's arrivals caught up with the units", lambda: (lambda a, d: (a, d) if d and all(
+        abs(a.get(op, 0) - n) <= 4 for op, n in d.items()) else None)(*by_op()), 60, every=2) or by_op()
+    obs["caught_up_s"] = round(time.monotonic() - t, 1)
+    obs["arrivals_by_op"], obs["completed_by_op"] = arrived, done
 
 
 def dashboard_failures(prom: str) -> list[dict]:
