@@ -1,5 +1,6 @@
 """Stand-in ``/metrics`` endpoints for the sources a demo machine cannot run: vLLM-Omni rollout
-replicas, reward-model vLLM servers, a TransferQueue controller, a dcgm-exporter and a Ray node agent.
+replicas, reward-model vLLM servers, a TransferQueue controller and its storage units, a dcgm-exporter
+and a Ray node agent.
 
 They serve the REAL metric names and label sets (``dashboards.external``, from the reference), through
 prometheus_client on one private registry per endpoint, with values that move over time: a ticker
@@ -39,8 +40,7 @@ TICK_S = 0.25
 DENOISE_STEPS = 10
 PARTITIONS = ("train", "val")
 TASKS = ("update_actor", "compute_old_log_prob")
-OPS = ("GET_META", "NOTIFY_DATA_UPDATE", "CLEAR_META", "KV_LIST", "GET_CONSUMPTION")
-STORAGE_OPS = ("PUT_DATA", "GET_DATA", "CLEAR_DATA")
+TQ_STORAGE_UNITS = 2
 
 
 def phase_at(t: float) -> tuple[str, float]:
@@ -175,15 +175,78 @@ class RewardServer(_Endpoint):
                 self.preempt.labels(*lv).inc()
 
 
-class TransferQueueController(_Endpoint):
-    """TransferQueue 0.1.11 controller endpoint (shape of tests/fixtures/endpoints), partitions filled."""
+class TransferQueueStorageUnit(_Endpoint):
+    """A SimpleStorageUnit's own endpoint (TransferQueue 0.1.11 ``TQMetricsExporter(role="storage")``): the
+    request histogram, counter, errors and (never incremented) samples counter, labelled ``op_type`` only.
+    Scraped with target labels role="storage", replica and storage_unit_id, as discovery sets them."""
 
-    def __init__(self, storage_units: int = 2):
+    def __init__(self, unit_id: str):
+        super().__init__()
+        r = self.registry
+        self.unit_id = unit_id
+        self.dur = Histogram(x.TQ_STORAGE_DURATION, "Storage request processing duration", [x.L_OP], registry=r,
+                             buckets=x.TQ_REQUEST_BUCKETS)
+        self.req = Counter(x.TQ_STORAGE_REQUESTS, "Total number of requests processed by "
+                           "the storage", [x.L_OP], registry=r)
+        self.err = Counter(x.TQ_STORAGE_ERRORS, "Total number of request errors in the "
+                           "storage", [x.L_OP], registry=r)
+        Counter(x.TQ_STORAGE_SAMPLES, "Total number of samples processed per operation "
+                "type in the storage", [x.L_OP], registry=r)
+        self.arrivals = {op: 0 for op in (*x.STORAGE_OPS, x.OP_METRICS_POLL)}
+        for op in x.STORAGE_OPS:
+            self.dur.labels(op)
+            self.req.labels(op)
+
+    def tick(self, t, dt, rng):
+        """Moved by the controller's tick, which routes its requests here."""
+
+    def handle(self, op: str, n: int, rng: random.Random, slow: float = 1.0) -> None:
+        """``n`` requests of ``op``: counted on arrival and on entry, timed to completion (TQ's measure())."""
+        self.arrivals[op] += n
+        for _ in range(n):
+            self.req.labels(op).inc()
+            base = {"PUT_DATA": 0.0009, "GET_DATA": 0.0007, "CLEAR_DATA": 0.0006}[op]
+            self.dur.labels(op).observe(slow * base * rng.uniform(0.6, 1.6) + (0.004 if rng.random() < 0.02 else 0))
+
+    def poll(self) -> None:
+        """The controller's GET_METRICS: an arrival, not measured (simple_storage._process_one_worker_request)."""
+        self.arrivals[x.OP_METRICS_POLL] += 1
+
+    def lifetime(self, op: str) -> tuple[float, float, float]:
+        """(count on entry, lifetime mean, lifetime p99) as _handle_get_metrics computes them."""
+        count = self.req.labels(op)._value.get()
+        h = self.dur.labels(op)
+        cum, total, out = 0.0, [], 0.0
+        for b in h._buckets:
+            cum += b.get()
+            total.append(cum)
+        n = total[-1] if total else 0
+        if n:
+            target, prev_b, prev_c = 0.99 * n, 0.0, 0.0
+            for bound, c in zip(h._upper_bounds, total):
+                if c >= target:
+                    out = prev_b + (bound - prev_b) * ((target - prev_c) / (c - prev_c) if c > prev_c else 0)
+                    break
+                prev_b, prev_c = bound, c
+        return count, (h._sum.get() / n if n else 0.0), out
+
+
+class TransferQueueController(_Endpoint):
+    """TransferQueue 0.1.11 controller endpoint (shape of tests/fixtures/endpoints), fed by a V1-shaped
+    step: rollout puts the step's samples during gen (tags put, then fields put) and writes a computed
+    reward field back to the same keys during reward (NOTIFY_DATA_UPDATE counts them again), the update
+    consumes them through a streaming consumer task and clears them (MARK_CLEARING, CLEAR_DATA,
+    CLEAR_META). Live samples drain to 0 every step; the index pool recycles. The controller's copies of
+    the storage units' stats are refreshed every ``COLLECT_S`` (TQ_METRICS_COLLECT_INTERVAL)."""
+
+    COLLECT_S = 2.0
+
+    def __init__(self, units: list[TransferQueueStorageUnit]):
         super().__init__()
         r = self.registry
         self.t0 = time.time()
-        self.units = [f"TQ_STORAGE_UNIT_{0x1729eee7 + 0x1111 * i:08x}" for i in range(storage_units)]
-        self.capacity = 100000 // max(1, storage_units)
+        self.units = units
+        self.capacity = 100000 // max(1, len(units))
         self.req_dur = Histogram(x.TQ_REQUEST_DURATION, "Controller request processing duration", [x.L_OP],
                                  registry=r, buckets=x.TQ_REQUEST_BUCKETS)
         self.req = Counter(x.TQ_REQUESTS, "Total number of requests processed by the controller", [x.L_OP], registry=r)
@@ -210,51 +273,118 @@ class TransferQueueController(_Endpoint):
         self.arrived = Gauge(x.TQ_STORAGE_ARRIVED, "Requests decoded by the storage unit worker, whether or not "
                              "they completed", su, registry=r)
         so = [x.L_STORAGE_UNIT, x.L_OP]
+        self.arrived_op = Gauge(x.TQ_STORAGE_ARRIVALS_BY_OP, "Requests decoded by the storage unit worker, by "
+                                "operation", so, registry=r)
         self.ops = Gauge(x.TQ_STORAGE_OPS, "Total requests processed by storage unit", so, registry=r)
         self.lat_avg = Gauge(x.TQ_STORAGE_LAT_AVG, "Average request latency in storage unit (seconds)", so, registry=r)
         self.lat_p99 = Gauge(x.TQ_STORAGE_LAT_P99, "P99 request latency in storage unit (seconds)", so, registry=r)
-        for op in OPS:
-            self.req_err.labels(op)
-        self._ops = {(u, op): 0.0 for u in self.units for op in STORAGE_OPS}
-        self._arrived = {u: 0.0 for u in self.units}
+        self.live = {p: 0 for p in PARTITIONS}  # keys registered per partition
+        self.stored = {p: 0 for p in PARTITIONS}  # keys whose fields are in storage
+        self.pool = self.fresh = 0  # index pool: reusable, and fresh indexes not released yet
+        self._step = -1
+        self._collected = -1e9
+
+    def _request(self, op: str, n: int, rng: random.Random) -> None:
+        self.req.labels(op).inc(n)
+        for _ in range(n):
+            self.req_dur.labels(op).observe(rng.uniform(0.0002, 0.004 if op != "KV_LIST" else 0.02))
+
+    def _allocate(self, n: int) -> None:
+        reuse = min(n, self.pool)
+        self.pool -= reuse
+        self.fresh += n - reuse  # PartitionIndexManager.allocate_indexes: only new indexes enter "allocated"
+
+    def _release(self, n: int) -> None:
+        self.fresh -= min(n, self.fresh)  # release_indexes: back to the pool, out of "allocated"
+        self.pool += n
+
+    def _storage(self, op: str, keys: int, rng: random.Random) -> None:
+        if keys:
+            for u in self.units:  # one request per unit holding some of the keys (global_index % units)
+                u.handle(op, 1, rng, slow=1.0 + 0.3 * self.units.index(u))
+
+    def _clear(self, p: str, n: int, rng: random.Random) -> None:
+        """kv_clear: KV_RETRIEVE_META, MARK_CLEARING, CLEAR_DATA on the units, CLEAR_META (samples counted)."""
+        if n <= 0:
+            return
+        for op in ("KV_RETRIEVE_META", "MARK_CLEARING", x.OP_CLEAR):
+            self._request(op, 1, rng)
+        self.req_samples.labels(x.OP_CLEAR).inc(n)
+        self._storage("CLEAR_DATA", n, rng)
+        self._release(n)
+        self.live[p] -= n
+        self.stored[p] = self.live[p]
 
     def tick(self, t, dt, rng):
         phase, progress = phase_at(t)
+        step = int(t // CYCLE_S)
+        if step != self._step:  # a new step: what the last update left is cleared with it (kv_clear per step)
+            self._step = step
+            self._written_back = {p: 0 for p in PARTITIONS}
+            for p in PARTITIONS:
+                self._clear(p, self.live[p], rng)
         self.uptime.set(time.time() - self.t0)
         self.rss.set(7.7e8 + 2e4 * (time.time() - self.t0))
         self.partitions.set(len(PARTITIONS))
-        batch = 256
-        produced = progress if phase == "gen" else 1.0
-        consumed = progress if phase == "update" else 0.0
         for p in PARTITIONS:
-            size = batch if p == "train" else 64
-            self.samples.labels(p).set(int(size * produced))
-            self.production.labels(p, "all").set(produced)
-            for task in TASKS:
+            batch = 256 if p == "train" else 64
+            if phase == "gen":
+                want = int(batch * progress)
+            elif phase == "reward":
+                want = batch
+            else:
+                want = int(batch * (1 - progress))
+            if want > self.live[p] and phase == "gen":  # tags put, then fields put
+                n = want - self.live[p]
+                self._allocate(n)
+                self.live[p] = self.stored[p] = want
+                self._request("KV_RETRIEVE_META", 2, rng)
+                self._request("SET_CUSTOM_META", 2, rng)
+                self._request(x.OP_PRODUCE, 1, rng)
+                self.req_samples.labels(x.OP_PRODUCE).inc(n)
+                self._storage("PUT_DATA", n, rng)
+            if phase == "reward":  # write-back of the computed reward to the same keys
+                done = int(batch * progress) - self._written_back[p]
+                if done > 0:
+                    self._written_back[p] += done
+                    self._request("KV_RETRIEVE_META", 1, rng)
+                    self._request(x.OP_PRODUCE, 1, rng)
+                    self._request("SET_CUSTOM_META", 1, rng)
+                    self.req_samples.labels(x.OP_PRODUCE).inc(done)
+                    self._storage("PUT_DATA", done, rng)
+            if phase == "update":
+                self._request("GET_META", 1, rng)
+                self._storage("GET_DATA", 1, rng)
+                if want < self.live[p]:  # consumed micro-batches are cleared
+                    self._clear(p, self.live[p] - want, rng)
+            consumed = progress if phase == "update" else 0.0
+            produced = 1.0 if self.live[p] else 0.0
+            self.samples.labels(p).set(self.live[p])
+            self.production.labels(p, x.TASK_ALL).set(produced)
+            for task in TASKS:  # a streaming consumer registered these tasks (get_meta with task_name)
                 self.production.labels(p, task).set(produced)
                 self.consumption.labels(p, task).set(consumed)
-        self.allocated.set(int(batch * (1 + produced)))
-        self.reusable.set(int(batch * consumed))
-        for op in OPS:
-            n = rng.randint(1, 4) if op != "KV_LIST" else (rng.randint(2, 6) if phase == "gen" else 1)
-            self.req.labels(op).inc(n)
-            for _ in range(n):
-                self.req_dur.labels(op).observe(rng.uniform(0.0005, 0.02 if op != "KV_LIST" else 0.08))
-        self.req_samples.labels(x.OP_PRODUCE).inc(rng.randint(4, 12) if phase == "gen" else 0)
-        self.req_samples.labels(x.OP_CLEAR).inc(rng.randint(20, 40) if phase == "update" else 0)
-        for i, u in enumerate(self.units):
-            keys = int(batch * produced * (1 - consumed) / len(self.units)) + 40 * i
-            self.cap.labels(u).set(self.capacity)
-            self.keys.labels(u).set(keys)
-            self.util.labels(u).set(keys / self.capacity)
-            self.srss.labels(u).set(7.7e8 + 1e5 * keys)
-            for op in STORAGE_OPS:
-                self._ops[(u, op)] += rng.randint(1, 5)
-                self.ops.labels(u, op).set(self._ops[(u, op)])
-                self.lat_avg.labels(u, op).set(rng.uniform(0.001, 0.004))
-                self.lat_p99.labels(u, op).set(rng.uniform(0.008, 0.03))
-            self._arrived[u] = sum(self._ops[(u, op)] for op in STORAGE_OPS) + rng.randint(0, 2)
-            self.arrived.labels(u).set(self._arrived[u])
+        self._request("KV_LIST", rng.randint(1, 3) if phase == "gen" else 0, rng)
+        self.allocated.set(self.fresh)
+        self.reusable.set(self.pool)
+        if t - self._collected >= self.COLLECT_S:  # the controller's collection loop polls every unit
+            self._collected = t
+            live = sum(self.stored.values())
+            for i, u in enumerate(self.units):
+                u.poll()
+                keys = live // len(self.units) + (1 if i < live % len(self.units) else 0)
+                self.cap.labels(u.unit_id).set(self.capacity)
+                self.keys.labels(u.unit_id).set(keys)
+                self.util.labels(u.unit_id).set(keys / self.capacity)
+                self.srss.labels(u.unit_id).set(7.7e8 + 1e5 * keys)
+                self.arrived.labels(u.unit_id).set(sum(u.arrivals.values()))
+                for op, n in u.arrivals.items():
+                    self.arrived_op.labels(u.unit_id, op).set(n)
+                for op in x.STORAGE_OPS:
+                    count, avg, p99 = u.lifetime(op)
+                    self.ops.labels(u.unit_id, op).set(count)
+                    self.lat_avg.labels(u.unit_id, op).set(avg)
+                    self.lat_p99.labels(u.unit_id, op).set(p99)
 
 
 def _gpu_busy(phase: str, gpu: int, gpus: int) -> float:
@@ -345,6 +475,11 @@ def run_node(cfg: DemoSources, run: int) -> tuple[str, str]:
     return f"{cfg.node.rsplit('-', 1)[0]}-{run}", f"{base}.{int(last) + run}"
 
 
+def tq_storage_unit_id(i: int, run: int = 0) -> str:
+    """The id a SimpleStorageUnit gives itself (``TQ_STORAGE_UNIT_<8 hex>``), fixed per demo unit and run."""
+    return f"TQ_STORAGE_UNIT_{0x1729eee7 + 0x1111 * i + 0x10000 * run:08x}"
+
+
 def build_endpoints(cfg: DemoSources) -> dict[str, _Endpoint]:
     eps: dict[str, _Endpoint] = {}
     for k in range(max(1, cfg.runs)):
@@ -353,8 +488,11 @@ def build_endpoints(cfg: DemoSources) -> dict[str, _Endpoint]:
             eps[run_path(k, f"/rollout/{i}/metrics")] = RolloutReplica(i, prefix=prefix)
         for i in range(cfg.reward_replicas):
             eps[run_path(k, f"/reward/{i}/metrics")] = RewardServer(i)
+        units = [TransferQueueStorageUnit(tq_storage_unit_id(i, k)) for i in range(TQ_STORAGE_UNITS)]
+        for i, u in enumerate(units):
+            eps[run_path(k, f"/tq/storage/{i}/metrics")] = u
+        eps[run_path(k, "/tq/metrics")] = TransferQueueController(units)
         node, ip = run_node(cfg, k)
-        eps[run_path(k, "/tq/metrics")] = TransferQueueController()
         eps[run_path(k, "/dcgm/metrics")] = DcgmExporter(node, cfg.gpus)
         eps[run_path(k, "/ray/metrics")] = RayNodeAgent(ip, cfg.gpus)
     return eps
@@ -444,12 +582,14 @@ def scrape_configs(host: str, port: int, project: str, experiment: str, cfg: Dem
     if len(runs) > max(1, cfg.runs):
         raise ValueError(f"{len(runs)} runs, but the demo serves {cfg.runs} endpoint sets (DemoSources.runs)")
 
-    def targets(path: str, role: str, replica: int | None = None) -> list[dict]:
+    def targets(path: str, role: str, replica: int | None = None, unit: int | None = None) -> list[dict]:
         out = []
         for k, (proj, exp) in enumerate(runs):
             labels = {"__metrics_path__": run_path(k, path), "project": proj, "experiment": exp, x.L_ROLE: role}
             if replica is not None:
                 labels[x.L_REPLICA] = str(replica)
+            if unit is not None:  # the storage_unit_id the controller's per-unit series carry
+                labels[x.L_STORAGE_UNIT] = tq_storage_unit_id(unit, k)
             out.append({"targets": [addr], "labels": labels})
         return out
 
@@ -466,7 +606,10 @@ def scrape_configs(host: str, port: int, project: str, experiment: str, cfg: Dem
                                                                                 x.ROLE_ROLLOUT, i)]),
         job("reward", [t for i in range(cfg.reward_replicas) for t in targets(f"/reward/{i}/metrics",
                                                                               x.ROLE_REWARD, i)]),
-        job("transferqueue", targets("/tq/metrics", x.ROLE_TQ)),
+        # TransferQueue as discovery labels it: the controller, and each storage unit with replica and the
+        # storage_unit_id the controller's per-unit series carry
+        job("transferqueue", targets("/tq/metrics", x.ROLE_TQ_CONTROLLER)
+            + [t for i in range(TQ_STORAGE_UNITS) for t in targets(f"/tq/storage/{i}/metrics", x.ROLE_TQ_STORAGE, i, i)]),
         job("dcgm", targets("/dcgm/metrics", x.ROLE_DCGM), x.DCGM_RELABEL),
         job("ray", targets("/ray/metrics", x.ROLE_RAY), x.RAY_RELABEL),
     ]

@@ -162,6 +162,33 @@ class TimerOverlap(_Part):
         "measure +0.3 to +2 % (never negative), a timer of 5 % of the step nested in gen -4 to -8 %."))
 
 
+class TransferQueue(_Part):
+    """TransferQueue backlog (live samples in the storage units), calibrated on a real TransferQueue 0.1.11
+    under load (4,000 keys over two units, 10 s metric refresh, 15 s scrape): docs/alerts.md."""
+    net_rate_window: str = Field("2m", description=(
+        "Window of the net-rate regression (deriv of live keys): 8 scrapes at 15 s with TQ refreshing every 10 s; "
+        "averages out a step's fill-and-clear cycle for steps up to ~2 min."))
+    ttf_seconds: float = Field(300, description=(
+        "Time to full at that net rate that counts as filling. The measured backlog (+16 live samples/s) filled "
+        "in ~250 s; 600 s fires only ~25 s sooner and also fires on a healthy run putting a batch of 15 % of "
+        "capacity per step (its lowest time-to-full estimate: 425 s)."))
+    min_utilization: float = Field(0.1, description=(
+        "The fullest unit must be past this before time-to-full counts (healthy V1 runs sit at 0.8 %); also the "
+        "margin above its 2h floor the firing alert must drain back within to resolve."))
+    full_utilization: float = Field(0.9, description=(
+        "Nearly full whatever the rate: a full unit refuses puts, so its net rate reads 0; 0.9 is where TQ's "
+        "bundled dashboard turns red."))
+    for_: str = Field("30s", alias="for", description="Three evaluations; the regression already smooths.")
+    stall_factor: float = Field(1.5, description=(
+        "critical: the backlog while the run has not stepped for this many typical steps (half a step overdue; "
+        "TrainingStalled itself waits for 3): the backlog is stalling training."))
+    leak_min_rise: float = Field(0.02, description=(
+        "TransferQueueSlowLeak: each nested floor (30m > 1h > 2h of the fullest unit's utilisation) above the "
+        "next by this share of capacity: a leak of > 4 %/h, full within a day."))
+    leak_for: str = Field("15m", description=(
+        "Covers a leak that grows in steps (one partition left uncleared per validation)."))
+
+
 class Config(_Part):
     """Every number the rules, their prose, tests, dashboards and docs use."""
     selectors: Selectors = Selectors()
@@ -182,6 +209,7 @@ class Config(_Part):
     gpu_memory: GPUMemory = GPUMemory()
     source_down: SourceDown = SourceDown()
     rollout_queue: RolloutQueue = RolloutQueue()
+    transferqueue: TransferQueue = TransferQueue()
     straggler: Straggler = Straggler()
     grad_norm: GradNorm = GradNorm()
     rollout_rejection: RolloutRejection = RolloutRejection()

@@ -12,8 +12,8 @@ from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from .spec import (ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, Panel,
                    REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE,
-                   REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED, REC_STEP_VS_BASELINE, REC_TQ_KEYS_FLOOR,
-                   REC_TQ_OUTSTANDING_FLOOR, RUN_BY, Row, Step, Target, alert_states_by_run, by_run, cfg_step,
+                   REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED, REC_STEP_VS_BASELINE,
+                   REC_TQ_UTILIZATION, RUN_BY, Row, Step, Target, alert_states_by_run, by_run, cfg_step,
                    default_tags, idle_evidence, increase_w, run_max, sel)
 
 W = EXP
@@ -166,13 +166,15 @@ PIPELINE = Row("Pipeline alerts", (
           unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), cfg_step("rollout_queue.saturated_share", "red")),
           show_thresholds="dashed+area", w=8, runbook=ALERT_ROLLOUT_SATURATED),
-    Panel("TransferQueue outstanding samples (30 min floor)",
-          "Produced minus cleared samples at its lowest point of the last 30 minutes, and the storage units' "
-          "active keys floor (dashed). TransferQueueBacklog fires when both floors are higher than 30 minutes "
-          "earlier for 10 minutes: samples written, never cleared.",
-          (Target(run_max(sel(REC_TQ_OUTSTANDING_FLOOR)), W + " outstanding floor"),
-           Target(run_max(sel(REC_TQ_KEYS_FLOOR)), W + " active keys floor", dashed=True)),
-          unit="none", min=0, w=8, runbook=ALERT_TQ_BACKLOG),
+    Panel("TransferQueue storage filling",
+          "Utilisation of the fullest TransferQueue storage unit (live samples / capacity). TransferQueueBacklog "
+          f"fires when it is over {C.transferqueue.full_utilization:g}, or past {C.transferqueue.min_utilization:g} "
+          f"and full within {C.transferqueue.ttf_seconds:g} s at the net rate of the last "
+          f"{C.transferqueue.net_rate_window} (the time to full is on the TransferQueue dashboard).",
+          (Target(run_max(sel(REC_TQ_UTILIZATION)), W + " fullest unit"),),
+          unit="percentunit", min=0, max=1,
+          thresholds=(Step(None, "green"), cfg_step("transferqueue.full_utilization", "red")),
+          show_thresholds="dashed", w=8, runbook=ALERT_TQ_BACKLOG),
     Panel("Sources up",
           "Every omniwatch source (log tails, GPU sampler, discovery, agents; 0 = failing) and whether Prometheus "
           "scrapes the exporter (up). OmniwatchSourceDown fires after "

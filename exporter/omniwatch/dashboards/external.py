@@ -1,7 +1,7 @@
 """Metric and label names of the sources omniwatch does not export itself, defined once.
 
 Taken from shared/reference/endpoints.md (vLLM-Omni ``vllm_omni:`` families, upstream vLLM V1 ``vllm:``
-families, TransferQueue 0.1.11 controller, dcgm-exporter default counters, Ray 2.60 node GPU metrics).
+families, TransferQueue 0.1.11 controller and storage units, dcgm-exporter default counters, Ray 2.60 node GPU metrics).
 The dashboards and ``demo_endpoints`` both import these, so the demo can only serve what the panels query.
 
 Unit quirks kept here, next to the names: ``DCGM_FI_DEV_FB_*`` and Ray ``ray_node_gram_*`` are MiB,
@@ -17,7 +17,9 @@ L_ROLE = "role"
 L_REPLICA = "replica"
 ROLE_ROLLOUT = "rollout"
 ROLE_REWARD = "reward"
-ROLE_TQ = "transferqueue"
+ROLE_TQ = "transferqueue"            # legacy: static configs written before discovery named the two roles
+ROLE_TQ_CONTROLLER = "controller"    # TransferQueue controller target (discovery/targets.py)
+ROLE_TQ_STORAGE = "storage"          # TransferQueue storage-unit targets, with replica and storage_unit_id
 ROLE_DCGM = "dcgm"
 ROLE_RAY = "ray"
 
@@ -58,27 +60,34 @@ VLLM_TTFT = VLLM + "time_to_first_token_seconds"        # histogram: LLM-judge r
 VLLM_PREEMPTIONS = VLLM + "num_preemptions_total"       # counter: KV cache full, requests recomputed
 L_ENGINE = "engine"
 
-# --- TransferQueue controller (0.1.11) ------------------------------------------------------------
+# --- TransferQueue 0.1.11 ---------------------------------------------------------------------------
+# Meanings from the installed source (docs/sources.md §2 cites the functions). Controller endpoint:
 TQ_UPTIME = "tq_controller_uptime_seconds"
 TQ_RSS = "tq_controller_memory_rss_bytes"
 TQ_PARTITIONS = "tq_partitions_total"                      # gauge
-TQ_PARTITION_SAMPLES = "tq_partition_samples_total"        # gauge {partition_id}
-TQ_PRODUCTION = "tq_partition_production_progress"         # 0-1 {partition_id, task_name}
-TQ_CONSUMPTION = "tq_partition_consumption_progress"       # 0-1 {partition_id, task_name}
-TQ_INDEX_ALLOCATED = "tq_global_index_allocated_total"     # gauge
-TQ_INDEX_REUSABLE = "tq_global_index_reusable_total"       # gauge
-TQ_REQUESTS = "tq_controller_request_total"                # counter {op_type}
+TQ_PARTITION_SAMPLES = "tq_partition_samples_total"        # gauge {partition_id}: keys registered (live)
+TQ_PRODUCTION = "tq_partition_production_progress"         # 0-1 {partition_id, task_name}; "all" + registered tasks
+TQ_CONSUMPTION = "tq_partition_consumption_progress"       # 0-1 {partition_id, task_name}; streaming API only
+TQ_INDEX_ALLOCATED = "tq_global_index_allocated_total"     # gauge: fresh indexes not yet released (not live!)
+TQ_INDEX_REUSABLE = "tq_global_index_reusable_total"       # gauge: released indexes waiting for reuse
+TQ_REQUESTS = "tq_controller_request_total"                # counter {op_type}: requests = batches
 TQ_REQUEST_ERRORS = "tq_controller_request_errors_total"   # counter {op_type}
-TQ_REQUEST_SAMPLES = "tq_controller_request_samples_total"  # counter {op_type}: NOTIFY_DATA_UPDATE, CLEAR_META
+TQ_REQUEST_SAMPLES = "tq_controller_request_samples_total"  # counter {op_type}: NOTIFY_DATA_UPDATE (each put), CLEAR_META
 TQ_REQUEST_DURATION = "tq_controller_request_duration_seconds"  # histogram {op_type}
 TQ_CAPACITY = "tq_storage_capacity_total"                  # gauge {storage_unit_id}
-TQ_ACTIVE_KEYS = "tq_storage_active_keys_total"            # gauge {storage_unit_id}
+TQ_ACTIVE_KEYS = "tq_storage_active_keys_total"            # gauge {storage_unit_id}: keys holding data (live)
 TQ_UTILIZATION = "tq_storage_utilization_ratio"            # gauge {storage_unit_id}
 TQ_STORAGE_RSS = "tq_storage_memory_rss_bytes"             # gauge {storage_unit_id}
-TQ_STORAGE_OPS = "tq_storage_request_ops"                  # gauge holding a cumulative count {storage_unit_id, op_type}
-TQ_STORAGE_LAT_AVG = "tq_storage_request_latency_avg"      # gauge, seconds
-TQ_STORAGE_LAT_P99 = "tq_storage_request_latency_p99"      # gauge, seconds
+TQ_STORAGE_OPS = "tq_storage_request_ops"                  # gauge: the unit's request counter (counted on entry)
+TQ_STORAGE_LAT_AVG = "tq_storage_request_latency_avg"      # gauge, seconds, over the unit's whole life
+TQ_STORAGE_LAT_P99 = "tq_storage_request_latency_p99"      # gauge, seconds, over the unit's whole life
 TQ_STORAGE_ARRIVED = "tq_storage_requests_arrived"         # gauge holding a cumulative count {storage_unit_id}
+TQ_STORAGE_ARRIVALS_BY_OP = "tq_storage_arrivals_by_op"    # gauge, cumulative {storage_unit_id, op_type}, GET_METRICS too
+# Storage-unit endpoints (role "storage"; no storage_unit_id label of their own: discovery adds it as a target label):
+TQ_STORAGE_DURATION = "tq_storage_request_duration_seconds"  # histogram {op_type}: PUT_DATA, GET_DATA, CLEAR_DATA
+TQ_STORAGE_REQUESTS = "tq_storage_request_total"             # counter {op_type}, same ops, counted on entry
+TQ_STORAGE_ERRORS = "tq_storage_request_errors_total"        # counter {op_type}
+TQ_STORAGE_SAMPLES = "tq_storage_request_samples_total"      # counter, declared and never incremented by a unit
 TQ_REQUEST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
 TQ_GAUGES_NAMED_TOTAL = (TQ_PARTITIONS, TQ_PARTITION_SAMPLES, TQ_INDEX_ALLOCATED, TQ_INDEX_REUSABLE,
                          TQ_CAPACITY, TQ_ACTIVE_KEYS, "tq_storage_ssd_fallback_values_total")
@@ -86,8 +95,14 @@ L_OP = "op_type"
 L_PARTITION = "partition_id"
 L_TASK = "task_name"
 L_STORAGE_UNIT = "storage_unit_id"
-OP_PRODUCE = "NOTIFY_DATA_UPDATE"
+TASK_ALL = "all"                # the production-progress series the controller always emits
+OP_PRODUCE = "NOTIFY_DATA_UPDATE"   # samples of every put of fields (a write-back counts again)
 OP_CLEAR = "CLEAR_META"
+OP_METRICS_POLL = "GET_METRICS"     # the controller's own collection of storage stats (arrivals only)
+STORAGE_OPS = ("PUT_DATA", "GET_DATA", "CLEAR_DATA")  # the ops a storage unit measures
+# Recording rules of alerts/endpoints.rules.yml the TransferQueue dashboard plots (the alert's own numbers).
+TQ_REC_NET_RATE = "run:tq_storage_active_keys:deriv2m"
+TQ_REC_SECONDS_TO_FULL = "run:tq_storage_seconds_to_full:min"
 
 # --- dcgm-exporter (default counters; labels gpu, UUID, pci_bus_id, device, modelName, Hostname) ---
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"            # percent

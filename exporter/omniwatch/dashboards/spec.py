@@ -48,10 +48,10 @@ EXP = "{{experiment}}"
 
 # Alerts of alerts/endpoints.rules.yml and the always-firing pipeline heartbeat. names.py holds the
 # ALERT_* constants of the generated rules; tests/test_dashboards.py checks these exist in alerts/ too.
-ALERT_ROLLOUT_SATURATED = "RolloutQueueSaturated"
-ALERT_TQ_BACKLOG = "TransferQueueBacklog"
-ALERT_GPU_MEMORY = "GPUMemoryNearFull"
-ALERT_WATCHDOG = "Watchdog"
+ALERT_ROLLOUT_SATURATED = n.ALERT_ROLLOUT_SATURATED
+ALERT_TQ_BACKLOG = n.ALERT_TQ_BACKLOG
+ALERT_GPU_MEMORY = n.ALERT_GPU_MEMORY
+ALERT_WATCHDOG = n.ALERT_WATCHDOG
 
 # Recording rules of alerts/*.rules.yml the panels plot (each alert's own series); tests check each is a
 # `record:` there.
@@ -71,8 +71,8 @@ REC_ROLLOUT_WAITING = "replica:omniwatch_rollout_requests_waiting:sum"
 REC_ROLLOUT_SLOTS_USED = "replica:omniwatch_rollout_slots_used:ratio"
 REC_ROLLOUT_SATURATED = "replica:omniwatch_rollout_saturated:avg10m"
 REC_REWARD_QUEUE_SHARE = "run:omniwatch_reward_bound_queue_share:ratio"
-REC_TQ_OUTSTANDING_FLOOR = "run:tq_samples_outstanding:min30m"
-REC_TQ_KEYS_FLOOR = "run:tq_storage_active_keys:min30m"
+REC_TQ_UTILIZATION = "run:tq_storage_utilization:max"
+REC_TQ_SECONDS_TO_FULL = "run:tq_storage_seconds_to_full:min"
 RECORDS = tuple(v for k, v in dict(globals()).items() if k.startswith("REC_"))
 
 # Counters that move once per training step: never read over $__rate_interval (tests check it).
@@ -183,6 +183,8 @@ THRESHOLD_ALERT = {
     "stall.notice_steps": n.ALERT_STALLED,
     "gpu_memory.ratio": ALERT_GPU_MEMORY,
     "rollout_queue.saturated_share": ALERT_ROLLOUT_SATURATED,
+    "transferqueue.ttf_seconds": ALERT_TQ_BACKLOG,
+    "transferqueue.full_utilization": ALERT_TQ_BACKLOG,
 }
 
 
