@@ -212,6 +212,31 @@ def test_a_pool_of_4_descriptors_follows_200_files(tmp_path):
     assert _fds() == before
 
 
+def test_long_idle_files_are_polled_less_and_a_resumed_run_is_seen_within_idle_every_polls(tmp_path):
+    from omniwatch.sources.files import IDLE_AFTER_POLLS, IDLE_EVERY
+    root = tmp_path / "root" / "p"
+    root.mkdir(parents=True)
+    for e in range(100):
+        (root / f"e{e}.jsonl").write_bytes(_steps(2))
+    store = RunStore(max_runs=200)
+    src = FileSource(store, [str(tmp_path / "root")], "jsonl")
+    for _ in range(IDLE_AFTER_POLLS + 1):
+        src.poll_once()
+    looked = sum(t.unchanged_polls for t in src.tails.values())
+    for _ in range(4 * IDLE_EVERY):
+        src.poll_once()
+    looked = sum(t.unchanged_polls for t in src.tails.values()) - looked
+    assert looked == 100 * 4, "each idle file looked at once every IDLE_EVERY polls"
+    with open(root / "e7.jsonl", "ab") as f:
+        f.write(orjson.dumps({"step": 3, "data": {"timing_s/step": 5.0}}) + b"\n")
+    for n in range(1, IDLE_EVERY + 1):
+        src.poll_once()
+        if store.runs[("p", "e7")].steps_total == 3:
+            break
+    assert store.runs[("p", "e7")].steps_total == 3 and n <= IDLE_EVERY
+    assert src.tails[str(root / "e7.jsonl")].unchanged_polls == 0
+
+
 def line(n: int) -> bytes:
     return b'{"step":%d,"data":{"timing_s/step":%d.5}}\n' % (n, n)
 

@@ -21,11 +21,13 @@ from .. import names
 from ..model import RunStore
 from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
 from ..redact import looks_like_credential, redact
-from .tail import DEFAULT_MAX_OPEN, FdPool, FileTail, NotRegularFile, OutsideRoot, inside
+from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, escapes
 
 log = logging.getLogger(__name__)
 
 RESCAN_SECONDS = 2.0
+IDLE_AFTER_POLLS = 60  # unchanged this many polls in a row (30 s at the default 0.5 s) ...
+IDLE_EVERY = 4         # ... then looked at every 4th poll
 
 
 def run_labels(path: str) -> tuple[str, str]:
@@ -64,6 +66,7 @@ class FileSource:
         self.poll_lock = threading.Lock()  # a checkpoint sees offsets and the model at one point
         self._resume: dict[str, dict] = {}
         self._last_scan = 0.0
+        self._pass = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         for spec in self.specs:
@@ -116,16 +119,26 @@ class FileSource:
                 return self._refusal(path, self._root(spec)) is None
         return False
 
-    def _refusal(self, path: str, root: str | None) -> tuple[str, str] | None:
+    def _refusal(self, path: str, root: str | None, labels: tuple[str, str] | None = None,
+                 checks: list[str] | None = None) -> tuple[str, str] | None:
         """(counted reason, log text) when ``path`` must not be followed, else None."""
-        project, experiment = run_labels(path)
+        project, experiment = labels or run_labels(path)
         for what, label in (("project", project), ("experiment", experiment)):
             if looks_like_credential(label):
                 return f"credential_in_{what}", f"its {what} label would look like a credential"
-        if root is not None and not self.follow_symlinks and not inside(root, path):
+        if root is not None and not self.follow_symlinks and escapes(root, path, checks):
             return "symlink_outside_root", "it resolves (symlink) outside the watched directory; " \
                                            "pass --follow-symlinks to follow it"
         return None
+
+    @staticmethod
+    def _checks(spec: str, path: str) -> list[str] | None:
+        """The components of ``path`` below the directory ``spec`` (None: not found under it as given)."""
+        base = spec.rstrip(os.sep) + os.sep
+        if not path.startswith(base):
+            return None
+        parts = path[len(base):].split(os.sep)
+        return [base + os.sep.join(parts[: i + 1]) for i in range(len(parts))]
 
     def _report(self, path: str, reason: str | None, text: str = "", level=logging.WARNING) -> None:
         """Log and count a problem with ``path`` once (again only after it went away or changed)."""
@@ -143,20 +156,27 @@ class FileSource:
         for spec in self.specs:
             try:
                 root = self._root(spec)
+                is_dir = os.path.isdir(spec)
                 for path in self._expand(spec):
                     if path in self.tails:
                         continue
-                    refused = self._refusal(path, root)
+                    labels = run_labels(path)
+                    checks = self._checks(spec, path) if is_dir else None
+                    try:
+                        refused = self._refusal(path, root, labels, checks)
+                    except OSError:
+                        continue  # gone while we looked: the next scan sees what is there
                     if refused is not None:
                         self._report(path, *refused)
                         continue
                     self._report(path, None)
-                    tail = FileTail(path, self.max_line, pool=self.pool,
-                                    confine=None if (root is None or self.follow_symlinks) else root)
+                    confined = root is not None and not self.follow_symlinks
+                    tail = FileTail(path, self.max_line, pool=self.pool, confine=root if confined else None,
+                                    checks=checks)
                     if path in self._resume:
                         tail.resume_from(self._resume.pop(path))
                     self.tails[path] = tail
-                    self._labels[path] = run_labels(path)
+                    self._labels[path] = labels
                 self.store.set_source_up(self.kind, redact(spec), True)
             except OSError as e:
                 log.warning("%s source cannot list %s: %s", self.kind, redact(spec), redact(str(e)))
@@ -181,10 +201,16 @@ class FileSource:
         if self.clock() - self._last_scan >= RESCAN_SECONDS or not self.tails:
             self.scan()
         applied = 0
-        for path, tail in list(self.tails.items()):
-            if self._stop.is_set():
+        self._pass += 1
+        problems = self._problems
+        for i, (path, tail) in enumerate(list(self.tails.items())):
+            if not i & 255 and self._stop.is_set():
                 break  # shutting down: the checkpoint holds the offsets of what was read
-            project, experiment = self._labels[path]
+            # A file unchanged for IDLE_AFTER_POLLS polls (a finished or stalled run) is looked at every
+            # IDLE_EVERY-th poll, spread over the passes: thousands of idle files cost a quarter of the stat()s,
+            # and a run that resumes is seen at most IDLE_EVERY polls late.
+            if tail.unchanged_polls >= IDLE_AFTER_POLLS and (self._pass + i) % IDLE_EVERY:
+                continue
             try:
                 res = tail.poll()
             except NotRegularFile as e:
@@ -199,9 +225,12 @@ class FileSource:
                 self._report(path, "unreadable_file", f"{type(e).__name__}: {e.strerror or e}")
                 self.store.set_source_up(self.kind, redact(path), False)
                 continue
-            if path in self._problems:
+            if problems and path in problems:
                 self._report(path, None)
                 self.store.set_source_up(self.kind, redact(path), True)
+            if res is UNCHANGED:
+                continue
+            project, experiment = self._labels[path]
             if res.too_long:
                 self.store.count_error(self.kind, "line_too_long", res.too_long)
             for ev in res.events:

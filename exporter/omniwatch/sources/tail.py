@@ -11,6 +11,8 @@ returns the new complete lines and tells what happened to the file:
 - rotation (a new inode at the path) drains the old file to its end first;
 - a missing file is waited for.
 
+Descriptors and CPU are bounded for watches of thousands of files (see below and ``FileSource``).
+
 Descriptors. A tail does not hold its file open between polls: a poll starts with one ``stat`` of the
 path, and a file whose (inode, size, mtime) did not change since the last read is not opened at all.
 A changed file is read through an :class:`FdPool`, which keeps at most ``capacity`` descriptors of one
@@ -40,6 +42,9 @@ class PollResult:
     backlog: int = 0          # how many of ``lines`` were already in the file when it was opened
     events: list[str] = field(default_factory=list)  # opened, truncated, rotated, missing
     too_long: int = 0
+
+
+UNCHANGED = PollResult()  # what poll() returns for a file that did not change (shared: never mutate it)
 
 
 class NotRegularFile(OSError):
@@ -94,14 +99,29 @@ def inside(root: str, path: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def link_free(checks: list[str]) -> bool:
+    """None of ``checks`` (the path components below a watch root) is a symlink now: two ``lstat`` calls
+    for ``<root>/<project>/<experiment>.jsonl`` instead of a full ``realpath``."""
+    return not any(stat.S_ISLNK(os.lstat(c).st_mode) for c in checks)
+
+
+def escapes(root: str, path: str, checks: list[str] | None) -> bool:
+    """``path`` leads out of ``root``: checked cheaply when no component below the root is a symlink
+    (``checks``), by resolving the path otherwise (or when ``checks`` is None)."""
+    if checks is not None and link_free(checks):
+        return False
+    return not inside(root, path)
+
+
 class FileTail:
     def __init__(self, path: str, max_line: int = 1 << 20, pool: FdPool | None = None,
-                 confine: str | None = None):
+                 confine: str | None = None, checks: list[str] | None = None):
         self.path = path
         self.max_line = max_line
         # No pool given (a tail used alone): a private pool of one, i.e. the file stays open as before.
         self.pool = pool if pool is not None else FdPool(1)
         self.confine = confine  # resolved root the file must stay inside (symlinks out of it refused)
+        self.checks = checks    # the path's components below that root (see ``escapes``)
         self._ino: tuple[int, int] | None = None
         self._offset = 0
         self._buf = bytearray()
@@ -111,6 +131,7 @@ class FileTail:
         self._resume: dict | None = None  # saved position from an exporter checkpoint
         self._seen: tuple[int, int] | None = None  # (size, mtime_ns) when last read to its end
         self._mtime: float | None = None
+        self.unchanged_polls = 0  # polls in a row that found the file as it was (FileSource polls those less)
 
     # -- checkpoint support (state.py) ----------------------------------------------------------------
     def position(self) -> dict | None:
@@ -137,7 +158,8 @@ class FileTail:
 
     # -- descriptors ----------------------------------------------------------------------------------
     def _open_fd(self, path: str) -> tuple[int, os.stat_result]:
-        if self.confine is not None and not inside(self.confine, path):
+        # checked again at every open: a path accepted by the scan may have been swapped for a symlink since
+        if self.confine is not None and escapes(self.confine, path, self.checks if path == self.path else None):
             raise OutsideRoot(errno.EPERM, f"{path} resolves outside {self.confine}")
         # O_NONBLOCK: a FIFO or device named as a log must not block the polling thread in open().
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -320,7 +342,9 @@ class FileTail:
             self._drain_old(res)
             self._open(res, "rotated")
         elif key == self._seen:
-            return res  # unchanged since we read it to its end: no descriptor, no read
+            self.unchanged_polls += 1
+            return UNCHANGED  # unchanged since we read it to its end: no descriptor, no read
+        self.unchanged_polls = 0
         fd = self._fd()
         if fd is None:
             return res  # replaced between stat and open: the next poll sees the rotation
