@@ -48,6 +48,7 @@ DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_BODY_TIMEOUT = 30.0
 BACKLOG = 128
 MAX_HEAD_BYTES = 16 * 1024
+RAISE_NOFILE_TO = 65536  # the soft limit is raised towards the hard one, up to this
 RESERVED_FDS = 64      # Python, the listening socket, SQLite (db + WAL + shm), logs, NVML, discovery clients
 _503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n"
         b"content-length: 31\r\n\r\ntoo many connections; try again")
@@ -190,17 +191,15 @@ class AcceptErrorHandler:
 
 
 def descriptor_budget(max_connections: int, max_open_files: int, sources: int) -> int:
-    """Raise the soft descriptor limit to the hard one (the kernel default soft limit is often 1,024 while
-    the hard limit is far higher), and return a connection cap that fits what is left after the file
-    pools, the accept burst and a reserve. Logs when the configured cap had to shrink."""
+    """Raise the soft descriptor limit towards the hard one (a default soft limit is often 1,024 while the
+    hard limit is far higher; at most ``RAISE_NOFILE_TO``), and return a connection cap that fits what is
+    left after the file pools, the accept burst and a reserve. Logs when the configured cap had to shrink."""
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard != resource.RLIM_INFINITY and soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        elif hard == resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < 65536:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (65536, hard))
-            soft = 65536
+        want = RAISE_NOFILE_TO if hard == resource.RLIM_INFINITY else min(hard, RAISE_NOFILE_TO)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
     except (ValueError, OSError):
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:

@@ -201,7 +201,8 @@ def add_commands(sub) -> None:
 
 
 class BackgroundServer:
-    """Run an ASGI app with uvicorn in a thread (tests, demo helpers)."""
+    """Run an ASGI app with uvicorn in a thread (node agents, tests, demo helpers), with the same
+    connection guard as ``omniwatch serve`` (a node agent's port is as reachable as the exporter's)."""
 
     def __init__(self, app, host: str = DEFAULT_HOST, port: int = 0):
         import socket
@@ -209,7 +210,12 @@ class BackgroundServer:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        stats = httpguard.GuardStats()
+        registry = getattr(getattr(app, "state", None), "registry", None)
+        if registry is not None:
+            registry.register(httpguard.GuardCollector(stats))
+        settings = getattr(getattr(app, "state", None), "settings", None) or Settings()
+        self.server = GuardedServer(server_config(app, settings, stats), stats)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     @property
