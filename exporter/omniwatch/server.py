@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -186,7 +188,13 @@ def serve(args) -> int:
         server.run()
     finally:
         ex.stop()
-    return 0
+    # Everything durable is written (checkpoint, SQLite commits). Interpreter teardown would free the run
+    # model object by object — 1.5 s for 5,000 runs on a loaded 2-core machine, most of the 2 s SIGTERM
+    # budget — so flush and leave without it.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def add_commands(sub) -> None:
