@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import string
+import subprocess
+import sys
+import time
 
 import orjson
 import pytest
@@ -20,7 +24,7 @@ from omniwatch import app as app_mod
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
 from omniwatch.model import RunStore
-from omniwatch.parse import parse_console_line, parse_jsonl_line
+from omniwatch.parse import parse_console_line
 from omniwatch.redact import (REDACTED, RedactingFilter, is_secret_key, is_secret_name, looks_like_credential,
                               redact, redact_tree)
 from omniwatch.settings import Settings
@@ -345,10 +349,6 @@ def test_the_log_filter_redacts_messages_arguments_and_tracebacks():
 
 def test_serve_installs_the_log_filter_on_every_handler(tmp_path):
     """The real process: a token-named watch directory and an env-dump push never print a secret."""
-    import subprocess
-    import sys
-    import time
-
     import httpx
 
     from .conftest import free_port, wait_for
@@ -360,8 +360,7 @@ def test_serve_installs_the_log_filter_on_every_handler(tmp_path):
     with open(log_path, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "omniwatch", "--log-level", "DEBUG", "serve", "--listen",
                                  f"127.0.0.1:{port}", "--watch", str(root), "--watch", str(root / f"{GHP}.jsonl")],
-                                stdout=out, stderr=subprocess.STDOUT, env={**__import__("os").environ,
-                                                                          "OMNIWATCH_PUSH_TOKEN": PUSH})
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMNIWATCH_PUSH_TOKEN": PUSH})
     try:
         wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200, 30, 0.1)
         httpx.post(f"http://127.0.0.1:{port}/api/v1/push", content=b'{"project": "p", "experiment": "' + HF.encode() + b'"}',

@@ -153,8 +153,9 @@ class RedactingFilter(logging.Filter):
         except Exception:  # a broken format string: leave it to the handler's own error path
             return True
         clean = redact(msg)
-        if clean != msg or record.args:
+        if clean != msg:
             record.msg, record.args = clean, None
+            record.__dict__.pop("color_message", None)  # uvicorn's coloured copy of the unredacted message
         if record.exc_info and not record.exc_text:
             record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
         elif record.exc_text:
