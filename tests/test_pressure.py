@@ -32,13 +32,14 @@ TICK = os.sysconf("SC_CLK_TCK")
 class Limited:
     """``prlimit --nofile=1024:1024 -- python -m omniwatch serve ...`` on a loopback port."""
 
-    def __init__(self, tmp: Path, args: list[str], nofile: int = NOFILE):
+    def __init__(self, tmp: Path, args: list[str], nofile: int = NOFILE, env: dict | None = None):
         if not shutil.which("prlimit"):
             pytest.fail("prlimit (util-linux) is not on PATH")
         self.port = free_port()
         self.log = tmp / f"serve-{self.port}.log"
         self.cmd = ["prlimit", f"--nofile={nofile}:{nofile}", "--", sys.executable, "-m", "omniwatch",
                     "serve", "--listen", f"127.0.0.1:{self.port}", *args]
+        self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -47,7 +48,8 @@ class Limited:
 
     def start(self) -> "Limited":
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=self.env)
         wait_for(lambda: self.proc.poll() is None and httpx.get(self.url + "/healthz", timeout=1).status_code == 200,
                  30, 0.1, what=f"omniwatch serve under prlimit ({self.tail()})")
         return self
@@ -272,4 +274,45 @@ def test_accept_errors_are_logged_rate_limited(tmp_path, limited):
         for c in socks:
             with contextlib.suppress(OSError):
                 c.close()
+        s.stop()
+
+
+@pytest.mark.integration
+def test_sigterm_while_a_relay_delivery_hangs_exits_within_2s(tmp_path, limited):
+    """A receiver (Slack behind a stuck proxy) that accepts the delivery and never answers: the relay's
+    thread waits up to its 10 s HTTP timeout; shutdown must not wait for it (the outbox row stays pending
+    and is delivered by the next process, same delivery id)."""
+    import threading
+
+    import yaml
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(8)
+    held: list[socket.socket] = []
+
+    def accept():
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(hang.accept()[0])
+    threading.Thread(target=accept, daemon=True).start()
+    conf = tmp_path / "relay.yml"
+    conf.write_text(yaml.safe_dump({"receivers": [{"name": "stuck", "type": "webhook", "url_env": "OMNIWATCH_HANG_URL"}],
+                                    "retry": {"timeout_seconds": 10}}))
+    token = "hang-webhook-token-0123456789"
+    s = limited(["--state-dir", str(tmp_path / "state")],
+                env={"OMNIWATCH_HANG_URL": f"http://127.0.0.1:{hang.getsockname()[1]}/hook",
+                     "OMNIWATCH_RELAY_CONFIG": str(conf), "OMNIWATCH_WEBHOOK_TOKEN": token})
+    try:
+        note = {"version": "4", "groupKey": "g", "status": "firing", "receiver": "omniwatch",
+                "alerts": [{"status": "firing", "labels": {"alertname": "Hang"}, "startsAt": "2025-01-01T00:00:00Z"}]}
+        r = httpx.post(s.url + "/api/v1/alertmanager", json=note, headers={"authorization": f"Bearer {token}"}, timeout=5)
+        assert r.status_code == 200 and r.json()["durable"] is True
+        wait_for(lambda: held, 10, 0.05, what="the relay's delivery in flight")
+        time.sleep(0.3)
+        took = s.sigterm_seconds()
+        assert s.proc.returncode == 0 and took < 2.0, f"SIGTERM took {took:.1f}s with a delivery in flight"
+    finally:
+        hang.close()
+        for c in held:
+            c.close()
         s.stop()

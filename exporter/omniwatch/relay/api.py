@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 SOURCE = "webhook"
 MAX_LIMIT = 1000
+STOP_SECONDS = 0.5
 
 
 def _relay(request: Request) -> Relay:
@@ -134,4 +135,6 @@ def init(app) -> None:
     set_storage_up(app.state.store, relay, storage_error is None)
     app.state.relay = relay
     app.state.registry.register(RelayCollector(relay))
-    app_mod.on_lifespan(app, relay.start, relay.stop)
+    # Bounded at shutdown: a delivery hanging on a stuck receiver (up to its HTTP timeout) must not hold
+    # SIGTERM; its outbox row stays pending and the next process sends it again (same delivery id).
+    app_mod.on_lifespan(app, relay.start, lambda: relay.stop(timeout=STOP_SECONDS))
