@@ -93,6 +93,20 @@ INGEST_ERRORS = _m("omniwatch_ingest_errors_total", "counter",
                    "Inputs skipped by a source, by reason (malformed_json, non_numeric, non_finite, line_too_long, ...).",
                    (L_SOURCE, L_REASON))
 
+HTTP_CONNECTIONS = _m("omniwatch_http_connections", "gauge",
+                      "HTTP connections the exporter holds open now (at most --max-connections).")
+HTTP_CONNECTIONS_CLOSED = _m("omniwatch_http_connections_closed_total", "counter",
+                             "HTTP connections the exporter closed or refused to protect itself, by reason: "
+                             "header_timeout / body_timeout (request head or body not received in time), evicted "
+                             "(the oldest connection still waiting for a request head, closed for a new one at "
+                             "--max-connections), over_capacity (refused with a 503: every connection was inside a "
+                             "request), accept_error (accept() failed: out of descriptors).", (L_REASON,))
+WATCHED_FILES = _m("omniwatch_watched_files", "gauge", "Files a file source follows, by source (jsonl, console).",
+                   (L_SOURCE,))
+OPEN_FILES = _m("omniwatch_open_files", "gauge",
+                "Descriptors a file source holds open now (at most --max-open-files: an unchanged file is checked "
+                "with stat() and opened only when it changed).", (L_SOURCE,))
+
 # --- step-window statistics and baselines (persistence counted in steps) -----------------------
 REWARD_BOUND_WINDOW = _m("omniwatch_reward_bound_ratio_window", "gauge",
                          "min/median/max of omniwatch_reward_bound_ratio over the last k normal steps (absent until k exist).",

@@ -36,6 +36,9 @@ class LineError(Exception):
         self.reason = reason
 
 
+_STEP_TEXT = re.compile(r"-?[0-9]{1,13}")  # a bounded number of ASCII digits: never int("9" * 5000)
+
+
 def _coerce_step(raw) -> int:
     if isinstance(raw, bool) or raw is None:
         raise LineError("bad_step", repr(raw)[:40])
@@ -43,8 +46,8 @@ def _coerce_step(raw) -> int:
         step = raw
     elif isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
         step = int(raw)
-    elif isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
-        step = int(raw.strip())
+    elif isinstance(raw, str) and _STEP_TEXT.fullmatch(raw.strip()):
+        step = int(raw.strip())  # ASCII digits only ("²".isdigit() is True; int("²") raises)
     else:
         raise LineError("bad_step", repr(raw)[:40])
     if step < 0 or step > 10**12:

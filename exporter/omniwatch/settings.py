@@ -46,6 +46,11 @@ class Settings:
     max_line_bytes: int = DEFAULT_MAX_LINE
     poll_seconds: float = DEFAULT_POLL_SECONDS
     state_dir: str | None = None                              # durable state (alert history, relay queue)
+    max_connections: int = 256                                # HTTP connections held at once (httpguard)
+    header_timeout: float = 10.0                              # seconds to receive a request head
+    body_timeout: float = 30.0                                # seconds to receive a request body
+    max_open_files: int = 128                                 # descriptors each file source keeps open
+    follow_symlinks: bool = False                             # follow symlinks out of a watched directory
     push_token: str | None = None                             # OMNIWATCH_PUSH_TOKEN(_FILE)
     webhook_token: str | None = None                          # OMNIWATCH_WEBHOOK_TOKEN(_FILE)
     extra: dict = field(default_factory=dict)                 # area-specific options (gpu, ray, relay, ...)

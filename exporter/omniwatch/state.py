@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from . import statefile
 from .analytics import K_ZERO_STD, StepRecord
 from .ledger import Gpus
 from .model import RunStore, SeenSteps
@@ -143,9 +144,10 @@ class Checkpointer:
             self.store.count_error(SOURCE, "unreadable_state")
             return False
         try:
-            data = orjson.loads(raw)
-            if data.get("version") != VERSION:
-                raise ValueError(f"state version {data.get('version')!r}, expected {VERSION}")
+            # The whole document is checked against the schema before anything is restored (statefile.py).
+            data, secret_keys = statefile.check(orjson.loads(raw), VERSION)
+            if secret_keys:
+                self.store.count_error(SOURCE, "secret_key", secret_keys)
             restore_store(self.store, data["model"])
             for src in self.sources:
                 if hasattr(src, "restore_offsets"):
@@ -154,6 +156,8 @@ class Checkpointer:
         except (ValueError, KeyError, TypeError) as e:
             bad = self.path.with_suffix(".corrupt")
             log.error("exporter state %s is unusable (%s); moved to %s, starting fresh", self.path, e, bad)
+            with self.store.lock:
+                self.store.runs.clear()  # nothing half-restored survives
             self.store.count_error(SOURCE, "corrupt_state")
             try:
                 os.replace(self.path, bad)
