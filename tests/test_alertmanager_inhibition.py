@@ -161,7 +161,7 @@ def test_training_stalled_stages_inhibit_each_other_and_only_warning_up_silences
 
 
 @pytest.mark.parametrize("cause_alert, cause", [(names.ALERT_REWARD_BOUND, "reward"), (names.ALERT_IDLE, "inter_stage_idle"),
-                                               (names.ALERT_MFU_DROP, "actor")])
+                                               (names.ALERT_MFU_DROP, "actor"), (names.ALERT_STRAGGLER, "rollout")])
 def test_a_cause_inhibits_step_time_regression_only_while_it_explains_it(alertmanager, cause_alert, cause):
     """StepTimeRegression names the part of the step that grew (`cause`): the cause's alert silences it,
     an unrelated regression (update_actor grew while reward-bound) still reports, and so does one whose
