@@ -15,7 +15,7 @@ import yaml
 from .. import names as n
 from . import spec
 from .config import Config
-from .prose import STEP, Ctx
+from .prose import STEP, Ctx, key_of
 
 JOB = {"job": "omniwatch", "instance": "127.0.0.1:19095"}
 INTERVAL = 15  # seconds between samples and evaluations
@@ -171,8 +171,12 @@ def reward_bound_cases(cfg: Config) -> list[Case]:
                          f"({'no info series' if modes is None else modes['trainer'] + ', ' + modes['reward']} remedy)",
                          "flowgrpo", exp,
                          [window(n.REWARD_BOUND_WINDOW, "flowgrpo", exp, "min", onset(lo, hi)),
-                          window(n.REWARD_STEP_SHARE_WINDOW, "flowgrpo", exp, "min", onset(share_hi, share_hi))],
-                         hi, STEP_LABELS, modes=modes))
+                          window(n.REWARD_STEP_SHARE_WINDOW, "flowgrpo", exp, "min", onset(share_hi, share_hi))]
+                         + ([Series(n.GPU_HOURS_PER_DAY, run_labels("flowgrpo", exp, bucket="reward_critical_path"),
+                                    f"40.2x{RUN_SAMPLES}")] if exp == "qwen_ocr" else []),
+                         hi, STEP_LABELS, modes=modes,
+                         extra_ctx={key_of(n.GPU_HOURS_PER_DAY, 'bucket="reward_critical_path"'): 40.2}
+                         if exp == "qwen_ocr" else None))
     out.append(quiet(n.ALERT_REWARD_BOUND,
                      "RewardBoundRollout stays quiet for healthy, noisy, warm-up and actor-dominated runs", [
                          window(n.REWARD_BOUND_WINDOW, "p", "healthy_colocated", "min", flat(round(t * 0.5, 2))),

@@ -153,6 +153,50 @@ class Query(Part):
         return self.default if v is None else self.prefix + FORMATS[self.fmt][1](v) + self.suffix
 
 
+def key_of(metric: str, matchers: str = "") -> str:
+    """The ``Ctx.series`` key of a series queried with fixed matchers (``kind="checkpoint"``)."""
+    return f"{metric}{{{matchers}}}" if matchers else metric
+
+
+@dataclass(frozen=True)
+class SeriesValue(Part):
+    """The value of one of the run's series, selected with fixed label values (``fixed``: label -> value,
+    passed to printf as literals) and an optional comparison (``cond``, e.g. ``> 0``): ``prefix + value +
+    suffix`` when the query returns a sample, else ``default``; ``show`` False leaves the value out."""
+    metric: str
+    fmt: str = "dur"
+    prefix: str = ""
+    suffix: str = ""
+    default: str = ""
+    fixed: tuple[tuple[str, str], ...] = ()
+    cond: str = ""
+    show: bool = True
+
+    @property
+    def key(self) -> str:
+        return key_of(self.metric, ",".join(f'{k}="{v}"' for k, v in self.fixed))
+
+    def go(self) -> str:
+        for part in (self.prefix, self.suffix, self.default):
+            Text(part).go()
+        m = "".join(f",{k}=%q" for k, _ in self.fixed)
+        args = "".join(f' "{v}"' for _, v in self.fixed)
+        cond = f" {self.cond}" if self.cond else ""
+        sel = f'printf "{self.metric}{{project=%q,experiment=%q{m}}}{cond}" $labels.project $labels.experiment{args}'
+        body = f"{{{{ . | first | value | {FORMATS[self.fmt][0]} }}}}" if self.show else ""
+        other = f"{{{{ else }}}}{self.default}" if self.default else ""
+        return f"{{{{ with {sel} | query }}}}{self.prefix}{body}{self.suffix}{other}{{{{ end }}}}"
+
+    def expect(self, ctx: Ctx) -> str:
+        v = ctx.series.get(self.key)
+        if v is not None and self.cond:
+            op, _, ref = self.cond.partition(" ")
+            v = v if {">": v > float(ref), ">=": v >= float(ref), "==": v == float(ref)}[op] else None
+        if v is None:
+            return self.default
+        return self.prefix + (FORMATS[self.fmt][1](v) if self.show else "") + self.suffix
+
+
 @dataclass(frozen=True)
 class QueryLabel(Part):
     """A label of one of the run's series (first result): ``prefix + label value + suffix``, or nothing."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .. import names as n
 from . import remedies, stalls
 from .config import Config
-from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Prose, Query, QueryLabel, Value
+from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Prose, Query, QueryLabel, SeriesValue, Value
 
 RUN_BY = "project, experiment"
 RELABELED = 'cause="relabeled_sku"'
@@ -69,6 +69,21 @@ def sel(cfg: Config, metric: str, matchers: str = "") -> str:
     return f"{metric}{{{ms}}}" if ms else metric
 
 
+def cost(bucket: str, what: str) -> SeriesValue:
+    """" At the current rate <what> costs ≈N GPU-hours per day." from the ledger (exporter: median share of
+    the window's steps x GPUs x 24 h); nothing while the run's GPUs are unknown."""
+    return SeriesValue(n.GPU_HOURS_PER_DAY, "f0", f" At the current rate {what} costs about ", " GPU-hours per day.",
+                       fixed=(("bucket", bucket),))
+
+
+def regression_cost(cause: str | None = None) -> Part:
+    """What the regression's cause costs per day: the growth over the baseline x GPUs x 24 h."""
+    text = (" At the current rate the growth costs about ", " GPU-hours per day.")
+    if cause is None:
+        return Query(n.STEP_REGRESSION_GPU_HOURS_PER_DAY, "f0", *text, matchers="cause=%q", label_args=("cause",))
+    return SeriesValue(n.STEP_REGRESSION_GPU_HOURS_PER_DAY, "f0", *text, fixed=(("cause", cause),))
+
+
 def pct(x: float) -> str:
     return f"{x * 100:g}%"
 
@@ -110,7 +125,8 @@ def steps(cfg: Config) -> Group:
         "warning", "Reward scoring is on the critical path of rollout.",
         P(RUN, ": reward scoring held at least ", Value("pct"), " of the generation window (gen + reward) in every one "
           "of the last ", K, f" normal steps (threshold {pct(c.reward_bound.ratio)}) and at least "
-          f"{pct(c.reward_bound.step_share)} of each step", AT_STEP, ". Rollout GPUs wait for the reward model."),
+          f"{pct(c.reward_bound.step_share)} of each step", AT_STEP, ". Rollout GPUs wait for the reward model.",
+          cost("reward_critical_path", "reward on the critical path")),
         c.step_for, {"persistence": "steps"}, remedies.reward_bound(), step=True,
         comment="Reward must both hold the generation window and matter to the step (actor-dominated steps "
                 "gain little from a reward pool)."))
@@ -121,7 +137,7 @@ def steps(cfg: Config) -> Group:
     add(Record("project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k", _window(c, n.GPU_INTER_STAGE_IDLE_WINDOW, "min"),
                comment="GPU-measured inter-stage idle share of the step (omniwatch's NVML sampler), lowest over the\n"
                        "window; present only where the run's GPUs are sampled (max: the worst node's GPUs)."))
-    idle_tail = P(AT_STEP, ".")
+    idle_tail = P(AT_STEP, ".", cost("inter_stage_idle", "the time between phases"))
     add(Alert(
         n.ALERT_IDLE, f"project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k > {c.inter_stage_idle.ratio:g}",
         "warning", "GPUs idle between training stages.",
@@ -187,7 +203,7 @@ def steps(cfg: Config) -> Group:
         "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline.",
         P(RUN, ": the best ", n_label("role"), " MFU of the last ", K, " normal steps is ", Value("pct"),
           " of the run's baseline (median of the ", f"{c.window.baseline} normal steps before them in this trainer "
-          f"incarnation; threshold {pct(c.mfu.drop_ratio)})", AT_STEP, "."),
+          f"incarnation; threshold {pct(c.mfu.drop_ratio)})", AT_STEP, ".", regression_cost("actor")),
         c.step_for, {"persistence": "steps"}, remedies.mfu_drop(), step=True))
 
     # StepTimeRegression --------------------------------------------------------------------------------
@@ -209,7 +225,8 @@ def steps(cfg: Config) -> Group:
         "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own baseline.",
         P(RUN, ": the fastest of the last ", K, " normal steps took ", Value("f2"), "x the run's baseline step time "
           f"(median of the {c.window.baseline} normal steps before them in this trainer incarnation; threshold "
-          f"{c.step_time.regression_ratio:g}x); most of the growth is in ", n_label("cause"), AT_STEP, "."),
+          f"{c.step_time.regression_ratio:g}x); most of the growth is in ", n_label("cause"), AT_STEP, ".",
+          regression_cost()),
         c.step_for, {"persistence": "steps"}, remedies.step_regression(), step=True))
 
     # RewardSaturation -----------------------------------------------------------------------------------
