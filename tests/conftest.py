@@ -87,6 +87,17 @@ def pytest_runtest_makereport(item, call):
             rep.longrepr = (f"skipped without an enabling command (only skip_optional may skip): {reason}")
 
 
+@pytest.fixture(autouse=True)
+def _no_settings_from_the_developers_environment(monkeypatch):
+    """Settings read OMNIWATCH_* variables: a developer's exported token or port must not change what a
+    test sees (tests set what they need through monkeypatch or arguments)."""
+    from omniwatch.settings import CONFIG_ENV, PREFIX, Settings
+    names = {CONFIG_ENV} | {PREFIX + f.upper() for f in Settings.model_fields} | \
+        {PREFIX + f.upper() + "_FILE" for f in Settings.model_fields} | {PREFIX + "EXPORTER_PORT"}
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+
+
 def _no_shared_reads(event: str, args) -> None:
     """Nothing in the repository may read the team's ``../shared`` folder: a clone elsewhere lacks it."""
     if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):

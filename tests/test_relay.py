@@ -50,8 +50,6 @@ def make_app(tmp_path, receivers=(), state_dir=None, retry=None, token=TOKEN, **
 def _env(monkeypatch):
     # Only this area's router: other areas' modules are tested by their own files.
     monkeypatch.setattr(app_mod, "ROUTER_MODULES", ["omniwatch.relay"])
-    monkeypatch.delenv(cfg.CONFIG_ENV, raising=False)
-    monkeypatch.delenv(cfg.GRAFANA_ENV, raising=False)
 
 
 @pytest.fixture
@@ -221,7 +219,7 @@ def test_slack_and_feishu_formats(tmp_path, monkeypatch, receiver):
     monkeypatch.setenv("OMNIWATCH_FEISHU_URL", receiver.url + "/feishu")
     monkeypatch.setenv("OMNIWATCH_FEISHU_POST_URL", receiver.url + "/feishu-post")
     monkeypatch.setenv("OMNIWATCH_FEISHU_SECRET", FEISHU_SIGN_SECRET)
-    monkeypatch.setenv(cfg.GRAFANA_ENV, "http://grafana.local:3000")
+    monkeypatch.setenv("OMNIWATCH_GRAFANA_URL", "http://grafana.local:3000")  # Settings.grafana_url
     app = make_app(tmp_path, [
         {"name": "slack", "type": "slack", "url_env": "OMNIWATCH_SLACK_URL", "channel": "#rl-alerts"},
         {"name": "feishu", "type": "feishu", "url_env": "OMNIWATCH_FEISHU_URL", "secret_env": "OMNIWATCH_FEISHU_SECRET"},

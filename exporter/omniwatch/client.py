@@ -8,14 +8,12 @@ On exit the span (start, end in unix seconds) is queued and a daemon thread POST
 ``$OMNIWATCH_URL/api/v1/phases`` (default ``http://127.0.0.1:19095``) with the bearer token from
 ``$OMNIWATCH_PUSH_TOKEN`` (or ``_FILE``). Nothing here can slow or break training: the queue is bounded
 (spans are dropped, and counted in ``dropped``, when the exporter is unreachable), sends time out after
-2 s, and errors are logged at debug level only. Standard library only, so trainers need no extra
-package. Spans must be timed on the trainer host's clock, like NVML's sample timestamps.
+2 s, and errors are logged at debug level only. Sending uses the standard library only. Spans must be timed on the trainer host's clock, like NVML's sample timestamps.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -29,19 +27,14 @@ BATCH = 100
 
 
 def _token() -> str | None:
-    v = os.environ.get("OMNIWATCH_PUSH_TOKEN")
-    if v:
-        return v.strip()
-    f = os.environ.get("OMNIWATCH_PUSH_TOKEN_FILE")
-    if f and os.path.isfile(f):
-        with open(f) as fh:
-            return fh.read().strip() or None
-    return None
+    from .settings import read_secret
+    return read_secret("OMNIWATCH_PUSH_TOKEN")
 
 
 class Client:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 2.0):
-        self.url = (url or os.environ.get("OMNIWATCH_URL") or DEFAULT_URL).rstrip("/") + "/api/v1/phases"
+        from .settings import env
+        self.url = (url or env("OMNIWATCH_URL") or DEFAULT_URL).rstrip("/") + "/api/v1/phases"
         self.token = token if token is not None else _token()
         self.timeout = timeout
         self.q: queue.Queue = queue.Queue(MAX_QUEUE)

@@ -5,7 +5,6 @@ a table: injected fault -> alert -> steps to detect. The stack stays up for a lo
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import threading
 import time
@@ -21,6 +20,7 @@ from . import names
 from .gpu.devices import nvml_available
 from .gpu.loop import DEFAULT_TRACE
 from .simulate import Fault, RunSpec, step_dict
+from .settings import Settings
 from .stack import DEMO_SUBDIR, Stack, StackConfig, StackError, add_stack_args
 
 PROJECT = "omniwatch-demo"
@@ -282,7 +282,7 @@ def _print_forwarded(con: Console, path: Path, scs: list[Scenario]) -> None:
 def add_commands(sub) -> None:
     p = sub.add_parser("demo", help="native stack + simulated FlowGRPO runs that trip every core alert")
     add_stack_args(p)
-    p.add_argument("--step-seconds", type=float, default=float(os.environ.get("OMNIWATCH_DEMO_STEP_SECONDS", 5.0)),
+    p.add_argument("--step-seconds", type=float, default=Settings().demo_step_seconds,
                    help="wall seconds per simulated step (default %(default)s)")
     p.add_argument("--steps", type=int, default=24, help="steps per simulated run (default %(default)s)")
     p.add_argument("--onset", type=int, default=10, help="step at which each fault starts (default %(default)s)")

@@ -8,7 +8,6 @@ check``: promtool check + promtool test + amtool).
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from . import paths
+from .settings import tool
 
 RULE_GLOB = "*.rules.yml"
 ALERTMANAGER_FILE = "alertmanager.yml"
@@ -81,10 +81,9 @@ def load_alerts(rules_dir: Path | None = None) -> list[Alert]:
 # --- promtool / amtool ---------------------------------------------------------------------------
 def find_tool(*candidates: str) -> str:
     """Path of the first installed candidate binary, else a RulesError that says how to install it."""
-    for name in candidates:
-        found = shutil.which(name)
-        if found:
-            return found
+    found = tool(*candidates)
+    if found:
+        return found
     raise RulesError(f"{' / '.join(candidates)} not found on PATH; install it: {INSTALL_HINT}")
 
 

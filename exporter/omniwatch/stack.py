@@ -23,15 +23,12 @@ import yaml
 
 from . import paths
 from .rules import alertmanager_config_path, rule_files
-from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST
+from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
+                       DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RUN_DIR = ".omniwatch"
 DEMO_SUBDIR = "demo"  # `omniwatch demo` keeps its own stack (configs, TSDB, state, logs) in <run dir>/demo
-DEFAULT_PROMETHEUS_PORT = 19090
-DEFAULT_ALERTMANAGER_PORT = 19093
-DEFAULT_GRAFANA_PORT = 13000
 INSTALL_HINT = ("install it: `sudo apt-get install -y prometheus prometheus-alertmanager` (Debian/Ubuntu), "
                 "or put the official release binaries on PATH")
 
@@ -49,11 +46,8 @@ class StackError(RuntimeError):
 
 
 def find_binary(*names: str) -> str | None:
-    for n in names:
-        p = shutil.which(n)
-        if p:
-            return p
-    return None
+    """One way to find a binary: ``OMNIWATCH_<NAME>`` or PATH (settings.tool)."""
+    return tool(*names)
 
 
 @dataclass
@@ -219,7 +213,8 @@ class Stack:
         prov = paths.dashboards_dir() / "provisioning"
         if not binary or not prov.is_dir():
             return None
-        password = os.environ.get("OMNIWATCH_GRAFANA_ADMIN_PASSWORD")
+        settings = Settings()
+        password = settings.grafana_admin_password.get_secret_value() if settings.grafana_admin_password else None
         if not password:
             log.warning("Grafana found but OMNIWATCH_GRAFANA_ADMIN_PASSWORD is not set: not starting it "
                         "(omniwatch never starts Grafana with a default admin password)")
@@ -228,15 +223,15 @@ class Stack:
         (gdir / "provisioning").mkdir(parents=True, exist_ok=True)
         self._render_grafana_provisioning(prov, gdir / "provisioning")
         argv = [binary] + (["server"] if Path(binary).name == "grafana" else []) + [
-            f"--homepath={os.environ.get('GF_PATHS_HOME', '/usr/share/grafana')}"]
-        env = {"GF_SERVER_HTTP_ADDR": self.cfg.host, "GF_SERVER_HTTP_PORT": str(self.cfg.grafana_port),
+            f"--homepath={env('GF_PATHS_HOME', '/usr/share/grafana')}"]
+        genv = {"GF_SERVER_HTTP_ADDR": self.cfg.host, "GF_SERVER_HTTP_PORT": str(self.cfg.grafana_port),
                "GF_PATHS_DATA": str(gdir / "data"), "GF_PATHS_LOGS": str(self.p("logs")),
                "GF_PATHS_PROVISIONING": str(gdir / "provisioning"),
                "GF_SECURITY_ADMIN_PASSWORD": password,
-               "GF_AUTH_ANONYMOUS_ENABLED": os.environ.get("OMNIWATCH_GRAFANA_ANONYMOUS", "false"),
+               "GF_AUTH_ANONYMOUS_ENABLED": "true" if settings.grafana_anonymous else "false",
                "OMNIWATCH_PROMETHEUS_URL": self.cfg.prometheus_url,
                "OMNIWATCH_DASHBOARDS_DIR": str(paths.dashboards_dir())}
-        return argv, env, f"{self.cfg.grafana_url}/api/health"
+        return argv, genv, f"{self.cfg.grafana_url}/api/health"
 
     def _render_grafana_provisioning(self, src: Path, dst: Path) -> None:
         # The provisioning files use $OMNIWATCH_PROMETHEUS_URL / $OMNIWATCH_DASHBOARDS_DIR, which Grafana
@@ -280,7 +275,7 @@ class Stack:
             self.p(d).mkdir(parents=True, exist_ok=True)
         logf = open(self.p("logs", f"{name}.log"), "ab")
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **env}, cwd=str(self.run_dir), start_new_session=True)
+                                env=process_env(env), cwd=str(self.run_dir), start_new_session=True)
         logf.close()
         self._pidfile(name).write_text(json.dumps({"pid": proc.pid, "argv": argv, "started": time.time()}))
         return proc.pid
@@ -365,7 +360,7 @@ class Stack:
         """Where the dashboards are when this stack started no Grafana: the one line that gets one."""
         if find_binary("grafana", "grafana-server"):
             return "set OMNIWATCH_GRAFANA_ADMIN_PASSWORD and run omniwatch up again"
-        if find_binary("docker") and (os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists()):
+        if find_binary("docker") and (env("DOCKER_HOST") or Path("/var/run/docker.sock").exists()):
             return "make up (docker compose starts Grafana with them)"
         return f"no Grafana here; import into yours: {_short(paths.dashboards_dir())}/*.json"
 
@@ -462,12 +457,14 @@ def cmd_status(args) -> int:
 
 
 def add_stack_args(p) -> None:
-    p.add_argument("--run-dir", default=os.environ.get("OMNIWATCH_RUN_DIR", DEFAULT_RUN_DIR),
+    """Stack flags; their defaults are the settings (OMNIWATCH_RUN_DIR, OMNIWATCH_*_PORT, a settings file)."""
+    s = Settings()
+    p.add_argument("--run-dir", default=s.run_dir,
                    help="configs, data, logs and pid files (default %(default)s, env OMNIWATCH_RUN_DIR)")
-    p.add_argument("--prometheus-port", type=int, default=int(os.environ.get("OMNIWATCH_PROMETHEUS_PORT", DEFAULT_PROMETHEUS_PORT)))
-    p.add_argument("--alertmanager-port", type=int, default=int(os.environ.get("OMNIWATCH_ALERTMANAGER_PORT", DEFAULT_ALERTMANAGER_PORT)))
-    p.add_argument("--exporter-port", type=int, default=int(os.environ.get("OMNIWATCH_EXPORTER_PORT", DEFAULT_EXPORTER_PORT)))
-    p.add_argument("--grafana-port", type=int, default=int(os.environ.get("OMNIWATCH_GRAFANA_PORT", DEFAULT_GRAFANA_PORT)))
+    p.add_argument("--prometheus-port", type=int, default=s.prometheus_port, help="(env OMNIWATCH_PROMETHEUS_PORT)")
+    p.add_argument("--alertmanager-port", type=int, default=s.alertmanager_port, help="(env OMNIWATCH_ALERTMANAGER_PORT)")
+    p.add_argument("--exporter-port", type=int, default=s.port, help="(env OMNIWATCH_EXPORTER_PORT)")
+    p.add_argument("--grafana-port", type=int, default=s.grafana_port, help="(env OMNIWATCH_GRAFANA_PORT)")
 
 
 def add_commands(sub) -> None:

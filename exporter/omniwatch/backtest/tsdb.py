@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from ..settings import tool
+
 log = logging.getLogger(__name__)
 
 RETENTION = "100y"  # old blocks must not be deleted: retention counts back from the newest block
@@ -30,19 +32,20 @@ class ToolError(RuntimeError):
     """A promtool/prometheus binary is missing or failed; the message says which and why."""
 
 
-def binary(name: str, env: str) -> str:
-    path = os.environ.get(env) or shutil.which(name)
+def binary(name: str) -> str:
+    """``name`` on PATH, or the path in ``OMNIWATCH_<NAME>`` (settings.tool: one way everywhere)."""
+    path = tool(name)
     if not path:
-        raise ToolError(f"{name} not found: install Prometheus ({name} on PATH) or set {env}")
+        raise ToolError(f"{name} not found: install Prometheus ({name} on PATH) or set OMNIWATCH_{name.upper()}")
     return path
 
 
 def promtool() -> str:
-    return binary("promtool", "OMNIWATCH_PROMTOOL")
+    return binary("promtool")
 
 
 def prometheus_bin() -> str:
-    return binary("prometheus", "OMNIWATCH_PROMETHEUS")
+    return binary("prometheus")
 
 
 def _run(cmd: list[str], what: str, timeout: float = 1800) -> str:

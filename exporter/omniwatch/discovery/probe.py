@@ -22,6 +22,8 @@ import sys
 import threading
 import time
 
+from ..settings import env, set_env
+
 TQ_CONTROLLER = ("TransferQueueController", "transfer_queue")
 TQ_STORAGE_NAME = re.compile(r"^TransferQueueStorageUnit#(\d+)$")
 # SimpleStorageUnit.storage_unit_id = f"TQ_STORAGE_UNIT_{uuid4().hex[:8]}" (0.1.11); anything else is not a label value we set.
@@ -151,8 +153,8 @@ def _temp_dir(ray) -> str | None:
 def _token_available() -> bool:
     """Ray >= 2.5x clusters started by ray.init use token auth by default; a process that merely
     attaches only sends the token when RAY_AUTH_MODE=token. The token itself is never read here."""
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-    return bool(os.environ.get("RAY_AUTH_TOKEN")) or os.path.isfile(path)
+    path = env("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    return bool(env("RAY_AUTH_TOKEN")) or os.path.isfile(path)
 
 
 def _connect(ray, address: str):
@@ -179,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if not a.once:
         threading.Thread(target=_exit_when_parent_goes, args=(sys.stdin,), daemon=True).start()
-    if os.environ.get("RAY_AUTH_MODE") is None and _token_available():
-        os.environ["RAY_AUTH_MODE"] = "token"  # read by Ray's core when it loads: set before the import
+    if env("RAY_AUTH_MODE") is None and _token_available():
+        set_env("RAY_AUTH_MODE", "token")  # read by Ray's core when it loads: set before the import
     try:
         import ray
     except ImportError:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import time
 
@@ -30,7 +29,7 @@ from .. import jsonin
 from .attribution import Attributor
 from .collector import GpuCollector, mfu_checks
 from .devices import NvmlBackend, nvml_available
-from .peaks import DEVICE_FLOPS_ENV, parse_override
+from .peaks import parse_override
 from .sampler import GpuSampler
 
 log = logging.getLogger(__name__)
@@ -70,15 +69,17 @@ def check_span(s: SpanIn, now: float) -> str | None:
     return None
 
 
-def _opt(extra: dict, key: str, env: str, default=None):
-    v = extra.get(key)
-    return v if v is not None else os.environ.get(env, default)
+def _opt(settings, key: str):
+    """An option set on this exporter (``settings.extra``: flags that parse into objects, tests), else the
+    setting (OMNIWATCH_GPU, ...)."""
+    v = (getattr(settings, "extra", {}) or {}).get(key)
+    return v if v is not None else getattr(settings, key)
 
 
 def init(app) -> None:
     settings, store, registry = app.state.settings, app.state.store, app.state.registry
     extra = getattr(settings, "extra", {}) or {}
-    mode = str(_opt(extra, "gpu", "OMNIWATCH_GPU", "auto")).lower()
+    mode = str(_opt(settings, "gpu")).lower()
     sampler = attributor = None
     backend = extra.get("gpu_backend")  # a devices.Backend object: replays and tests
     if mode != "off":
@@ -86,16 +87,17 @@ def init(app) -> None:
         if why is not None:
             log.info("GPU sampling off (gpu=auto): %s", why)
         else:
-            sampler = GpuSampler(backend or NvmlBackend(), store, node=extra.get("gpu_node"),
-                                 threshold=float(_opt(extra, "gpu_busy_threshold", "OMNIWATCH_GPU_BUSY_THRESHOLD", 50)),
-                                 interval_s=float(extra.get("gpu_interval_s", 1.0)), required=mode == "on")
+            sampler = GpuSampler(backend or NvmlBackend(), store, node=_opt(settings, "gpu_node"),
+                                 threshold=float(_opt(settings, "gpu_busy_threshold")),
+                                 interval_s=float(_opt(settings, "gpu_interval_s")), required=mode == "on")
             default = "off" if getattr(backend, "replayed", False) else "on"
-            evidence = str(_opt(extra, "gpu_inter_stage_evidence", "OMNIWATCH_GPU_INTER_STAGE_EVIDENCE", default))
+            evidence = str(_opt(settings, "gpu_inter_stage_evidence") or default)
             attributor = Attributor(sampler, store, evidence=evidence.lower() not in ("off", "0", "false", "no"))
             store.listeners.append(attributor.on_step)
             _tie_to_lifespan(app, sampler)
-    trainer = parse_override(_opt(extra, "gpu_trainer_flops_tflops", DEVICE_FLOPS_ENV))
-    peak = parse_override(str(extra["gpu_peak_tflops"])) if extra.get("gpu_peak_tflops") is not None else None
+    trainer = parse_override(_opt(settings, "gpu_trainer_flops_tflops"))
+    peak_setting = _opt(settings, "gpu_peak_tflops")
+    peak = parse_override(str(peak_setting)) if peak_setting is not None else None
     collector = GpuCollector(sampler, attributor, store, peak_tflops=peak, trainer_flops_tflops=trainer)
     registry.register(collector)
     app.state.gpu = collector

@@ -6,7 +6,6 @@ Alertmanager's own retry covers anything that happens before that (exporter down
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -114,7 +113,7 @@ def relay_status(request: Request):
 
 
 def config_path(settings) -> str | None:
-    return os.environ.get(cfg.CONFIG_ENV) or (settings.extra or {}).get("relay_config")
+    return (settings.extra or {}).get("relay_config") or settings.relay_config
 
 
 def init(app) -> None:
@@ -130,7 +129,7 @@ def init(app) -> None:
         storage_error = f"{type(e).__name__}: {e}; alert history and outbox are in memory only"
         log.error("relay storage in %s unusable: %s", settings.state_dir, storage_error)
         db = AlertDB(None, keep=keep)
-    relay = Relay(db, cfg.load(config_path(settings)))
+    relay = Relay(db, cfg.load(config_path(settings), settings.grafana_url))
     relay.storage_error = storage_error
     set_storage_up(app.state.store, relay, storage_error is None)
     app.state.relay = relay

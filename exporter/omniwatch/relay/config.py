@@ -11,7 +11,6 @@ error in ``/api/v1/relay/status``; it never stops the exporter.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +20,7 @@ import yaml
 from ..redact import redact as redact_shapes
 from ..settings import read_secret
 
-CONFIG_ENV = "OMNIWATCH_RELAY_CONFIG"
-GRAFANA_ENV = "OMNIWATCH_GRAFANA_URL"
+CONFIG_ENV = "OMNIWATCH_RELAY_CONFIG"  # Settings.relay_config
 TYPES = ("webhook", "slack", "feishu")
 FEISHU_FORMATS = ("interactive", "post")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -129,9 +127,9 @@ def _receiver(i: int, raw: object) -> Receiver:
     return r
 
 
-def load(path: str | None) -> RelayConfig:
-    """Read the relay config; problems end up in ``.error`` fields, never as exceptions."""
-    grafana = os.environ.get(GRAFANA_ENV) or None
+def load(path: str | None, grafana: str | None = None) -> RelayConfig:
+    """Read the relay config; problems end up in ``.error`` fields, never as exceptions. ``grafana`` is
+    the Grafana base URL messages link to (Settings.grafana_url, OMNIWATCH_GRAFANA_URL)."""
     if not path:
         return RelayConfig(grafana_url=grafana)
     try:
