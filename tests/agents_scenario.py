@@ -67,8 +67,7 @@ def main(out_path: str) -> int:
     from ray.cluster_utils import Cluster
 
     from omniwatch import agents
-    from omniwatch.agents.api import mount
-    from omniwatch.server import BackgroundServer, Exporter
+        from omniwatch.server import BackgroundServer, Exporter
     from omniwatch.settings import Settings
 
     cluster = srv = prom = None
@@ -78,7 +77,6 @@ def main(out_path: str) -> int:
         settings.extra["discovery"] = False
         settings.extra["gpu"] = "off"
         ex = Exporter.build(settings)
-        mount(ex.app)
         srv = BackgroundServer(ex.app).start()
         exp = srv.url
 

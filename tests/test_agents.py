@@ -15,7 +15,6 @@ import pytest
 
 from conftest import wait_for
 from omniwatch.agents import placement
-from omniwatch.agents.api import mount
 from omniwatch.agents.node import NodeAgent
 from omniwatch.agents.registry import SOURCE, AgentRegistry, RegistryFull, check_registration
 from omniwatch.model import RunStore
@@ -92,8 +91,6 @@ def exporter(monkeypatch):
     settings = Settings.from_env(port=0)
     settings.extra.update(discovery=False, gpu="off")
     ex = Exporter.build(settings)
-    mount(ex.app)
-    mount(ex.app)  # idempotent
     srv = BackgroundServer(ex.app).start()
     try:
         yield srv
@@ -136,7 +133,6 @@ def test_disabled_without_push_token(monkeypatch):
     settings = Settings.from_env(port=0)
     settings.extra.update(discovery=False, gpu="off")
     ex = Exporter.build(settings)
-    mount(ex.app)
     srv = BackgroundServer(ex.app).start()
     try:
         r = httpx.post(srv.url + "/api/v1/agents", json={"node": "n", "address": "h:1"}, headers=AUTH)

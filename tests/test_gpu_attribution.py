@@ -9,12 +9,10 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from omniwatch import app as app_mod
 from omniwatch.analytics import analyze_step
 from omniwatch.app import create_app
 from omniwatch.client import Client
 from omniwatch.exposition import make_registry
-from omniwatch.gpu import api as gpu_api
 from omniwatch.gpu.attribution import INTER_STAGE, MAX_OPEN_SPANS_PER_RUN, Attributor
 from omniwatch.gpu.devices import TraceBackend, TraceDevice
 from omniwatch.gpu.sampler import GpuSampler
@@ -107,9 +105,6 @@ def build_app(samples=(), token=TOKEN):
     dev = TraceDevice(0, "GPU-1", "NVIDIA H200", deque([list(samples)]), memory_total=143771 << 20)
     settings = Settings(push_token=token, extra={"gpu": "on", "gpu_backend": TraceBackend([dev]), "gpu_node": "n"})
     app = create_app(store, make_registry(store), settings)
-    if "omniwatch.gpu.api" not in app_mod.ROUTER_MODULES:  # until the lead lists the module
-        gpu_api.init(app)
-        app.include_router(gpu_api.router)
     return app, store
 
 
@@ -356,8 +351,6 @@ def test_inter_stage_evidence_option(backend, extra, published):
     store = RunStore(window=1)
     settings = Settings(push_token=TOKEN, extra={"gpu": "on", "gpu_backend": be, "gpu_node": "n", **extra})
     app = create_app(store, make_registry(store), settings)
-    if "omniwatch.gpu.api" not in app_mod.ROUTER_MODULES:
-        gpu_api.init(app)
     a = app.state.gpu.attributor
     a.inter_stage.opened(("p", "e"))
     a.inter_stage.closed(("p", "e"), 1, True, 0.4)

@@ -209,7 +209,7 @@ def test_a_pool_of_4_descriptors_follows_200_files(tmp_path):
     src.poll_once()
     assert store.runs[("p0", "e0")].steps_total == 3 and src.open_files() <= 4
     src.stop()
-    assert _fds() == before
+    assert _fds() <= before  # nothing left open (other tests' objects may be collected meanwhile)
 
 
 def test_long_idle_files_are_polled_less_and_a_resumed_run_is_seen_within_idle_every_polls(tmp_path):

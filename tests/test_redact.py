@@ -20,7 +20,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from prometheus_client import generate_latest
 
-from omniwatch import app as app_mod
+from omniwatch import app as app_mod, push
+from omniwatch.relay import api as relay_api
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
 from omniwatch.model import RunStore
@@ -267,7 +268,7 @@ def test_secret_keys_and_token_named_dirs_never_reach_metrics_state_or_logs(tmp_
 
 @pytest.fixture
 def relay_app(tmp_path, monkeypatch):
-    monkeypatch.setattr(app_mod, "ROUTER_MODULES", ["omniwatch.sources.push", "omniwatch.relay"])
+    monkeypatch.setattr(app_mod, "AREAS", (push, relay_api))
     rcv = Receiver().start()
     receivers = []
     for kind in ("slack", "feishu", "webhook"):

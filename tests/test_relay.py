@@ -19,7 +19,7 @@ from omniwatch import app as app_mod
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
 from omniwatch.model import RunStore
-from omniwatch.relay import config as cfg, messages, payload
+from omniwatch.relay import api as relay_api, config as cfg, messages, payload
 from omniwatch.relay.deliver import DELIVERY_HEADER
 from omniwatch.settings import Settings
 from relay_support import Receiver, fixture_bodies, free_port, wait_for
@@ -49,7 +49,7 @@ def make_app(tmp_path, receivers=(), state_dir=None, retry=None, token=TOKEN, **
 @pytest.fixture(autouse=True)
 def _env(monkeypatch):
     # Only this area's router: other areas' modules are tested by their own files.
-    monkeypatch.setattr(app_mod, "ROUTER_MODULES", ["omniwatch.relay"])
+    monkeypatch.setattr(app_mod, "AREAS", (relay_api,))
 
 
 @pytest.fixture

@@ -28,7 +28,8 @@ HOOK_SECRET = "e2eHOOKsecretPATHvalue77"
 LAUNCHER = textwrap.dedent("""
     import sys, uvicorn
     from omniwatch import app as app_mod
-    app_mod.ROUTER_MODULES = ["omniwatch.relay"]  # this area only; other areas test their own routers
+    from omniwatch.relay import api as relay_api
+    app_mod.AREAS = (relay_api,)  # this area only; other areas test their own routers
     from omniwatch.exposition import make_registry
     from omniwatch.model import RunStore
     from omniwatch.settings import Settings

@@ -12,7 +12,6 @@ import yaml
 
 from conftest import REPO, fixture_path, require_binary
 from omniwatch import names as n
-from omniwatch.agents.api import mount
 from omniwatch.parse import parse_jsonl_line
 from omniwatch.rules import rule_files
 from omniwatch.server import BackgroundServer, Exporter
@@ -44,7 +43,6 @@ def exporter():
     settings = Settings.from_env(port=0)
     settings.extra.update(discovery=False, gpu="off")
     ex = Exporter.build(settings)
-    mount(ex.app)
     for line in fixture_path("flowgrpo_reward_bound").read_bytes().splitlines():
         if line.strip():
             ex.store.ingest(PROJECT, EXPERIMENT, parse_jsonl_line(line), "jsonl", feed=EXPERIMENT)

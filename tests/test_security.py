@@ -17,7 +17,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from conftest import require_binary
-from omniwatch import app as app_mod, names
+from omniwatch import web
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
 from omniwatch.model import RunStore
@@ -131,7 +131,7 @@ def test_native_stack_refuses_grafana_without_an_admin_password(tmp_path, monkey
 
 # --- tokens --------------------------------------------------------------------------------------------
 def test_require_token_compares_in_constant_time_by_inspection():
-    tree = ast.parse(inspect.getsource(app_mod.require_token))
+    tree = ast.parse(inspect.getsource(web.require_token))
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     assert any(isinstance(c.func, ast.Attribute) and c.func.attr == "compare_digest" for c in calls)
     # no ==/!= between the presented and the expected token

@@ -20,7 +20,7 @@ from .exposition import make_registry
 from .gpu.loop import gpu_option, settings_extra
 from .model import RunStore
 from .redact import install_log_redaction
-from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings
+from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_listen
 from .sources.files import FileSource, FilesCollector
 
 log = logging.getLogger(__name__)
@@ -85,14 +85,6 @@ class Exporter:
                 log.exception("stopping %s", s)
         if self.checkpointer is not None:
             self.checkpointer.stop()  # the final checkpoint, after the sources stopped reading
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        return DEFAULT_HOST, int(value)
-    host = host.strip("[]") or DEFAULT_HOST
-    return host, int(port)
 
 
 def add_exporter_args(p: argparse.ArgumentParser) -> None:

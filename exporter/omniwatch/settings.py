@@ -73,6 +73,15 @@ def tool(*names: str) -> str | None:
     return None
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """``--listen HOST:PORT`` (or ``PORT``, ``:PORT``, ``[::1]:PORT``); the host defaults to loopback."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return DEFAULT_HOST, int(value)
+    host = host.strip("[]") or DEFAULT_HOST
+    return host, int(port)
+
+
 def read_secret(name: str) -> str | None:
     """``$NAME`` or the contents of the file named by ``$NAME_FILE``; None when neither is set."""
     v = os.environ.get(name)

@@ -2,7 +2,7 @@
 supervisor actor (``placement``), registered with the exporter's agent registry (``registry``,
 ``api``: ``POST /api/v1/agents``, ``GET /api/v1/agents/sd``).
 
-Exposes ``router`` + ``init(app)`` (app.ROUTER_MODULES), ``add_commands(sub)`` (cli.COMMAND_MODULES:
+Exposes ``router`` + ``init(app)`` (app.AREAS), ``add_commands(sub)`` (cli.COMMAND_MODULES:
 ``omniwatch agent``, ``omniwatch agents start|status|stop``) and ``start()/stop()`` for Python callers.
 Importing this package never imports Ray.
 """

@@ -1,4 +1,4 @@
-"""Exporter side of the node agents (``app.ROUTER_MODULES`` entry ``omniwatch.agents``):
+"""Exporter side of the node agents (one of ``app.AREAS``):
 
 - ``POST /api/v1/agents`` (bearer = push token): ``{"node", "address": "host:port", "ttl_s"?, "node_id"?}``,
   sent by every agent every few seconds (register = heartbeat);
@@ -17,6 +17,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from .. import jsonin
+from ..web import area_state, on_lifespan, require_token
 from .registry import AgentRegistry, RegistryFull, check_registration
 
 router = APIRouter()
@@ -24,12 +25,10 @@ SWEEP_S = 1.0
 
 
 def _registry(request: Request) -> AgentRegistry:
-    from ..app import area_state  # late: app imports this module
     return area_state(request, "agents", "agent registry")
 
 
 def _require_token(request: Request) -> None:
-    from ..app import require_token  # late: app imports this module
     require_token(request, request.app.state.settings.push_token, "push")
 
 
@@ -96,14 +95,4 @@ def init(app) -> None:
         for t in threads:
             t.join(timeout=5)
 
-    from ..app import on_lifespan
     on_lifespan(app, start, finish)
-
-
-def mount(app) -> None:
-    """init + include_router for an app built before ``omniwatch.agents`` is in app.ROUTER_MODULES
-    (tests, embedding); a no-op when create_app already mounted it."""
-    if getattr(app.state, "agents", None) is not None:
-        return
-    init(app)
-    app.include_router(router)

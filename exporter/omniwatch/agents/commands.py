@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 
-from ..server import parse_listen
+from ..settings import parse_listen
 
 
 def cmd_agent(args) -> int:

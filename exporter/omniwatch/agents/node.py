@@ -20,19 +20,20 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
 from ..exposition import make_registry
+from ..gpu import api as gpu_api
+from ..web import base_app, mount
 from ..model import RunStore
 from ..settings import Settings, read_secret
 
 log = logging.getLogger(__name__)
 
-# Node-local areas an agent mounts (each exposes ``router`` and ``init(app)`` like app.ROUTER_MODULES).
-AGENT_ROUTER_MODULES = ["omniwatch.gpu.api"]
+# Node-local areas an agent mounts (each a module with ``router`` and ``init(app)``, like app.AREAS).
+AGENT_AREAS = (gpu_api,)
 DEFAULT_HEARTBEAT_S = 10.0
 
 
 def build_app(settings: Settings, store: RunStore) -> FastAPI:
     """A small FastAPI app: /metrics, /healthz and the node-local routers that are installed."""
-    from ..app import base_app, mount_areas  # late: app imports the agents package
     app = base_app(store, make_registry(store), settings, "omniwatch node agent",
                    health={"mode": "agent", "node": settings.extra.get("gpu_node")})
 
@@ -40,7 +41,7 @@ def build_app(settings: Settings, store: RunStore) -> FastAPI:
     def index():
         return '<html><body><h1>omniwatch node agent</h1><a href="/metrics">/metrics</a></body></html>'
 
-    mount_areas(app, AGENT_ROUTER_MODULES)
+    mount(app, *AGENT_AREAS)
     return app
 
 

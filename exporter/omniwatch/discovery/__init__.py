@@ -2,7 +2,7 @@
 controller (and storage units), vLLM-Omni rollout and vLLM reward-model servers, and Ray's node
 metrics agents — served to Prometheus through HTTP service discovery (``GET /api/v1/sd``).
 
-Exposes ``router`` and ``init(app)`` (app.py ROUTER_MODULES) and ``add_commands(sub)``
+Exposes ``router`` and ``init(app)`` (app.py AREAS) and ``add_commands(sub)``
 (cli.py COMMAND_MODULES: ``omniwatch discover``).
 """
 from .api import init, router

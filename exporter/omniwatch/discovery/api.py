@@ -13,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import names as n
+from ..web import on_lifespan
 from .config import from_settings
 from .service import Discovery
 from .targets import KINDS, http_sd
@@ -72,5 +73,4 @@ def init(app) -> None:
     disc = Discovery(cfg, store=app.state.store)
     app.state.discovery = disc
     app.state.registry.register(DiscoveryCollector(disc))
-    from ..app import on_lifespan
     on_lifespan(app, disc.start, disc.stop)

@@ -1,4 +1,4 @@
-"""Wiring into the exporter app (listed in ``app.ROUTER_MODULES`` as ``omniwatch.gpu.api``):
+"""Wiring into the exporter app (one of ``app.AREAS``):
 starts the NVML sampler, registers the GPU collector and the step listener, and serves
 
 - ``POST /api/v1/phases`` (bearer = push token): exact phase spans from ``omniwatch.client.phase``;
@@ -26,6 +26,7 @@ from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, Field
 
 from .. import jsonin
+from ..web import area_state, on_lifespan, require_token
 from .attribution import Attributor
 from .collector import GpuCollector, mfu_checks
 from .devices import NvmlBackend, nvml_available
@@ -105,18 +106,15 @@ def init(app) -> None:
 
 def _tie_to_lifespan(app, sampler: GpuSampler) -> None:
     """Sample while the server runs."""
-    from ..app import on_lifespan
     on_lifespan(app, sampler.start, sampler.stop)
 
 
 def _collector(request: Request) -> GpuCollector:
-    from ..app import area_state  # late: app imports this module
     return area_state(request, "gpu", "GPU module")
 
 
 @router.post("/api/v1/phases")
 async def post_phases(request: Request):
-    from ..app import require_token  # late: app imports this module
     require_token(request, request.app.state.settings.push_token, "push")
     c = _collector(request)
     store = request.app.state.store

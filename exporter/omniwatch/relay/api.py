@@ -12,8 +12,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from .. import app as app_mod
 from ..redact import redact_tree
+from ..web import area_state, on_lifespan, require_token
 from . import config as cfg
 from .deliver import Relay, RelayCollector
 from .payload import PayloadError, go_time, parse
@@ -28,14 +28,14 @@ STOP_SECONDS = 0.5
 
 
 def _relay(request: Request) -> Relay:
-    return app_mod.area_state(request, "relay", "relay")
+    return area_state(request, "relay", "relay")
 
 
 @router.post("/api/v1/alertmanager")
 async def alertmanager_webhook(request: Request):
     st = request.app.state
     try:
-        app_mod.require_token(request, st.settings.webhook_token, "webhook")
+        require_token(request, st.settings.webhook_token, "webhook")
     except HTTPException as e:
         st.store.count_error(SOURCE, "unauthorized" if e.status_code == 401 else "disabled")
         raise
@@ -136,4 +136,4 @@ def init(app) -> None:
     app.state.registry.register(RelayCollector(relay))
     # Bounded at shutdown: a delivery hanging on a stuck receiver (up to its HTTP timeout) must not hold
     # SIGTERM; its outbox row stays pending and the next process sends it again (same delivery id).
-    app_mod.on_lifespan(app, relay.start, lambda: relay.stop(timeout=STOP_SECONDS))
+    on_lifespan(app, relay.start, lambda: relay.stop(timeout=STOP_SECONDS))

@@ -1,2 +1,3 @@
-"""Sources feed the run model: verl JSONL files, console logs, HTTP push (and, in their own packages,
-NVML and Ray discovery). Each reports ``omniwatch_source_up{source,target}`` and counts its skips."""
+"""Sources feed the run model: verl JSONL files and console logs (file tails). HTTP push is a router
+(``push.py``); NVML and Ray discovery live in their own packages. Each reports
+``omniwatch_source_up{source,target}`` and counts its skips. A source never imports the web layer."""

@@ -9,10 +9,10 @@ import re
 
 from fastapi import APIRouter, HTTPException, Request
 
-from .. import jsonin
-from ..app import require_token
-from ..parse import LineError, parse_record
-from ..redact import looks_like_credential
+from . import jsonin
+from .parse import LineError, parse_record
+from .redact import looks_like_credential
+from .web import require_token
 
 router = APIRouter()
 SOURCE = "push"
