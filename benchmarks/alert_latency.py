@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import orjson
 
-from common import faulty_spec, free_port, median, wait_until
+from common import faulty_spec, median
+from omniwatch.proc import free_port, wait_for
 from omniwatch import names
 from omniwatch.simulate import RunSpec, step_dict
 from omniwatch.stack import Stack, StackConfig
@@ -58,7 +59,7 @@ def _trial(stack: Stack, root: Path, trial: int, timeout: float) -> dict[str, fl
 
     def write_stalled():
         last = _append(root / f"{stalled}.jsonl", RunSpec(pace=STALL_PACE, seed=trial), 1, 8, gap=STALL_PACE)
-        typical = wait_until(lambda: _metric(stack.cfg.exporter_url, names.TYPICAL_STEP, stalled), 30,
+        typical = wait_for(lambda: _metric(stack.cfg.exporter_url, names.TYPICAL_STEP, stalled), 30,
                              what="typical step of the stalled run")
         arrival = _metric(stack.cfg.exporter_url, names.LAST_STEP_TS, stalled) or last
         t0[names.ALERT_STALLED] = arrival + 3 * typical
@@ -84,7 +85,7 @@ def _trial(stack: Stack, root: Path, trial: int, timeout: float) -> dict[str, fl
         return len(got) == len(want)
 
     try:
-        wait_until(arrived, timeout, interval=0.5, what="every core alert at the webhook")
+        wait_for(arrived, timeout, interval=0.5, what="every core alert at the webhook")
     except TimeoutError:
         pass
     return {name: got[name] - t0[name] if name in got and name in t0 else float("nan") for name in want}

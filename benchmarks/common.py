@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import orjson
 
+from omniwatch.proc import free_port, stop, wait_for
 from omniwatch.simulate import Fault, RunSpec, step_dict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,26 +74,6 @@ def thread_count(pid: int | None = None) -> int:
     return 0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(fn, timeout: float, interval: float = 0.1, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as e:  # noqa: BLE001 - keep polling until the deadline
-            last = e
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-
-
 @contextmanager
 def serve_process(args: list[str], env: dict | None = None, log: Path | None = None):
     """``omniwatch serve`` on a free loopback port as a subprocess; yields (proc, base_url)."""
@@ -106,15 +85,10 @@ def serve_process(args: list[str], env: dict | None = None, log: Path | None = N
                             stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: proc.poll() is None and httpx.get(url + "/healthz", timeout=1).status_code == 200,
-                   30, what="omniwatch serve")
+        wait_for(lambda: proc.poll() is None and httpx.get(url + "/healthz", timeout=1).status_code == 200,
+                 30, 0.1, what="omniwatch serve")
         yield proc, url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc, 10)
         if log:
             out.close()

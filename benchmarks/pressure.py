@@ -26,7 +26,8 @@ from pathlib import Path
 import httpx
 import orjson
 
-from common import free_port, median, pct, wait_until
+from common import median, pct
+from omniwatch.proc import free_port, wait_for
 
 TICK = os.sysconf("SC_CLK_TCK")
 IDLE_SETTLE_S = 32.0
@@ -41,7 +42,7 @@ class Proc:
                "WARNING", "serve", "--listen", f"127.0.0.1:{self.port}", *args]
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        wait_until(lambda: self.proc.poll() is None and httpx.get(self.url + "/healthz", timeout=1).status_code == 200,
+        wait_for(lambda: self.proc.poll() is None and httpx.get(self.url + "/healthz", timeout=1).status_code == 200,
                    60, what="omniwatch serve")
 
     def fds(self) -> int:
@@ -85,7 +86,7 @@ def _watch_once(root: Path, n: int, extra: list[str], nofile: int, poll: float, 
              tmp / f"files-{nofile}.log")
     try:
         t0 = time.monotonic()  # progress read from /api/v1/runs: a 5,000-run /metrics every 0.5 s would slow ingest
-        wait_until(lambda: len(httpx.get(p.url + "/api/v1/runs", timeout=30).json()) == n, 300, 1.0, what=f"{n} runs")
+        wait_for(lambda: len(httpx.get(p.url + "/api/v1/runs", timeout=30).json()) == n, 300, 1.0, what=f"{n} runs")
         ingest_s = time.monotonic() - t0
         time.sleep(IDLE_SETTLE_S)  # steady state: files unchanged for 30 s are looked at every 4th poll
         fds = p.fds()
@@ -170,7 +171,7 @@ def connections(idle: int = 1000, scrapes: int = 200) -> dict:
         p = Proc(["--watch", str(tmp / "verl-logs")], 1024, tmp / "conns.log")
         socks: list[socket.socket] = []
         try:
-            wait_until(lambda: p.metric("omniwatch_runs") == 20, 60, what="20 runs")
+            wait_for(lambda: p.metric("omniwatch_runs") == 20, 60, what="20 runs")
             base = _scrapes(p.port, scrapes)
             fds0 = p.fds()
             t0 = time.monotonic()

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from omniwatch.proc import free_port, stop as stop_process, wait_for
+
+# The one free_port / wait_for / stop_process (omniwatch.proc), re-exported for the tests.
+__all__ = ["free_port", "stop_process", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -108,28 +111,6 @@ def _no_shared_reads(event: str, args) -> None:
 
 _SHARED_PREFIX = str(REPO.parent / "shared") + os.sep
 sys.addaudithook(_no_shared_reads)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(fn, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
-    """Poll ``fn`` until it returns a truthy value; bounded by ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except Exception as e:  # noqa: BLE001 - keep polling, report the last error
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def require_binary(name: str, *alts: str) -> str:

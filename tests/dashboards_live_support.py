@@ -11,7 +11,6 @@ Used by tests/test_dashboards_live.py; ``python -m tests.dashboards_live_support
 PNGs committed under docs/img from the same setup."""
 from __future__ import annotations
 
-import contextlib
 import socket
 import subprocess
 import tempfile
@@ -24,10 +23,11 @@ import orjson
 import uvicorn
 import yaml
 
-from omniwatch import demo_endpoints, names
+from omniwatch import demo_endpoints, names, proc
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
 from omniwatch.gpu import loop
+from omniwatch.proc import free_port
 from omniwatch.model import RunStore
 from omniwatch.parse import parse_jsonl_line
 from omniwatch.settings import Settings
@@ -54,11 +54,6 @@ def _bind() -> socket.socket:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     return s
-
-
-def _free_port() -> int:
-    with contextlib.closing(_bind()) as s:
-        return s.getsockname()[1]
 
 
 class LiveStack:
@@ -134,7 +129,7 @@ class LiveStack:
     def start(self) -> "LiveStack":
         exporter_port = self._start_exporter()
         self.demo, demo_port = demo_endpoints.start()
-        prom_port = _free_port()
+        prom_port = free_port()
         cfg = self._prometheus_config(exporter_port, demo_port)
         self.procs.append(subprocess.Popen(
             [self.prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={self.tmp.name}/data",
@@ -186,12 +181,7 @@ class LiveStack:
     def stop(self) -> None:
         self._stop.set()
         for p in self.procs:
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
+            proc.stop(p, 10)
         if self.demo is not None:
             demo_endpoints.stop(self.demo)
         if self.server is not None:

@@ -11,11 +11,11 @@ OUT.json; the pytest asserts on that. Every wait is bounded; everything started 
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +24,9 @@ import traceback
 
 import httpx
 import yaml
+
+from omniwatch import proc
+from omniwatch.proc import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -40,14 +43,6 @@ def step(name: str) -> None:
     print(f"[scenario {time.monotonic() - T0:6.1f}s] {name}", flush=True)
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def spawn(args: list[str], **kw) -> tuple[subprocess.Popen, dict]:
     """Start a child that prints one JSON line (its port) first."""
     p = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True, **kw)
@@ -56,19 +51,16 @@ def spawn(args: list[str], **kw) -> tuple[subprocess.Popen, dict]:
     return p, json.loads(line)
 
 
-def wait_for(what: str, fn, timeout: float, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as e:  # noqa: BLE001 — keep polling, remember why
-            last = f"{type(e).__name__}: {e}"
-        time.sleep(every)
-    obs.setdefault("timeouts", []).append(f"{what}: last={str(last)[:300]}")
-    return None
+def wait_observed(obs: dict, what: str, fn, timeout: float, every: float = 0.5):
+    """``proc.wait_for`` that records a timeout among the observations (the pytest side judges them)."""
+    try:
+        return proc.wait_for(fn, timeout, every, what)
+    except TimeoutError as e:
+        obs.setdefault("timeouts", []).append(str(e)[:400])
+        return None
+
+
+wait_for = functools.partial(wait_observed, obs)
 
 
 def prom_query(prom: str, q: str) -> list[dict]:
@@ -245,15 +237,7 @@ def main(out_path: str) -> int:
     finally:
         step("cleanup")
         for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+            proc.stop(p, 10, group=True)
         try:
             ray.shutdown()
         except Exception:

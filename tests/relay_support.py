@@ -2,23 +2,19 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from omniwatch.proc import free_port, wait_for
+
+__all__ = ["Receiver", "fixture_bodies", "free_port", "wait_for"]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "endpoints" / "alertmanager_0.25_webhook_and_slack.jsonl"
 
 
 def fixture_bodies(path: str = "/alert") -> list[dict]:
     return [d["body"] for d in map(json.loads, FIXTURE.read_text().splitlines()) if d["path"] == path]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Receiver:
@@ -86,12 +82,3 @@ class Receiver:
             raise AssertionError(f"expected {n} accepted requests, got {len(self.accepted)} "
                                  f"({len(self.requests)} requests in all)")
 
-
-def wait_for(pred, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -5,40 +5,19 @@ test (expressions, labels and annotations unchanged: the rules are read from ale
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import yaml
 
+from omniwatch import proc
+from omniwatch.proc import free_port, poll
 from omniwatch.rules import rule_files
 
 http = httpx.Client(timeout=5, trust_env=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def poll(fn, timeout: float, every: float = 0.5):
-    """fn() until truthy, at most ``timeout`` seconds; returns the last value (falsy on timeout)."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except Exception:  # noqa: BLE001 - keep polling (a process still starting, a reset connection)
-            last = None
-        if last:
-            return last
-        time.sleep(every)
-    return last
+__all__ = ["Prometheus", "cpu_seconds", "fast_rule_files", "free_port", "http", "poll"]
 
 
 def fast_rule_files(dst: Path, hold: str = "1s") -> list[Path]:
@@ -109,13 +88,8 @@ class Prometheus:
 
     def stop(self) -> None:
         p, self.proc = self.proc, None
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        if p is not None:
+            proc.stop(p, 15)
         if getattr(self, "_log", None):
             self._log.close()
         if self._tmp is not None:

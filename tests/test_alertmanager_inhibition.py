@@ -17,7 +17,7 @@ import yaml
 
 from omniwatch import names, rules
 
-from .conftest import free_port, require_tool as tool
+from .conftest import free_port, require_tool as tool, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -64,12 +64,7 @@ def alertmanager(tmp_path_factory):
                 pytest.fail("alertmanager did not become ready")
             yield client
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc, 10)
         log.close()
 
 

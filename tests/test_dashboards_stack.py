@@ -88,7 +88,7 @@ def _wait_ready(prom: str, timeout: float) -> None:
         "gpu phases": lambda: bool(_query(prom, f"rate({names.GPU_PHASE_IDLE_SECONDS_TOTAL}{{{run}}}[1m])")),
         "gpu idle ratio": lambda: bool(_query(prom, f"{names.GPU_IDLE_RATIO}{{{run}}}")),
         "demo endpoints": lambda: bool(_query(prom, "rate(vllm_omni:e2e_request_latency_s_count[1m]) > 0")),
-        "alerts": lambda: bool(_query(prom, f'ALERTS{{experiment=~".+"}}')),
+        "alerts": lambda: bool(_query(prom, 'ALERTS{experiment=~".+"}')),
     }
     pending = dict(checks)
     deadline = time.monotonic() + timeout

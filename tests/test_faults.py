@@ -6,10 +6,8 @@ Every process is started here and stopped in ``finally``; every wait is bounded.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +20,6 @@ import orjson
 import pytest
 
 from omniwatch import names
-from omniwatch.analytics import phase_of
 from omniwatch.simulate import Fault, RunSpec, step_dict
 from omniwatch.stack import Stack, StackConfig
 

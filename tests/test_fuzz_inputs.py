@@ -7,7 +7,6 @@ import json
 import math
 
 import orjson
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from omniwatch.model import RunStore

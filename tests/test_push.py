@@ -2,7 +2,6 @@
 import pytest
 from fastapi.testclient import TestClient
 
-from omniwatch import names
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
 from omniwatch.model import RunStore

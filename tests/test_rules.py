@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from omniwatch import names, rules
 from omniwatch.alerting.config import DEFAULT

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import httpx
-import pytest
 import yaml
 from fastapi.testclient import TestClient
 
@@ -324,7 +323,7 @@ def test_secret_step_keys_never_reach_logs(tmp_path, caplog):
 def test_prometheus_rejects_lifecycle_and_admin_calls(tmp_path):
     """Behaviour, not only argv: a real Prometheus started the way the stack starts it answers 403/404
     to /-/quit, /-/reload and the TSDB admin API."""
-    from conftest import free_port, require_binary, wait_for
+    from conftest import free_port, require_binary, stop_process, wait_for
     import subprocess
     prom = require_binary("prometheus")
     port = free_port()
@@ -341,5 +340,4 @@ def test_prometheus_rejects_lifecycle_and_admin_calls(tmp_path):
         assert snap.status_code != 200 and "admin APIs disabled" in snap.text
         assert httpx.get(url + "/-/ready", timeout=5).status_code == 200
     finally:
-        proc.terminate()
-        proc.wait(15)
+        stop_process(proc, 15)

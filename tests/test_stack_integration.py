@@ -160,7 +160,7 @@ def test_every_core_alert_reaches_the_webhook_and_the_healthy_run_stays_silent(s
         return not state["missing"]
     try:
         wait_for(fired, 150, interval=1.0, what="every core alert at /api/v1/alerts")
-    except AssertionError:
+    except TimeoutError:
         raise AssertionError(f"alerts never reached the webhook: {state.get('missing')}") from None
     alerts = webhook_alerts(stack)
     healthy = [a for a in alerts if a["labels"].get("experiment") == "flowgrpo_healthy"]

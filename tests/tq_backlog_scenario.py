@@ -21,11 +21,10 @@ bodies); the pytest asserts on that. Every wait is bounded; everything started i
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,10 +34,13 @@ import traceback
 import httpx
 import yaml
 
+from omniwatch import proc
+from omniwatch.proc import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 sys.path.insert(0, TESTS)
-from discovery_scenario import stop_own_ray  # noqa: E402  (kills only this scenario's Ray processes)
+from discovery_scenario import stop_own_ray, wait_observed  # noqa: E402  (kills only this scenario's Ray processes)
 
 PY = sys.executable
 BIN = os.path.dirname(PY)
@@ -63,27 +65,7 @@ def step(name: str) -> None:
     print(f"[tq scenario {time.monotonic() - T0:6.1f}s] {name}", flush=True)
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_for(what: str, fn, timeout: float, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as e:  # noqa: BLE001 - keep polling, remember why
-            last = f"{type(e).__name__}: {e}"
-        time.sleep(every)
-    obs.setdefault("timeouts", []).append(f"{what}: last={str(last)[:300]}")
-    return None
+wait_for = functools.partial(wait_observed, obs)
 
 
 def q(prom: str, expr: str, at: float | None = None) -> list[dict]:
@@ -288,15 +270,7 @@ def main(out_dir: str) -> int:
     finally:
         step("cleanup")
         for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+            proc.stop(p, 10, group=True)
         try:
             ray.shutdown()
         except Exception:

@@ -4,7 +4,7 @@ injecting one fault after healthy steps. It prints every alert as it reaches the
 a table: injected fault -> alert -> steps to detect. The stack stays up for a look (``make down``)."""
 from __future__ import annotations
 
-import importlib
+import shutil
 import sys
 import threading
 import time
@@ -16,8 +16,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from . import names
+from . import demo_endpoints, names
 from .gpu.devices import nvml_available
+from .proc import free_port
 from .gpu.loop import DEFAULT_TRACE
 from .simulate import Fault, RunSpec, step_dict
 from .settings import Settings
@@ -83,25 +84,6 @@ def write_run(sc: Scenario, root: Path, pace: float, stop: threading.Event) -> N
             stop.wait(max(0.0, pace - (time.monotonic() - t0)))
 
 
-def _free_port(host: str) -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _endpoints_scrape(stack_cfg: StackConfig, port: int):
-    """Realistic vLLM-Omni / TransferQueue / GPU / Ray series for the dashboards (the demo cannot run a
-    real vLLM-Omni or GPU), with the real metric names, joined by target labels to two demo runs (each its
-    own endpoint set), so every run-scoped panel shows that it keeps runs apart."""
-    try:
-        mod = importlib.import_module("omniwatch.demo_endpoints")
-    except ModuleNotFoundError:
-        return None, []
-    return mod, mod.scrape_configs(stack_cfg.host, port, PROJECT, "reward-bound-colocated",
-                                   also=[(PROJECT, "v1-transfer-idle")])
-
-
 def gpu_args() -> tuple[list[str], str]:
     """The exporter's GPU flags: the real GPUs when NVML works here, else the recorded H200 trace
     replayed as a live GPU (so the GPU and phase-idle panels have data); and a line saying which."""
@@ -124,12 +106,15 @@ def run_demo(args) -> int:
     cfg = StackConfig(run_dir=run_dir, prometheus_port=args.prometheus_port, alertmanager_port=args.alertmanager_port,
                       exporter_port=args.exporter_port, grafana_port=args.grafana_port, profile="fast",
                       watch=[str(root)], exporter_args=["--poll-interval", "0.2"] + gpu)
-    ep_port = _free_port(cfg.host)
-    ep_mod, extra = _endpoints_scrape(cfg, ep_port)
-    cfg.extra_scrape_configs = extra
+    ep_port = free_port(cfg.host)
+    # Realistic vLLM-Omni / TransferQueue / GPU / Ray series for the dashboards (the demo cannot run a real
+    # vLLM-Omni or GPU), with the real metric names, joined by target labels to two demo runs (each its own
+    # endpoint set), so every run-scoped panel shows that it keeps runs apart.
+    cfg.extra_scrape_configs = demo_endpoints.scrape_configs(cfg.host, ep_port, PROJECT, "reward-bound-colocated",
+                                                             also=[(PROJECT, "v1-transfer-idle")])
     # The relay forwards every notification to a local receiver (a generic JSON webhook), as it would to
     # Slack or Feishu; the URL is passed by environment, as the relay requires for every receiver URL.
-    rcv_port = _free_port(cfg.host)
+    rcv_port = free_port(cfg.host)
     received = run_dir.resolve() / "demo-receiver.jsonl"
     relay_cfg = run_dir.resolve() / "config" / "receivers.yml"
     cfg.exporter_env = {"OMNIWATCH_RELAY_CONFIG": str(relay_cfg),
@@ -137,7 +122,6 @@ def run_demo(args) -> int:
     stack = Stack(cfg)
     stack.down()
     # A demo starts clean: no TSDB, Alertmanager state, alert history or exporter checkpoint of an earlier one.
-    import shutil
     for sub in ("data", "state"):
         shutil.rmtree(stack.p(sub), ignore_errors=True)
     relay_cfg.parent.mkdir(parents=True, exist_ok=True)
@@ -153,8 +137,7 @@ def run_demo(args) -> int:
     try:
         stack.start("receiver", [sys.executable, "-m", "omniwatch.demo_receiver", "--port", str(rcv_port),
                                  "--out", str(received)], {})
-        if ep_mod is not None:
-            stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo_endpoints", "--port", str(ep_port)], {})
+        stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo_endpoints", "--port", str(ep_port)], {})
         started = stack.up()
     except StackError as e:
         con.print(f"[red]omniwatch demo: {e}[/]")

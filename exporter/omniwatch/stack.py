@@ -11,7 +11,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from . import paths
+from . import paths, proc
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -274,11 +273,11 @@ class Stack:
         for d in ("logs", "pids"):
             self.p(d).mkdir(parents=True, exist_ok=True)
         logf = open(self.p("logs", f"{name}.log"), "ab")
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        child = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=process_env(env), cwd=str(self.run_dir), start_new_session=True)
         logf.close()
-        self._pidfile(name).write_text(json.dumps({"pid": proc.pid, "argv": argv, "started": time.time()}))
-        return proc.pid
+        self._pidfile(name).write_text(json.dumps({"pid": child.pid, "argv": argv, "started": time.time()}))
+        return child.pid
 
     def wait_ready(self, name: str, url: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -315,21 +314,7 @@ class Stack:
         if not info:
             return False
         if self._alive(info):
-            pid = info["pid"]
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + timeout
-            while self._alive(info) and time.monotonic() < deadline:
-                time.sleep(0.1)
-                _reap(pid)
-            if self._alive(info):
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                _reap(pid)
+            proc.stop(info["pid"], timeout, group=True, alive=lambda: self._alive(info))
         self._pidfile(name).unlink(missing_ok=True)
         return True
 
@@ -371,13 +356,6 @@ class Stack:
             return StackConfig(**raw)
         except (OSError, ValueError, TypeError):
             return self.cfg
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 # -- CLI ---------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from .. import proc
+from ..proc import free_port
 from ..settings import tool
 
 log = logging.getLogger(__name__)
@@ -75,12 +76,6 @@ def create_blocks_from_rules(rule_file: str, url: str, start: float, end: float,
           f"--max-block-duration={block_hours}h",
           f"--start={int(start)}", f"--end={int(end) + 1}", f"--eval-interval={int(eval_interval * 1000)}ms",
           f"--output-dir={data_dir}", rule_file], "promtool tsdb create-blocks-from rules")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class TempPrometheus:
@@ -142,13 +137,7 @@ class TempPrometheus:
             self._client = None
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        proc.stop(self.proc, 15)
         self.proc = None
 
     def stop(self) -> None:

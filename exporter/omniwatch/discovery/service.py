@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .. import proc
 from .config import DiscoveryConfig
 from .targets import KINDS, Target, dedupe, read_ray_sd_file, read_rollout_prometheus_file
 
@@ -60,8 +61,8 @@ class RayProbe:
         self.latest = self.hello = None
         threading.Thread(target=self._read, args=(self.proc,), name="omniwatch-ray-probe-reader", daemon=True).start()
 
-    def _read(self, proc: subprocess.Popen) -> None:
-        for line in proc.stdout:  # type: ignore[union-attr]
+    def _read(self, child: subprocess.Popen) -> None:
+        for line in child.stdout:  # type: ignore[union-attr]
             try:
                 msg = json.loads(line)
             except ValueError:
@@ -69,7 +70,7 @@ class RayProbe:
             if not isinstance(msg, dict):
                 continue
             with self.lock:
-                if proc is not self.proc:
+                if child is not self.proc:
                     return
                 self.last_line = time.monotonic()
                 if msg.get("hello"):
@@ -95,13 +96,7 @@ class RayProbe:
                 p.stdin.close()
         except OSError:
             pass
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
+        proc.stop(p, 5)
 
     def tick(self) -> None:
         """Called once per discovery round from the discovery thread."""
