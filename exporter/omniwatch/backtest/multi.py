@@ -1,0 +1,300 @@
+"""Backtest many finished runs in ONE pass: one backfill (every run its own RunStore, its own
+``project``/``experiment`` labels), one promtool conversion, one set of recording-rule levels and one
+temporary Prometheus that evaluates every alerting rule once for all runs.
+
+Each run gives exactly what :func:`~.backtest.backtest` gives for it alone (tested on the fixtures):
+
+- **Same clock phase.** Runs are moved onto one stretch of time (so the evaluation range is the longest
+  run, not the calendar span of all of them) by whole multiples of ``lcm(scrape, eval interval)``: each
+  run keeps its phase against the scrape and evaluation grids, so its scrapes and evaluations fall at the
+  same offsets from its steps as in its own backtest.
+- **Same window.** A run's series are scraped from its first step to its own last step + tail, and its
+  alerts run Prometheus' state machine over its own evaluation timestamps only.
+- **Same queries, fewer samples** (what makes 50 runs of 500 steps take seconds, not hours):
+  only the metric families the evaluated rules read are written (``rule_families``), rendered by
+  :class:`FamilyRender` (prometheus_client's OpenMetrics text for those families, byte for byte; tested),
+  and a series that holds one value over many scrapes is written every ``lookback / interval - 1`` scrapes
+  and at its last scrape instead of at every one (``sparse``). An instant selector (and a subquery)
+  returns the latest sample within the lookback, so every instant query returns what it returns over the
+  dense samples. A rule that reads a written family through a range selector (``rate(x[5m])``,
+  ``max_over_time``) would see fewer samples: then everything is written densely (``needs_dense``).
+
+``observe(run_index, entry_index, store, record)`` is called after every ingested line: the run report
+reads the ledger and window statistics of the very RunStore that renders the scrapes.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from prometheus_client.utils import floatToGoString
+
+from ..exposition import OWNED, RunCollector
+from ..model import RunStore
+from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
+from .backtest import AlertHit, BacktestResult, _hit, eval_times, tail_for
+from .evaluate import Firing, alert_labels, firing_intervals
+from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, SampleGrid
+from .ruleset import RuleSet, _IDENT, load
+from .runfile import RecordedRun
+from .timeline import Timeline
+from .tsdb import TempPrometheus, create_blocks_from_openmetrics
+
+EVAL_THREADS = 4
+LOOKBACK = 300.0  # TempPrometheus' --query.lookback-delta (5m)
+_RANGE = re.compile(r"([a-zA-Z_:][\w:]*)\s*(?:\{[^}]*\})?\s*\[")
+OWNED_NAMES = {(m[: -len("_total")] if m.endswith("_total") else m) for m in OWNED}
+
+
+def rule_families(rules: RuleSet, alerts=None) -> set[str]:
+    """Metric names the evaluated alerting rules read (their same-group recordings inlined) and the
+    recording rules they need read; counters both with and without ``_total``."""
+    alerts = rules.evaluated() if alerts is None else alerts
+    ids: set[str] = set()
+    for a in alerts:
+        ids.update(_IDENT.findall(a.eval_expr))
+    for r in rules.needed_recordings(alerts, inlined=True):
+        ids.update(_IDENT.findall(r.expr))
+    return ids | {i[: -len("_total")] for i in ids if i.endswith("_total")}
+
+
+def needs_dense(rules: RuleSet, families: set[str], alerts=None) -> bool:
+    """True when a rule reads one of ``families`` through a range selector (sparse samples would change
+    what it sees)."""
+    alerts = rules.evaluated() if alerts is None else alerts
+    exprs = [a.eval_expr for a in alerts] + [r.expr for r in rules.needed_recordings(alerts, inlined=True)]
+    written = {f for f in families if f in OWNED_NAMES or f.startswith("verl_")}
+    written |= {f + "_total" for f in written}
+    return any(m[1] in written for e in exprs for m in _RANGE.finditer(e))
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+class FamilyRender:
+    """The store's registry as OpenMetrics text (what ``generate_latest`` writes), restricted to the
+    families in ``keep`` (None: all). The exporter's own collector builds the families; only the
+    formatting is done here, without the per-character escaping that makes ``generate_latest`` the
+    slowest part of a long backfill."""
+
+    def __init__(self, store: RunStore, keep: set[str] | None = None):
+        self.collector = RunCollector(store)
+        self.keep = keep
+        # owned families to find before the collector can stop (passthrough verl_* families come after)
+        self._owned_wanted = None if keep is None or any(k.startswith("verl_") for k in keep) \
+            else OWNED_NAMES & keep
+
+    def text(self) -> str:
+        out: list[str] = []
+        seen = 0
+        gen = self.collector.collect()
+        for fam in gen:
+            name = fam.name
+            if self.keep is not None and name not in self.keep:
+                continue
+            out.append(f"# HELP {name} {_escape(fam.documentation)}\n# TYPE {name} {fam.type}\n")
+            if fam.unit:
+                out.append(f"# UNIT {name} {fam.unit}\n")
+            for s in fam.samples:
+                if s.labels:
+                    lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+                    out.append(f"{s.name}{{{lab}}} {floatToGoString(s.value)}\n")
+                else:
+                    out.append(f"{s.name} {floatToGoString(s.value)}\n")
+            if self._owned_wanted is not None:
+                seen += 1
+                if seen >= len(self._owned_wanted):
+                    gen.close()  # what the rules read is rendered; skip the passthrough families
+                    break
+        out.append("# EOF\n")
+        return "".join(out)
+
+
+def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | None = None) -> int:
+    """Like ``SampleGrid.write`` but a run of one value over scrapes [lo, hi) is written at lo, every
+    ``every`` scrapes after it and at hi - 1 (instant queries see the same value at every time: a
+    sample stays visible for the lookback, and ``every`` scrapes are less than that). ``up`` is dense."""
+    ts = [f"{t // 1000}.{t % 1000:03d}" for t in grid.times_ms]
+    n = 0
+    lo_up, hi_up = up_range or (0, len(ts))
+    if hi_up > lo_up:
+        out.write("# HELP up 1 if the target was scraped (backfilled: the exporter was up).\n# TYPE up gauge\n")
+        prefix = "up{" + grid._target + "} " + floatToGoString(1.0) + " "
+        out.write("".join(prefix + ts[k] + "\n" for k in range(lo_up, hi_up)))
+        n += hi_up - lo_up
+    for fam in grid.families.values():
+        if not fam.series:
+            continue
+        out.write("\n".join(fam.meta) + "\n")
+        for prefix, runs in fam.series.items():
+            last_hi = -1
+            for lo, hi, value in sorted(runs):
+                if lo < last_hi:
+                    raise ValueError(f"series {prefix} is written twice for one scrape: two runs share its labels")
+                last_hi = hi
+                idx = list(range(lo, hi, every))
+                if idx[-1] != hi - 1:
+                    idx.append(hi - 1)
+                head = f"{prefix} {value} "
+                out.write("".join(head + ts[k] + "\n" for k in idx))
+                n += len(idx)
+    out.write("# EOF\n")
+    return n
+
+
+@dataclass
+class RunPlan:
+    run: RecordedRun
+    timeline: Timeline
+    lo: int = 0   # its first scrape (index into the shared grid)
+    hi: int = 0   # one past its last scrape
+    first_ms: int = 0  # its first and last scrape times: its own evaluation range
+    last_ms: int = 0
+
+
+def align(timelines: list[Timeline], period_ms: int) -> list[Timeline]:
+    """Move every timeline onto the earliest one's stretch by whole multiples of ``period_ms``."""
+    base = min(t.arrivals[0] for t in timelines)
+    out = []
+    for t in timelines:
+        shift = math.floor((t.arrivals[0] - base) * 1000 / period_ms) * period_ms / 1000
+        out.append(Timeline(t.start - shift, [a - shift for a in t.arrivals], list(t.steps)))
+    return out
+
+
+def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = None, eval_interval: float = 15.0,
+                  scrape_interval: float = DEFAULT_SCRAPE_INTERVAL, starts: list[float | None] | None = None,
+                  pace: float | None = None, progress=None,
+                  observe: Callable[[int, int, RunStore, object], None] | None = None,
+                  store_kwargs: dict | None = None, sparse: bool = True, all_families: bool = False,
+                  job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE) -> list[BacktestResult]:
+    """One result per run, in order. Runs must have distinct (project, experiment) labels."""
+    progress = progress or NullProgress()
+    if not runs:
+        return []
+    keys = [(r.project, r.experiment) for r in runs]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise ValueError(f"runs share project/experiment labels (give them distinct labels): {dup[:3]}")
+    rules = load(rules_dir)
+    alerts = rules.evaluated()
+    families = None if all_families else rule_families(rules, alerts)
+    if sparse and (families is None or needs_dense(rules, families, alerts)):
+        sparse = False
+    starts = starts or [None] * len(runs)
+    iv = max(1, round(scrape_interval * 1000))
+    ev = max(1, round(eval_interval * 1000))
+    timelines = align([Timeline.of(r, s, pace) for r, s in zip(runs, starts)], math.lcm(iv, ev))
+    tail = tail_for(rules, eval_interval, scrape_interval)
+    plans = [RunPlan(r, t) for r, t in zip(runs, timelines)]
+    first = min(math.ceil(t.arrivals[0] * 1000 / iv) * iv for t in timelines)
+    last = max(math.floor((t.end + tail) * 1000 / iv) * iv for t in timelines)
+    times = list(range(first, max(first, last) + 1, iv))
+    grid = SampleGrid(times, job, instance)
+    progress.phase(f"ingest + render {len(runs)} run(s)", sum(len(r.entries) for r in runs))
+    for ri, p in enumerate(plans):
+        p.lo = bisect.bisect_left(times, math.ceil(p.timeline.arrivals[0] * 1000 / iv) * iv)
+        p.hi = bisect.bisect_right(times, math.floor((p.timeline.end + tail) * 1000 / iv) * iv)
+        p.first_ms, p.last_ms = times[p.lo], times[p.hi - 1]
+        _render(ri, p, grid, times, families, observe, store_kwargs, progress)
+    with tempfile.TemporaryDirectory(prefix="omniwatch-backtest-") as tmp:
+        data_dir = str(Path(tmp) / "data")
+        Path(data_dir).mkdir()
+        with _staging(data_dir) as stage:
+            om_file = str(Path(stage) / "runs.om.txt")
+            progress.phase("write OpenMetrics")
+            with open(om_file, "w", encoding="utf-8") as f:
+                samples = write_sparse(grid, f, max(1, int(LOOKBACK * 1000 // iv) - 1)) if sparse else grid.write(f)
+            progress.phase("promtool create-blocks-from openmetrics")
+            blocks = str(Path(stage) / "data")
+            create_blocks_from_openmetrics(om_file, blocks)
+            bf = Backfill(runs[0], timelines[0], times, blocks, "", samples)
+            recordings = rules.needed_recordings(alerts, inlined=True)
+            if recordings:
+                backfill_recordings(bf, recordings, eval_interval, progress)
+            _move_blocks(blocks, data_dir)
+        etimes = eval_times(times[0] / 1000, times[-1] / 1000, eval_interval)
+        hits: list[list[AlertHit]] = [[] for _ in runs]
+        with TempPrometheus(data_dir) as prom:
+            progress.phase("evaluate alerting rules", len(alerts))
+            # Rules are independent queries: Prometheus runs them on all cores at once.
+            with ThreadPoolExecutor(EVAL_THREADS) as pool:
+                for found in pool.map(lambda rule: list(_evaluate(prom, rule, etimes, plans)), alerts):
+                    for ri, h in found:
+                        hits[ri].append(h)
+                    progress.advance()
+    out = []
+    per_run_points = [len(eval_times(p.first_ms / 1000, p.last_ms / 1000, eval_interval)) for p in plans]
+    for ri, p in enumerate(plans):
+        hs = sorted(hits[ri], key=lambda h: (h.first_index, h.alertname, sorted(h.labels.items())))
+        out.append(BacktestResult(p.run, p.timeline, hs, rules.skipped(), [a.name for a in alerts],
+                                  per_run_points[ri], samples))
+    return out
+
+
+def _render(ri: int, p: RunPlan, grid: SampleGrid, times: list[int], families, observe, store_kwargs,
+            progress) -> None:
+    """Feed one run to its own RunStore in simulated time (as ``backfill.render_run``), rendering what
+    each scrape of its stretch of the grid would have seen."""
+    run, tl = p.run, p.timeline
+    now = [tl.arrivals[0]]
+    store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
+    store.set_source_up(run.kind, run.path, True)
+    render = FamilyRender(store, families)
+    arrivals_ms = [round(a * 1000) for a in tl.arrivals]
+    n = len(run.entries)
+    for i, entry in enumerate(run.entries):
+        now[0] = tl.arrivals[i]
+        rec = store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
+        if observe is not None:
+            observe(ri, i, store, rec)
+        lo = max(p.lo, bisect.bisect_left(times, arrivals_ms[i]))
+        hi = min(p.hi, bisect.bisect_left(times, arrivals_ms[i + 1])) if i + 1 < n else p.hi
+        if hi > lo:  # a step overtaken before the next scrape is never seen
+            grid.add_render(render.text(), lo, hi)
+        progress.advance()
+
+
+def _owner(labels: dict[str, str], plans: list[RunPlan], by_key: dict) -> list[int]:
+    """Which runs an alert label set belongs to: its project/experiment, else the run whose file is its
+    ``target``, else every run (a label-less alert such as the exporter being absent)."""
+    k = (labels.get("project"), labels.get("experiment"))
+    if k in by_key:
+        return [by_key[k]]
+    tgt = labels.get("target")
+    hit = [i for i, p in enumerate(plans) if tgt and p.run.path == tgt]
+    return hit or list(range(len(plans)))
+
+
+def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable[tuple[int, AlertHit]]:
+    """The rule at every timestamp, then per label set and per owning run Prometheus' state machine over
+    that run's own evaluation timestamps (as its own backtest evaluates it)."""
+    if not etimes:
+        return
+    step = etimes[1] - etimes[0] if len(etimes) > 1 else 15.0
+    index = {round(t * 1000): k for k, t in enumerate(etimes)}
+    truth: dict[tuple, tuple[dict, list[bool]]] = {}
+    for series in prom.query_range(rule.eval_expr, etimes[0], etimes[-1], step):
+        labels = alert_labels(rule, series["metric"])
+        key = tuple(sorted(labels.items()))
+        _, flags = truth.setdefault(key, (labels, [False] * len(etimes)))
+        for ts, _v in series["values"]:
+            k = index.get(round(float(ts) * 1000))
+            if k is not None:
+                flags[k] = True
+    by_key = {(p.run.project, p.run.experiment): i for i, p in enumerate(plans)}
+    for labels, flags in truth.values():
+        for ri in _owner(labels, plans, by_key):
+            p = plans[ri]
+            k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
+            k1 = bisect.bisect_right(etimes, p.last_ms / 1000 + 1e-6)
+            sub_t, sub_f = etimes[k0:k1], flags[k0:k1]
+            for iv in firing_intervals(sub_f, sub_t, rule.hold, rule.keep_firing_for):
+                yield ri, _hit(Firing(rule, labels, sub_t[iv.first], sub_t[iv.last]), p.timeline)
