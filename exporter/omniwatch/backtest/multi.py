@@ -174,8 +174,10 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
                   pace: float | None = None, progress=None,
                   observe: Callable[[int, int, RunStore, object], None] | None = None,
                   store_kwargs: dict | None = None, sparse: bool = True, all_families: bool = False,
-                  job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE) -> list[BacktestResult]:
-    """One result per run, in order. Runs must have distinct (project, experiment) labels."""
+                  job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE, evaluate: bool = True) -> list[BacktestResult]:
+    """One result per run, in order. Runs must have distinct (project, experiment) labels.
+    ``evaluate=False``: only the replay (``observe`` still sees every step); no scrape, no Prometheus,
+    no alerts (``not_evaluated`` says so)."""
     progress = progress or NullProgress()
     if not runs:
         return []
@@ -183,6 +185,8 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
     if len(set(keys)) != len(keys):
         dup = sorted({k for k in keys if keys.count(k) > 1})
         raise ValueError(f"runs share project/experiment labels (give them distinct labels): {dup[:3]}")
+    if not evaluate:
+        return _replay_only(runs, starts, pace, observe, store_kwargs, progress)
     rules = load(rules_dir)
     alerts = rules.evaluated()
     families = None if all_families else rule_families(rules, alerts)
@@ -239,7 +243,20 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
     return out
 
 
-def _render(ri: int, p: RunPlan, grid: SampleGrid, times: list[int], families, observe, store_kwargs,
+NOT_EVALUATED = "alerts not evaluated (--no-alerts): only the replay ran"
+
+
+def _replay_only(runs, starts, pace, observe, store_kwargs, progress) -> list[BacktestResult]:
+    out = []
+    progress.phase(f"replay {len(runs)} run(s)", sum(len(r.entries) for r in runs))
+    for ri, (r, s) in enumerate(zip(runs, starts or [None] * len(runs))):
+        p = RunPlan(r, Timeline.of(r, s, pace))
+        _render(ri, p, None, [], None, observe, store_kwargs, progress)
+        out.append(BacktestResult(r, p.timeline, [], {"*": NOT_EVALUATED}, [], 0, 0))
+    return out
+
+
+def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], families, observe, store_kwargs,
             progress) -> None:
     """Feed one run to its own RunStore in simulated time (as ``backfill.render_run``), rendering what
     each scrape of its stretch of the grid would have seen."""
@@ -255,6 +272,9 @@ def _render(ri: int, p: RunPlan, grid: SampleGrid, times: list[int], families, o
         rec = store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
         if observe is not None:
             observe(ri, i, store, rec)
+        if grid is None:
+            progress.advance()
+            continue
         lo = max(p.lo, bisect.bisect_left(times, arrivals_ms[i]))
         hi = min(p.hi, bisect.bisect_left(times, arrivals_ms[i + 1])) if i + 1 < n else p.hi
         if hi > lo:  # a step overtaken before the next scrape is never seen

@@ -36,7 +36,8 @@ def file_facts(paths: list[str], args, progress, kind: str | None = None) -> lis
     runs = load_runs(paths, kind=kind, project=getattr(args, "project", None) if len(paths) == 1 else None,
                      experiment=getattr(args, "experiment", None) if len(paths) == 1 else None)
     return facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=progress,
-                         starts=[args.start] * len(runs) if getattr(args, "start", None) else None)
+                         starts=[args.start] * len(runs) if getattr(args, "start", None) else None,
+                         alerts=not args.no_alerts)
 
 
 def live(args, project: str, experiment: str) -> RunFacts:
@@ -142,6 +143,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--until", type=_time, help="with --prometheus: the end of the range (default now)")
     p.add_argument("--since", type=_duration, default=30 * 86400.0, help="with --prometheus: how far back to look (default 30d)")
     p.add_argument("--resolution", type=_duration, default=15.0, help="with --prometheus: query step (default 15s)")
+    p.add_argument("--no-alerts", action="store_true", help="replay only: no Prometheus, no alert timeline or verdict")
     p.add_argument("--json", action="store_true", help="print the facts as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
