@@ -192,7 +192,10 @@ def test_sparse_samples_answer_every_instant_query_as_dense_ones():
 
 
 @pytest.mark.integration
-def test_one_prometheus_pass_gives_each_run_its_own_backtest():
+def test_one_prometheus_pass_gives_each_run_its_own_backtest(monkeypatch):
+    """Same alerts (label sets, first and last steps) and evaluation points as a backtest per run, with
+    the runs rendered in this process or by forked workers; the report facts are the same either way."""
+    from omniwatch.backtest import multi
     names = ["flowgrpo_reward_bound", "v1_transfer_idle", "flowgrpo_mfu_above_one"]
     runs = [load_run(str(fixture_path(n))) for n in names]
     many = backtest_many(runs)
@@ -200,6 +203,14 @@ def test_one_prometheus_pass_gives_each_run_its_own_backtest():
         one = backtest(r)
         assert m.as_json()["alerts"] == one.as_json()["alerts"] and m.as_json()["alerts"]
         assert m.eval_points == one.eval_points
+    monkeypatch.setattr(multi, "PARALLEL_MIN_LINES", 0)
+    par = facts_of_runs([load_run(str(fixture_path(n))) for n in names], workers=2)
+    for f, m in zip(par, many):
+        assert [a.as_json() for a in f.alerts] == m.as_json()["alerts"]
+    monkeypatch.setattr(multi, "PARALLEL_MIN_LINES", 10**9)
+    ser = facts_of_runs([load_run(str(fixture_path(n))) for n in names])
+    for a, b in zip(par, ser):
+        assert a.gpu_seconds == b.gpu_seconds and a.steps == b.steps and a.modes == b.modes
 
 
 # --- the verdict -----------------------------------------------------------------------------------------

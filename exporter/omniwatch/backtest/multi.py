@@ -174,8 +174,12 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
                   pace: float | None = None, progress=None,
                   observe: Callable[[int, int, RunStore, object], None] | None = None,
                   store_kwargs: dict | None = None, sparse: bool = True, all_families: bool = False,
-                  job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE, evaluate: bool = True) -> list[BacktestResult]:
+                  job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE, evaluate: bool = True,
+                  workers: int | None = None) -> list[BacktestResult]:
     """One result per run, in order. Runs must have distinct (project, experiment) labels.
+    ``workers``: processes that replay and render runs (default: one per core, for runs with at least
+    ``PARALLEL_MIN_LINES`` lines in all); ``observe`` then also needs ``state(run_index)`` and
+    ``restore(run_index, state)`` to bring what it saw in a worker back.
     ``evaluate=False``: only the replay (``observe`` still sees every step); no scrape, no Prometheus,
     no alerts (``not_evaluated`` says so)."""
     progress = progress or NullProgress()
@@ -203,11 +207,11 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
     times = list(range(first, max(first, last) + 1, iv))
     grid = SampleGrid(times, job, instance)
     progress.phase(f"ingest + render {len(runs)} run(s)", sum(len(r.entries) for r in runs))
-    for ri, p in enumerate(plans):
+    for p in plans:
         p.lo = bisect.bisect_left(times, math.ceil(p.timeline.arrivals[0] * 1000 / iv) * iv)
         p.hi = bisect.bisect_right(times, math.floor((p.timeline.end + tail) * 1000 / iv) * iv)
         p.first_ms, p.last_ms = times[p.lo], times[p.hi - 1]
-        _render(ri, p, grid, times, families, observe, store_kwargs, progress)
+    _render_all(plans, grid, times, families, observe, store_kwargs, progress, workers)
     with tempfile.TemporaryDirectory(prefix="omniwatch-backtest-") as tmp:
         data_dir = str(Path(tmp) / "data")
         Path(data_dir).mkdir()
@@ -241,6 +245,52 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
         out.append(BacktestResult(p.run, p.timeline, hs, rules.skipped(), [a.name for a in alerts],
                                   per_run_points[ri], samples))
     return out
+
+
+PARALLEL_MIN_LINES = 5_000
+_WORK: tuple = ()  # what forked render workers read (copy-on-write)
+
+
+def _render_all(plans, grid, times, families, observe, store_kwargs, progress, workers) -> None:
+    """Render every run into ``grid``: in this process, or split over forked worker processes whose
+    grids are merged (runs never share a series: their labels differ)."""
+    import multiprocessing
+    import os
+    global _WORK
+    n_lines = sum(len(p.run.entries) for p in plans)
+    workers = min(workers or os.cpu_count() or 1, len(plans))
+    parallel = (workers > 1 and n_lines >= PARALLEL_MIN_LINES and "fork" in multiprocessing.get_all_start_methods()
+                and (observe is None or hasattr(observe, "state")))
+    if not parallel:
+        for ri, p in enumerate(plans):
+            _render(ri, p, grid, times, families, observe, store_kwargs, progress)
+        return
+    _WORK = (plans, times, families, observe, store_kwargs, grid.job, grid.instance)
+    try:
+        groups = [list(range(w, len(plans), workers)) for w in range(workers)]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for fams, states, lines in pool.imap_unordered(_render_group, groups):
+                for name, fam in fams.items():
+                    mine = grid.families.get(name)
+                    if mine is None:
+                        grid.families[name] = fam
+                        continue
+                    for prefix, runs in fam.series.items():
+                        mine.series.setdefault(prefix, []).extend(runs)
+                for ri, st in states.items():
+                    observe.restore(ri, st)
+                progress.advance(lines)
+    finally:
+        _WORK = ()
+
+
+def _render_group(group: list[int]):
+    plans, times, families, observe, store_kwargs, job, instance = _WORK
+    grid = SampleGrid(times, job, instance)
+    for ri in group:
+        _render(ri, plans[ri], grid, times, families, observe, store_kwargs, NullProgress())
+    states = {ri: observe.state(ri) for ri in group} if observe is not None else {}
+    return grid.families, states, sum(len(plans[ri].run.entries) for ri in group)
 
 
 NOT_EVALUATED = "alerts not evaluated (--no-alerts): only the replay ran"

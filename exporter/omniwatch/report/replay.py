@@ -8,6 +8,7 @@ numbers are the live exporter's numbers for the same lines, by construction.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import ledger
@@ -23,14 +24,20 @@ class _Collector:
     def __init__(self, n: int):
         self.points: list[list[StepPoint]] = [[] for _ in range(n)]
         self.prev: list[dict[str, float]] = [{} for _ in range(n)]
-        self.runs: list = [None] * n
+        self.runs: list = [None] * n  # RunSummary after the last step
+
+    def state(self, ri: int):
+        """What a forked render worker saw of run ``ri`` (picklable)."""
+        return self.points[ri], self.runs[ri]
+
+    def restore(self, ri: int, st) -> None:
+        self.points[ri], self.runs[ri] = st
 
     def __call__(self, ri: int, i: int, store: RunStore, rec) -> None:
         if rec is None:  # a duplicate line: nothing applied, nothing counted
             return
         key = next(iter(store.runs))
         run = store.runs[key]
-        self.runs[ri] = run
         now = dict(run.gpu_seconds)
         prev = self.prev[ri]
         delta = {b: v - prev.get(b, 0.0) for b, v in now.items() if v - prev.get(b, 0.0) > 0}
@@ -47,6 +54,15 @@ class _Collector:
             idle_min=st.idle["min"] if st.idle else None,
             mfu_max={r: s["max"] for r, s in st.mfu.items()},
             images=rec.values.get(ledger.K_IMAGES), throughput=rec.throughput))
+        self.runs[ri] = RunSummary(now, run.gpus, dict(run.modes))
+
+
+@dataclass
+class RunSummary:
+    """The run's state after its last line: the ledger, its GPUs, its detected layout."""
+    gpu_seconds: dict[str, float]
+    gpus: object
+    modes: dict[str, str]
 
 
 def unique_labels(runs: list[RecordedRun]) -> None:
@@ -63,7 +79,7 @@ def unique_labels(runs: list[RecordedRun]) -> None:
 
 def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir=None, progress=None,
                   starts: list[float | None] | None = None, eval_interval: float = 15.0,
-                  scrape_interval: float = 15.0, alerts: bool = True) -> list[RunFacts]:
+                  scrape_interval: float = 15.0, alerts: bool = True, workers: int | None = None) -> list[RunFacts]:
     """Replay and backtest every run (one Prometheus pass); one RunFacts per run, in order. ``gpus``
     is ``--gpus``: used where a run's keys cannot tell (as the live exporter's flag)."""
     unique_labels(runs)
@@ -71,7 +87,7 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
     # Unknown GPUs: the ledger still runs with 1 GPU so wall time is split; reported as "unknown".
     results = backtest_many(runs, rules_dir=rules_dir, progress=progress, observe=col, starts=starts,
                             store_kwargs={"gpus": gpus or 1}, eval_interval=eval_interval,
-                            scrape_interval=scrape_interval, evaluate=alerts)
+                            scrape_interval=scrape_interval, evaluate=alerts, workers=workers)
     out = []
     for ri, (r, res) in enumerate(zip(runs, results)):
         run = col.runs[ri]
