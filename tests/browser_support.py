@@ -83,7 +83,8 @@ class Browser:
              "--remote-debugging-port=0", f"--user-data-dir={self.tmp}", "--window-size=1100,1400", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
         url = self._devtools_url()
-        self.ws = connect(url, max_size=64 << 20, open_timeout=30)
+        self._conn = connect(url, max_size=64 << 20, open_timeout=30)
+        self.ws = self._conn.__enter__()
         self.ids = itertools.count(1)
         self.events: list[dict] = []
 
@@ -172,8 +173,8 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self.ws.close()
-        except Exception:
+            self._conn.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - the browser may already be gone
             pass
         if self.proc.poll() is None:
             self.proc.terminate()

@@ -336,3 +336,23 @@ def test_index_of_a_log_root_ranks_runs_and_links_pages(tmp_path):
         assert Path(x["page"]).is_file()
         rel = str(Path(x["page"]).relative_to(out.parent))
         assert f'href="{rel}"' in html
+
+
+def test_gpu_hours_per_day_gauge_is_the_window_share_times_gpus_times_24():
+    """omniwatch_gpu_hours_per_day{bucket} (what the annotations quote): the bucket's share of the last
+    k normal steps' time x GPUs x 24, by hand from the raw keys; the report's verdict uses the same."""
+    from omniwatch import names
+    from .test_model import samples
+    lines = raw_lines("flowgrpo_reward_bound")
+    st = RunStore(clock=lambda: START)
+    run = load_run(str(fixture_path("flowgrpo_reward_bound")))
+    for e in run.entries:
+        st.ingest(run.project, run.experiment, e.parsed, "jsonl", arrival=START, feed=run.feed)
+    got = {dict(k)["bucket"]: v for (nm, k), v in samples(st).items() if nm == names.GPU_HOURS_PER_DAY}
+    last3 = lines[-3:]
+    n = gpus_of(lines[4])
+    share = sum(d["timing_s/reward"] for d in last3) / sum(d["timing_s/step"] for d in last3)
+    assert got["reward_critical_path"] == pytest.approx(share * n * 24)
+    assert sum(got.values()) == pytest.approx(n * 24)
+    f = facts("flowgrpo_reward_bound")
+    assert f.steps[-1].per_day == pytest.approx(got)

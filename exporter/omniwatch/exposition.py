@@ -8,7 +8,7 @@ from collections import defaultdict
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import __version__, names as n
+from . import __version__, ledger, names as n
 from .analytics import CONTRACT_KEYS
 from .model import RunStore, passthrough_name
 
@@ -29,6 +29,7 @@ OWNED = (
     n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW, n.ZERO_STD_WINDOW,
     n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION, n.RUN_INFO,
     n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.MFU_UNSUPPORTED, n.GPU_SECONDS_TOTAL, n.RUN_GPUS,
+    n.GPU_HOURS_PER_DAY,
 )
 
 
@@ -115,6 +116,10 @@ class RunCollector(Collector):
                     fams[n.STEP_REGRESSION].add_metric(rl + [cause], v)
                 if st.duration_baseline is not None:
                     fams[n.STEP_DURATION_BASELINE].add_metric(rl, st.duration_baseline)
+                if run.gpus is not None and st.steps >= run.window.k:
+                    for bucket, v in sorted(ledger.rate_per_day(list(run.window.normal)[-run.window.k:],
+                                                                run.gpus.count).items()):
+                        fams[n.GPU_HOURS_PER_DAY].add_metric(rl + [bucket], v)
                 for key, v in run.keys.items():
                     if key in CONTRACT_KEYS:
                         continue

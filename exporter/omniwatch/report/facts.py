@@ -38,6 +38,7 @@ class StepPoint:
     mfu_max: dict[str, float] = field(default_factory=dict)  # window max (MFUDrop, MFUImplausiblyLow)
     images: float | None = None
     throughput: float | None = None
+    per_day: dict[str, float] = field(default_factory=dict)  # omniwatch_gpu_hours_per_day{bucket}
 
     @property
     def normal(self) -> bool:

@@ -279,6 +279,8 @@ def verdict_html(f: RunFacts, bs: list[Bottleneck]) -> str:
         spans = ", ".join(f"{a}–{z}" if a != z else str(a) for a, z in b.steps) or "live"
         cost = (f"<b>{b.gpu_hours:,.2f} GPU-h</b> ({b.gpu_hours / total * 100:.1f}% of the run)" if b.gpu_seconds
                 else f"<b>no GPU-time cost</b> ({html.escape(b.note)})" if b.note else "<b>0 GPU-h</b>")
+        if b.per_day:
+            cost += f", ≈ {b.per_day:,.1f} GPU-h per day at the rate of its last firing step"
         items.append(f"<li><b class=\"bad\">{html.escape(b.alertname)}</b> — {cost}, steps {spans}"
                      + (f" <span class=\"muted\">[{', '.join(b.buckets)}]</span>" if b.buckets else "")
                      + f"<br>{esc(b.remedy)}</li>")

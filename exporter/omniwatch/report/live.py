@@ -94,6 +94,7 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     regr = rng(f"max by (cause) ({n.STEP_REGRESSION}{{{sel}}})", "cause")
     flags = rng(f"max by (flag) ({n.STEP_FLAG}{{{sel}}})", "flag")
     gpus_by = rng(f"max by (source) ({n.RUN_GPUS}{{{sel}}})", "source")
+    per_day = rng(f"max by (bucket) ({n.GPU_HOURS_PER_DAY}{{{sel}}})", "bucket")
 
     def at(series: dict[float, float], t: float):
         return series.get(t)
@@ -117,7 +118,8 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
             mfu_baseline={r: v[t] for r, v in mfu_base.items() if t in v}, duration_baseline=at(one["base"], t),
             regression={c: v[t] for c, v in regr.items() if t in v}, reward_bound_min=at(one["rb_min"], t),
             idle_min=at(one["idle_min"], t), mfu_max={r: v[t] for r, v in mfu_max.items() if t in v},
-            images=at(one["images"], t), throughput=at(one["thr"], t)))
+            images=at(one["images"], t), throughput=at(one["thr"], t),
+            per_day={b: v[t] for b, v in per_day.items() if t in v}))
     end = marks[-1][0]
     info = prom.query(f"max by (trainer, reward, async_mode) ({n.RUN_INFO}{{{sel}}})", end)
     modes = {k: v for k, v in (info[0]["metric"] if info else {}).items() if v and v != "unknown"}

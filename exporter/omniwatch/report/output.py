@@ -54,5 +54,7 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
     for k, b in enumerate(bs, 1):
         spans = ", ".join(f"{a}-{z}" for a, z in b.steps) or "live"
         cost = f"{b.gpu_hours:.2f} GPU-h" if b.gpu_seconds else (b.note or "0 GPU-h")
+        if b.per_day:
+            cost += f" (≈ {b.per_day:.1f} GPU-h/day at its last firing step's rate)"
         con.print(f"{k}. [red]{b.alertname}[/] {cost}, steps {spans}", highlight=False)
         con.print(f"   {b.remedy}", highlight=False, markup=False)

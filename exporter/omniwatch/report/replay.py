@@ -53,7 +53,9 @@ class _Collector:
             reward_bound_min=st.reward_bound["min"] if st.reward_bound else None,
             idle_min=st.idle["min"] if st.idle else None,
             mfu_max={r: s["max"] for r, s in st.mfu.items()},
-            images=rec.values.get(ledger.K_IMAGES), throughput=rec.throughput))
+            images=rec.values.get(ledger.K_IMAGES), throughput=rec.throughput,
+            per_day=ledger.rate_per_day(list(run.window.normal)[-run.window.k:], run.gpus.count)
+            if run.gpus is not None and st.steps >= run.window.k else {}))
         self.runs[ri] = RunSummary(now, run.gpus, dict(run.modes))
 
 

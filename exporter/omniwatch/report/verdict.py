@@ -32,6 +32,8 @@ from ..alerting.prose import Ctx
 from ..analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts
 
+# Alerts whose cost is a whole bucket: the rate of that bucket (omniwatch_gpu_hours_per_day) is what they cost per day.
+RATE_ALERTS = {names.ALERT_REWARD_BOUND: (ledger.REWARD,), names.ALERT_IDLE: (ledger.IDLE,)}
 ROLE_PHASE = {"actor": "update_actor", "actor_infer": "old_log_prob"}  # MFU role -> the phase it times
 COST_NOTE = {
     names.ALERT_MFU_IMPOSSIBLE: "a measurement error: MFU comparisons are meaningless until fixed",
@@ -50,6 +52,8 @@ class Bottleneck:
     steps: list[tuple[int, int]]        # (first, last) of each firing span
     note: str = ""
     buckets: list[str] = field(default_factory=list)
+    per_day: float | None = None  # GPU-hours/day its buckets cost at the rate of its last firing step
+
 
     @property
     def gpu_hours(self) -> float:
@@ -57,7 +61,8 @@ class Bottleneck:
 
     def as_json(self) -> dict:
         return {"bottleneck": self.alertname, "gpu_hours": round(self.gpu_hours, 6), "remedy": self.remedy,
-                "steps": [list(s) for s in self.steps], "buckets": self.buckets, "note": self.note}
+                "steps": [list(s) for s in self.steps], "buckets": self.buckets, "note": self.note,
+                "gpu_hours_per_day": None if self.per_day is None else round(self.per_day, 3)}
 
 
 def cause_buckets(cause: str) -> list[str]:
@@ -124,6 +129,9 @@ def verdict(f: RunFacts) -> list[Bottleneck]:
             cost, buckets = _cost(a.alertname, a.labels, p, f.gpus or 1, firing.get(i, set()), inhib)
             b.gpu_seconds += cost
             b.buckets = ledger.ordered(set(b.buckets) | set(buckets))
+        last = by_index.get(a.last_index)
+        if last is not None and last.per_day and a.alertname in RATE_ALERTS:
+            b.per_day = sum(last.per_day.get(k, 0.0) for k in RATE_ALERTS[a.alertname])
     for b in out.values():
         if b.alertname == names.ALERT_STEP_REGRESSION and b.gpu_seconds == 0 and not b.note:
             b.note = "inhibited at every firing step by the alert of its cause, which counts that time"
