@@ -67,6 +67,9 @@ def chromium() -> str:
         p = shutil.which(name)
         if p:
             return p
+    if os.environ.get("OMNIWATCH_REQUIRE_CHROMIUM") == "1":  # .ci/run installs it: missing is a failure there
+        import pytest
+        pytest.fail(f"chromium is not on PATH (OMNIWATCH_REQUIRE_CHROMIUM=1): {ENABLE}")
     skip_optional("chromium is not installed (the report's browser tests need it)", ENABLE)
 
 

@@ -389,3 +389,17 @@ def test_live_report_from_prometheus_agrees_with_the_file_report(tmp_path):
             assert a.gpu_seconds.get(k, 0.0) == pytest.approx(v, rel=1e-9, abs=1e-6)
     assert lf.modes == f.modes
     assert got["gpu_hours"]["buckets"]["reward_critical_path"] == pytest.approx(f.gpu_seconds["reward_critical_path"] / HOUR, rel=1e-5)
+
+
+@pytest.mark.integration
+def test_demo_ends_with_the_report_of_a_faulty_run(tmp_path):
+    """`make demo`'s last step: the report of the reward-bound demo run, written and its path printed."""
+    from rich.console import Console
+    from omniwatch import demo
+    sc = next(s for s in demo.scenarios(5.0, 30, 10) if s.experiment == demo.REPORT_RUN)
+    write_run(tmp_path / "logs" / demo.PROJECT / f"{sc.experiment}.jsonl", sc.spec, 30)
+    buf = io.StringIO()
+    path = demo._write_report(Console(file=buf, width=300), tmp_path / "logs", tmp_path / "reports")
+    assert path is not None and path.is_file() and str(path) in buf.getvalue()
+    page = path.read_text()
+    assert "RewardBoundRollout" in page and "enable_resource_pool=True" in page

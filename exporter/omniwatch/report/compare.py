@@ -17,6 +17,9 @@ from .facts import HOUR, RunFacts
 from .verdict import Bottleneck
 
 
+MOVED = 0.05
+
+
 @dataclass
 class Comparison:
     a: RunFacts
@@ -54,7 +57,10 @@ class Comparison:
         return rows
 
     def moved(self) -> dict:
-        rows = [r for r in self.buckets() if r["bucket"] != "total"]
+        """The buckets that fell and grew most (by GPU-hours per unit), among those that changed by at
+        least MOVED (run-to-run noise is a few %)."""
+        rows = [r for r in self.buckets() if r["bucket"] != "total" and r["change"] is not None
+                and abs(r["change"]) >= MOVED]
         fell = min(rows, key=lambda r: r["b"] - r["a"], default=None)
         grew = max(rows, key=lambda r: r["b"] - r["a"], default=None)
         return {"fell": fell if fell and fell["b"] < fell["a"] else None,

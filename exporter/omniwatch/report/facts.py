@@ -128,7 +128,8 @@ class RunFacts:
     def phase_medians(self) -> dict[str, float]:
         """Median wall seconds per ledger bucket over the normal steps (0 where a step had none)."""
         pts = self._normal()
-        buckets = ledger.ordered({b for p in pts for b in p.wall})
+        kept = self.gpu_hours()  # buckets with at least a GPU-second over the run
+        buckets = ledger.ordered({b for p in pts for b in p.wall if b in kept})
         return {b: statistics.median([p.wall.get(b, 0.0) for p in pts]) for b in buckets}
 
     def index_of(self) -> dict[int, StepPoint]:

@@ -85,7 +85,8 @@ def ledger_chart(f: RunFacts, title: str = "Where the GPU-hours went"):
 
 def phase_chart(f: RunFacts, x_range):
     """Stacked wall seconds per step by ledger bucket (one renderer), with StepTimeRegression's threshold."""
-    buckets = ledger.ordered({b for p in f.steps for b in p.wall})
+    kept = f.gpu_hours()  # buckets with at least a GPU-second over the run
+    buckets = ledger.ordered({b for p in f.steps for b in p.wall if b in kept})
     left, right, bottom, top, bucket, secs, step, color = [], [], [], [], [], [], [], []
     for p in f.steps:
         y = 0.0
@@ -335,8 +336,9 @@ def _grouped(title: str, rows: list[dict], unit: str, la: str, lb: str):
     fig.yaxis.axis_label = unit
     fig.xaxis.major_label_orientation = 0.6
     fig.y_range.start = 0
-    fig.legend.location = "top_right"
     fig.legend.label_text_font_size = "10px"
+    fig.add_layout(fig.legend[0], "below")
+    fig.legend.orientation = "horizontal"
     return fig
 
 
