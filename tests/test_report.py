@@ -276,7 +276,7 @@ def test_console_log_gives_the_jsonl_ledger(tmp_path):
 def test_report_no_alerts_cli_writes_a_page(tmp_path):
     r = _cli("report", str(fixture_path("v1_transfer_idle")), "--no-alerts", "-o", str(tmp_path / "p.html"), "--quiet")
     assert r.returncode == 0, r.stderr
-    assert "inter_stage_idle" in r.stdout and (tmp_path / "p.html").stat().st_size > 1e6
+    assert "inter_stage_idle" in r.stdout and "No verdict" in r.stdout and (tmp_path / "p.html").stat().st_size > 1e6
     bad = _cli("report", str(tmp_path / "missing.jsonl"), "--no-alerts")
     assert bad.returncode == 1 and "error" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -44,6 +44,11 @@ def bucket_color(bucket: str) -> str:
     return _PALETTE[(2 * i + 1) % len(_PALETTE)]
 
 
+def _arr(xs) -> np.ndarray:
+    """Numeric columns as float arrays: Bokeh sends them base64-encoded (smaller, faster than JSON lists)."""
+    return np.asarray(xs, dtype=float)
+
+
 def _nan(v) -> float:
     return float("nan") if v is None else float(v)
 
@@ -103,16 +108,16 @@ def phase_chart(f: RunFacts, x_range):
             secs.append(v)
             step.append(p.step)
             color.append(bucket_color(b))
-    src = ColumnDataSource(dict(left=left, right=right, bottom=bottom, top=top, bucket=bucket, seconds=secs,
-                                step=step, color=color))
+    src = ColumnDataSource(dict(left=_arr(left), right=_arr(right), bottom=_arr(bottom), top=_arr(top), bucket=bucket,
+                                seconds=_arr(secs), step=_arr(step), color=color))
     fig = _fig("Where each step went (wall seconds by ledger bucket)", "seconds", x_range, height=320)
     r = fig.quad(left="left", right="right", bottom="bottom", top="top", color="color", source=src,
                  legend_field="bucket", line_color=None)
     fig.add_tools(HoverTool(renderers=[r], tooltips=[("step", "@step"), ("bucket", "@bucket"),
                                                      ("seconds", "@seconds{0,0.0}")]))
     ratio = DEFAULT.step_time.regression_ratio
-    th = ColumnDataSource(dict(step=[p.step for p in f.steps],
-                               v=[_nan(p.duration_baseline and p.duration_baseline * ratio) for p in f.steps]))
+    th = ColumnDataSource(dict(step=_arr([p.step for p in f.steps]),
+                               v=_arr([_nan(p.duration_baseline and p.duration_baseline * ratio) for p in f.steps])))
     fig.line("step", "v", source=th, line_color=THRESHOLD, line_dash="dashed", line_width=1.5,
              legend_label=f"StepTimeRegression: {ratio:g} x baseline")
     fig.legend.location = "top_left"
@@ -127,8 +132,8 @@ def _ratio_chart(f: RunFacts, x_range, title: str, y_label: str, attr: str, win_
     pts = [p for p in f.steps if getattr(p, attr) is not None]
     if not pts:
         return None
-    src = ColumnDataSource(dict(step=[p.step for p in pts], v=[getattr(p, attr) for p in pts],
-                                w=[_nan(getattr(p, win_attr)) for p in pts]))
+    src = ColumnDataSource(dict(step=_arr([p.step for p in pts]), v=_arr([getattr(p, attr) for p in pts]),
+                                w=_arr([_nan(getattr(p, win_attr)) for p in pts])))
     fig = _fig(title, y_label, x_range)
     r = fig.line("step", "v", source=src, line_width=1.5, legend_label="per step")
     fig.scatter("step", "v", source=src, size=3)
@@ -138,7 +143,7 @@ def _ratio_chart(f: RunFacts, x_range, title: str, y_label: str, attr: str, win_
                                                                    ("window min", "@w{0.000}")]))
     fig.legend.label_text_font_size = "10px"
     fig.add_layout(fig.legend[0], "right")
-    top = max([threshold] + [p_ for p_ in src.data["v"] if p_ == p_])
+    top = max([threshold] + [float(x) for x in src.data["v"] if x == x])
     fig.y_range = Range1d(0, top * 1.15)
     fig.yaxis.formatter = NumeralTickFormatter(format="0.00[0]")
     return fig
@@ -166,9 +171,9 @@ def mfu_chart(f: RunFacts, x_range):
     drop = DEFAULT.mfu.drop_ratio
     for k, role in enumerate(roles):
         pts = [p for p in f.steps if role in p.mfu]
-        src = ColumnDataSource(dict(step=[p.step for p in pts], v=[p.mfu[role] for p in pts],
-                                    b=[_nan(p.mfu_baseline.get(role)) for p in pts],
-                                    t=[_nan(p.mfu_baseline.get(role) and p.mfu_baseline[role] * drop) for p in pts]))
+        src = ColumnDataSource(dict(step=_arr([p.step for p in pts]), v=_arr([p.mfu[role] for p in pts]),
+                                    b=_arr([_nan(p.mfu_baseline.get(role)) for p in pts]),
+                                    t=_arr([_nan(p.mfu_baseline.get(role) and p.mfu_baseline[role] * drop) for p in pts])))
         c = colors[k % len(colors)]
         r = fig.line("step", "v", source=src, line_color=c, line_width=1.5, legend_label=f"{role}")
         fig.line("step", "b", source=src, line_color=c, line_dash="dashed", legend_label=f"{role} baseline")
@@ -269,6 +274,8 @@ def _table(rows: list[tuple[str, str]]) -> str:
 
 
 def verdict_html(f: RunFacts, bs: list[Bottleneck]) -> str:
+    if "*" in f.not_evaluated:
+        return f"<p class=\"muted\">No verdict: {html.escape(f.not_evaluated['*'])}.</p>"
     if not bs:
         hours = {b: h for b, h in f.gpu_hours().items() if b not in ledger.PHASE_BUCKETS}
         top = max(hours, key=hours.get) if hours else None
@@ -358,7 +365,7 @@ def compare_page(c) -> str:
                        for r in rows)
         return f"<table>{head}{body}</table>"
     al = c.alerts()
-    body = [f"<h1>Run comparison</h1>",
+    body = ["<h1>Run comparison</h1>",
             _table([("A", f"{la} ({c.a.source}: {c.a.run})"), ("B", f"{lb} ({c.b.source}: {c.b.run})"),
                     ("GPUs", f"A {c.a.gpus or 'unknown'} ({c.a.gpus_source}), B {c.b.gpus or 'unknown'} ({c.b.gpus_source})"),
                     ("steps", f"A {c.a.n_steps}, B {c.b.n_steps}")]),

@@ -49,7 +49,9 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
     for b, h in f.gpu_hours().items():
         t.add_row(b, f"{h:.2f}", f"{h / total * 100:.1f}%")
     con.print(t)
-    if not bs:
+    if "*" in f.not_evaluated:
+        con.print(f"No verdict: {f.not_evaluated['*']}.", highlight=False)
+    elif not bs:
         con.print("[green]No bottleneck alert fired.[/]")
     for k, b in enumerate(bs, 1):
         spans = ", ".join(f"{a}-{z}" for a, z in b.steps) or "live"
