@@ -370,13 +370,21 @@ def test_live_report_from_prometheus_agrees_with_the_file_report(tmp_path):
     run = load_run(str(fixture_path(name)))
     tl = Timeline.of(run, START)
     backfill(run, tl, str(tmp_path / "data"), recordings=[])
+    other = load_run(str(fixture_path("flowgrpo_async_reward_tail")))
+    backfill(other, Timeline.of(other, START), str(tmp_path / "data"), recordings=[])
     f = facts(name)
     with TempPrometheus(str(tmp_path / "data")) as prom:
+        c = _cli("compare", "--prometheus", prom.url, f"{run.project}/{run.experiment}",
+                 f"{other.project}/{other.experiment}", "--until", str(tl.end + 60), "--since", "2d", "--json")
         r = _cli("report", "--prometheus", prom.url, "--project", run.project, "--experiment", run.experiment,
                  "--until", str(tl.end + 60), "--since", "2d", "--json", "-o", str(tmp_path / "live.html"))
         from omniwatch.report.live import live_facts
         lf = live_facts(prom.url, run.project, run.experiment, until=tl.end + 60, since=2 * 86400)
     assert r.returncode == 0, r.stderr
+    assert c.returncode == 0, c.stderr
+    cmp = json.loads(c.stdout)
+    assert cmp["a"]["experiment"] == name and cmp["b"]["experiment"] == "flowgrpo_async_reward_tail"
+    assert cmp["unit"] == "GPU-h per 1,000 images" and cmp["a"]["source"] == "prometheus"
     got = json.loads(r.stdout)
     assert got["source"] == "prometheus" and got["gpus"] == f.gpus and got["steps"] == f.n_steps
     assert [p.step for p in lf.steps] == [p.step for p in f.steps]

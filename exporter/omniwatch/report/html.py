@@ -3,9 +3,9 @@
 Why Bokeh (docs/report.md): a maintained BSD library on PyPI whose JavaScript (BokehJS) is inlined into
 the page with ``Resources(mode="inline", components=["bokeh"])`` — 1.27 MB for the core bundle (the
 widgets, tables, GL and MathJax bundles are not needed) — so a page opens offline in any browser,
-makes no network request and is ~1.4 MB with 500 steps of data: small enough to attach to a chat
+makes no network request and is ~1.5 MB with 500 steps of data: small enough to attach to a chat
 message. Hover shows step and value; step charts share one x range (pan/zoom one, all follow).
-Plotly inlines ~4.6 MB of plotly.js per page; Vega-Lite needs three bundles and a converter.
+Plotly inlines 4.8 MB of plotly.js per page; Vega-Lite needs three bundles and a converter.
 """
 from __future__ import annotations
 
