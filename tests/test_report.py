@@ -411,3 +411,15 @@ def test_demo_ends_with_the_report_of_a_faulty_run(tmp_path):
     assert path is not None and path.is_file() and str(path) in buf.getvalue()
     page = path.read_text()
     assert "RewardBoundRollout" in page and "enable_resource_pool=True" in page
+
+
+def test_index_without_prometheus_names_unreadable_files_and_goes_on(tmp_path):
+    root = tmp_path / "verl-logs"
+    write_run(root / "p" / "good.jsonl", RunSpec(seed=2), 12)
+    (root / "p" / "empty.jsonl").write_text("")
+    out = tmp_path / "site" / "index.html"
+    r = _cli("report", str(root), "-o", str(out), "--no-alerts", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert [x["name"] for x in got["runs"]] == ["p/good"] and list(got["skipped"]) == [str(root / "p" / "empty.jsonl")]
+    assert "skipped" in r.stderr and out.is_file() and Path(got["runs"][0]["page"]).is_file()

@@ -35,9 +35,12 @@ def file_facts(paths: list[str], args, progress, kind: str | None = None) -> lis
     from .replay import facts_of_runs, load_runs
     runs = load_runs(paths, kind=kind, project=getattr(args, "project", None) if len(paths) == 1 else None,
                      experiment=getattr(args, "experiment", None) if len(paths) == 1 else None)
-    return facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=progress,
-                         starts=[args.start] * len(runs) if getattr(args, "start", None) else None,
-                         alerts=not args.no_alerts)
+    try:
+        return facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=progress,
+                             starts=[args.start] * len(runs) if getattr(args, "start", None) else None,
+                             alerts=not args.no_alerts)
+    except ToolError as e:
+        raise ToolError(f"{e} (--no-alerts writes the report without Prometheus: ledger and charts, no verdict)") from None
 
 
 def live(args, project: str, experiment: str) -> RunFacts:
@@ -83,18 +86,30 @@ def cmd_report(args) -> int:
 
 
 def _index(args, root: Path, err: Console, out: Console) -> int:
+    from ..backtest.runfile import RunFileError, load_run
     from .index import build_index, find_runs
+    from .replay import facts_of_runs
     files = find_runs(root)
     if not files:
         raise ValueError(f"no *.jsonl run under {root}")
     dest = Path(args.out or DEFAULT_INDEX)
+    runs, skipped = [], {}
+    for p in files:  # a file that is not a run (empty, not verl's) is named and left out, not fatal
+        try:
+            runs.append(load_run(str(p)))
+        except RunFileError as e:
+            skipped[str(p)] = str(e)
+            err.print(f"[yellow]skipped[/] {e}", highlight=False)
+    if not runs:
+        raise ValueError(f"no readable run under {root}")
     with progress_for(err, args.quiet or args.json) as prog:
-        facts = file_facts([str(p) for p in files], args, prog)
+        facts = facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=prog,
+                              starts=[args.start] * len(runs) if args.start else None, alerts=not args.no_alerts)
         rows = build_index(facts, dest, str(root), prog, args.jobs)
     if args.json:
         sys.stdout.write(json.dumps({"root": str(root.resolve()), "index": str(dest.resolve()), "runs": [
             {k: r[k] for k in ("name", "run", "page", "steps", "gpus", "gpu_hours", "lost", "top", "alerts")}
-            for r in rows]}) + "\n")
+            for r in rows], "skipped": skipped}) + "\n")
     else:
         from rich.table import Table
         t = Table(title=f"{len(rows)} runs by GPU-hours lost to bottlenecks", title_justify="left")

@@ -88,29 +88,40 @@ def ledger_chart(f: RunFacts, title: str = "Where the GPU-hours went"):
     return p
 
 
+MAX_BARS = 600  # a longer run's stacked chart shows the mean step of each bin of consecutive steps
+
+
 def phase_chart(f: RunFacts, x_range):
-    """Stacked wall seconds per step by ledger bucket (one renderer), with StepTimeRegression's threshold."""
+    """Stacked wall seconds per step by ledger bucket (one renderer), with StepTimeRegression's threshold.
+    Runs longer than MAX_BARS steps are binned (mean seconds per step of each bin), so pages stay small."""
     kept = f.gpu_hours()  # buckets with at least a GPU-second over the run
     buckets = ledger.ordered({b for p in f.steps for b in p.wall if b in kept})
+    per = max(1, -(-len(f.steps) // MAX_BARS))
     left, right, bottom, top, bucket, secs, step, color = [], [], [], [], [], [], [], []
-    for p in f.steps:
+    for k in range(0, len(f.steps), per):
+        grp = f.steps[k:k + per]
+        lo, hi = grp[0].step, grp[-1].step
+        half = 0.42 if per == 1 else (hi - lo + 1) / 2 * 0.9
+        mid = (lo + hi) / 2
         y = 0.0
         for b in buckets:
-            v = p.wall.get(b, 0.0)
+            v = sum(p.wall.get(b, 0.0) for p in grp) / len(grp)
             if v <= 0:
                 continue
-            left.append(p.step - 0.42)
-            right.append(p.step + 0.42)
+            left.append(mid - half)
+            right.append(mid + half)
             bottom.append(y)
             top.append(y + v)
             y += v
             bucket.append(b)
             secs.append(v)
-            step.append(p.step)
+            step.append(f"{lo}" if lo == hi else f"{lo}-{hi}")
             color.append(bucket_color(b))
     src = ColumnDataSource(dict(left=_arr(left), right=_arr(right), bottom=_arr(bottom), top=_arr(top), bucket=bucket,
-                                seconds=_arr(secs), step=_arr(step), color=color))
-    fig = _fig("Where each step went (wall seconds by ledger bucket)", "seconds", x_range, height=320)
+                                seconds=_arr(secs), step=step, color=color))
+    title = "Where each step went (wall seconds by ledger bucket)" + (
+        f"; mean of every {per} steps" if per > 1 else "")
+    fig = _fig(title, "seconds", x_range, height=320)
     r = fig.quad(left="left", right="right", bottom="bottom", top="top", color="color", source=src,
                  legend_field="bucket", line_color=None)
     fig.add_tools(HoverTool(renderers=[r], tooltips=[("step", "@step"), ("bucket", "@bucket"),
