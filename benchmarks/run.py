@@ -5,11 +5,15 @@ Sections (``--only``/``--skip`` pick): ingest (parse + analytics throughput, wit
 (/metrics vs a plain prometheus_client registry), memory (100k steps; 50k distinct keys), backtest
 (``omniwatch backtest`` of 2,000 steps), report (``omniwatch report DIR`` of 50 runs x 500 steps), push (POST /api/v1/push load on a real ``omniwatch serve``),
 alert (end-to-end alert latency on the real stack with default intervals; slow: a minute or two per
-trial). Prints a table and writes ``benchmarks/results.json``. Nothing here is a pass/fail test.
+trial), files (5,000 watched files under ``prlimit --nofile=1024``: descriptors, CPU per poll, against one
+descriptor per file), connections (/metrics latency while 1,000 idle connections are held, against no
+load). Prints a table and writes ``benchmarks/results.json`` (sections not run keep their last results).
+Nothing here is a pass/fail test.
 
     .venv/bin/python benchmarks/run.py                          # all, short push run, 1 alert trial
     .venv/bin/python benchmarks/run.py --only push --push-duration 60 --push-rate 1000
     .venv/bin/python benchmarks/run.py --only alert --alert-trials 5
+    .venv/bin/python benchmarks/run.py --only files connections
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ sys.path.insert(0, str(HERE))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert")
+SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "connections")
 
 
 def _f(x, unit: str = "", nd: int = 1) -> str:
@@ -77,6 +81,21 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
             if isinstance(v, dict):
                 out.append((f"alert latency {name}", f"median {_f(v['median_s'], ' s')}, max {_f(v['max_s'], ' s')}"
                             + (f", missed {v['missed']}" if v["missed"] else ""), f"{r['trials']} trial(s), default intervals"))
+    if (r := results.get("files")) and "error" not in r:
+        a, b = r["pooled"], r["one_fd_per_file"]
+        out += [(f"{r['files']:,} watched files: descriptors (nofile=1024)",
+                 f"{a['fds_idle']} idle, {a['fds_busy']} with 1 % growing; ingest {_f(a['ingest_s'], ' s')}",
+                 f"one fd per file: {b['fds_idle']} (ratio {r['fd_ratio']:.3f})"),
+                (f"{r['files']:,} watched files: CPU per {r['poll_interval_s']} s poll",
+                 f"{_f(a['cpu_ms_per_poll_idle'], ' ms', 1)} idle, {_f(a['cpu_ms_per_poll_1pct_growing'], ' ms', 1)} with "
+                 f"{a['growing_files']} growing", f"one fd per file: {_f(b['cpu_ms_per_poll_idle'], ' ms', 1)} idle, "
+                 f"{_f(b['cpu_ms_per_poll_1pct_growing'], ' ms', 1)} growing")]
+    if (r := results.get("connections")) and "error" not in r:
+        out.append((f"/metrics with {r['idle_connections_opened']:,} idle connections (nofile=1024)",
+                    f"p50 {_f(r['loaded_p50_ms'], ' ms', 2)}, p99 {_f(r['loaded_p99_ms'], ' ms', 2)}; "
+                    f"{r['connections_held']:.0f} held, {r['fds_loaded']} fds",
+                    f"no load: p50 {_f(r['baseline_p50_ms'], ' ms', 2)}, p99 {_f(r['baseline_p99_ms'], ' ms', 2)} "
+                    f"(x{r['p50_ratio']:.2f}, x{r['p99_ratio']:.2f})"))
     for name, r in results.items():
         if isinstance(r, dict) and "error" in r:
             out.append((name, "ERROR", r["error"][:80]))
@@ -100,11 +119,13 @@ def main(argv=None) -> int:
     p.add_argument("--push-concurrency", type=int, default=8, help="in-flight requests per client")
     p.add_argument("--alert-trials", type=int, default=1)
     p.add_argument("--alert-timeout", type=float, default=240, help="seconds to wait for all alerts per trial")
+    p.add_argument("--files", type=int, default=5000, help="watched files for the files section")
+    p.add_argument("--idle-connections", type=int, default=1000, help="held connections for the connections section")
     p.add_argument("--out", default=str(HERE / "results.json"))
     args = p.parse_args(argv)
     chosen = [s for s in (args.only or SECTIONS) if s not in args.skip]
 
-    import alert_latency, backtest_bench, ingest, memory, push_load, render, report_bench  # noqa: E401
+    import alert_latency, backtest_bench, ingest, memory, pressure, push_load, render, report_bench  # noqa: E401
     runners = {
         "ingest": lambda: ingest.run(args.ingest_steps),
         "render": lambda: render.run(args.render_iterations),
@@ -113,6 +134,8 @@ def main(argv=None) -> int:
         "report": lambda: report_bench.run(args.report_runs, args.report_steps),
         "push": lambda: push_load.run(args.push_rate, args.push_duration, args.push_concurrency, args.push_clients),
         "alert": lambda: alert_latency.run(args.alert_trials, args.alert_timeout),
+        "files": lambda: pressure.files(args.files),
+        "connections": lambda: pressure.connections(args.idle_connections),
     }
     con = Console()
     results: dict = {"meta": {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
@@ -126,6 +149,7 @@ def main(argv=None) -> int:
         except Exception as e:  # one broken section must not hide the others
             results[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
         results[name]["section_wall_s"] = round(time.perf_counter() - t0, 1)
+        results[name]["measured_at"] = results["meta"]["when"]
     table = Table(title=f"omniwatch benchmarks ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
     for col in ("benchmark", "measured", "target / baseline"):
         table.add_column(col)
@@ -139,7 +163,11 @@ def main(argv=None) -> int:
         for x in r["profile_top"]:
             prof.add_row(x["function"], str(x["calls"]), f"{x['tottime_s']:.3f}", f"{x['cumtime_s']:.3f}", f"{x['share_of_total']:.0%}")
         con.print(prof)
-    Path(args.out).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    try:  # sections not run this time keep their last results
+        kept = {k: v for k, v in json.loads(Path(args.out).read_text()).items() if k not in results}
+    except (OSError, ValueError):
+        kept = {}
+    Path(args.out).write_text(json.dumps({**results, **kept}, indent=2, default=str) + "\n")
     con.print(f"results written to {args.out}")
     return 1 if any(isinstance(r, dict) and "error" in r for r in results.values()) else 0
 

@@ -41,7 +41,11 @@ RUNS = [
     ("flowgrpo-sd35", "mfu-above-one", "flowgrpo_mfu_above_one"),
     ("v1-wan", "transfer-idle", "v1_transfer_idle"),
 ]
-DEMO_RUN = ("flowgrpo-sd35", "reward-bound")  # the run the demo endpoints' target labels join
+DEMO_RUN = ("flowgrpo-sd35", "reward-bound")  # the run the first demo endpoint set joins (and the replayed run)
+SECOND_RUN = ("v1-wan", "transfer-idle")        # the run the second endpoint set joins (its replicas: vllm:omni_)
+ENDPOINT_RUNS = (DEMO_RUN, SECOND_RUN)
+VALIDATION_EVERY = 3  # every 3rd replayed step carries validation keys (val-core/...): validation panel and annotation
+VAL_KEY = "val-core/ocr/reward/mean@1"
 GPU_NODE = "h200-replay"
 REPLAY_GPUS = 2
 
@@ -97,7 +101,8 @@ class LiveStack:
             now = time.time()
             for arrival, timing in self.gpu.steps_between(seen, now):
                 step += 1
-                line = orjson.dumps({"step": step, "data": {**base, "training/global_step": step, **timing}})
+                val = {VAL_KEY: 0.5 + 0.002 * step} if step % VALIDATION_EVERY == 0 else {}
+                line = orjson.dumps({"step": step, "data": {**base, "training/global_step": step, **timing, **val}})
                 self.store.ingest(*DEMO_RUN, parse_jsonl_line(line), "jsonl", arrival=arrival, feed=DEMO_RUN[1])
                 self.replayed_steps += 1
             seen = now
@@ -120,7 +125,7 @@ class LiveStack:
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
             "rule_files": [str(p) for p in sorted((REPO / "alerts").glob("*.rules.yml"))],
             "scrape_configs": [{"job_name": "omniwatch", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}]
-            + demo_endpoints.scrape_configs("127.0.0.1", demo_port, *DEMO_RUN),
+            + demo_endpoints.scrape_configs("127.0.0.1", demo_port, *DEMO_RUN, also=[SECOND_RUN]),
         }
         path = Path(self.tmp.name) / "prometheus.yml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -158,6 +163,10 @@ class LiveStack:
             "gpu phase idle ratio": lambda: bool(self.query(
                 f'{names.GPU_IDLE_RATIO}{{project="{DEMO_RUN[0]}",experiment="{DEMO_RUN[1]}"}}')),
             "gpu phase counters": lambda: bool(self.query(f"rate({names.GPU_PHASE_IDLE_SECONDS_TOTAL}[1m])")),
+            "validation step": lambda: bool(self.query(f'{{__name__=~"verl_val_.*", key="{VAL_KEY}"}}')),
+            "endpoints of both runs": lambda: len(self.query('count by (experiment) (tq_controller_uptime_seconds)'))
+            == len(ENDPOINT_RUNS),
+            "reward queue share": lambda: bool(self.query("run:omniwatch_reward_bound_queue_share:ratio")),
         }
         pending = dict(checks)
         while pending and time.monotonic() < deadline:
@@ -197,11 +206,13 @@ if __name__ == "__main__":
 
     from omniwatch.dashboards.render import render_all
 
+    t0 = time.time()
     stack = LiveStack(REPO / "tests" / "fixtures" / "verl", step_delay=0.5).start()
     try:
         stack.wait_ready()
         time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 20)
-        for p in render_all(stack.prom_url, Path(sys.argv[1]), minutes=2.0):
+        # the whole life of the stack: the fixture runs' learning curves from their first step
+        for p in render_all(stack.prom_url, Path(sys.argv[1]), minutes=(time.time() - t0) / 60 + 0.2):
             print(p)
     finally:
         stack.stop()

@@ -195,7 +195,7 @@ def main(out_path: str) -> int:
             prom, f'tq_controller_request_samples_total{{project="{PROJECT}",op_type=~"NOTIFY_DATA_UPDATE|CLEAR_META"}}')), 60)
         obs["B_tq_keys"] = wait_for("active keys after clearing 4 of 8", lambda: prom_query(
             prom, f'run:tq_storage_active_keys:sum{{project="{PROJECT}"}} == 4'), 30)
-        obs["B_tq_outstanding"] = wait_for("outstanding rule", lambda: prom_query(prom, "run:tq_samples_outstanding:sum"), 30)
+        obs["B_tq_live"] = wait_for("live samples rule", lambda: prom_query(prom, "run:tq_partition_samples:sum == 4"), 30)
         obs["B_tq_storage_targets"] = wait_for("storage unit targets", lambda: (lambda r: r if len(r) == 2 else None)(
             prom_query(prom, 'up{job="transfer_queue",role="storage"} == 1')), 30)
         obs["B_ray"] = wait_for("ray node series", lambda: prom_query(prom, 'ray_node_cpu_count{job="ray"}'), 90)

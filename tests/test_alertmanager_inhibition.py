@@ -1,6 +1,7 @@
 """alerts/alertmanager.yml's inhibit rules, checked in a real Alertmanager on loopback: alerts are
 POSTed to /api/v2/alerts with the labels the rule files give them, and /api/v2/alerts must show the
-right ones suppressed (TrainingStalled silences the step-based alerts of its run only, a cause's alert
+right ones suppressed (TrainingStalled past its planned work silences the step-based alerts of its run
+only, its stages silence each other, a cause's alert
 silences StepTimeRegression only when the regression's `cause` is its own, critical silences warning,
 MFUImpossible does not silence MFUDrop)."""
 from __future__ import annotations
@@ -119,13 +120,44 @@ def test_mfu_impossible_does_not_hide_a_real_mfu_drop(alertmanager):
 def test_training_stalled_inhibits_step_alerts_of_its_run_only(alertmanager):
     step_alerts = sorted({a.name for a in ALERTS if a.labels.get("persistence") == "steps"})
     assert len(step_alerts) >= 6
-    post(alertmanager, rule_labels(names.ALERT_STALLED) | run_labels("stalled"),
+    post(alertmanager, rule_labels(names.ALERT_STALLED, "critical") | run_labels("stalled"),
          *(rule_labels(n) | run_labels("stalled", role="actor") for n in step_alerts),
          rule_labels(names.ALERT_REWARD_BOUND) | run_labels("still_running"))
     want = {names.ALERT_STALLED: "active"} | {n: "suppressed" for n in step_alerts}
     assert states(alertmanager, "stalled", want) == want
     assert states(alertmanager, "still_running", {names.ALERT_REWARD_BOUND: "active"}) == \
         {names.ALERT_REWARD_BOUND: "active"}
+
+
+def test_training_stalled_stages_inhibit_each_other_and_only_warning_up_silences_step_alerts(alertmanager):
+    """TrainingStalled's info stage is planned work that may be running (a checkpoint): a standing
+    step-based alert of the run stays; its warning stage silences them and the info notice; its
+    critical stage silences the warning."""
+    post(alertmanager, rule_labels(names.ALERT_STALLED, "info") | run_labels("checkpointing"),
+         rule_labels(names.ALERT_REWARD_BOUND) | run_labels("checkpointing"))
+    want = {names.ALERT_STALLED: "active", names.ALERT_REWARD_BOUND: "active"}
+    assert states(alertmanager, "checkpointing", want) == want
+
+    def stage_states(experiment: str, expected: dict) -> dict:
+        got: dict = {}
+        for _ in range(50):  # up to ~10 s: the inhibitor learns source alerts asynchronously
+            r = alertmanager.get("/api/v2/alerts", params={"filter": f'experiment="{experiment}"'})
+            assert r.status_code == 200, r.text
+            got = {a["labels"]["alertname"] + "/" + a["labels"]["severity"]: a["status"]["state"] for a in r.json()}
+            if got == expected:
+                break
+            time.sleep(0.2)
+        return got
+
+    post(alertmanager, *(rule_labels(names.ALERT_STALLED, sev) | run_labels("hung_warning") for sev in ("info", "warning")),
+         rule_labels(names.ALERT_REWARD_BOUND) | run_labels("hung_warning"))
+    want = {"TrainingStalled/info": "suppressed", "TrainingStalled/warning": "active",
+            "RewardBoundRollout/warning": "suppressed"}
+    assert stage_states("hung_warning", want) == want
+    post(alertmanager, *(rule_labels(names.ALERT_STALLED, sev) | run_labels("hung") for sev in ("info", "warning", "critical")))
+    want = {"TrainingStalled/info": "suppressed", "TrainingStalled/warning": "suppressed",
+            "TrainingStalled/critical": "active"}
+    assert stage_states("hung", want) == want
 
 
 @pytest.mark.parametrize("cause_alert, cause", [(names.ALERT_REWARD_BOUND, "reward"), (names.ALERT_IDLE, "inter_stage_idle"),

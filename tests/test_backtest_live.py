@@ -20,6 +20,7 @@ from omniwatch.backtest.tsdb import TempPrometheus
 from omniwatch.exposition import OWNED, make_registry
 from omniwatch.model import RunStore
 from omniwatch.names import CATALOGUE, SCRAPE_DURATION
+from omniwatch.planned import owned as planned_owned
 from omniwatch.settings import Settings
 from omniwatch.sources.files import FileSource
 
@@ -27,8 +28,9 @@ from .conftest import fixture_path, free_port, require_binary, wait_for
 
 START = 1_700_000_000.0
 TOKEN = "replay-test-token"
-# Families the run collector renders (counters under their _total name), minus the render timer.
-COMPARED = {CATALOGUE[n].name for n in OWNED} - {SCRAPE_DURATION}
+# Families the run and planned-work collectors render (counters under their _total name), minus the
+# render timer.
+COMPARED = {CATALOGUE[n].name for n in (*OWNED, *planned_owned())} - {SCRAPE_DURATION}
 
 
 class LiveExporter:

@@ -12,7 +12,8 @@ from grafana_foundation_sdk.cog import plugins
 from grafana_foundation_sdk.models import dashboard as dmodel
 
 from omniwatch import demo_endpoints, names
-from omniwatch.dashboards import bottlenecks, external, factory, generate, spec
+from omniwatch.alerting import config
+from omniwatch.dashboards import external, factory, generate, spec
 from omniwatch.dashboards.catalog import DASHBOARDS
 from omniwatch.dashboards.verify import substitute
 
@@ -25,7 +26,18 @@ def load(d) -> dict:
 
 
 def panels(doc):
-    return [p for p in doc["panels"] if p["type"] != "row"]
+    """Every panel, those inside collapsed rows included."""
+    out = []
+    for p in doc["panels"]:
+        if p["type"] == "row":
+            out += p.get("panels", [])
+        else:
+            out.append(p)
+    return out
+
+
+def by_title(doc) -> dict:
+    return {p["title"]: p for p in panels(doc)}
 
 
 def test_generate_check_is_clean_and_regenerating_is_stable(tmp_path):
@@ -60,7 +72,8 @@ def test_cli_check_fails_on_drift(tmp_path, capsys):
 @pytest.mark.parametrize("d", DASHBOARDS, ids=lambda d: d.uid)
 def test_ids_refids_datasources_units_descriptions(d):
     doc = load(d)
-    ids = [p["id"] for p in doc["panels"]]
+    ids = [p["id"] for p in doc["panels"]] + [q["id"] for p in doc["panels"] if p["type"] == "row"
+                                              for q in p.get("panels", [])]
     assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
     for p in panels(doc):
         refs = [t["refId"] for t in p["targets"]]
@@ -75,8 +88,13 @@ def test_ids_refids_datasources_units_descriptions(d):
     assert tvars["datasource"]["type"] == "datasource" and tvars["datasource"]["query"] == "prometheus"
     for v in ("project", "experiment"):
         assert tvars[v]["multi"] and tvars[v]["includeAll"] and tvars[v]["datasource"]["uid"] == spec.DATASOURCE_UID
-    ann = doc["annotations"]["list"]
-    assert any("ALERTS" in a.get("expr", "") and 'alertstate="firing"' in a["expr"] for a in ann)
+    ann = {a["name"]: a for a in doc["annotations"]["list"]}
+    alerts = ann["omniwatch alerts"]
+    assert 'alertstate="firing"' in alerts["target"]["expr"] and alerts["target"]["expr"] == alerts["expr"]
+    assert alerts["titleFormat"] == "{{alertname}}"
+    assert set(alerts["tagKeys"].split(",")) == {"project", "experiment", "severity"}
+    assert "flag" in ann["validation / checkpoint steps"]["tagKeys"]
+    assert names.TRAINER_RESTARTS_TOTAL in ann["trainer restarts"]["target"]["expr"]
 
 
 @pytest.mark.parametrize("d", DASHBOARDS, ids=lambda d: d.uid)
@@ -89,8 +107,11 @@ def test_json_parses_back_through_the_sdk(d):
 
 
 RUNLESS = {names.GPU_UTILIZATION, names.GPU_MEMORY_USED, names.GPU_MEMORY_TOTAL, names.GPU_POWER,
-           names.GPU_SM_CLOCK, names.GPU_BUSY_SECONDS_TOTAL, names.GPU_IDLE_SECONDS_TOTAL}
-SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}")
+           names.GPU_SM_CLOCK, names.GPU_BUSY_SECONDS_TOTAL, names.GPU_IDLE_SECONDS_TOTAL, spec.REC_GPU_MEMORY}
+SELECTOR = re.compile(r"(?<![$\w:])([a-zA-Z_:][a-zA-Z0-9_:]*)?\{([^}]*)\}")
+AGGREGATION = re.compile(r"\b(sum|max|min|avg|count|topk|bottomk|quantile|stddev|stdvar|group|count_values)\s*"
+                         r"(?:(by|without)\s*\(([^)]*)\))?\s*\(")
+MATCHING = re.compile(r"\b(on|ignoring)\s*\(([^)]*)\)")
 
 
 def all_targets():
@@ -100,31 +121,113 @@ def all_targets():
                 yield d, p, t
 
 
+def all_steps():
+    for d in DASHBOARDS:
+        for p in d.panels():
+            for st in p.all_steps:
+                yield d, p, st
+
+
+def rule_docs():
+    files = sorted((REPO / "alerts").glob("*.rules.yml"))
+    assert files, "alerts/*.rules.yml missing"
+    return [r for f in files for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"]]
+
+
 def test_every_query_filters_by_the_dashboard_variables():
     for d, p, t in all_targets():
         sels = SELECTOR.findall(t.expr)
+        if p.scope == "global":  # the exporter and its sources belong to no run
+            continue
         assert sels, (p.title, t.expr)
         for metric, matchers in sels:
             if metric in RUNLESS:  # per-device NVML gauges: filtered by the run-scoped node/gpu variables
                 assert spec.GPU_MATCHERS in matchers, (p.title, t.expr)
             else:
                 assert spec.RUN_MATCHERS in matchers, (p.title, t.expr)
-        for fn in re.finditer(r"\b(rate|irate|increase)\(", t.expr):
-            window = re.search(r"\[([^\]]+)\]", t.expr[fn.end():])
-            assert window and window.group(1) == spec.RATE_INTERVAL, (p.title, t.expr)
         substitute(t.expr)  # no variable Grafana would not know
+
+
+def test_counters_per_step_are_read_over_window_and_the_rest_over_rate_interval():
+    """No panel reads a per-step counter over $__rate_interval (0 for most of a long step, then many times the
+    truth); continuous counters are read over $__rate_interval."""
+    for d, p, t in all_targets():
+        for fn in re.finditer(r"\b(rate|irate|increase)\(([\w:]+)\{[^}]*\}\[([^\]]+)\]", t.expr):
+            metric, window = fn.group(2), fn.group(3)
+            if metric in spec.PER_STEP_COUNTERS:
+                assert fn.group(1) == "increase" and window == spec.WINDOW, (d.uid, p.title, t.expr)
+            else:
+                assert window == spec.RATE_INTERVAL, (d.uid, p.title, t.expr)
+        assert len(re.findall(r"\b(rate|irate|increase)\(", t.expr)) == len(
+            re.findall(r"\b(rate|irate|increase)\([\w:]+\{[^}]*\}\[", t.expr)), (p.title, t.expr)
+
+
+def test_every_run_scoped_series_keeps_its_run():
+    """Run-scoped panels: every aggregation keeps project and experiment (no bare sum()/max()), every
+    vector match is on the run, and every legend names the run; stacked run panels repeat per run."""
+    for d, p, t in all_targets():
+        if p.scope != "run":
+            continue
+        for agg in AGGREGATION.finditer(t.expr):
+            kind, labels = agg.group(2), agg.group(3) or ""
+            assert kind == "by" and {"project", "experiment"} <= {x.strip() for x in labels.split(",")}, \
+                (d.uid, p.title, agg.group(0), t.expr)
+        for m in MATCHING.finditer(t.expr):
+            assert m.group(1) == "on" and {"project", "experiment"} <= {x.strip() for x in m.group(2).split(",")}, \
+                (d.uid, p.title, m.group(0))
+        if p.kind not in ("table", "xychart") or t is not p.targets[0]:
+            if p.kind != "table":
+                assert "{{experiment}}" in t.legend, (d.uid, p.title, t.legend)
+    for d in DASHBOARDS:
+        for p in d.panels():
+            if p.stack and p.scope == "run":
+                assert p.repeat, (d.uid, p.title, "a stack of all runs mixes runs")
+            if p.repeat:
+                assert "$experiment" in p.title and p.w == 24, (d.uid, p.title)
+
+
+def test_repeated_panels_repeat_on_the_experiment_variable():
+    for d in DASHBOARDS:
+        doc = by_title(load(d))
+        for p in d.panels():
+            j = doc[p.title]
+            assert (j.get("repeat") == spec.V_EXPERIMENT) == p.repeat, (d.uid, p.title)
+            if p.repeat:
+                assert j["repeatDirection"] == "h" and j["maxPerRow"] >= 1
 
 
 def test_names_come_from_the_catalogue_and_tq_total_gauges_are_never_rated():
     known_external = {v for k, v in vars(external).items() if k.isupper() and isinstance(v, str)}
+    records = {r["record"] for r in rule_docs() if "record" in r}
     for d, p, t in all_targets():
-        for metric, _ in SELECTOR.findall(t.expr):
+        for metric, matchers in SELECTOR.findall(t.expr):
+            if not metric:  # {__name__=~"verl_val_.*", ...}: passed-through verl keys
+                assert f'__name__=~"{names.PASSTHROUGH_PREFIX}' in matchers, (p.title, t.expr)
+                continue
             base = re.sub(r"_(bucket|sum|count)$", "", metric)
             ok = (metric in names.CATALOGUE or metric.startswith(names.PASSTHROUGH_PREFIX) or metric == "ALERTS"
-                  or metric in known_external or base in known_external)
+                  or metric in known_external or base in known_external or metric in records or metric == "up")
             assert ok, (p.title, metric)
         for g in external.TQ_GAUGES_NAMED_TOTAL:
             assert not re.search(r"(rate|increase)\(" + re.escape(g), t.expr), (p.title, t.expr)
+
+
+def test_recording_rules_and_alerts_the_panels_name_exist():
+    rules = rule_docs()
+    records = {r["record"] for r in rules if "record" in r}
+    alerts = {r["alert"] for r in rules if "alert" in r}
+    assert set(spec.RECORDS) <= records, set(spec.RECORDS) - records
+    for d in DASHBOARDS:
+        for p in d.panels():
+            assert set(p.alerts) <= alerts, (d.uid, p.title, set(p.alerts) - alerts)
+    assert {spec.ALERT_ROLLOUT_SATURATED, spec.ALERT_TQ_BACKLOG, spec.ALERT_GPU_MEMORY, spec.ALERT_WATCHDOG} <= alerts
+
+
+def test_watchdog_is_left_out_everywhere():
+    exprs = [t.expr for _, _, t in all_targets()] + [a.expr for a in factory.annotations()]
+    for e in exprs:
+        for m in re.finditer(r"ALERTS\{([^}]*)\}", e):
+            assert f'alertname!="{spec.ALERT_WATCHDOG}"' in m.group(1), e
 
 
 def test_gpu_dashboard_has_run_scoped_node_and_gpu_variables():
@@ -134,15 +237,126 @@ def test_gpu_dashboard_has_run_scoped_node_and_gpu_variables():
         assert spec.RUN_MATCHERS in tvars[v]["query"] and "allValue" not in tvars[v]
 
 
-def test_alert_thresholds_match_the_rule_files():
-    rules = list((REPO / "alerts").glob("*.rules.yml"))
-    assert rules, "alerts/*.rules.yml missing"
-    exprs = {r["alert"]: str(r["expr"]) for f in rules for g in yaml.safe_load(f.read_text())["groups"]
-             for r in g["rules"] if "alert" in r}
-    assert re.search(rf"> {bottlenecks.REWARD_BOUND_THRESHOLD}\b", exprs[names.ALERT_REWARD_BOUND])
-    assert re.search(r"> 0?\.10?\b", exprs[names.ALERT_IDLE])
-    assert re.search(r"> 1(\.0)?\b", exprs[names.ALERT_MFU_IMPOSSIBLE])
-    assert re.search(rf"< {bottlenecks.MFU_DROP_FACTOR}\b", exprs[names.ALERT_MFU_DROP])
+def _threshold_in_rule(expr: str, value: float) -> bool:
+    """The rule compares with the value (``> 0.4``), or scales its threshold by it (``3 * typical``)."""
+    v = re.escape(f"{value:g}")
+    return bool(re.search(rf"(>|<|>=|<=)\s*{v}(?![0-9.])|(?<![\w.]){v}\s*\*", expr))
+
+
+def test_every_panel_threshold_comes_from_the_config_and_matches_its_rule():
+    """Every threshold step is either an alert threshold read from alerting.config.DEFAULT (and then the
+    rule of that alert compares with exactly that number, and the panel links that alert's runbook), or a
+    display band that says why it is not one."""
+    records = {r["record"]: str(r["expr"]) for r in rule_docs() if "record" in r}
+    exprs: dict[str, list[str]] = {}
+    for r in rule_docs():
+        if "alert" in r:
+            # the alert's expression and the recording rules it reads (thresholds may live there)
+            todo, seen = [str(r["expr"])], set()
+            while todo:
+                e = todo.pop()
+                exprs.setdefault(r["alert"], []).append(e)
+                for name in re.findall(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", e):
+                    if name in records and name not in seen:
+                        seen.add(name)
+                        todo.append(records[name])
+    drawn = set()
+    for d, p, st in all_steps():
+        if st.value is None:
+            continue
+        if not st.config:
+            assert st.note, (d.uid, p.title, st)
+            continue
+        assert st.value == spec.cfg_value(st.config), (d.uid, p.title, st)
+        alert = spec.THRESHOLD_ALERT[st.config]
+        assert any(_threshold_in_rule(e, st.value) for e in exprs[alert]), (d.uid, p.title, alert, st.value)
+        assert alert in p.alerts, (d.uid, p.title, f"draws {alert}'s threshold but links {p.alerts}")
+        drawn.add(st.config)
+    assert drawn == set(spec.THRESHOLD_ALERT), set(spec.THRESHOLD_ALERT) - drawn
+
+
+def test_threshold_lines_follow_the_config(monkeypatch):
+    """A tuned config moves the panel's line: Step values are read from the config, not copied."""
+    with pytest.raises(ValueError):
+        spec.Step(0.41, "red", config="reward_bound.ratio")
+    with pytest.raises(ValueError):
+        spec.Step(0.41, "red")  # neither a config path nor a note
+    assert spec.cfg_step("reward_bound.ratio", "red").value == config.DEFAULT.reward_bound.ratio
+
+
+def test_runbook_links_on_every_panel_tied_to_an_alert():
+    for d in DASHBOARDS:
+        doc = by_title(load(d))
+        for p in d.panels():
+            urls = [link["url"] for link in doc[p.title].get("links", [])]
+            assert urls == [config.DEFAULT.runbook_url(a) for a in p.alerts], (d.uid, p.title)
+            for a in p.alerts:
+                assert config.DEFAULT.runbook_url(a) in doc[p.title]["description"]
+
+
+def test_dashboard_links_and_run_data_links():
+    uids = {d.uid for d in DASHBOARDS}
+    for d in DASHBOARDS:
+        doc = load(d)
+        assert spec.TAG in doc["tags"]
+        [link] = doc["links"]
+        assert link["type"] == "dashboards" and link["tags"] == [spec.TAG] and link["keepTime"] and link["includeVars"]
+        j = by_title(doc)
+        for p in d.panels():
+            links = j[p.title]["fieldConfig"]["defaults"].get("links", [])
+            if p.scope != "run":
+                assert not links, (d.uid, p.title)
+                continue
+            targets = {re.match(r"/d/([^/?]+)", x["url"]).group(1) for x in links}
+            assert targets == uids - {d.uid}, (d.uid, p.title)
+            field = "__data.fields" if p.kind == "table" else "__field.labels"
+            for x in links:
+                assert f"var-project=${{{field}.project}}" in x["url"] and "${__url_time_range}" in x["url"]
+
+
+def test_xy_charts_plot_against_step_with_the_grafana_11_recipe():
+    found = 0
+    for d in DASHBOARDS:
+        j = by_title(load(d))
+        for p in d.panels():
+            if p.kind != "xychart":
+                continue
+            found += 1
+            x = j[p.title]
+            assert names.STEP in x["targets"][0]["expr"]
+            assert all(t["format"] == "table" and t["range"] and not t["instant"] for t in x["targets"])
+            assert x["interval"] == factory.XY_INTERVAL and x["maxDataPoints"] == factory.XY_MAX_DATA_POINTS
+            assert [t["id"] for t in x["transformations"]] == ["merge", "groupBy", "sortBy", "partitionByValues"]
+            group = x["transformations"][1]["options"]["fields"]
+            assert group["project"]["operation"] == group["experiment"]["operation"] == "groupby"
+            assert group["Value #A"]["operation"] == "groupby"
+            assert x["transformations"][3]["options"]["fields"] == ["project", "experiment"]
+            assert x["options"]["mapping"] == "auto"
+            assert x["options"]["series"][0]["x"]["matcher"] == {"id": "byName", "options": "Value #A"}
+    assert found >= 8  # reward mean/std, zero-std, validation, clip, KL, grad norm, ratio, phases
+
+
+def test_window_variable_where_per_step_counters_are_read():
+    for d in DASHBOARDS:
+        tvars = {v["name"]: v for v in load(d)["templating"]["list"]}
+        assert (spec.V_WINDOW in tvars) == d.uses_window, d.uid
+        if d.uses_window:
+            w = tvars[spec.V_WINDOW]
+            assert w["query"].startswith("query_result(") and names.TYPICAL_STEP in w["query"]
+            assert w["regex"] == spec.WINDOW_REGEX and not w.get("multi") and not w.get("includeAll")
+    text = {"window": 'window="3 typical steps"} 2700 1700000000000'}
+    m = re.search(spec.WINDOW_REGEX.strip("/").replace("?<", "?P<"), text["window"])
+    assert m.group("text") == "3 typical steps" and m.group("value") == "2700"
+
+
+def test_collapsed_rows_hold_their_panels():
+    for d in DASHBOARDS:
+        doc = load(d)
+        for row in (p for p in doc["panels"] if p["type"] == "row"):
+            spec_row = next(r for r in d.rows if r.title == row["title"])
+            assert row["collapsed"] == spec_row.collapsed
+            assert len(row.get("panels", [])) == (len(spec_row.panels) if spec_row.collapsed else 0)
+    assert any(r.collapsed for d in DASHBOARDS for r in d.rows)
 
 
 def test_provisioning_points_at_existing_files():
@@ -205,6 +419,7 @@ def test_compose_prometheus_config_passes_promtool(tmp_path):
 def test_substitute_and_bad_inputs():
     e = substitute('rate(x{project=~"$project", node=~"$node"}[$__rate_interval])', "a|b", ".*", "2m")
     assert e == 'rate(x{project=~"a|b", node=~".*"}[2m])'
+    assert substitute("increase(x[${window}s])", window="2700") == "increase(x[2700s])"
     with pytest.raises(ValueError):
         substitute("x{a=~\"$nosuch\"}")
     with pytest.raises(ValueError):
@@ -224,3 +439,21 @@ def test_demo_scrape_configs_are_valid_prometheus_jobs():
             assert sc["labels"]["project"] == "p" and sc["labels"]["experiment"] == "e"
             assert sc["labels"]["__metrics_path__"].endswith("/metrics") and sc["labels"]["role"]
     assert factory.layout(DASHBOARDS[0])[0].row is not None
+
+
+def test_demo_endpoints_attach_to_two_runs_each_with_its_own_endpoints():
+    jobs = demo_endpoints.scrape_configs("127.0.0.1", 9999, "p", "e", also=[("q", "f")])
+    by_run: dict[tuple, set] = {}
+    for j in jobs:
+        for sc in j["static_configs"]:
+            lab = sc["labels"]
+            by_run.setdefault((lab["project"], lab["experiment"]), set()).add(lab["__metrics_path__"])
+    assert set(by_run) == {("p", "e"), ("q", "f")}
+    assert not by_run[("p", "e")] & by_run[("q", "f")]  # separate endpoint sets: separate values
+    served = set(demo_endpoints.build_endpoints(demo_endpoints.DemoSources()))
+    assert by_run[("p", "e")] | by_run[("q", "f")] <= served
+    with pytest.raises(ValueError):
+        demo_endpoints.scrape_configs("127.0.0.1", 9999, "p", "e", also=[("q", "f"), ("r", "g")])
+    # the second set speaks the older vLLM-Omni prefix, so the panels' name forms are exercised
+    text = demo_endpoints.build_endpoints(demo_endpoints.DemoSources())["/run/1/rollout/0/metrics"].render().decode()
+    assert external.OMNI_V0_RUNNING in text and external.OMNI_RUNNING not in text

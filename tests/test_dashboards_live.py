@@ -1,9 +1,11 @@
 """Every panel of every generated dashboard shows data in a real Prometheus (the issue's proof, since
 Grafana cannot run here): exporter fed with the recorded verl fixtures (tests/fixtures/verl), its GPU sampler on the recorded
-H200 trace (looping replay, phases attributed from the trace's own steps), demo endpoints, alert rules.
-No panel is exempt."""
+H200 trace (looping replay, phases attributed from the trace's own steps), demo endpoints attached to two
+runs, alert rules. No panel is exempt. verify() also fails a series of a run-scoped panel without its run
+and a per-run copy of a repeated panel that shows another run."""
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -13,7 +15,7 @@ from omniwatch.dashboards import verify as v
 from omniwatch.dashboards.catalog import DASHBOARDS
 
 from .conftest import VERL_FIXTURES, fixture_path, require_binary
-from .dashboards_live_support import DEMO_RUN, GPU_NODE, REPLAY_GPUS, LiveStack
+from .dashboards_live_support import DEMO_RUN, ENDPOINT_RUNS, GPU_NODE, REPLAY_GPUS, LiveStack
 
 pytestmark = [pytest.mark.integration]
 
@@ -62,8 +64,44 @@ def test_gpu_panels_come_from_the_replayed_sampler(stack):
 
 def test_selecting_a_run_that_does_not_exist_empties_the_panels(stack):
     failures = v.verify(stack.prom_url, "no-such-project", ".*", "1m", dashboards=DASHBOARDS[:1])
-    # every target but the "or vector(0)" alert count is empty: the filters really filter
-    assert len(failures) >= v.count_targets(DASHBOARDS[:1]) - 1
+    # every target of a run-scoped panel is empty: the filters really filter (the exporter's own health,
+    # "Data arriving", belongs to no run)
+    run_targets = sum(len(p.targets) for p in DASHBOARDS[0].panels() if p.scope == "run")
+    assert len([f for f in failures if f.reason == "no series"]) >= run_targets
+
+
+# Panels of families only the vllm_omni: prefix has (the second endpoint set speaks vllm:omni_).
+VLLM_OMNI_ONLY = {"Images per second", "DiT execution per denoising step", "DiT execution per request",
+                  "Pre- and post-processing", "Failed requests"}
+
+
+@pytest.mark.parametrize("uid", ["omniwatch-rollout", "omniwatch-transferqueue"])
+def test_endpoints_attached_to_two_runs_stay_two_runs_in_every_panel(stack, uid):
+    """The demo attaches rollout/reward/TransferQueue endpoints to two runs: every run-scoped target shows
+    both runs as their own series (a `sum by (op_type)` would merge them into one), in every name form."""
+    d = next(d for d in DASHBOARDS if d.uid == uid)
+    want = {f"{p}/{e}" for p, e in ENDPOINT_RUNS}
+    checked = 0
+    for p in d.panels():
+        if p.scope != "run" or p.title in VLLM_OMNI_ONLY:
+            continue
+        for t in p.targets:
+            series = stack.query(v.substitute(t.expr))
+            runs = {f"{s['metric'].get('project')}/{s['metric'].get('experiment')}" for s in series}
+            assert runs == want, (p.title, t.expr, runs)
+            checked += 1
+    assert checked >= 10
+
+
+def test_window_defaults_to_three_typical_steps_of_the_slowest_run(stack):
+    prom = v.Prom(stack.prom_url)
+    try:
+        choices = v.window_choices(prom)
+    finally:
+        prom.close()
+    slowest = max(float(s["value"][1]) for s in stack.query(names.TYPICAL_STEP))
+    assert [t for t, _ in choices] == ["3 typical steps", "10 typical steps"]
+    assert int(choices[0][1]) == max(60, math.ceil(3 * slowest))
 
 
 def test_verify_reports_errors_instead_of_crashing(stack):

@@ -82,6 +82,48 @@ def test_http_sd_labels_and_filter():
     assert [g["targets"] for g in http_sd(ts, None, None, "tq")] == [["b:2"]]
 
 
+def test_storage_unit_targets_carry_the_id_the_controller_labels_them_with():
+    """The controller exports tq_storage_*{storage_unit_id} for each unit, the unit's own endpoint has no
+    such label: discovery reads the id (get_zmq_server_info().id) and sets it as a target label."""
+    from types import SimpleNamespace
+
+    from omniwatch.discovery.probe import probe_storage
+
+    class Remote:
+        def __init__(self, value):
+            self.value = value
+
+        def remote(self, **_):
+            return self.value
+
+    class FakeRay:
+        def __init__(self, ids):
+            self.ids = ids
+
+        def get_actor(self, name, namespace):
+            unit = name.split("#")[1]
+            ident = self.ids[unit]
+            return SimpleNamespace(start_metrics=Remote(f"127.0.0.1:90{unit}"),
+                                   get_zmq_server_info=Remote(ident if isinstance(ident, Exception) else
+                                                              SimpleNamespace(id=ident)))
+
+        def get(self, value, timeout=None):
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+    named = [{"name": f"TransferQueueStorageUnit#{i}", "namespace": "ns"} for i in range(3)] + \
+        [{"name": "TransferQueueController", "namespace": "transfer_queue"}]
+    got = probe_storage(FakeRay({"0": "TQ_STORAGE_UNIT_1729eee7", "1": TimeoutError("slow"), "2": "bad id with spaces"}),
+                        named, 1.0)
+    assert got[0] == {"unit": "0", "endpoint": "127.0.0.1:900", "storage_unit_id": "TQ_STORAGE_UNIT_1729eee7"}
+    assert got[1]["endpoint"] == "127.0.0.1:901" and "storage_unit_id" not in got[1] and "TimeoutError" in got[1]["id_error"]
+    assert got[2] == {"unit": "2", "endpoint": "127.0.0.1:902"}
+    t = Target("tq", "127.0.0.1:900", "tq-storage", role="storage", replica="0", storage_unit_id="TQ_STORAGE_UNIT_1729eee7")
+    assert t.labels("p", "e")["storage_unit_id"] == "TQ_STORAGE_UNIT_1729eee7"
+    assert "storage_unit_id" not in Target("tq", "b:2", "tq-controller", role="controller").labels("p", "e")
+
+
 def test_max_num_seqs_flag():
     assert parse_max_num_seqs("16") == {"rollout": 16, "reward": 16}
     assert parse_max_num_seqs("rollout=8, reward=4") == {"rollout": 8, "reward": 4}

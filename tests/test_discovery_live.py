@@ -57,13 +57,16 @@ def test_transferqueue_scraped_with_run_labels(seen):
     assert m["instance"] == seen["tq_endpoint"]
     ops = {r["metric"]["op_type"]: float(r["value"][1]) for r in seen["B_tq_samples"]}
     assert ops == {"NOTIFY_DATA_UPDATE": 8.0, "CLEAR_META": 4.0}  # 8 put, 4 cleared
-    assert float(seen["B_tq_outstanding"][0]["value"][1]) == 4.0   # recording rule, evaluated by Prometheus
+    assert float(seen["B_tq_live"][0]["value"][1]) == 4.0   # live samples (recording rule, evaluated by Prometheus)
     assert seen["B_tq_keys"], "run:tq_storage_active_keys:sum never reached 4"
 
 
 def test_transferqueue_storage_units_discovered(seen):
     ups = seen["B_tq_storage_targets"]
     assert len(ups) == 2 and all(r["value"][1] == "1" for r in ups)
+    # each carries the id the controller's per-unit series are labelled with (the join key)
+    ids = {r["metric"].get("storage_unit_id", "") for r in ups}
+    assert len(ids) == 2 and all(i.startswith("TQ_STORAGE_UNIT_") for i in ids), ids
 
 
 def test_ray_node_metrics_scraped(seen):

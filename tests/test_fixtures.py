@@ -39,16 +39,36 @@ def _used_names(prefix: str) -> set[str]:
     return {re.sub(r"_(bucket|sum|count)$", "", u) for u in used}
 
 
+CONTROLLER = "endpoints/transferqueue_0.1.11_controller.metrics.txt"
+STORAGE_UNIT = "endpoints/transferqueue_0.1.11_storage_unit.metrics.txt"
+
+
+def _declared(rel: str) -> set[str]:
+    """The families as declared (# TYPE), with their exposed names: counters keep _total there even
+    where the capture has no sample yet (no request had been made, no error happened)."""
+    assert _families(rel), f"{rel} does not parse"
+    return set(re.findall(r"^# TYPE (\S+) ", fixture(rel).read_text(), re.M))
+
+
 def test_transferqueue_names_we_read_exist_in_a_real_controller_capture():
-    text = fixture("endpoints/transferqueue_0.1.11_controller.metrics.txt").read_text()
-    assert _families("endpoints/transferqueue_0.1.11_controller.metrics.txt"), "capture does not parse"
-    # the families as declared (# TYPE), with their exposed names: counters keep _total there even
-    # where the capture has no sample yet (no request had been made)
-    exposed = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     used = _used_names("tq_")
     assert used, "no tq_ metric used by rules or dashboards?"
-    missing = sorted(u for u in used if u not in exposed)
-    assert not missing, f"names not exported by TransferQueue 0.1.11: {missing}"
+    missing = sorted(u for u in used if u not in _declared(CONTROLLER) | _declared(STORAGE_UNIT))
+    assert not missing, f"names not exported by a TransferQueue 0.1.11 controller or storage unit: {missing}"
+
+
+def test_storage_unit_names_we_read_exist_in_a_real_storage_unit_capture():
+    """Names the rules and dashboards read that the controller does not export must be the storage
+    units' own (their request histogram, read windowed), and those series carry no storage_unit_id of
+    their own: discovery adds it as a target label so they join the controller's per-unit series."""
+    unit_only = _used_names("tq_") - _declared(CONTROLLER)
+    assert unit_only, "no storage-unit series read? the latency and request panels read the units' histograms"
+    missing = sorted(unit_only - _declared(STORAGE_UNIT))
+    assert not missing, f"names in neither real capture: {missing}"
+    unit_samples = [s for f in _families(STORAGE_UNIT).values() for s in f.samples]
+    assert unit_samples and not any("storage_unit_id" in s.labels for s in unit_samples)
+    ctl = [s for f in _families(CONTROLLER).values() if f.name.startswith("tq_storage_") for s in f.samples]
+    assert ctl and all("storage_unit_id" in s.labels for s in ctl)
 
 
 def test_ray_node_series_carry_the_labels_our_rules_join_on():

@@ -339,7 +339,7 @@ def test_window_is_exposed_for_live_runs_only_and_passes_promtool():
     if promtool is not None:
         r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stdout + r.stderr
-    now[0] += store.run_expiry + 1                               # the run finished long ago
+    now[0] += max(store.run_expiry, store.stalled_expiry) + 1    # the run ended long ago (any expiry)
     assert names.GPU_INTER_STAGE_IDLE_WINDOW + "{" not in generate_latest(reg).decode()
 
 

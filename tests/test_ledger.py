@@ -96,7 +96,7 @@ def test_live_counters_sum_to_gpus_times_wall_time():
         st.ingest("p", "e", p, "jsonl", feed="jsonl:f")
     total = sum(v for (name, _), v in samples(st).items() if name == names.GPU_SECONDS_TOTAL)
     assert total == pytest.approx(4 * wall)
-    assert value(st, names.RUN_GPUS, project="p", experiment="e", source="log") == 4
+    assert value(st, names.RUN_GPUS, project="p", experiment="e", origin="log") == 4
     before = total
     st.ingest("p", "e", parse_jsonl_line(lines[10]), "jsonl", feed="jsonl:f", backlog=True)
     after = st.runs[("p", "e")].gpu_seconds
@@ -106,7 +106,7 @@ def test_live_counters_sum_to_gpus_times_wall_time():
 def test_a_run_whose_keys_cannot_tell_uses_the_flag_and_says_so():
     st = RunStore(gpus=8)
     st.ingest("p", "e", ParsedStep(1, {"timing_s/step": 10.0, "timing_s/gen": 6.0}), "push")
-    assert value(st, names.RUN_GPUS, project="p", experiment="e", source="flag") == 8
+    assert value(st, names.RUN_GPUS, project="p", experiment="e", origin="flag") == 8
     assert st.runs[("p", "e")].gpu_seconds["gen"] == pytest.approx(48.0)
     st2 = RunStore()
     st2.ingest("p", "e", ParsedStep(1, {"timing_s/step": 10.0, "timing_s/gen": 6.0}), "push")

@@ -74,11 +74,52 @@ def test_bad_bodies_get_a_clear_4xx_and_are_counted(client_store, body, status, 
     assert store.errors[("push", reason)] == 1
 
 
-def test_batch_with_some_bad_steps_reports_what_was_skipped(client_store):
+def test_a_batch_with_a_bad_step_is_refused_whole_and_nothing_is_applied(client_store):
+    """Issue 14 item 3: the batch is validated whole before any step is applied."""
     c, store = client_store
     body = {"project": "p", "experiment": "e", "steps": [
         {"step": 1, "data": {"timing_s/step": 3.0, "note": "text"}}, {"step": "bad"}, {"step": 2, "data": {"x": 1}}]}
     r = c.post("/api/v1/push", json=body, headers=AUTH)
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert detail["accepted"] == 0 and detail["errors"] == [{"index": 1, "reason": "bad_step"}]
+    assert ("p", "e") not in store.runs and store.errors[("push", "bad_step")] == 1
+
+
+def test_value_skips_inside_good_steps_are_reported_and_the_steps_applied(client_store):
+    c, store = client_store
+    body = {"project": "p", "experiment": "e", "steps": [
+        {"step": 1, "data": {"timing_s/step": 3.0, "note": "text"}}, {"step": 2, "data": {"x": 1}}]}
+    r = c.post("/api/v1/push", json=body, headers=AUTH)
     assert r.status_code == 200
-    assert r.json() == {"accepted": 2, "skipped": {"bad_step": 1, "values_non_numeric": 1}}
+    assert r.json() == {"accepted": 2, "skipped": {"values_non_numeric": 1}}
     assert store.runs[("p", "e")].steps_total == 2
+
+
+@pytest.mark.parametrize("step,reason", [('"\u00b2"', "bad_step"), ('"\u0663"', "bad_step"),
+                                         ('"' + "9" * 5000 + '"', "bad_step"),
+                                         ("9" * 5000, "number_out_of_range"),
+                                         ("-" + "9" * 400, "number_out_of_range")])
+def test_unicode_digits_and_huge_numbers_as_a_step_are_4xx_and_counted(client_store, step, reason):
+    """Before: "²".isdigit() is True and int("²") raised: a 500 (and int() of 5,000 digits raises too)."""
+    c, store = client_store
+    body = ('{"project":"p","experiment":"e","step":%s,"data":{"timing_s/step":1.0}}' % step).encode()
+    r = c.post("/api/v1/push", content=body, headers=AUTH)
+    assert 400 <= r.status_code < 500, r.text
+    assert store.errors[("push", reason)] == 1
+    assert ("p", "e") not in store.runs
+
+
+def test_a_refused_batch_then_its_corrected_retry_is_not_a_restart(client_store):
+    """Before: [1, 2, "²"] applied 1 and 2, answered 500, and the retry [1, 2, 3] went back from 2 to 1:
+    a trainer restart and two replayed steps that never happened."""
+    c, store = client_store
+
+    def body(*steps):
+        return {"project": "p", "experiment": "e",
+                "steps": [{"step": s, "data": {"timing_s/step": 10.0, "timing_s/gen": 4.0}} for s in steps]}
+    r = c.post("/api/v1/push", json=body(1, 2, "\u00b2"), headers=AUTH)
+    assert r.status_code == 422 and ("p", "e") not in store.runs
+    assert c.post("/api/v1/push", json=body(1, 2, 3), headers=AUTH).json()["accepted"] == 3
+    run = store.runs[("p", "e")]
+    assert (run.steps_total, run.restarts_total, run.replayed_total) == (3, 0, 0)

@@ -228,11 +228,15 @@ def test_verdict_costs_and_remedies_on_the_fixtures():
     assert v[0].remedy == remedies.reward_bound().expect(Ctx({}, modes={"trainer": "legacy", "reward": "colocated",
                                                                          "async_mode": "sync"}))
     assert "enable_resource_pool=True" in v[0].remedy
+    # one source of remedy text: the verdict's is the annotation Prometheus rendered for the alert
+    hit = next(a for a in rb.alerts if a.alertname == "RewardBoundRollout")
+    assert hit.annotations["remedy"] == v[0].remedy
     regr = [b for b in v if b.alertname == "StepTimeRegression"]
     assert regr and regr[0].gpu_seconds == 0 and "inhibited" in regr[0].note  # counted under its cause
     vi = verdict(idle)
     assert vi[0].alertname == "InterStageIdleGPU"
     assert vi[0].remedy.startswith("In V1 the untimed work is the TransferQueue fetch")
+    assert next(a for a in idle.alerts if a.alertname == "InterStageIdleGPU").annotations["remedy"] == vi[0].remedy
     assert vi[0].gpu_hours > 0
 
 

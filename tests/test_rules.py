@@ -113,8 +113,10 @@ def test_step_alerts_use_window_series_and_are_marked_for_inhibition():
     for a in step_alerts:
         assert a.for_ == "15s", a.name
         # a window statistic, or an exporter series that is itself a window fact (every window step
-        # reported MFU 0) or a device fact (the GPU's name and memory), never a latest-step gauge
-        assert re.search(r":(min|max)_k|omniwatch_mfu_unsupported|omniwatch_mfu_suspected_cause", a.expr), \
+        # reported MFU 0; skipped updates counted over the recent normal steps) or a device fact (the
+        # GPU's name and memory), never a latest-step gauge
+        assert re.search(r":(min|max)_k|omniwatch_mfu_unsupported|omniwatch_mfu_suspected_cause"
+                         r"|omniwatch_grad_norm_nonfinite_recent_steps", a.expr), \
             f"{a.name} must threshold a window statistic: {a.expr}"
 
 

@@ -36,14 +36,23 @@ EXPECTED = {
 }
 
 
-def write_sim(path: Path, spec: RunSpec, steps: int, pace: float, stop: threading.Event) -> None:
+LAST_WRITE: dict[str, float] = {}  # sim experiment -> when its last line was written
+RUN_EXPIRY = 40.0  # --run-expiry of this stack's exporter
+
+
+def write_sim(path: Path, spec: RunSpec, steps: int, pace: float, stop: threading.Event,
+              hold_open: float | None = 0.0) -> None:
+    """Write like verl's FileLogger; after the last line keep the file open ``hold_open`` seconds (None:
+    until the test ends — a trainer process that hangs) before closing it (the process exits)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb", buffering=0) as f:
         for s in range(1, steps + 1):
             if stop.is_set():
                 return
             f.write(orjson.dumps({"step": s, "data": step_dict(spec, s)}) + b"\n")
+            LAST_WRITE[path.stem] = time.time()
             stop.wait(pace)
+        stop.wait(hold_open)
 
 
 def rows(name):
@@ -61,7 +70,7 @@ def stack(tmp_path_factory):
         shutil.copy(fixture_path(name), root / "verl" / f"{name}.jsonl")
     cfg = StackConfig(run_dir=tmp / "run", prometheus_port=free_port(), alertmanager_port=free_port(),
                       exporter_port=free_port(), grafana_port=free_port(), profile="fast", watch=[str(root)],
-                      exporter_args=["--poll-interval", "0.2"])
+                      exporter_args=["--poll-interval", "0.2", "--run-expiry", f"{RUN_EXPIRY:g}"])
     st = Stack(cfg)
     stop = threading.Event()
     # MFUDrop compares against the median of the previous 20 normal steps: with 17 healthy baseline
@@ -69,8 +78,16 @@ def stack(tmp_path_factory):
     sims = [threading.Thread(target=write_sim, daemon=True, args=(
                 root / "sim" / "mfu-drop.jsonl", RunSpec(pace=2.0, seed=11, faults=[Fault("actor_slow", 20, factor=2.0)]),
                 60, 2.0, stop)),
+            # a hung trainer: its process keeps the log open (this test process, not the exporter)
             threading.Thread(target=write_sim, daemon=True, args=(
-                root / "sim" / "stalled.jsonl", RunSpec(pace=0.5, seed=12), 8, 0.5, stop))]
+                root / "sim" / "stalled.jsonl", RunSpec(pace=0.5, seed=12), 8, 0.5, stop, None)),
+            # a trainer that stopped and exited (seen holding its log, then gone): finished or crashed
+            threading.Thread(target=write_sim, daemon=True, args=(
+                root / "sim" / "ended.jsonl", RunSpec(pace=0.5, seed=13), 8, 0.5, stop, 15.0)),
+            # a run that finished: its last step (8) carries the forced checkpoint, off its cadence of 3
+            threading.Thread(target=write_sim, daemon=True, args=(
+                root / "sim" / "finished.jsonl", RunSpec(pace=0.5, seed=14, checkpoint_every=3, total_steps=8),
+                8, 0.5, stop))]
     try:
         st.up()
         for t in sims:
@@ -153,6 +170,33 @@ def test_every_core_alert_reaches_the_webhook_and_the_healthy_run_stays_silent(s
     assert one["annotations"]["summary"] and one["annotations"]["description"]
     assert one["annotations"]["runbook_url"] == DEFAULT.runbook_url(names.ALERT_REWARD_BOUND)
     assert one["startsAt"] and one["endsAt"] is None
+
+
+def test_a_hung_run_alerts_past_run_expiry_an_ended_or_finished_one_does_not(stack):
+    """--run-expiry 40 s is for runs that ended. sim/stalled: a live process still holds its log open
+    (a hung trainer): TrainingStalled escalates to critical and still fires more than 40 s after its
+    last step. sim/ended: its writer was seen and closed the log (the process exited): it stalls, then
+    expires and resolves. sim/finished: its last step carried the forced final checkpoint (off its
+    cadence): it never stalls."""
+    def stalled(experiment: str, status: str, severity: str | None = None) -> list:
+        return [a for a in webhook_alerts(stack) if a["labels"].get("experiment") == experiment
+                and a["labels"]["alertname"] == names.ALERT_STALLED and a["status"] == status
+                and severity in (None, a["labels"]["severity"])]
+    wait_for(lambda: "stalled" in LAST_WRITE and time.time() - LAST_WRITE["stalled"] > RUN_EXPIRY + 15, 150,
+             interval=1.0, what="the hung run idle past --run-expiry")
+    firing = prom(stack, 'ALERTS{alertname="TrainingStalled",experiment="stalled",alertstate="firing"}')
+    assert firing, "the hung run stopped alerting"
+    severities = {a["metric"]["severity"] for a in httpx.get(
+        f"{stack.cfg.prometheus_url}/api/v1/query", timeout=5,
+        params={"query": 'ALERTS{alertname="TrainingStalled",experiment="stalled",alertstate="firing"}'}).json()["data"]["result"]}
+    assert severities == {"info", "warning", "critical"}, severities
+    assert prom(stack, names.RUN_LOG_OPEN + '{experiment="stalled"}') == {("sim", "stalled", None, None): 1.0}
+    assert stalled("stalled", "firing", "critical")
+    wait_for(lambda: stalled("ended", "resolved"), 120, interval=1.0, what="the ended run's stall resolved by expiry")
+    assert stalled("ended", "firing", "critical"), "a run whose process exited is a stall until it expires"
+    assert not prom(stack, names.STEP + '{experiment="ended"}')  # left /metrics
+    assert prom(stack, names.RUN_FINISHED + '{experiment="finished"}') in ({}, {("sim", "finished", None, None): 1.0})
+    assert not stalled("finished", "firing"), "a finished run stalled"
 
 
 def test_status_and_down_stop_exactly_what_up_started(stack):

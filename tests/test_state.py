@@ -2,6 +2,8 @@
 counted twice, none lost, and counters that only move forward."""
 import os
 
+import pytest
+
 from omniwatch.model import RunStore
 from omniwatch.sources.files import FileSource
 from omniwatch.state import Checkpointer
@@ -141,3 +143,83 @@ def test_runs_of_an_earlier_configuration_never_reach_metrics(tmp_path):
     store4, src4, cp4 = exporter(tmp_path / "state3", demo_root)
     assert cp4.load()
     assert 'omniwatch_step{experiment="stalled",project="omniwatch-demo"} 8.0' in _exported(store4)
+
+
+# --- state files of any shape (issue 14, item 5) -----------------------------------------------------------
+def _valid_state(tmp_path) -> dict:
+    """A real checkpoint of 10 steps, as a dict to break one field of."""
+    import orjson
+    lines = fixture_path("flowgrpo_healthy").read_bytes().splitlines(keepends=True)
+    f = tmp_path / "root" / "proj" / "exp.jsonl"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_bytes(b"".join(lines[:10]))
+    store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
+    src.poll_once()
+    assert cp.save()
+    return orjson.loads((tmp_path / "state" / "exporter-state.json").read_bytes())
+
+
+def _run(doc):
+    return doc["model"]["runs"][0]
+
+
+BROKEN = {
+    "a JSON list": lambda d: [],
+    "model is a list": lambda d: {"version": 1, "model": []},
+    "no model": lambda d: {"version": 1},
+    "a string": lambda d: "state",
+    "seen [[1]]": lambda d: _run(d).update(seen=[[1]]) or d,
+    "seen lo > hi": lambda d: _run(d).update(seen=[[9, 1]]) or d,
+    "seen overlapping": lambda d: _run(d).update(seen=[[1, 5], [3, 9]]) or d,
+    "negative steps_total": lambda d: _run(d).update(steps_total=-3) or d,
+    "negative stage seconds": lambda d: _run(d)["stage_seconds_total"].update(gen=-1.0) or d,
+    "counter as a string": lambda d: _run(d).update(restarts_total="2") or d,
+    "counter as a bool": lambda d: _run(d).update(replayed_total=True) or d,
+    "step as a float": lambda d: _run(d)["last"].update(step=3.5) or d,
+    "runs is a dict": lambda d: d["model"].update(runs={}) or d,
+    "a credential as a label": lambda d: _run(d).update(experiment="hf_" + "A1b2" * 9) or d,
+    "negative offset": lambda d: next(iter(d["files"]["jsonl"].values())).update(offset=-1) or d,
+    "head not hex": lambda d: next(iter(d["files"]["jsonl"].values())).update(head="zz") or d,
+    "errors entry of two": lambda d: d["model"].update(errors=[["jsonl", "x"]]) or d,
+    "wrong version": lambda d: d.update(version=7) or d,
+}
+
+
+@pytest.mark.parametrize("what", sorted(BROKEN))
+def test_a_state_file_of_any_shape_is_set_aside_and_the_exporter_starts_clean(tmp_path, what, caplog):
+    """Before: `[]` and `{"version": 1, "model": []}` raised AttributeError out of load() (the exporter
+    crashed at start and the file stayed, so a supervisor restarted it into the same crash); `seen: [[1]]`
+    or a negative counter loaded silently and broke counting later."""
+    import orjson
+    doc = BROKEN[what](_valid_state(tmp_path))
+    path = tmp_path / "state" / "exporter-state.json"
+    path.write_bytes(orjson.dumps(doc))
+    store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
+    with caplog.at_level("ERROR", logger="omniwatch.state"):
+        assert cp.load() is False
+    assert [r.levelname for r in caplog.records] == ["ERROR"], "one clear log line"
+    assert "moved to" in caplog.records[0].getMessage()
+    assert store.errors[("state", "corrupt_state")] == 1
+    assert not path.exists() and (tmp_path / "state" / "exporter-state.corrupt").exists()
+    assert not store.runs
+    src.poll_once()  # starting clean: the file is read from its start, every step counted once
+    assert run_of(store).steps_total == 10 and run_of(store).restarts_total == 0
+
+
+def test_a_valid_state_passes_the_schema_unchanged(tmp_path):
+    from omniwatch import statefile
+    from omniwatch.state import VERSION
+    doc = _valid_state(tmp_path)
+    assert statefile.check(doc, VERSION) == (doc, 0)
+
+
+def test_secret_named_keys_in_an_old_state_file_are_dropped_and_counted(tmp_path):
+    import orjson
+    doc = _valid_state(tmp_path)
+    _run(doc)["keys"].update({"env/hf_token": 1.0, "config/x/WANDB_API_KEY": 2.0})
+    (tmp_path / "state" / "exporter-state.json").write_bytes(orjson.dumps(doc))
+    store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
+    assert cp.load()
+    assert not {"env/hf_token", "config/x/WANDB_API_KEY"} & set(run_of(store).keys)
+    assert store.errors[("state", "secret_key")] == 2
+    assert run_of(store).steps_total == 10

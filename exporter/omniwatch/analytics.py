@@ -39,6 +39,22 @@ K_FEED = "timing_s/feed"
 K_STALENESS_MAX = "training/off_policy/trajectory_staleness/max"
 K_STALENESS_MEAN = "training/off_policy/trajectory_staleness/mean"
 K_DROPPED = "training/off_policy/dropped_samples"
+K_GEN_SEQ_MEAN = "timing_s/agent_loop/generate_sequences/mean"
+K_GRAD_NORM = "actor/grad_norm"
+# RS sequence-level rejection: decoupled mode logs it once per batch under rollout_corr/, bypass mode per
+# SDE step under actor/rollout_corr/ (VeRL-Omni docs/algo/rollout_correction.md, workers/utils/losses.py)
+K_RS_SEQ_MASKED = "rollout_corr/rollout_rs_seq_masked_fraction"
+K_RS_SEQ_MASKED_BYPASS = "actor/rollout_corr/rollout_rs_seq_masked_fraction"
+# Timers verl runs outside timing_s/step but inside the wall time between two logged steps.
+OUTSIDE_STEP_PHASES = ("testing", "start_profile", "stop_profile")
+# Arrival stamps carry the source's jitter (files are polled every 0.5 s; console lines pass Ray's log
+# monitor): an arrival gap may fall short of the step's own timers by this much and still be a live
+# measurement (the time outside the step is then 0). Shorter by more, the gap was not observed when
+# the lines were written (backlog read at start-up, a batched push, an accelerated replay).
+ARRIVAL_JITTER_SECONDS = 2.0
+# Timers summing to more than timing_s/step by this share of the step are logged once per run (the
+# default tolerance of the TimersExceedStep rule, alerting/config.py timer_overlap.tolerance).
+TIMER_OVERLAP_LOG_SHARE = 0.01
 
 # Where each in-step phase's time goes when the step gets slower (StepTimeRegression's `cause`); the
 # streamed reward tail inside `gen` counts as reward. Phases not listed are "other".
@@ -77,6 +93,11 @@ _VALIDATION = "\x00validation"
 _KEY_KIND: dict[str, str] = {}  # key -> phase name, _VALIDATION, or "" (neither); bounded
 
 
+def is_validation_key(key: str) -> bool:
+    """``val-core/...``, ``val-aux/...``, ``val/...``: logged only on validation steps."""
+    return key.startswith(("val-", "val/"))
+
+
 def _classify(key: str) -> str:
     k = phase_of(key) or (_VALIDATION if key == K_TESTING or key.startswith(("val-", "val/")) else "")
     if len(_KEY_KIND) < 1 << 16:
@@ -100,6 +121,15 @@ class StepRecord:
     modes: dict[str, str] = field(default_factory=dict)       # what this step's keys say (trainer, reward, async_mode)
     reward_step_share: float | None = None                    # reward critical-path seconds / step seconds
     causes: dict[str, float] = field(default_factory=dict)    # seconds per StepTimeRegression cause
+    # --- signals of issue 13 (None: the step does not say) ---
+    straggler_ratio: float | None = None    # agent_loop generate_sequences max / mean (legacy)
+    grad_norm_nonfinite: bool | None = None  # actor/grad_norm logged NaN/Inf (null): the update was skipped
+    rs_seq_masked: float | None = None       # rollout_corr rollout_rs_seq_masked_fraction (either mode)
+    rs_mode: str | None = None               # where it came from: decoupled (rollout_corr/) | bypass (actor/rollout_corr/)
+    timer_residual: float | None = None      # timing_s/step - sum of in-step timers, seconds, NOT clamped
+    timed_wall: float | None = None          # step + timers outside it (testing, profiler): wall time verl timed
+    outside_seconds: float | None = None     # arrival gap - timed_wall (live arrivals of consecutive steps)
+    outside_ratio: float | None = None       # outside_seconds / arrival gap
 
     @property
     def normal(self) -> bool:
@@ -146,7 +176,8 @@ def _causes(phases: dict[str, float], critical: dict[str, float]) -> dict[str, f
     return out
 
 
-def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bool = False) -> StepRecord:
+def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bool = False,
+                 non_finite: tuple[str, ...] | frozenset[str] = ()) -> StepRecord:
     duration = values.get(K_STEP, values.get(K_TIME_PER_STEP))
     if duration is not None and duration <= 0:
         duration = None
@@ -162,8 +193,10 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
                 validation = True
             elif v >= 0:
                 phases[k] = v
+    residual = None
     if duration is not None:
-        phases[names.UNTRACKED_PHASE] = max(0.0, duration - sum(phases.values()))
+        residual = duration - sum(phases.values())
+        phases[names.UNTRACKED_PHASE] = max(0.0, residual)
 
     # Reward on the critical path of the generation window.
     gen = values.get(K_GEN)
@@ -196,9 +229,45 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
         flags.add("validation")
     if values.get(K_SAVE, 0) > 0:
         flags.add("checkpoint")
-    return StepRecord(step, arrival, duration, phases, rb, critical, idle, mfu,
-                      values.get(K_THROUGHPUT), frozenset(flags), values, step_modes(values), share,
-                      _causes(phases, critical) if duration is not None else {})
+    rec = StepRecord(step, arrival, duration, phases, rb, critical, idle, mfu,
+                     values.get(K_THROUGHPUT), frozenset(flags), values, step_modes(values), share,
+                     _causes(phases, critical) if duration is not None else {})
+    _signals(rec, values, non_finite, residual)
+    return rec
+
+
+def _signals(rec: StepRecord, values: dict[str, float], non_finite, residual: float | None) -> None:
+    """Straggler tail, skipped update, RS rejection, the unclamped timer residual, the timed wall time."""
+    mx, mean = values.get(K_GEN_SEQ_MAX), values.get(K_GEN_SEQ_MEAN)
+    if mx is not None and mean is not None and mean > 0 and mx >= 0:
+        rec.straggler_ratio = mx / mean
+    if K_GRAD_NORM in values:
+        rec.grad_norm_nonfinite = False
+    elif non_finite and K_GRAD_NORM in non_finite:
+        rec.grad_norm_nonfinite = True
+    for key, mode in ((K_RS_SEQ_MASKED, "decoupled"), (K_RS_SEQ_MASKED_BYPASS, "bypass")):
+        rs = values.get(key)
+        if rs is not None and 0 <= rs <= 1:
+            rec.rs_seq_masked, rec.rs_mode = rs, mode
+            break
+    rec.timer_residual = residual
+    if rec.duration is not None:
+        rec.timed_wall = rec.duration + sum(max(0.0, values.get("timing_s/" + ph, 0.0)) for ph in OUTSIDE_STEP_PHASES)
+
+
+def time_outside(gap: float, rec: StepRecord) -> tuple[float, float] | None:
+    """Seconds of the wall time between two consecutive steps' arrivals that no verl timer covers
+    (dataloader, metric computation, logging; V1: the post-step TransferQueue re-fetch, kv_clear), and
+    their share of the gap: ``gap - (timing_s/step + timing_s/testing + profiler timers)``. None when
+    the gap cannot be a live measurement of this step (shorter than the step's own timers by more than
+    the arrival jitter); within the jitter it is 0."""
+    if rec.timed_wall is None or gap <= 0:
+        return None
+    out = gap - rec.timed_wall
+    if out < -ARRIVAL_JITTER_SECONDS:
+        return None
+    out = max(0.0, out)
+    return out, out / gap
 
 
 def _stats(xs: list[float]) -> dict[str, float]:
@@ -219,6 +288,12 @@ class WindowStats:
     mfu_baseline: dict[str, float] = field(default_factory=dict)
     duration_baseline: float | None = None
     typical_step: float | None = None
+    straggler: dict[str, float] | None = None        # generate_sequences max / mean
+    rs_seq_masked: dict[str, float] | None = None     # RS sequence-level rejection share
+    rs_mode: str | None = None                        # decoupled | bypass (the latest window step's)
+    outside: dict[str, float] | None = None           # time outside the step timer / arrival gap
+    timer_residual: dict[str, float] | None = None    # unclamped residual / step (negative: timers > step)
+    grad_nonfinite_recent: int | None = None          # recent normal steps whose actor/grad_norm was non-finite
 
 
 class RunWindow:
@@ -292,6 +367,7 @@ class RunWindow:
             bs = [r.mfu[role] for r in base if r.mfu.get(role, 0) > 0]
             if len(bs) >= MIN_BASELINE_STEPS:
                 out.mfu_baseline[role] = statistics.median(bs)
+        self._signal_stats(out, recs, win)
         bd = [r.duration for r in base if r.duration is not None]
         if len(bd) >= MIN_BASELINE_STEPS:
             out.duration_baseline = statistics.median(bd)
@@ -301,3 +377,20 @@ class RunWindow:
                 out.regression = {c: statistics.median(x[c] for x in wc) - statistics.median(x[c] for x in bc)
                                   for c in CAUSES}
         return out
+
+    def _signal_stats(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
+        """Window statistics of the issue-13 signals (every one of the k window steps must carry the
+        value, as for the other window series); the skipped-update count runs over the last ``n``
+        normal steps (the baseline length): one skip is noise, a few in 20 steps is a pattern."""
+        for attr, get in (("straggler", lambda r: r.straggler_ratio), ("rs_seq_masked", lambda r: r.rs_seq_masked),
+                          ("outside", lambda r: r.outside_ratio),
+                          ("timer_residual", lambda r: r.timer_residual / r.duration
+                           if r.timer_residual is not None and r.duration else None)):
+            xs = [v for v in map(get, win) if v is not None]
+            if len(xs) == self.k:
+                setattr(out, attr, _stats(xs))
+        if out.rs_seq_masked:
+            out.rs_mode = win[-1].rs_mode
+        recent = [r.grad_norm_nonfinite for r in recs[-self.n:] if r.grad_norm_nonfinite is not None]
+        if recent:
+            out.grad_nonfinite_recent = sum(recent)

@@ -11,12 +11,15 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
+from starlette.requests import ClientDisconnect
 
 from . import __version__
+from .ratelog import RateLimitedLog
 from .model import RunStore
 from .settings import Settings
 
 log = logging.getLogger(__name__)
+_DISCONNECTS = RateLimitedLog(log)
 
 # Optional areas: each module exposes ``router`` (an APIRouter) and ``init(app)``.
 ROUTER_MODULES = ["omniwatch.sources.push", "omniwatch.relay", "omniwatch.gpu.api", "omniwatch.discovery",
@@ -54,6 +57,13 @@ class BodyLimit:
             return await self.app(scope, limited_receive, send)
         except _BodyTooLarge:
             return await _too_large(send, self.limit)
+        except ClientDisconnect:  # the client went away mid-upload (or its body timed out): one line, counted
+            app = scope.get("app")
+            store = getattr(getattr(app, "state", None), "store", None)
+            if store is not None:
+                store.count_error("http", "client_disconnected")
+            _DISCONNECTS("disconnect", logging.INFO, "%s %s: client disconnected before its body was received",
+                          scope.get("method"), scope.get("path"))
 
 
 class _BodyTooLarge(Exception):

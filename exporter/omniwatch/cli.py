@@ -8,6 +8,7 @@ import logging
 import sys
 
 from . import __version__
+from .redact import install_log_redaction
 
 COMMAND_MODULES = [
     "omniwatch.server",      # serve
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    install_log_redaction()  # no handler writes a credential (serve installs it again on uvicorn's)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -92,12 +92,14 @@ def _free_port(host: str) -> int:
 
 def _endpoints_scrape(stack_cfg: StackConfig, port: int):
     """Realistic vLLM-Omni / TransferQueue / GPU / Ray series for the dashboards (the demo cannot run a
-    real vLLM-Omni or GPU), with the real metric names, joined to one demo run by target labels."""
+    real vLLM-Omni or GPU), with the real metric names, joined by target labels to two demo runs (each its
+    own endpoint set), so every run-scoped panel shows that it keeps runs apart."""
     try:
         mod = importlib.import_module("omniwatch.demo_endpoints")
     except ModuleNotFoundError:
         return None, []
-    return mod, mod.scrape_configs(stack_cfg.host, port, PROJECT, "reward-bound-colocated")
+    return mod, mod.scrape_configs(stack_cfg.host, port, PROJECT, "reward-bound-colocated",
+                                   also=[(PROJECT, "v1-transfer-idle")])
 
 
 def gpu_args() -> tuple[list[str], str]:

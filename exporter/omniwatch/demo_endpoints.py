@@ -1,5 +1,6 @@
 """Stand-in ``/metrics`` endpoints for the sources a demo machine cannot run: vLLM-Omni rollout
-replicas, reward-model vLLM servers, a TransferQueue controller, a dcgm-exporter and a Ray node agent.
+replicas, reward-model vLLM servers, a TransferQueue controller and its storage units, a dcgm-exporter
+and a Ray node agent.
 
 They serve the REAL metric names and label sets (``dashboards.external``, from the reference), through
 prometheus_client on one private registry per endpoint, with values that move over time: a ticker
@@ -8,8 +9,14 @@ from it. ``scrape_configs()`` returns the Prometheus jobs that scrape them with 
 (project, experiment, role, replica) that join every series to a run, exactly as omniwatch's own
 scrape configs and discovery label real targets.
 
+Every endpoint set exists once per run it is attached to (``DemoSources.runs``, default 2): run 0 under
+``/rollout/<i>/metrics`` ..., run ``k`` under ``/run/<k>/rollout/<i>/metrics`` ..., each with its own
+values, GPU node and TransferQueue controller, so a panel that drops the run labels shows it (two runs'
+series pile up). Run 1's rollout replicas speak the older vLLM-Omni metric prefix ``vllm:omni_`` (pipeline
+families only), so the panels' and rules' name forms are exercised too.
+
     server, port = start()             # 127.0.0.1, free port
-    cfgs = scrape_configs("127.0.0.1", port, "demo", "flowgrpo")
+    cfgs = scrape_configs("127.0.0.1", port, "demo", "flowgrpo", also=[("demo", "v1-run")])
     stop(server)
 """
 from __future__ import annotations
@@ -33,8 +40,7 @@ TICK_S = 0.25
 DENOISE_STEPS = 10
 PARTITIONS = ("train", "val")
 TASKS = ("update_actor", "compute_old_log_prob")
-OPS = ("GET_META", "NOTIFY_DATA_UPDATE", "CLEAR_META", "KV_LIST", "GET_CONSUMPTION")
-STORAGE_OPS = ("PUT_DATA", "GET_DATA", "CLEAR_DATA")
+TQ_STORAGE_UNITS = 2
 
 
 def phase_at(t: float) -> tuple[str, float]:
@@ -60,15 +66,35 @@ class _Endpoint:
         return generate_latest(self.registry)
 
 
+class _Null:
+    """Stand-in for a metric family the replica's vLLM-Omni version does not expose."""
+
+    def labels(self, *a, **k):
+        return self
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
 class RolloutReplica(_Endpoint):
-    def __init__(self, index: int, max_num_seqs: int = 4):
+    def __init__(self, index: int, max_num_seqs: int = 4, prefix: str = x.OMNI):
         super().__init__()
         r, m = self.registry, [x.L_MODEL]
         self.index, self.max_num_seqs = index, max_num_seqs
-        self.running = Gauge(x.OMNI_RUNNING, "Number of requests in model execution batches.", m, registry=r)
-        self.waiting = Gauge(x.OMNI_WAITING, "Number of requests waiting to be processed.", m, registry=r)
-        self.e2e = Histogram(x.OMNI_E2E, "End-to-end request latency in seconds.", m, registry=r,
+        p = prefix  # x.OMNI ("vllm_omni:") or x.OMNI_V0 ("vllm:omni_": pipeline families only)
+        self.running = Gauge(p + "num_requests_running", "Number of requests in model execution batches.", m,
+                             registry=r)
+        self.waiting = Gauge(p + "num_requests_waiting", "Number of requests waiting to be processed.", m, registry=r)
+        self.e2e = Histogram(p + "e2e_request_latency_s", "End-to-end request latency in seconds.", m, registry=r,
                              buckets=x.OMNI_E2E_BUCKETS)
+        self.success = Counter(p + "requests_success_total", "Successful requests.", [x.L_MODEL, "finished_reason"],
+                               registry=r)
+        self.success.labels(ROLLOUT_MODEL, "stop")
+        self.e2e.labels(ROLLOUT_MODEL)
+        self.slow = 1.0 + 0.35 * index  # replica 1 is a straggler: visible in the per-replica panels
+        if prefix != x.OMNI:  # the diffusion families came with the vllm_omni: prefix
+            self.exec = self.exec_step = self.pre = self.post = self.failed = self.images = _Null()
+            return
         dl = [x.L_MODEL, x.L_STAGE]
         self.exec = Histogram(x.OMNI_EXEC, "Diffusion execution time per request.", dl, registry=r,
                               buckets=(0.5, 1, 2, 5, 10, 20, 40, 80))
@@ -79,16 +105,12 @@ class RolloutReplica(_Endpoint):
         self.post = Histogram(x.OMNI_POSTPROCESS, "Diffusion postprocess (VAE decode) time.", dl, registry=r,
                               buckets=(0.05, 0.1, 0.25, 0.5, 1, 2))
         self.failed = Counter(x.OMNI_FAILED, "Failed requests.", [x.L_MODEL, x.L_FAIL_REASON], registry=r)
-        self.success = Counter(x.OMNI_SUCCESS, "Successful requests.", [x.L_MODEL, "finished_reason"], registry=r)
         self.images = Counter(x.OMNI_IMAGES, "Images generated.", m, registry=r)
         for reason in ("timeout", "oom"):
             self.failed.labels(ROLLOUT_MODEL, reason)
         for h in (self.exec, self.exec_step, self.pre, self.post):
             h.labels(ROLLOUT_MODEL, DIFFUSION_STAGE)  # series exist before the first request finishes
-        self.e2e.labels(ROLLOUT_MODEL)
         self.images.labels(ROLLOUT_MODEL)
-        self.success.labels(ROLLOUT_MODEL, "stop")
-        self.slow = 1.0 + 0.35 * index  # replica 1 is a straggler: visible in the per-replica panels
 
     def tick(self, t, dt, rng):
         phase, _ = phase_at(t)
@@ -122,7 +144,17 @@ class RewardServer(_Endpoint):
         self.kv = Gauge(x.VLLM_KV_USAGE, "KV-cache usage. 1 means 100 percent usage.", lab, registry=r)
         self.e2e = Histogram(x.VLLM_E2E, "Histogram of e2e request latency in seconds.", lab, registry=r,
                              buckets=(0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60))
-        self.e2e.labels(REWARD_MODEL, "0")
+        self.queue = Histogram(x.VLLM_QUEUE_TIME, "Histogram of time spent in WAITING phase for request.", lab,
+                               registry=r, buckets=(0.05, 0.1, 0.3, 0.5, 1, 2, 5, 10, 20, 60))
+        self.ttft = Histogram(x.VLLM_TTFT, "Histogram of time to first token in seconds.", lab, registry=r,
+                              buckets=(0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5))
+        self.preempt = Counter(x.VLLM_PREEMPTIONS, "Cumulative number of preemption from the engine.", lab,
+                               registry=r)
+        self.success = Counter(x.VLLM_SUCCESS, "Count of successfully processed requests.", lab + ["finished_reason"],
+                               registry=r)
+        for h in (self.e2e, self.queue, self.ttft, self.preempt):
+            h.labels(REWARD_MODEL, "0")
+        self.success.labels(REWARD_MODEL, "0", "stop")
 
     def tick(self, t, dt, rng):
         phase, progress = phase_at(t)
@@ -134,18 +166,87 @@ class RewardServer(_Endpoint):
         self.kv.labels(*lv).set(min(1.0, 0.2 + 0.06 * queue + rng.uniform(0, 0.05)) if scoring else 0.02)
         if scoring:
             for _ in range(rng.randint(1, 3)):
-                self.e2e.labels(*lv).observe(0.4 + 0.15 * queue + rng.uniform(0, 0.3))
+                queued = 0.12 * queue + rng.uniform(0, 0.05)
+                self.queue.labels(*lv).observe(queued)
+                self.ttft.labels(*lv).observe(0.05 + rng.uniform(0, 0.05) + 0.01 * queue)
+                self.e2e.labels(*lv).observe(0.4 + queued + 0.03 * queue + rng.uniform(0, 0.3))
+                self.success.labels(*lv, "stop").inc()
+            if queue >= 10 and rng.random() < 0.3:  # a full KV cache near the end of gen
+                self.preempt.labels(*lv).inc()
+
+
+class TransferQueueStorageUnit(_Endpoint):
+    """A SimpleStorageUnit's own endpoint (TransferQueue 0.1.11 ``TQMetricsExporter(role="storage")``): the
+    request histogram, counter, errors and (never incremented) samples counter, labelled ``op_type`` only.
+    Scraped with target labels role="storage", replica and storage_unit_id, as discovery sets them."""
+
+    def __init__(self, unit_id: str):
+        super().__init__()
+        r = self.registry
+        self.unit_id = unit_id
+        self.dur = Histogram(x.TQ_STORAGE_DURATION, "Storage request processing duration", [x.L_OP], registry=r,
+                             buckets=x.TQ_REQUEST_BUCKETS)
+        self.req = Counter(x.TQ_STORAGE_REQUESTS, "Total number of requests processed by "
+                           "the storage", [x.L_OP], registry=r)
+        self.err = Counter(x.TQ_STORAGE_ERRORS, "Total number of request errors in the "
+                           "storage", [x.L_OP], registry=r)
+        Counter(x.TQ_STORAGE_SAMPLES, "Total number of samples processed per operation "
+                "type in the storage", [x.L_OP], registry=r)
+        self.arrivals = {op: 0 for op in (*x.STORAGE_OPS, x.OP_METRICS_POLL)}
+        for op in x.STORAGE_OPS:
+            self.dur.labels(op)
+            self.req.labels(op)
+
+    def tick(self, t, dt, rng):
+        """Moved by the controller's tick, which routes its requests here."""
+
+    def handle(self, op: str, n: int, rng: random.Random, slow: float = 1.0) -> None:
+        """``n`` requests of ``op``: counted on arrival and on entry, timed to completion (TQ's measure())."""
+        self.arrivals[op] += n
+        for _ in range(n):
+            self.req.labels(op).inc()
+            base = {"PUT_DATA": 0.0009, "GET_DATA": 0.0007, "CLEAR_DATA": 0.0006}[op]
+            self.dur.labels(op).observe(slow * base * rng.uniform(0.6, 1.6) + (0.004 if rng.random() < 0.02 else 0))
+
+    def poll(self) -> None:
+        """The controller's GET_METRICS: an arrival, not measured (simple_storage._process_one_worker_request)."""
+        self.arrivals[x.OP_METRICS_POLL] += 1
+
+    def lifetime(self, op: str) -> tuple[float, float, float]:
+        """(count on entry, lifetime mean, lifetime p99) as _handle_get_metrics computes them."""
+        count = self.req.labels(op)._value.get()
+        h = self.dur.labels(op)
+        cum, total, out = 0.0, [], 0.0
+        for b in h._buckets:
+            cum += b.get()
+            total.append(cum)
+        n = total[-1] if total else 0
+        if n:
+            target, prev_b, prev_c = 0.99 * n, 0.0, 0.0
+            for bound, c in zip(h._upper_bounds, total):
+                if c >= target:
+                    out = prev_b + (bound - prev_b) * ((target - prev_c) / (c - prev_c) if c > prev_c else 0)
+                    break
+                prev_b, prev_c = bound, c
+        return count, (h._sum.get() / n if n else 0.0), out
 
 
 class TransferQueueController(_Endpoint):
-    """TransferQueue 0.1.11 controller endpoint (shape of tests/fixtures/endpoints), partitions filled."""
+    """TransferQueue 0.1.11 controller endpoint (shape of tests/fixtures/endpoints), fed by a V1-shaped
+    step: rollout puts the step's samples during gen (tags put, then fields put) and writes a computed
+    reward field back to the same keys during reward (NOTIFY_DATA_UPDATE counts them again), the update
+    consumes them through a streaming consumer task and clears them (MARK_CLEARING, CLEAR_DATA,
+    CLEAR_META). Live samples drain to 0 every step; the index pool recycles. The controller's copies of
+    the storage units' stats are refreshed every ``COLLECT_S`` (TQ_METRICS_COLLECT_INTERVAL)."""
 
-    def __init__(self, storage_units: int = 2):
+    COLLECT_S = 2.0
+
+    def __init__(self, units: list[TransferQueueStorageUnit]):
         super().__init__()
         r = self.registry
         self.t0 = time.time()
-        self.units = [f"TQ_STORAGE_UNIT_{0x1729eee7 + 0x1111 * i:08x}" for i in range(storage_units)]
-        self.capacity = 100000 // max(1, storage_units)
+        self.units = units
+        self.capacity = 100000 // max(1, len(units))
         self.req_dur = Histogram(x.TQ_REQUEST_DURATION, "Controller request processing duration", [x.L_OP],
                                  registry=r, buckets=x.TQ_REQUEST_BUCKETS)
         self.req = Counter(x.TQ_REQUESTS, "Total number of requests processed by the controller", [x.L_OP], registry=r)
@@ -172,51 +273,118 @@ class TransferQueueController(_Endpoint):
         self.arrived = Gauge(x.TQ_STORAGE_ARRIVED, "Requests decoded by the storage unit worker, whether or not "
                              "they completed", su, registry=r)
         so = [x.L_STORAGE_UNIT, x.L_OP]
+        self.arrived_op = Gauge(x.TQ_STORAGE_ARRIVALS_BY_OP, "Requests decoded by the storage unit worker, by "
+                                "operation", so, registry=r)
         self.ops = Gauge(x.TQ_STORAGE_OPS, "Total requests processed by storage unit", so, registry=r)
         self.lat_avg = Gauge(x.TQ_STORAGE_LAT_AVG, "Average request latency in storage unit (seconds)", so, registry=r)
         self.lat_p99 = Gauge(x.TQ_STORAGE_LAT_P99, "P99 request latency in storage unit (seconds)", so, registry=r)
-        for op in OPS:
-            self.req_err.labels(op)
-        self._ops = {(u, op): 0.0 for u in self.units for op in STORAGE_OPS}
-        self._arrived = {u: 0.0 for u in self.units}
+        self.live = {p: 0 for p in PARTITIONS}  # keys registered per partition
+        self.stored = {p: 0 for p in PARTITIONS}  # keys whose fields are in storage
+        self.pool = self.fresh = 0  # index pool: reusable, and fresh indexes not released yet
+        self._step = -1
+        self._collected = -1e9
+
+    def _request(self, op: str, n: int, rng: random.Random) -> None:
+        self.req.labels(op).inc(n)
+        for _ in range(n):
+            self.req_dur.labels(op).observe(rng.uniform(0.0002, 0.004 if op != "KV_LIST" else 0.02))
+
+    def _allocate(self, n: int) -> None:
+        reuse = min(n, self.pool)
+        self.pool -= reuse
+        self.fresh += n - reuse  # PartitionIndexManager.allocate_indexes: only new indexes enter "allocated"
+
+    def _release(self, n: int) -> None:
+        self.fresh -= min(n, self.fresh)  # release_indexes: back to the pool, out of "allocated"
+        self.pool += n
+
+    def _storage(self, op: str, keys: int, rng: random.Random) -> None:
+        if keys:
+            for u in self.units:  # one request per unit holding some of the keys (global_index % units)
+                u.handle(op, 1, rng, slow=1.0 + 0.3 * self.units.index(u))
+
+    def _clear(self, p: str, n: int, rng: random.Random) -> None:
+        """kv_clear: KV_RETRIEVE_META, MARK_CLEARING, CLEAR_DATA on the units, CLEAR_META (samples counted)."""
+        if n <= 0:
+            return
+        for op in ("KV_RETRIEVE_META", "MARK_CLEARING", x.OP_CLEAR):
+            self._request(op, 1, rng)
+        self.req_samples.labels(x.OP_CLEAR).inc(n)
+        self._storage("CLEAR_DATA", n, rng)
+        self._release(n)
+        self.live[p] -= n
+        self.stored[p] = self.live[p]
 
     def tick(self, t, dt, rng):
         phase, progress = phase_at(t)
+        step = int(t // CYCLE_S)
+        if step != self._step:  # a new step: what the last update left is cleared with it (kv_clear per step)
+            self._step = step
+            self._written_back = {p: 0 for p in PARTITIONS}
+            for p in PARTITIONS:
+                self._clear(p, self.live[p], rng)
         self.uptime.set(time.time() - self.t0)
         self.rss.set(7.7e8 + 2e4 * (time.time() - self.t0))
         self.partitions.set(len(PARTITIONS))
-        batch = 256
-        produced = progress if phase == "gen" else 1.0
-        consumed = progress if phase == "update" else 0.0
         for p in PARTITIONS:
-            size = batch if p == "train" else 64
-            self.samples.labels(p).set(int(size * produced))
-            self.production.labels(p, "all").set(produced)
-            for task in TASKS:
+            batch = 256 if p == "train" else 64
+            if phase == "gen":
+                want = int(batch * progress)
+            elif phase == "reward":
+                want = batch
+            else:
+                want = int(batch * (1 - progress))
+            if want > self.live[p] and phase == "gen":  # tags put, then fields put
+                n = want - self.live[p]
+                self._allocate(n)
+                self.live[p] = self.stored[p] = want
+                self._request("KV_RETRIEVE_META", 2, rng)
+                self._request("SET_CUSTOM_META", 2, rng)
+                self._request(x.OP_PRODUCE, 1, rng)
+                self.req_samples.labels(x.OP_PRODUCE).inc(n)
+                self._storage("PUT_DATA", n, rng)
+            if phase == "reward":  # write-back of the computed reward to the same keys
+                done = int(batch * progress) - self._written_back[p]
+                if done > 0:
+                    self._written_back[p] += done
+                    self._request("KV_RETRIEVE_META", 1, rng)
+                    self._request(x.OP_PRODUCE, 1, rng)
+                    self._request("SET_CUSTOM_META", 1, rng)
+                    self.req_samples.labels(x.OP_PRODUCE).inc(done)
+                    self._storage("PUT_DATA", done, rng)
+            if phase == "update":
+                self._request("GET_META", 1, rng)
+                self._storage("GET_DATA", 1, rng)
+                if want < self.live[p]:  # consumed micro-batches are cleared
+                    self._clear(p, self.live[p] - want, rng)
+            consumed = progress if phase == "update" else 0.0
+            produced = 1.0 if self.live[p] else 0.0
+            self.samples.labels(p).set(self.live[p])
+            self.production.labels(p, x.TASK_ALL).set(produced)
+            for task in TASKS:  # a streaming consumer registered these tasks (get_meta with task_name)
                 self.production.labels(p, task).set(produced)
                 self.consumption.labels(p, task).set(consumed)
-        self.allocated.set(int(batch * (1 + produced)))
-        self.reusable.set(int(batch * consumed))
-        for op in OPS:
-            n = rng.randint(1, 4) if op != "KV_LIST" else (rng.randint(2, 6) if phase == "gen" else 1)
-            self.req.labels(op).inc(n)
-            for _ in range(n):
-                self.req_dur.labels(op).observe(rng.uniform(0.0005, 0.02 if op != "KV_LIST" else 0.08))
-        self.req_samples.labels(x.OP_PRODUCE).inc(rng.randint(4, 12) if phase == "gen" else 0)
-        self.req_samples.labels(x.OP_CLEAR).inc(rng.randint(20, 40) if phase == "update" else 0)
-        for i, u in enumerate(self.units):
-            keys = int(batch * produced * (1 - consumed) / len(self.units)) + 40 * i
-            self.cap.labels(u).set(self.capacity)
-            self.keys.labels(u).set(keys)
-            self.util.labels(u).set(keys / self.capacity)
-            self.srss.labels(u).set(7.7e8 + 1e5 * keys)
-            for op in STORAGE_OPS:
-                self._ops[(u, op)] += rng.randint(1, 5)
-                self.ops.labels(u, op).set(self._ops[(u, op)])
-                self.lat_avg.labels(u, op).set(rng.uniform(0.001, 0.004))
-                self.lat_p99.labels(u, op).set(rng.uniform(0.008, 0.03))
-            self._arrived[u] = sum(self._ops[(u, op)] for op in STORAGE_OPS) + rng.randint(0, 2)
-            self.arrived.labels(u).set(self._arrived[u])
+        self._request("KV_LIST", rng.randint(1, 3) if phase == "gen" else 0, rng)
+        self.allocated.set(self.fresh)
+        self.reusable.set(self.pool)
+        if t - self._collected >= self.COLLECT_S:  # the controller's collection loop polls every unit
+            self._collected = t
+            live = sum(self.stored.values())
+            for i, u in enumerate(self.units):
+                u.poll()
+                keys = live // len(self.units) + (1 if i < live % len(self.units) else 0)
+                self.cap.labels(u.unit_id).set(self.capacity)
+                self.keys.labels(u.unit_id).set(keys)
+                self.util.labels(u.unit_id).set(keys / self.capacity)
+                self.srss.labels(u.unit_id).set(7.7e8 + 1e5 * keys)
+                self.arrived.labels(u.unit_id).set(sum(u.arrivals.values()))
+                for op, n in u.arrivals.items():
+                    self.arrived_op.labels(u.unit_id, op).set(n)
+                for op in x.STORAGE_OPS:
+                    count, avg, p99 = u.lifetime(op)
+                    self.ops.labels(u.unit_id, op).set(count)
+                    self.lat_avg.labels(u.unit_id, op).set(avg)
+                    self.lat_p99.labels(u.unit_id, op).set(p99)
 
 
 def _gpu_busy(phase: str, gpu: int, gpus: int) -> float:
@@ -290,17 +458,43 @@ class DemoSources:
     node_ip: str = "10.0.0.10"
     gpus: int = 4
     seed: int = 7
+    runs: int = 2  # endpoint sets, one per run they are attached to (scrape_configs(..., also=...))
+    v0_prefix_runs: tuple[int, ...] = (1,)  # runs whose rollout replicas speak "vllm:omni_"
+
+
+def run_path(run: int, path: str) -> str:
+    """Path of an endpoint of run ``run``'s set: run 0 keeps the historical paths."""
+    return path if run == 0 else f"/run/{run}{path}"
+
+
+def run_node(cfg: DemoSources, run: int) -> tuple[str, str]:
+    """(node name, node IP) of run ``run``'s GPU node: each run has its own node."""
+    if run == 0:
+        return cfg.node, cfg.node_ip
+    base, _, last = cfg.node_ip.rpartition(".")
+    return f"{cfg.node.rsplit('-', 1)[0]}-{run}", f"{base}.{int(last) + run}"
+
+
+def tq_storage_unit_id(i: int, run: int = 0) -> str:
+    """The id a SimpleStorageUnit gives itself (``TQ_STORAGE_UNIT_<8 hex>``), fixed per demo unit and run."""
+    return f"TQ_STORAGE_UNIT_{0x1729eee7 + 0x1111 * i + 0x10000 * run:08x}"
 
 
 def build_endpoints(cfg: DemoSources) -> dict[str, _Endpoint]:
     eps: dict[str, _Endpoint] = {}
-    for i in range(cfg.rollout_replicas):
-        eps[f"/rollout/{i}/metrics"] = RolloutReplica(i)
-    for i in range(cfg.reward_replicas):
-        eps[f"/reward/{i}/metrics"] = RewardServer(i)
-    eps["/tq/metrics"] = TransferQueueController()
-    eps["/dcgm/metrics"] = DcgmExporter(cfg.node, cfg.gpus)
-    eps["/ray/metrics"] = RayNodeAgent(cfg.node_ip, cfg.gpus)
+    for k in range(max(1, cfg.runs)):
+        prefix = x.OMNI_V0 if k in cfg.v0_prefix_runs else x.OMNI
+        for i in range(cfg.rollout_replicas):
+            eps[run_path(k, f"/rollout/{i}/metrics")] = RolloutReplica(i, prefix=prefix)
+        for i in range(cfg.reward_replicas):
+            eps[run_path(k, f"/reward/{i}/metrics")] = RewardServer(i)
+        units = [TransferQueueStorageUnit(tq_storage_unit_id(i, k)) for i in range(TQ_STORAGE_UNITS)]
+        for i, u in enumerate(units):
+            eps[run_path(k, f"/tq/storage/{i}/metrics")] = u
+        eps[run_path(k, "/tq/metrics")] = TransferQueueController(units)
+        node, ip = run_node(cfg, k)
+        eps[run_path(k, "/dcgm/metrics")] = DcgmExporter(node, cfg.gpus)
+        eps[run_path(k, "/ray/metrics")] = RayNodeAgent(ip, cfg.gpus)
     return eps
 
 
@@ -376,19 +570,28 @@ def stop(server: DemoServer) -> None:
 
 
 def scrape_configs(host: str, port: int, project: str, experiment: str, cfg: DemoSources | None = None,
-                   job_prefix: str = "omniwatch-demo", scrape_interval: str | None = None) -> list[dict]:
+                   job_prefix: str = "omniwatch-demo", scrape_interval: str | None = None,
+                   also: list[tuple[str, str]] | tuple = ()) -> list[dict]:
     """Prometheus ``scrape_configs`` entries for the demo endpoints, one job per source kind. Each
     target carries project/experiment/role(/replica) target labels and its own ``__metrics_path__``;
-    DCGM and Ray series are relabelled to omniwatch's ``node``/``gpu`` labels."""
+    DCGM and Ray series are relabelled to omniwatch's ``node``/``gpu`` labels. ``(project, experiment)``
+    joins endpoint set 0; each run of ``also`` joins the next set (at most ``cfg.runs - 1`` of them)."""
     cfg = cfg or DemoSources()
     addr = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-    run = {"project": project, "experiment": experiment}
+    runs = [(project, experiment), *also]
+    if len(runs) > max(1, cfg.runs):
+        raise ValueError(f"{len(runs)} runs, but the demo serves {cfg.runs} endpoint sets (DemoSources.runs)")
 
-    def target(path: str, role: str, replica: int | None = None) -> dict:
-        labels = {"__metrics_path__": path, **run, x.L_ROLE: role}
-        if replica is not None:
-            labels[x.L_REPLICA] = str(replica)
-        return {"targets": [addr], "labels": labels}
+    def targets(path: str, role: str, replica: int | None = None, unit: int | None = None) -> list[dict]:
+        out = []
+        for k, (proj, exp) in enumerate(runs):
+            labels = {"__metrics_path__": run_path(k, path), "project": proj, "experiment": exp, x.L_ROLE: role}
+            if replica is not None:
+                labels[x.L_REPLICA] = str(replica)
+            if unit is not None:  # the storage_unit_id the controller's per-unit series carry
+                labels[x.L_STORAGE_UNIT] = tq_storage_unit_id(unit, k)
+            out.append({"targets": [addr], "labels": labels})
+        return out
 
     def job(kind: str, targets: list[dict], relabel=None) -> dict:
         j = {"job_name": f"{job_prefix}-{kind}", "static_configs": targets}
@@ -399,11 +602,16 @@ def scrape_configs(host: str, port: int, project: str, experiment: str, cfg: Dem
         return j
 
     return [
-        job("rollout", [target(f"/rollout/{i}/metrics", x.ROLE_ROLLOUT, i) for i in range(cfg.rollout_replicas)]),
-        job("reward", [target(f"/reward/{i}/metrics", x.ROLE_REWARD, i) for i in range(cfg.reward_replicas)]),
-        job("transferqueue", [target("/tq/metrics", x.ROLE_TQ)]),
-        job("dcgm", [target("/dcgm/metrics", x.ROLE_DCGM)], x.DCGM_RELABEL),
-        job("ray", [target("/ray/metrics", x.ROLE_RAY)], x.RAY_RELABEL),
+        job("rollout", [t for i in range(cfg.rollout_replicas) for t in targets(f"/rollout/{i}/metrics",
+                                                                                x.ROLE_ROLLOUT, i)]),
+        job("reward", [t for i in range(cfg.reward_replicas) for t in targets(f"/reward/{i}/metrics",
+                                                                              x.ROLE_REWARD, i)]),
+        # TransferQueue as discovery labels it: the controller, and each storage unit with replica and the
+        # storage_unit_id the controller's per-unit series carry
+        job("transferqueue", targets("/tq/metrics", x.ROLE_TQ_CONTROLLER)
+            + [t for i in range(TQ_STORAGE_UNITS) for t in targets(f"/tq/storage/{i}/metrics", x.ROLE_TQ_STORAGE, i, i)]),
+        job("dcgm", targets("/dcgm/metrics", x.ROLE_DCGM), x.DCGM_RELABEL),
+        job("ray", targets("/ray/metrics", x.ROLE_RAY), x.RAY_RELABEL),
     ]
 
 
@@ -418,12 +626,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--project", default="demo", help="only for --print-scrape-configs")
     p.add_argument("--experiment", default="demo", help="only for --print-scrape-configs")
+    p.add_argument("--also", action="append", default=[], metavar="PROJECT/EXPERIMENT",
+                   help="only for --print-scrape-configs: a further run joined to the next endpoint set")
     p.add_argument("--print-scrape-configs", action="store_true", help="print the scrape_configs JSON and keep serving")
     args = p.parse_args(argv)
     server, port = start(args.host, args.port)
     print(f"demo endpoints on http://{args.host}:{port}: {' '.join(sorted(server.endpoints))}", flush=True)
     if args.print_scrape_configs:
-        print(json.dumps(scrape_configs(args.host, port, args.project, args.experiment), indent=2), flush=True)
+        also = [tuple(a.split("/", 1)) for a in args.also]
+        print(json.dumps(scrape_configs(args.host, port, args.project, args.experiment, also=also), indent=2),
+              flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

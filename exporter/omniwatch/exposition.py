@@ -9,8 +9,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, ledger, names as n
-from .analytics import CONTRACT_KEYS
+from .analytics import CONTRACT_KEYS, is_validation_key
 from .model import RunStore, passthrough_name
+from .planned import PlannedCollector
 
 
 def _family(name: str):
@@ -29,7 +30,9 @@ OWNED = (
     n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW, n.ZERO_STD_WINDOW,
     n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION, n.RUN_INFO,
     n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.MFU_UNSUPPORTED, n.GPU_SECONDS_TOTAL, n.RUN_GPUS,
-    n.GPU_HOURS_PER_DAY,
+    n.ROLLOUT_STRAGGLER, n.ROLLOUT_STRAGGLER_WINDOW, n.GRAD_NORM_NONFINITE, n.GRAD_NORM_NONFINITE_RECENT,
+    n.GRAD_NORM_NONFINITE_TOTAL, n.RS_SEQ_MASKED_WINDOW, n.OUTSIDE_STEP_SECONDS, n.OUTSIDE_STEP_WINDOW,
+    n.TIMER_RESIDUAL, n.TIMER_RESIDUAL_WINDOW, n.VALIDATION_STEP, n.GPU_HOURS_PER_DAY,
 )
 
 
@@ -120,10 +123,19 @@ class RunCollector(Collector):
                     for bucket, v in sorted(ledger.rate_per_day(list(run.window.normal)[-run.window.k:],
                                                                 run.gpus.count).items()):
                         fams[n.GPU_HOURS_PER_DAY].add_metric(rl + [bucket], v)
+                _signals(fams, rl, run, last, st)
+                # Passthrough shows the present: a key the latest step did not carry is not exported;
+                # a validation key keeps its last value with the step it came from.
+                key_steps, last_step = run.key_steps, last.step
                 for key, v in run.keys.items():
                     if key in CONTRACT_KEYS:
                         continue
-                    passthrough[passthrough_name(key)].append((rl + [key], v))
+                    ks = key_steps.get(key)
+                    if ks == last_step and not is_validation_key(key):
+                        passthrough[passthrough_name(key)].append((rl + [key], v))
+                    elif ks is not None and is_validation_key(key):
+                        passthrough[passthrough_name(key)].append((rl + [key], v))
+                        fams[n.VALIDATION_STEP].add_metric(rl + [key], ks)
         fams[n.SCRAPE_DURATION].add_metric([], self._last_render)
         yield from fams.values()
         for fname in sorted(passthrough):
@@ -137,7 +149,26 @@ class RunCollector(Collector):
         self._last_render = time.perf_counter() - t0
 
 
+def _signals(fams: dict, rl: list[str], run, last, st) -> None:
+    """Straggler tail, skipped updates, RS rejection, time outside the step timer, the signed timer residual."""
+    fams[n.GRAD_NORM_NONFINITE_TOTAL].add_metric(rl, run.grad_nonfinite_total)
+    for fam, v in ((n.ROLLOUT_STRAGGLER, last.straggler_ratio), (n.OUTSIDE_STEP_SECONDS, last.outside_seconds),
+                   (n.TIMER_RESIDUAL, last.timer_residual), (n.GRAD_NORM_NONFINITE_RECENT, st.grad_nonfinite_recent),
+                   (n.GRAD_NORM_NONFINITE, None if last.grad_norm_nonfinite is None else int(last.grad_norm_nonfinite))):
+        if v is not None:
+            fams[fam].add_metric(rl, v)
+    for fam, stats in ((n.ROLLOUT_STRAGGLER_WINDOW, st.straggler), (n.OUTSIDE_STEP_WINDOW, st.outside),
+                       (n.TIMER_RESIDUAL_WINDOW, st.timer_residual)):
+        if stats:
+            for stat, v in stats.items():
+                fams[fam].add_metric(rl + [stat], v)
+    if st.rs_seq_masked:
+        for stat, v in st.rs_seq_masked.items():
+            fams[n.RS_SEQ_MASKED_WINDOW].add_metric(rl + [st.rs_mode or "decoupled", stat], v)
+
+
 def make_registry(store: RunStore) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(RunCollector(store))
+    reg.register(PlannedCollector(store))  # checkpoint / validation facts, end of run (planned.py)
     return reg

@@ -17,14 +17,18 @@ from dataclasses import dataclass, field
 
 from . import names
 from .analytics import (
-    CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS,
-    RunWindow, StepRecord, WindowStats, analyze_step,
+    CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, TIMER_OVERLAP_LOG_SHARE,
+    RunWindow, StepRecord, WindowStats, analyze_step, is_validation_key, time_outside, PHASE_ORDER,
 )
 from . import ledger
 from .parse import ParsedStep
+from .planned import OPEN, UNKNOWN, PlannedWork
 
 DEFAULT_MAX_RUNS = 64
 DEFAULT_RUN_EXPIRY = 6 * 3600.0  # a run without a step for this long leaves /metrics (a finished run)
+# A run that may be hung (no evidence it finished, its log writer not seen) keeps alerting this long;
+# one whose log a live process still holds open for writing never expires (planned.py).
+DEFAULT_STALLED_EXPIRY = 3 * 24 * 3600.0
 DEFAULT_MAX_KEYS = 512
 MAX_LABEL_CHARS = 128
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
@@ -91,6 +95,9 @@ class Run:
     stage_seconds_total: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     flagged_total: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # validation, checkpoint
     keys: dict[str, float] = field(default_factory=dict)  # verl key -> latest value (contract keys too)
+    # verl key -> the step whose line carried that value. /metrics exports a key only while the latest
+    # step carried it; validation keys (val-*, val/*) keep their last value, with this step beside it.
+    key_steps: dict[str, int] = field(default_factory=dict)
     feeds: dict[str, int] = field(default_factory=dict)  # feed (source:target) -> last step it sent
     # The current trainer incarnation (a restart starts a new one: window, baselines and warm-up start over).
     inc_low: int | None = None           # its lowest step
@@ -107,9 +114,14 @@ class Run:
     # False for a run restored from a checkpoint until a current source produces it (a step arrives,
     # or one of its files is watched now): an old exporter's runs (the demo's) never reach /metrics.
     visible: bool = True
+    grad_nonfinite_total: int = 0        # distinct steps whose actor/grad_norm was logged non-finite
+    overlap_logged: bool = False         # the "timers exceed the step" line was logged for this run
+    # Checkpoint / validation durations and cadence, the announced total, the log writer (planned.py).
+    planned: PlannedWork = field(default_factory=PlannedWork)
 
     def passthrough_count(self) -> int:
-        """Keys exported under verl_* (the contract keys have their own series)."""
+        """Keys held for the verl_* prefix (the contract keys have their own series), toward --max-keys;
+        those the latest step carried, and the validation keys, are exported."""
         return len(self.keys) - len(self.keys.keys() & CONTRACT_KEYS)
 
     @property
@@ -140,6 +152,11 @@ class Run:
         self.modes = {}
         self.window.reset()
         self.stats_dirty = True
+        # Nothing the old incarnation logged is the present of the new one (validation values keep their
+        # step, which says where they came from).
+        for k in [k for k in self.keys if not is_validation_key(k)]:
+            del self.keys[k]
+            self.key_steps.pop(k, None)
 
     def level_shift(self, rec: StepRecord, arrival: float) -> bool:
         """A step after a pause of several typical steps whose MFU or step time moved by LEVEL_SHIFT x
@@ -158,10 +175,11 @@ class RunStore:
     def __init__(self, *, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
                  warmup: int = DEFAULT_WARMUP_STEPS, max_runs: int = DEFAULT_MAX_RUNS,
                  max_keys: int = DEFAULT_MAX_KEYS, run_expiry: float = DEFAULT_RUN_EXPIRY, clock=time.time,
-                 gpus: int | None = None):
+                 stalled_expiry: float = DEFAULT_STALLED_EXPIRY, gpus: int | None = None):
         self.window, self.baseline, self.warmup = window, baseline, warmup
         self.max_runs, self.max_keys, self.run_expiry = max_runs, max_keys, run_expiry
         self.clock = clock
+        self.stalled_expiry = stalled_expiry
         self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
         self.lock = threading.RLock()
         self.runs: dict[tuple[str, str], Run] = {}
@@ -196,11 +214,44 @@ class RunStore:
         return run
 
     def expired(self, run: Run, now: float | None = None) -> bool:
-        """No step for ``run_expiry`` seconds: the run finished (or died long ago) — not exported, so its
-        alerts resolve instead of firing for weeks; it comes back with its next step."""
-        if run.last_arrival is None or not self.run_expiry:
+        """No step for longer than the run's expiry: not exported, so its alerts resolve instead of
+        firing for weeks; it comes back with its next step. Expiry is for runs that ended: a finished
+        run (its last step was the planned last) or one whose log writer was seen and is gone expire
+        after ``run_expiry``; a run whose log a live process holds open is hung, never expired; a run
+        with no such evidence (a remote log, a push feed) after ``stalled_expiry``."""
+        if run.last_arrival is None:
             return False
-        return (self.clock() if now is None else now) - run.last_arrival > self.run_expiry
+        bound = self.expiry_of(run)
+        return bool(bound) and (self.clock() if now is None else now) - run.last_arrival > bound
+
+    def expiry_of(self, run: Run) -> float:
+        """Seconds without a step after which ``run`` leaves /metrics (0 = never)."""
+        state = run.planned.liveness(run.last.step if run.last else None)
+        if state == OPEN:
+            return 0.0
+        return self.stalled_expiry if state == UNKNOWN else self.run_expiry
+
+    def set_total_steps(self, project: str, experiment: str, total: int) -> None:
+        """The trainer announced its total training steps (console ``Total training steps: N``)."""
+        with self.lock:
+            run = self._run(project, experiment, "console")  # printed before the first step line
+            if run is not None:
+                run.planned.total = total
+
+    def set_checkpoint_write(self, project: str, experiment: str, step: int, newest: float) -> None:
+        """The checkpoint directory of ``step`` was last written at ``newest`` (--checkpoint-root)."""
+        with self.lock:
+            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            if run is not None:
+                run.planned.ckpt_write = (step, newest)
+
+    def set_log_open(self, project: str, experiment: str, is_open: bool) -> None:
+        """A process holds the run's log open for writing now (or not). Not seen open yet and not open
+        now stays unknown: a log written on another node is never seen open here."""
+        with self.lock:
+            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            if run is not None and (is_open or run.planned.log_open is not None):
+                run.planned.log_open = is_open
 
     def hidden(self, run: Run, now: float | None = None) -> bool:
         """Not exported: expired (finished), or restored from a checkpoint and not produced by any
@@ -273,11 +324,12 @@ class RunStore:
                     run.restart()
             run.feeds[feed] = step
             warm = self._place(run, step)
-            rec = analyze_step(step, parsed.values, arrival, warmup=warm)
+            rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
             if not seen and run.level_shift(rec, arrival):
                 run.restart()
                 warm = self._place(run, step)
-                rec = analyze_step(step, parsed.values, arrival, warmup=warm)
+                rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
+            self._outside(run, rec, backlog)
             run.inc_steps += 1
             if warm and len(run.warm) < WARM_KEPT:
                 run.warm.append(rec)
@@ -292,11 +344,14 @@ class RunStore:
                     run.stage_seconds_total[ph] += sec
                 for flag in rec.flags - {"warmup"}:
                     run.flagged_total[flag] += 1
+                if rec.grad_norm_nonfinite:
+                    run.grad_nonfinite_total += 1
             self._account(run, rec, arrival, backlog)
             run.digests[step] = (feed, digest)
             if len(run.digests) > DIGESTS_KEPT:
                 del run.digests[min(run.digests)]
             run.window.add(rec)
+            run.planned.observe(step, parsed.values)
             run.stats_dirty = True
             if run.last is None or run.new_incarnation or step >= run.last.step:
                 run.last, run.new_incarnation = rec, False
@@ -315,7 +370,8 @@ class RunStore:
                         self.errors[(source, "cardinality_cap")] += 1
                     else:
                         count += 1
-            run.keys.update(vals)  # the usual step: no new key, one C-level update
+            self._keep_keys(run, rec, vals)
+            self._timers_exceed_step(run, rec)
             return rec
 
     def _account(self, run: Run, rec: StepRecord, arrival: float, backlog: bool) -> None:
@@ -334,6 +390,53 @@ class RunStore:
             return
         for bucket, sec in ledger.split(rec, interval, run._stats.typical_step).items():
             run.gpu_seconds[bucket] += sec * run.gpus.count
+
+    @staticmethod
+    def _keep_keys(run: Run, rec: StepRecord, vals: dict[str, float]) -> None:
+        """Remember each key's value and the step that carried it. The latest step sets all its keys (the
+        usual step: two C-level updates); a late, older step only keys no newer step has set."""
+        if run.last is rec:
+            run.keys.update(vals)
+            run.key_steps.update(dict.fromkeys(vals, rec.step))
+            return
+        ks, step = run.key_steps, rec.step
+        for k, v in vals.items():
+            if ks.get(k, -1) <= step:
+                run.keys[k] = v
+                ks[k] = step
+
+    @staticmethod
+    def _outside(run: Run, rec: StepRecord, backlog: bool = False) -> None:
+        """Time outside the step timer, from the arrival gap to the previous step of the same trainer
+        incarnation (consecutive step numbers only). A line read from a backlog (its arrival is the file's
+        mtime) is not measured. A gap too short for the step's own timers was not observed live either (a
+        push batch arrives at once, a replay is accelerated): the step is not measured, nor is the previous
+        one, whose arrival stamp was that batch's too."""
+        prev = run.last
+        if backlog or prev is None or run.new_incarnation or prev.step != rec.step - 1:
+            return
+        out = time_outside(rec.arrival - prev.arrival, rec)
+        if out is None:
+            if prev.outside_seconds is not None:
+                prev.outside_seconds = prev.outside_ratio = None
+            return
+        rec.outside_seconds, rec.outside_ratio = out
+
+    @staticmethod
+    def _timers_exceed_step(run: Run, rec: StepRecord) -> None:
+        """One log line per run the first time its timers sum to more than timing_s/step (a timer nested
+        in another phase is counted twice and hides the untimed time between phases)."""
+        if run.overlap_logged or rec.timer_residual is None or not rec.duration:
+            return
+        if rec.timer_residual < -TIMER_OVERLAP_LOG_SHARE * rec.duration:
+            run.overlap_logged = True
+            extra = sorted(ph for ph in rec.phases if ph not in PHASE_ORDER and ph != names.UNTRACKED_PHASE)
+            logging.getLogger(__name__).warning(
+                "%s/%s step %d: the in-step timers sum to %.1f s more than timing_s/step (%.1f s); a timer nested "
+                "inside another phase%s is counted twice, so untimed time between phases is hidden "
+                "(omniwatch_step_timer_residual_seconds, alert TimersExceedStep). Logged once per run.",
+                run.project, run.experiment, rec.step, -rec.timer_residual, rec.duration,
+                f" (timers omniwatch does not know: {', '.join('timing_s/' + p for p in extra)})" if extra else "")
 
     @staticmethod
     def _place(run: Run, step: int) -> bool:

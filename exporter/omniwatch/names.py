@@ -93,6 +93,20 @@ INGEST_ERRORS = _m("omniwatch_ingest_errors_total", "counter",
                    "Inputs skipped by a source, by reason (malformed_json, non_numeric, non_finite, line_too_long, ...).",
                    (L_SOURCE, L_REASON))
 
+HTTP_CONNECTIONS = _m("omniwatch_http_connections", "gauge",
+                      "HTTP connections the exporter holds open now (at most --max-connections).")
+HTTP_CONNECTIONS_CLOSED = _m("omniwatch_http_connections_closed_total", "counter",
+                             "HTTP connections the exporter closed or refused to protect itself, by reason: "
+                             "header_timeout / body_timeout (request head or body not received in time), evicted "
+                             "(the oldest connection still waiting for a request head, closed for a new one at "
+                             "--max-connections), over_capacity (refused with a 503: every connection was inside a "
+                             "request), accept_error (accept() failed: out of descriptors).", (L_REASON,))
+WATCHED_FILES = _m("omniwatch_watched_files", "gauge", "Files a file source follows, by source (jsonl, console).",
+                   (L_SOURCE,))
+OPEN_FILES = _m("omniwatch_open_files", "gauge",
+                "Descriptors a file source holds open now (at most --max-open-files: an unchanged file is checked "
+                "with stat() and opened only when it changed).", (L_SOURCE,))
+
 # --- step-window statistics and baselines (persistence counted in steps) -----------------------
 REWARD_BOUND_WINDOW = _m("omniwatch_reward_bound_ratio_window", "gauge",
                          "min/median/max of omniwatch_reward_bound_ratio over the last k normal steps (absent until k exist).",
@@ -119,7 +133,8 @@ STEPS_REPLAYED_TOTAL = _m("omniwatch_steps_replayed_total", "counter",
 TRAINER_RESTARTS_TOTAL = _m("omniwatch_trainer_restarts_total", "counter",
                             "Trainer restarts detected (log truncated or rotated, or the step counter went back).", R)
 PASSTHROUGH_KEYS = _m("omniwatch_passthrough_keys", "gauge",
-                      "Distinct verl keys exported under the verl_ prefix for the run (capped by --max-keys).", R)
+                      "Distinct verl keys the run has logged that omniwatch holds for the verl_ prefix (capped by "
+                      "--max-keys); of those, the keys the latest step carried and the validation keys are exported.", R)
 RUNS = _m("omniwatch_runs", "gauge", "Runs (project, experiment) held in memory.")
 BUILD_INFO = _m("omniwatch_build_info", "gauge", "Always 1; the omniwatch version as a label.", ("version",))
 SCRAPE_DURATION = _m("omniwatch_scrape_duration_seconds", "gauge", "Seconds the previous /metrics render took.", (), "seconds")
@@ -151,8 +166,8 @@ GPU_SECONDS_TOTAL = _m("omniwatch_gpu_seconds_total", "counter",
                        "the buckets sum to the run's GPUs x wall time between steps (docs/report.md).",
                        R + (L_BUCKET,), "seconds")
 RUN_GPUS = _m("omniwatch_run_gpus", "gauge",
-              "GPUs the ledger multiplies by: source=\"log\" derived from the run's keys (perf/total_num_images / "
-              "(perf/throughput x perf/time_per_step)), source=\"flag\" from --gpus.", R + (L_SOURCE,))
+              "GPUs the ledger multiplies by: origin=\"log\" derived from the run's keys (perf/total_num_images / "
+              "(perf/throughput x perf/time_per_step)), origin=\"flag\" from --gpus.", R + ("origin",))
 
 GPU_HOURS_PER_DAY = _m("omniwatch_gpu_hours_per_day", "gauge",
                        "What each ledger bucket costs at the current rate: its share of the last k normal steps' "
@@ -163,6 +178,50 @@ GPU_HOURS_PER_DAY = _m("omniwatch_gpu_hours_per_day", "gauge",
 ZERO_STD_WINDOW = _m("omniwatch_reward_zero_std_ratio_window", "gauge",
                      "min/median/max of critic/rewards/zero_std_ratio over the last k normal steps (reward saturation).",
                      R + (L_STAT,), "ratio")
+
+# --- signals the seeds name (issue 13 item 11) and the passthrough's step (item 9) ----------------
+ROLLOUT_STRAGGLER = _m("omniwatch_rollout_straggler_ratio", "gauge",
+                       "timing_s/agent_loop/generate_sequences/max / .../mean of the latest step: the slowest sample's "
+                       "generation time (server queueing included) against the mean sample's. Equal waves of requests "
+                       "give 2W/(W+1) < 2; above is a straggler. Legacy trainer only (V1 logs no agent-loop keys).", R, "ratio")
+ROLLOUT_STRAGGLER_WINDOW = _m("omniwatch_rollout_straggler_ratio_window", "gauge",
+                              "min/median/max of omniwatch_rollout_straggler_ratio over the last k normal steps.",
+                              R + (L_STAT,), "ratio")
+GRAD_NORM_NONFINITE = _m("omniwatch_grad_norm_nonfinite", "gauge",
+                         "1 when the latest step logged actor/grad_norm non-finite (NaN/Inf, written as null): VeRL-Omni "
+                         "skipped the optimizer step of at least one mini-batch (the norm is their mean); 0 when finite; "
+                         "absent when the step did not log it.", R)
+GRAD_NORM_NONFINITE_RECENT = _m("omniwatch_grad_norm_nonfinite_recent_steps", "gauge",
+                                "How many of the last N normal steps (N = --baseline-steps, 20; fewer early in a trainer "
+                                "incarnation) logged actor/grad_norm non-finite, i.e. skipped an update. Present once k "
+                                "normal steps exist and one of the last N logged actor/grad_norm.", R)
+GRAD_NORM_NONFINITE_TOTAL = _m("omniwatch_grad_norm_nonfinite_steps_total", "counter",
+                               "Distinct steps (any kind) whose actor/grad_norm was logged non-finite.", R)
+RS_SEQ_MASKED_WINDOW = _m("omniwatch_rollout_rs_seq_masked_ratio_window", "gauge",
+                          "min/median/max over the last k normal steps of the sequence-level share rejection sampling "
+                          "masked: mode=\"decoupled\" from rollout_corr/rollout_rs_seq_masked_fraction, mode=\"bypass\" "
+                          "from actor/rollout_corr/rollout_rs_seq_masked_fraction.", R + (L_MODE, L_STAT), "ratio")
+OUTSIDE_STEP_SECONDS = _m("omniwatch_outside_step_seconds", "gauge",
+                          "Wall seconds between the previous step's line and the latest one that no verl timer covers: the "
+                          "arrival gap minus timing_s/step, timing_s/testing and the profiler timers (dataloader, metric "
+                          "computation, logging; V1: the post-step TransferQueue re-fetch and kv_clear). Live arrivals of "
+                          "consecutive steps only: absent for lines read from a backlog, batched pushes and "
+                          "accelerated replays.",
+                          R, "seconds")
+OUTSIDE_STEP_WINDOW = _m("omniwatch_outside_step_ratio_window", "gauge",
+                         "min/median/max over the last k normal steps of omniwatch_outside_step_seconds / the arrival gap "
+                         "(absent unless all k were measured live).", R + (L_STAT,), "ratio")
+TIMER_RESIDUAL = _m("omniwatch_step_timer_residual_seconds", "gauge",
+                    "timing_s/step minus the sum of the in-step timers of the latest step, NOT clamped: negative when the "
+                    "timers add up to more than the step (a timer nested inside another phase is counted twice, which "
+                    "hides untimed time; phase=\"untracked\" is this clamped at 0).", R, "seconds")
+TIMER_RESIDUAL_WINDOW = _m("omniwatch_step_timer_residual_ratio_window", "gauge",
+                           "min/median/max over the last k normal steps of omniwatch_step_timer_residual_seconds / step "
+                           "seconds (signed).", R + (L_STAT,), "ratio")
+VALIDATION_STEP = _m("omniwatch_validation_step", "gauge",
+                     "For each validation key (val-*, val/*) exported as verl_<key>: the step whose line carried its "
+                     "value. Validation runs every test_freq steps, so its verl_ series keep their last value between "
+                     "validations; join on (project, experiment, key) to see how old it is.", R + (L_KEY,))
 
 # --- GPU sampler (NVML) and phase attribution --------------------------------------------------
 L_GPU, L_UUID, L_NODE = "gpu", "uuid", "node"
@@ -218,6 +277,43 @@ RELAY_DELIVERIES_TOTAL = _m("omniwatch_relay_deliveries_total", "counter",
 RELAY_PENDING = _m("omniwatch_relay_pending", "gauge", "Notifications stored but not yet delivered, by receiver.", ("receiver",))
 
 
+# --- planned work and the end of a run (TrainingStalled's staging, run expiry; planned.py) ------------
+L_KIND = "kind"
+PLANNED_KINDS = ("checkpoint", "validation")
+PLANNED_WORK = _m("omniwatch_planned_work_seconds", "gauge",
+                  "Longest of the run's last 3 occurrences of each kind of planned work: kind=\"checkpoint\" "
+                  "(timing_s/save_checkpoint, inside the step) or kind=\"validation\" (timing_s/testing, after the "
+                  "step, before its log line). Absent until the kind was seen.", R + (L_KIND,), "seconds")
+PLANNED_EVERY = _m("omniwatch_planned_work_every_steps", "gauge",
+                   "Cadence of each kind of planned work (save_freq / test_freq as the steps that carried it "
+                   "imply: multiples of it, none skipped since the lowest step seen). Absent while unknown.",
+                   R + (L_KIND,))
+PLANNED_ALLOWANCE = _m("omniwatch_planned_allowance_seconds", "gauge",
+                       "Planned work that may come before the next step's line: the durations of every kind seen "
+                       "that is due on the next step by its cadence, has no known cadence, or is forced because "
+                       "the next step may be the last (always, while the total is unknown). TrainingStalled's "
+                       "warning and critical thresholds add it.", R, "seconds")
+PLANNED_UNSEEN = _m("omniwatch_planned_unseen_kinds", "gauge",
+                    "Kinds of planned work (checkpoint, validation) the run has not shown yet: their first "
+                    "occurrence cannot be announced, so TrainingStalled's warning waits a reserve of typical "
+                    "steps while this is above 0.", R)
+RUN_TOTAL_STEPS = _m("omniwatch_run_total_steps", "gauge",
+                     "Total training steps the trainer announced (console: \"Total training steps: N\"); absent "
+                     "for JSONL-only runs.", R)
+RUN_FINISHED = _m("omniwatch_run_finished", "gauge",
+                  "1 when the latest step was the run's planned last (the announced total reached, or a "
+                  "checkpoint / validation off its cadence: verl forces both on the last step), else 0. "
+                  "TrainingStalled ignores finished runs; they leave /metrics after --run-expiry.", R)
+RUN_LOG_OPEN = _m("omniwatch_run_log_open", "gauge",
+                  "1 while a process other than omniwatch holds the run's log file open for writing (a live "
+                  "trainer: a stall never expires), 0 once it was seen open and is no longer (the trainer "
+                  "process ended: the run expires after --run-expiry); absent when never seen (a log written "
+                  "on another node, another user's process, push: expires after --stalled-run-expiry).", R)
+CHECKPOINT_WRITE_TS = _m("omniwatch_checkpoint_write_timestamp_seconds", "gauge",
+                         "Newest modification time under <--checkpoint-root>/<project>/<experiment>/global_step_<N> "
+                         "for N = the step after the latest one: the next step is saving a checkpoint. "
+                         "TrainingStalled's warning and critical wait while it keeps being written. Absent without "
+                         "--checkpoint-root or such a directory.", R, "seconds")
 
 # Alert names (the rule files define them; tests check both sides agree).
 ALERT_REWARD_BOUND = "RewardBoundRollout"
@@ -230,6 +326,16 @@ ALERT_MFU_UNSUPPORTED = "MFUEstimatorUnsupported"
 ALERT_STEP_REGRESSION = "StepTimeRegression"
 ALERT_REWARD_SATURATION = "RewardSaturation"
 ALERT_SOURCE_DOWN = "OmniwatchSourceDown"
+ALERT_GPU_MEMORY = "GPUMemoryNearFull"
+ALERT_WATCHDOG = "Watchdog"
+ALERT_ROLLOUT_SATURATED = "RolloutQueueSaturated"
+ALERT_TQ_BACKLOG = "TransferQueueBacklog"
+ALERT_TQ_SLOW_LEAK = "TransferQueueSlowLeak"
+ALERT_STRAGGLER = "RolloutStraggler"
+ALERT_GRAD_NONFINITE = "GradNormNonFinite"
+ALERT_RS_REJECTION = "RolloutRejectionHigh"
+ALERT_OUTSIDE_STEP = "TimeOutsideStep"
+ALERT_TIMERS_EXCEED = "TimersExceedStep"
 CORE_ALERTS = (ALERT_REWARD_BOUND, ALERT_IDLE, ALERT_MFU_IMPOSSIBLE, ALERT_MFU_DROP, ALERT_STALLED)
 
 # Fault kinds of tests/fixtures/verl/*.truth.json -> the alert each must raise.

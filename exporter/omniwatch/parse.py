@@ -23,6 +23,9 @@ class ParsedStep:
     values: dict[str, float]
     # reason -> count of values dropped from this line (non_numeric, non_finite, key_too_long)
     dropped: dict[str, int] = field(default_factory=dict)
+    # keys whose value was NaN / +-Inf (orjson writes them as null): dropped from ``values`` (and counted
+    # as non_finite) but kept as a fact of the step, e.g. a non-finite actor/grad_norm = a skipped update
+    non_finite: tuple[str, ...] = ()
 
 
 class LineError(Exception):
@@ -33,6 +36,9 @@ class LineError(Exception):
         self.reason = reason
 
 
+_STEP_TEXT = re.compile(r"-?[0-9]{1,13}")  # a bounded number of ASCII digits: never int("9" * 5000)
+
+
 def _coerce_step(raw) -> int:
     if isinstance(raw, bool) or raw is None:
         raise LineError("bad_step", repr(raw)[:40])
@@ -40,8 +46,8 @@ def _coerce_step(raw) -> int:
         step = raw
     elif isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
         step = int(raw)
-    elif isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
-        step = int(raw.strip())
+    elif isinstance(raw, str) and _STEP_TEXT.fullmatch(raw.strip()):
+        step = int(raw.strip())  # ASCII digits only ("²".isdigit() is True; int("²") raises)
     else:
         raise LineError("bad_step", repr(raw)[:40])
     if step < 0 or step > 10**12:
@@ -62,10 +68,11 @@ def _key_ok(key) -> bool:
     return ok
 
 
-def clean_values(data: dict) -> tuple[dict[str, float], dict[str, int]]:
+def clean_values(data: dict, non_finite: list | None = None) -> tuple[dict[str, float], dict[str, int]]:
     """Keep finite numeric values; count what was dropped and why. Keys named like a secret
     (``HF_TOKEN``, ``env/WANDB_API_KEY``) are dropped whatever their value: a key becomes a label.
-    The common case (a known key, a finite float) costs one dict lookup; the rest takes the slow path."""
+    The common case (a known key, a finite float) costs one dict lookup; the rest takes the slow path.
+    ``non_finite``, when given, collects the (acceptable) keys whose value was NaN / +-Inf / null."""
     values: dict[str, float] = {}
     dropped: dict[str, int] = {}
     key_ok = _KEY_OK.get
@@ -93,8 +100,12 @@ def clean_values(data: dict) -> tuple[dict[str, float], dict[str, int]]:
                 values[key] = f
             else:
                 dropped["non_finite"] = dropped.get("non_finite", 0) + 1
+                if non_finite is not None:
+                    non_finite.append(key)
         elif v is None:  # orjson writes NaN/Inf as null
             dropped["non_finite"] = dropped.get("non_finite", 0) + 1
+            if non_finite is not None:
+                non_finite.append(key)
         else:
             dropped["non_numeric"] = dropped.get("non_numeric", 0) + 1
     return values, dropped
@@ -110,8 +121,9 @@ def parse_record(obj) -> ParsedStep:
     data = obj.get("data")
     if not isinstance(data, dict):
         raise LineError("missing_data", type(data).__name__)
-    values, dropped = clean_values(data)
-    return ParsedStep(step, values, dropped)
+    nf: list[str] = []
+    values, dropped = clean_values(data, nf)
+    return ParsedStep(step, values, dropped, tuple(nf))
 
 
 def parse_jsonl_line(line: bytes | str) -> ParsedStep:
@@ -166,7 +178,8 @@ def parse_console_line(line: bytes | str) -> ParsedStep:
                 continue
             data[key.strip()] = _console_value(val)
     malformed = data.pop("\x00malformed", None)
-    values, dropped = clean_values(data)
+    nf: list[str] = []
+    values, dropped = clean_values(data, nf)
     if malformed is not None:
         dropped["malformed_pair"] = dropped.get("malformed_pair", 0) + 1
-    return ParsedStep(step, values, dropped)
+    return ParsedStep(step, values, dropped, tuple(nf))

@@ -33,11 +33,14 @@ GPUS = 4
 
 @dataclass
 class Fault:
-    kind: str                 # reward_slow | idle_gap | mfu_value | actor_slow
+    kind: str                 # reward_slow | idle_gap | mfu_value | actor_slow | straggler | grad_nonfinite |
+    #                           rs_drift | nested_timer | outside_gap | hang
     start: int
-    factor: float = 1.0       # reward_slow / actor_slow
-    value: float = 0.0        # mfu_value
-    seconds_share: float = 0.0  # idle_gap: untimed seconds as a share of the healthy step
+    factor: float = 1.0       # reward_slow / actor_slow; straggler: slowest sample / mean sample
+    value: float = 0.0        # mfu_value; rs_drift: RS sequence-level rejection share; hang: seconds step
+    #                           `start` (only) waits inside the step timer
+    seconds_share: float = 0.0  # idle_gap: untimed seconds as a share of the healthy step; nested_timer: seconds
+    #                             of a timer nested in gen; outside_gap: seconds outside the step timer
 
 
 @dataclass
@@ -55,6 +58,10 @@ class RunSpec:
     async_mode: str = "sync"   # sync | separate_async (V1)
     checkpoint_factor: float = 0.3  # save_checkpoint seconds / healthy step
     validation_factor: float = 0.5  # testing seconds / healthy step
+    rollout_corr: str = "off"  # off | decoupled (rollout_corr/*, timing_s/rollout_corr) | bypass (actor/rollout_corr/*,
+    #                            no old_log_prob recompute): algorithm.rollout_correction with rollout_rs set
+    total_steps: int = 0       # the run's last step: verl forces a checkpoint and a validation on it when
+    #                            save_freq / test_freq > 0 (docs/verl-source.md D9)
 
     def __post_init__(self):
         if self.trainer == "legacy_async":
@@ -62,7 +69,8 @@ class RunSpec:
         if self.reward is None:
             self.reward = "colocated" if self.trainer == "legacy" else "function"
         if self.trainer not in ("legacy", "v1") or self.reward not in ("colocated", "pool", "function") \
-                or self.async_mode not in ("sync", "separate_async") or (self.async_mode != "sync" and self.trainer != "v1"):
+                or self.async_mode not in ("sync", "separate_async") or (self.async_mode != "sync" and self.trainer != "v1") \
+                or self.rollout_corr not in ("off", "decoupled", "bypass"):
             raise ValueError(f"unsupported layout {self.trainer}/{self.reward}/{self.async_mode}")
 
     @property
@@ -95,6 +103,11 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
              **{k: v for k, v in t.items() if k not in ("feed", "gen")}}
     if spec.async_mode == "separate_async":
         t["gen"] = j(spec.pace * 0.05)  # generation overlaps training: the trainer only waits for the tail
+    if spec.rollout_corr == "bypass":
+        del t["old_log_prob"]  # the rollout's log-probs are the old ones: no recompute
+    elif spec.rollout_corr == "decoupled":
+        t = {**{k: v for k, v in t.items() if k != "adv" and k != "update_actor" and k != "update_weights"},
+             "rollout_corr": j(spec.pace * 0.002), **{k: t[k] for k in ("adv", "update_actor", "update_weights")}}
     mfu = j(spec.mfu, 0.03)
     mfu_infer = j(spec.mfu * 0.8, 0.03)
     tail_share = 0.04 if spec.reward == "pool" else 0.008  # a reward function is cheaper than a model
@@ -114,15 +127,25 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     untimed = j(spec.pace * 0.006, 0.2)
     if (f := _fault(spec, "idle_gap", step)):
         untimed += j(spec.pace * f.seconds_share, 0.1)
+    for f in spec.faults:  # a collective that hung this long inside the step, then went on
+        if f.kind == "hang" and step == f.start:
+            untimed += f.value
     gen_seq_max = t["gen"] * 0.93
     if spec.streamed and (legacy or slow):
         gen_seq_max = t["gen"] * 0.98
         t["gen"] = gen_seq_max + score_tail  # V1 too: a slow reward's tail hides in gen (no agent-loop keys)
-    if spec.checkpoint_every and step % spec.checkpoint_every == 0:
+    gen_seq_min, gen_seq_mean = gen_seq_max * 0.4, gen_seq_max * 0.7
+    if legacy and (f := _fault(spec, "straggler", step)) and gen_seq_mean * f.factor > gen_seq_max:
+        # one sample (a preempted request, a slow replica) finishes long after the others: gen waits for it
+        t["gen"] += gen_seq_mean * f.factor - gen_seq_max
+        gen_seq_max = gen_seq_mean * f.factor
+    last = spec.total_steps and step == spec.total_steps
+    if spec.checkpoint_every and (step % spec.checkpoint_every == 0 or last):
         t["save_checkpoint"] = j(spec.pace * spec.checkpoint_factor)
     step_s = sum(t.values()) + untimed
     ordered = {}
-    order = ["feed", "gen", "reward", "old_log_prob", "adv", "update_actor", "save_checkpoint", "update_weights"]
+    order = ["feed", "gen", "reward", "old_log_prob", "rollout_corr", "adv", "update_actor", "save_checkpoint",
+             "update_weights"]
     for ph in order:
         if ph in t:
             ordered[ph] = t[ph]
@@ -144,22 +167,33 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
         "actor/ratio_mean": 1 + rng.uniform(-1e-3, 1e-3), "actor/ratio_std": j(0.011, 0.2),
         "actor/grad_norm": j(0.6, 0.2), "actor/lr": 3e-4, "perf/mfu/actor": mfu,
     })
+    if _fault(spec, "grad_nonfinite", step):
+        d["actor/grad_norm"] = float("nan")  # VeRL-Omni skipped the update; orjson writes NaN as null
+    if spec.rollout_corr != "off":
+        drift = _fault(spec, "rs_drift", step)
+        prefix = "actor/rollout_corr/" if spec.rollout_corr == "bypass" else "rollout_corr/"
+        seq = min(1.0, j(drift.value, 0.2) if drift else j(0.01, 0.5))
+        d.update({prefix + "rollout_is_mean": 1 + rng.uniform(-2e-3, 2e-3), prefix + "kl": j(2e-5, 0.5),
+                  prefix + "rollout_rs_masked_fraction": seq * 0.8, prefix + "rollout_rs_seq_masked_fraction": seq})
     if not legacy:
         stale = 0.0 if spec.async_mode == "separate_async" else -1.0
         d["training/off_policy/trajectory_staleness/mean"] = stale
         if spec.async_mode == "separate_async":
             d["training/off_policy/trajectory_staleness/max"] = 1.0
             d["training/off_policy/trajectory_staleness/min"] = 0.0
-    else:
+    elif spec.rollout_corr != "bypass":
         d["perf/mfu/actor_infer"] = mfu_infer
     for ph, v in ordered.items():
         d[f"timing_s/{ph}"] = v
+        if ph == "gen" and (f := _fault(spec, "nested_timer", step)):
+            # a timer added inside gen (around sleep_replicas, say): gen already holds its seconds
+            d["timing_s/sleep_replicas"] = spec.pace * f.seconds_share
     if legacy:
         cs = score_tail if spec.streamed else 0.0
         d.update({
-            "timing_s/agent_loop/generate_sequences/min": gen_seq_max * 0.4,
+            "timing_s/agent_loop/generate_sequences/min": gen_seq_min,
             "timing_s/agent_loop/generate_sequences/max": gen_seq_max,
-            "timing_s/agent_loop/generate_sequences/mean": gen_seq_max * 0.7,
+            "timing_s/agent_loop/generate_sequences/mean": gen_seq_mean,
             "timing_s/agent_loop/compute_score/min": cs * 0.6, "timing_s/agent_loop/compute_score/max": cs,
             "timing_s/agent_loop/compute_score/mean": cs * 0.83,
             "timing_s/agent_loop/slowest/generate_sequences": gen_seq_max,
@@ -175,7 +209,7 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
             d[f"timing_per_image_ms/{ph}"] = ordered[ph] * 1000 / IMAGES
     d.update({"perf/total_num_images": IMAGES, "perf/time_per_step": step_s,
               "perf/throughput": IMAGES / (step_s * GPUS)})
-    if spec.validation_every and step % spec.validation_every == 0:
+    if spec.validation_every and (step % spec.validation_every == 0 or last):
         d["timing_s/testing"] = j(spec.pace * spec.validation_factor)
         d["val-core/ocr/reward/mean@1"] = rmean + 0.02
         d["val-aux/ocr/reward/combined/mean@1"] = rmean
@@ -185,3 +219,25 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
 def run_dicts(spec: RunSpec, steps: int, first: int = 1):
     for s in range(first, first + steps):
         yield s, step_dict(spec, s)
+
+
+def outside_seconds(spec: RunSpec, step: int) -> float:
+    """Wall seconds of step ``step`` outside every verl timer (not in the logged dict: they show only as
+    the gap between two lines). Legacy: the next dataloader batch, metric computation and logging, ~0.2 %
+    of the step; V1: also ``_compute_metrics``' second TransferQueue fetch of the batch and ``kv_clear``
+    (docs/verl-source.md C7), ~1 %. These healthy levels are assumptions (no recorded run carries
+    arrival times); ``outside_gap`` adds ``seconds_share`` of the step."""
+    rng = random.Random(spec.seed * 7_919 + step * 31 + 1)
+    share = 0.002 if spec.trainer == "legacy" else 0.01
+    out = spec.pace * share * (1 + rng.uniform(-0.5, 0.5))
+    if (f := _fault(spec, "outside_gap", step)):
+        out += spec.pace * f.seconds_share * (1 + rng.uniform(-0.1, 0.1))
+    return out
+
+
+def wall_seconds(spec: RunSpec, step: int, d: dict | None = None) -> float:
+    """Seconds between the lines of step - 1 and ``step``: the step, validation and profiler timers and
+    the time outside them (what a live exporter sees as the arrival gap)."""
+    d = step_dict(spec, step) if d is None else d
+    timed = d["timing_s/step"] + sum(d.get(f"timing_s/{k}", 0.0) for k in ("testing", "start_profile", "stop_profile"))
+    return timed + outside_seconds(spec, step)

@@ -390,7 +390,9 @@ def _cfg_from_args(args) -> StackConfig:
     return StackConfig(run_dir=Path(args.run_dir), prometheus_port=args.prometheus_port,
                        alertmanager_port=args.alertmanager_port, exporter_port=args.exporter_port,
                        grafana_port=args.grafana_port, profile=getattr(args, "profile", "default"),
-                       watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [])
+                       watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [],
+                       exporter_args=[x for d in getattr(args, "checkpoint_root", []) or []
+                                      for x in ("--checkpoint-root", os.path.abspath(d))])
 
 
 def demo_stack(stack: Stack) -> Stack:
@@ -475,6 +477,8 @@ def add_commands(sub) -> None:
                    help="intervals: default (15 s scrape/eval) or fast (1 s, for demos and tests)")
     p.add_argument("--watch", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --watch`")
     p.add_argument("--console", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --console`")
+    p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
+                   help="passed to `omniwatch serve --checkpoint-root` (where trainers save checkpoints)")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("down", help="stop what `omniwatch up` started (from its pid files)")
     add_stack_args(p)

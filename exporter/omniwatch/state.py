@@ -20,9 +20,11 @@ from pathlib import Path
 
 import orjson
 
+from . import statefile
 from .analytics import K_ZERO_STD, StepRecord
 from .ledger import Gpus
 from .model import RunStore, SeenSteps
+from .planned import PlannedWork
 from .sources.files import run_labels
 
 log = logging.getLogger(__name__)
@@ -36,13 +38,23 @@ def _rec_to(r: StepRecord) -> dict:
             "rb": r.reward_bound_ratio, "critical": r.reward_critical, "idle": r.idle_ratio, "mfu": r.mfu,
             "throughput": r.throughput, "flags": sorted(r.flags),
             "values": {k: v for k, v in r.values.items() if k == K_ZERO_STD},
-            "modes": r.modes, "share": r.reward_step_share, "causes": r.causes}
+            "modes": r.modes, "share": r.reward_step_share, "causes": r.causes,
+            "signals": {k: getattr(r, k) for k in _SIGNAL_FIELDS}}
+
+
+# StepRecord fields of the issue-13 signals, stored as one mapping (absent in older states: None).
+_SIGNAL_FIELDS = ("straggler_ratio", "grad_norm_nonfinite", "rs_seq_masked", "rs_mode", "timer_residual", "timed_wall",
+                  "outside_seconds", "outside_ratio")
 
 
 def _rec_from(d: dict) -> StepRecord:
-    return StepRecord(d["step"], d["arrival"], d["duration"], d["phases"], d["rb"], d["critical"], d["idle"],
-                      d["mfu"], d["throughput"], frozenset(d["flags"]), d.get("values", {}), d.get("modes", {}),
-                      d.get("share"), d.get("causes", {}))
+    rec = StepRecord(d["step"], d["arrival"], d["duration"], d["phases"], d["rb"], d["critical"], d["idle"],
+                     d["mfu"], d["throughput"], frozenset(d["flags"]), d.get("values", {}), d.get("modes", {}),
+                     d.get("share"), d.get("causes", {}))
+    sig = d.get("signals") or {}
+    for k in _SIGNAL_FIELDS:
+        setattr(rec, k, sig.get(k))
+    return rec
 
 
 def snapshot_store(store: RunStore) -> dict:
@@ -61,6 +73,8 @@ def snapshot_store(store: RunStore) -> dict:
             "digests": [[k, f, h] for k, (f, h) in run.digests.items()], "modes": run.modes,
             "gpu_seconds": dict(run.gpu_seconds), "live_arrival": run.live_arrival,
             "gpus": [run.gpus.count, run.gpus.source] if run.gpus else None,
+            "key_steps": run.key_steps, "grad_nonfinite_total": run.grad_nonfinite_total,
+            "planned": run.planned.to_json(),
         })
     return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
             "notifications": dict(store.notifications)}
@@ -80,6 +94,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.new_incarnation, run.replay_from = inc["new"], inc["replay_from"]
             run.digests = {k: (f, h) for k, f, h in d["digests"]}
             run.modes = dict(d["modes"])
+            run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
             run.last_arrival = d["last_arrival"]
             run.gpu_seconds = defaultdict(float, d["gpu_seconds"])
             run.live_arrival = d["live_arrival"]
@@ -88,11 +103,18 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.stage_seconds_total = defaultdict(float, d["stage_seconds_total"])
             run.flagged_total = defaultdict(int, d["flagged_total"])
             run.keys, run.feeds = dict(d["keys"]), dict(d["feeds"])
+            # A state written before key_steps existed says nothing about which step carried a key: none is
+            # exported until a step carries it again (held keys still count toward the cap).
+            run.key_steps = {k: int(s) for k, s in d.get("key_steps", {}).items() if k in run.keys}
+            run.grad_nonfinite_total = int(d.get("grad_nonfinite_total", 0))
             run.seen = SeenSteps()
             run.seen.ranges = [list(x) for x in d["seen"]]
             run.last = _rec_from(d["last"]) if d["last"] else None
             run.window.normal.clear()
             run.window.normal.extend(_rec_from(x) for x in d["window"])
+            w = run.window.normal
+            if run.last and w and (w[-1].step, w[-1].arrival) == (run.last.step, run.last.arrival):
+                run.last = w[-1]  # one object again, as before the snapshot (later steps may amend it)
             run.stats = run.window.stats()
         for s, r, n in data.get("errors", []):
             store.errors[(s, r)] = n
@@ -122,9 +144,10 @@ class Checkpointer:
             self.store.count_error(SOURCE, "unreadable_state")
             return False
         try:
-            data = orjson.loads(raw)
-            if data.get("version") != VERSION:
-                raise ValueError(f"state version {data.get('version')!r}, expected {VERSION}")
+            # The whole document is checked against the schema before anything is restored (statefile.py).
+            data, secret_keys = statefile.check(orjson.loads(raw), VERSION)
+            if secret_keys:
+                self.store.count_error(SOURCE, "secret_key", secret_keys)
             restore_store(self.store, data["model"])
             for src in self.sources:
                 if hasattr(src, "restore_offsets"):
@@ -133,6 +156,8 @@ class Checkpointer:
         except (ValueError, KeyError, TypeError) as e:
             bad = self.path.with_suffix(".corrupt")
             log.error("exporter state %s is unusable (%s); moved to %s, starting fresh", self.path, e, bad)
+            with self.store.lock:
+                self.store.runs.clear()  # nothing half-restored survives
             self.store.count_error(SOURCE, "corrupt_state")
             try:
                 os.replace(self.path, bad)

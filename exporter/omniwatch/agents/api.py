@@ -16,6 +16,7 @@ import threading
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from .. import jsonin
 from .registry import AgentRegistry, RegistryFull, check_registration
 
 router = APIRouter()
@@ -36,11 +37,14 @@ def _require_token(request: Request) -> None:
 async def register_agent(request: Request):
     _require_token(request)
     reg = _registry(request)
+    store = request.app.state.store
     try:
-        body = await request.json()
-    except ValueError:
-        raise HTTPException(400, "body is not JSON") from None
+        body = jsonin.loads(await request.body())  # depth-bounded: never a RecursionError
+    except jsonin.BodyError as e:
+        store.count_error("agents", e.reason)
+        raise HTTPException(400, str(e)) from None
     if not isinstance(body, dict):
+        store.count_error("agents", "not_object")
         raise HTTPException(400, "body must be a JSON object")
     try:
         node, addr, ttl = check_registration(body.get("node"), body.get("address"), body.get("ttl_s"))

@@ -91,6 +91,10 @@ class Stall(_Part):
     critical_extra_steps: float = Field(3, description=(
         "critical = the warning threshold + this many typical steps. With nothing planned known that is "
         "3 + 4 + 3 = 10 typical steps: a 50-minute hang on a 4-minute step pages."))
+    checkpoint_write_idle_steps: float = Field(2, description=(
+        "With `--checkpoint-root`: warning/critical wait while the next step's checkpoint directory "
+        "(global_step_<N>) was written within this many typical steps; a save that stopped writing for "
+        "longer is a hang again (FSDP shards are written file by file; gathering a shard can pause writes)."))
 
 
 class GPUMemory(_Part):
@@ -114,6 +118,77 @@ class RolloutQueue(_Part):
     for_: str = Field("1m", alias="for", description="Wall time the condition must hold.")
 
 
+class Straggler(_Part):
+    ratio: float = Field(2.5, description=(
+        "Window min of timing_s/agent_loop/generate_sequences/max / .../mean (legacy trainer; V1 logs no agent-loop "
+        "keys). Per-sample times include server queueing: W equal waves of requests give max/mean = 2W/(W+1), "
+        "under 2 however many waves or however unevenly they are spread over replicas of equal speed. The "
+        "fixtures and the healthy simulator measure 1.43; a sample that takes 3x the mean (simulator "
+        "`straggler` fault) 3.0. 2.5 is 25 % beyond anything queueing explains."))
+
+
+class GradNorm(_Part):
+    nonfinite_steps: int = Field(3, description=(
+        "Skipped updates (actor/grad_norm logged non-finite: VeRL-Omni zeroes the gradients and skips the "
+        "optimizer step) among the last `window.baseline` normal steps. One skip is a bad batch (noise); "
+        "3 in 20 is a pattern (15 % of the updates lost), and a run that skips every update from some step on "
+        "fires at its 3rd skip, the same budget as the other step alerts. Fixtures and the healthy "
+        "simulator: 0."))
+
+
+class RolloutRejection(_Part):
+    seq_masked_fraction: float = Field(0.05, description=(
+        "Window min of rollout_corr/rollout_rs_seq_masked_fraction (bypass mode: actor/rollout_corr/...). "
+        "VeRL-Omni docs/algo/rollout_correction.md: 'consistently above ~5 %, the rollout backend is drifting "
+        "too far' (and widen the band above ~10 % over several steps: gradient dilution). The healthy simulator "
+        "(matched backends, mean abs(dlogp) ~1e-5) measures 0.5-1.3 %; a drifting backend (simulator `rs_drift`) "
+        "10-13 %."))
+
+
+class OutsideStep(_Part):
+    ratio: float = Field(0.10, description=(
+        "Window min of the time outside every verl timer / the gap between two steps' arrivals (dataloader, "
+        "metric computation, logging; V1 re-fetches the batch from TransferQueue after the step). Live "
+        "arrivals only. Healthy simulator runs 0.1-0.4 % (legacy) and 0.5-3.7 % (V1) — assumed levels, no "
+        "recorded run carries arrival times; GPUs idle for 10 % of the wall time is the same bar as "
+        "InterStageIdleGPU's. The simulator's `outside_gap` fault (30 % of the step) measures 22-36 %."))
+
+
+class TimerOverlap(_Part):
+    tolerance: float = Field(0.01, description=(
+        "Window max of (timing_s/step - sum of in-step timers) / step below minus this: in every window step "
+        "the timers add up to more than the step by over 1 % of it. Timers are perf_counter spans, so only a "
+        "timer nested inside another phase (counted twice) does that; the fixtures and the healthy simulator "
+        "measure +0.3 to +2 % (never negative), a timer of 5 % of the step nested in gen -4 to -8 %."))
+
+
+class TransferQueue(_Part):
+    """TransferQueue backlog (live samples in the storage units), calibrated on a real TransferQueue 0.1.11
+    under load (4,000 keys over two units, 10 s metric refresh, 15 s scrape): docs/alerts.md."""
+    net_rate_window: str = Field("2m", description=(
+        "Window of the net-rate regression (deriv of live keys): 8 scrapes at 15 s with TQ refreshing every 10 s; "
+        "averages out a step's fill-and-clear cycle for steps up to ~2 min."))
+    ttf_seconds: float = Field(300, description=(
+        "Time to full at that net rate that counts as filling. The measured backlog (+16 live samples/s) filled "
+        "in ~250 s; 600 s fires only ~25 s sooner and also fires on a healthy run putting a batch of 15 % of "
+        "capacity per step (its lowest time-to-full estimate: 425 s)."))
+    min_utilization: float = Field(0.1, description=(
+        "The fullest unit must be past this before time-to-full counts (healthy V1 runs sit at 0.8 %); also the "
+        "margin above its 2h floor the firing alert must drain back within to resolve."))
+    full_utilization: float = Field(0.9, description=(
+        "Nearly full whatever the rate: a full unit refuses puts, so its net rate reads 0; 0.9 is where TQ's "
+        "bundled dashboard turns red."))
+    for_: str = Field("30s", alias="for", description="Three evaluations; the regression already smooths.")
+    stall_factor: float = Field(1.5, description=(
+        "critical: the backlog while the run has not stepped for this many typical steps (half a step overdue; "
+        "TrainingStalled itself waits for 3): the backlog is stalling training."))
+    leak_min_rise: float = Field(0.02, description=(
+        "TransferQueueSlowLeak: each nested floor (30m > 1h > 2h of the fullest unit's utilisation) above the "
+        "next by this share of capacity: a leak of > 4 %/h, full within a day."))
+    leak_for: str = Field("15m", description=(
+        "Covers a leak that grows in steps (one partition left uncleared per validation)."))
+
+
 class Config(_Part):
     """Every number the rules, their prose, tests, dashboards and docs use."""
     selectors: Selectors = Selectors()
@@ -134,6 +209,12 @@ class Config(_Part):
     gpu_memory: GPUMemory = GPUMemory()
     source_down: SourceDown = SourceDown()
     rollout_queue: RolloutQueue = RolloutQueue()
+    transferqueue: TransferQueue = TransferQueue()
+    straggler: Straggler = Straggler()
+    grad_norm: GradNorm = GradNorm()
+    rollout_rejection: RolloutRejection = RolloutRejection()
+    outside_step: OutsideStep = OutsideStep()
+    timer_overlap: TimerOverlap = TimerOverlap()
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base}#{alertname.lower()}"

@@ -7,13 +7,23 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .. import paths
+from .. import names as n, paths
 from . import config as config_mod
 from . import promtests, render, spec
 from .config import Config
 
 DOC_BEGIN = "<!-- BEGIN GENERATED: thresholds (omniwatch rules generate) -->"
 DOC_END = "<!-- END GENERATED: thresholds -->"
+REMEDY_BEGIN = "<!-- BEGIN GENERATED: remedies (omniwatch rules generate) -->"
+REMEDY_END = "<!-- END GENERATED: remedies -->"
+LAYOUTS = [  # (label, omniwatch_run_info labels); None = the run has no info series yet
+    ("legacy, colocated reward model", {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}),
+    ("legacy, streamed reward (pool or function)", {"trainer": "legacy", "reward": "streamed", "async_mode": "sync"}),
+    ("V1 sync, colocated reward model", {"trainer": "v1", "reward": "colocated", "async_mode": "sync"}),
+    ("V1 sync, streamed reward", {"trainer": "v1", "reward": "streamed", "async_mode": "sync"}),
+    ("V1 separate_async", {"trainer": "v1", "reward": "streamed", "async_mode": "separate_async"}),
+    ("layout not known yet", None),
+]
 
 
 def _fields(model: BaseModel, prefix: str = ""):
@@ -35,15 +45,55 @@ def thresholds_table(cfg: Config) -> str:
     return "\n".join([DOC_BEGIN, "", *rows, "", DOC_END])
 
 
+def remedies_table(cfg: Config) -> str:
+    """Each alert's remedy as it renders for each layout (identical texts merged), from remedies.py."""
+    from .prose import Ctx
+    out = [REMEDY_BEGIN, ""]
+    seen: set[str] = set()
+    for a in spec.alerts(cfg):
+        if a.remedy is None or a.name in seen:
+            continue
+        seen.add(a.name)
+        from .remedies import STEP_CAUSES
+        # Alerts whose remedy branches on one of their own labels: (label, its values).
+        by_label = {n.ALERT_STEP_REGRESSION: ("cause", tuple(STEP_CAUSES)),
+                    n.ALERT_RS_REJECTION: ("mode", ("bypass", "decoupled"))}
+        label_name, label_values = by_label.get(a.name, ("cause", tuple(STEP_CAUSES)))
+        by_text: dict[str, list[str]] = {}
+        for value in label_values:
+            labels = {"project": "<project>", "experiment": "<experiment>", "role": "actor", "cause": "other",
+                      label_name: value}
+            for label, modes in LAYOUTS:
+                text = a.remedy.expect(Ctx(labels, 1.0, {}, modes))
+                by_text.setdefault(text, [])
+                key = f"{label_name}={value}" if a.name in by_label else label
+                if key not in by_text[text]:
+                    by_text[text].append(key)
+        out.append(f"**{a.name}**")
+        out.append("")
+        if len(by_text) == 1:
+            out.append(f"- any layout: {next(iter(by_text))}")
+        else:
+            for text, layouts in by_text.items():
+                out.append(f"- {'; '.join(layouts)}: {text}")
+        out.append("")
+    out.append(REMEDY_END)
+    return "\n".join(out)
+
+
+def _replace_section(text: str, begin: str, end: str, body: str, where: Path) -> str:
+    a, b = text.find(begin), text.find(end)
+    if a < 0 or b < 0:
+        raise ValueError(f"{where}: generated-section markers {begin!r} missing")
+    return text[:a] + body + text[b + len(end):]
+
+
 def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path, str]:
     out = {alerts_dir / f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)}
     out.update({alerts_dir / "tests" / name: text for name, text in promtests.test_files(cfg).items()})
     if docs_file is not None:
-        text = docs_file.read_text()
-        a, b = text.find(DOC_BEGIN), text.find(DOC_END)
-        if a < 0 or b < 0:
-            raise ValueError(f"{docs_file}: generated-section markers missing")
-        out[docs_file] = text[:a] + thresholds_table(cfg) + text[b + len(DOC_END):]
+        text = _replace_section(docs_file.read_text(), DOC_BEGIN, DOC_END, thresholds_table(cfg), docs_file)
+        out[docs_file] = _replace_section(text, REMEDY_BEGIN, REMEDY_END, remedies_table(cfg), docs_file)
     return out
 
 

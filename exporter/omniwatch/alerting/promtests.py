@@ -352,21 +352,9 @@ def steps_cases(cfg: Config) -> list[Case]:
 def health_cases(cfg: Config) -> list[Case]:
     c = cfg
     out = []
-    # TrainingStalled: a step every 30 s until the one observed at 90 s; then nothing.
-    typical = 30
-    notice = c.stall.notice_steps * typical
-    first_true = next(t for t in range(0, 3000, INTERVAL) if t - 90 > notice)
-    fire_at = first_true + dur(c.step_for)
-    run = run_labels("flowgrpo", "qwen_ocr")
-    n_samples = fire_at // INTERVAL + 2
-    ctx = Ctx({"project": "flowgrpo", "experiment": "qwen_ocr"}, fire_at - 90,
-              {n.TYPICAL_STEP: typical, n.STEP: 18}, None)
-    out.append(Case(f"TrainingStalled fires once no step came for more than {c.stall.notice_steps:g} typical steps", [
-        Series(n.LAST_STEP_TS, run, f"0 0 30 30 60 60 90x{n_samples - 6}"),
-        Series(n.TYPICAL_STEP, run, f"{typical}x{n_samples}"),
-        Series(n.STEP, run, f"15 15 16 16 17 17 18x{n_samples - 6}"),
-    ], [Check(first_true - INTERVAL, n.ALERT_STALLED), Check(first_true, n.ALERT_STALLED),
-        Check(fire_at, n.ALERT_STALLED, [Expect({"severity": "critical", "project": "flowgrpo", "experiment": "qwen_ocr"}, ctx)])]))
+    # TrainingStalled in stages (info, warning, critical) and quiet through planned work: alerting/stalls.py
+    from . import stalls
+    out += stalls.cases(c)
     out.append(quiet(n.ALERT_STALLED, "TrainingStalled stays quiet while steps arrive, through one slow step, and before "
                                       "the run has a typical step", [
         Series(n.LAST_STEP_TS, {"project": "p", "experiment": "healthy"}, " ".join(str(30 * (i // 2)) for i in range(21))),
@@ -449,6 +437,117 @@ def test_files(cfg: Config) -> dict[str, str]:
     return {
         "steps.test.yml": render(cfg, steps_cases(cfg), "omniwatch.rules.yml",
                                  HEADER.format(what="the step-based alerts", group="omniwatch.steps")),
+        "signals.test.yml": render(cfg, signals_cases(cfg), "omniwatch.rules.yml",
+                                   HEADER.format(what="the signal alerts", group="omniwatch.signals")),
         "health.test.yml": render(cfg, health_cases(cfg), "omniwatch.rules.yml",
                                   HEADER.format(what="liveness, GPU memory and the monitoring pipeline", group="omniwatch.health")),
     }
+
+
+# --- omniwatch.signals ------------------------------------------------------------------------------------
+def straggler_cases(cfg: Config) -> list[Case]:
+    t = cfg.straggler.ratio
+    hi = round(t + 0.5, 2)
+    return [
+        fires(cfg, n.ALERT_STRAGGLER, "RolloutStraggler fires when the slowest sample of every window step is far "
+                                      "beyond what queueing explains", "flowgrpo", "qwen_tail",
+              [window(n.ROLLOUT_STRAGGLER_WINDOW, "flowgrpo", "qwen_tail", "min", onset(1.43, hi))],
+              hi, STEP_LABELS, first_step=40, modes=LEGACY_COLOCATED),
+        quiet(n.ALERT_STRAGGLER, "RolloutStraggler stays quiet for equal waves of requests (< 2x), one slow step, "
+                                 "the warm-up and just under the threshold", [
+            window(n.ROLLOUT_STRAGGLER_WINDOW, "p", "healthy", "min", flat(1.43)),
+            window(n.ROLLOUT_STRAGGLER_WINDOW, "p", "many_waves", "min", flat(1.95)),
+            window(n.ROLLOUT_STRAGGLER_WINDOW, "p", "one_slow_step", "min", flat(1.43)),
+            window(n.ROLLOUT_STRAGGLER_WINDOW, "p", "one_slow_step", "max", "1.43x3 4x17"),
+            window(n.ROLLOUT_STRAGGLER_WINDOW, "p", "edge", "min", flat(t)),
+            Series(n.ROLLOUT_STRAGGLER, {"project": "p", "experiment": "warmup"}, flat(5)),
+        ]),
+    ]
+
+
+def grad_nonfinite_cases(cfg: Config) -> list[Case]:
+    k = cfg.grad_norm.nonfinite_steps
+    return [
+        fires(cfg, n.ALERT_GRAD_NONFINITE, f"GradNormNonFinite fires at the {k}th skipped update among the recent "
+                                           "normal steps", "flowgrpo", "qwen_nan",
+              [Series(n.GRAD_NORM_NONFINITE_RECENT, run_labels("flowgrpo", "qwen_nan"), onset(max(0, k - 1), k))],
+              k, STEP_LABELS, first_step=60),
+        fires(cfg, n.ALERT_GRAD_NONFINITE, "GradNormNonFinite names how many of the recent updates were skipped",
+              "flowgrpo", "all_nan",
+              [Series(n.GRAD_NORM_NONFINITE_RECENT, run_labels("flowgrpo", "all_nan"), onset(0, 20))],
+              20, STEP_LABELS, first_step=80),
+        quiet(n.ALERT_GRAD_NONFINITE, "GradNormNonFinite stays quiet for a single or a second isolated skip", [
+            Series(n.GRAD_NORM_NONFINITE_RECENT, {"project": "p", "experiment": "healthy"}, flat(0)),
+            Series(n.GRAD_NORM_NONFINITE_RECENT, {"project": "p", "experiment": "isolated"}, flat(k - 1)),
+            Series(n.GRAD_NORM_NONFINITE, {"project": "p", "experiment": "one_skip"}, flat(1)),
+            Series(n.GRAD_NORM_NONFINITE_TOTAL, {"project": "p", "experiment": "long_run"}, flat(40)),
+        ]),
+    ]
+
+
+def rs_rejection_cases(cfg: Config) -> list[Case]:
+    t = cfg.rollout_rejection.seq_masked_fraction
+    hi = round(t * 2.4, 3)
+    out = []
+    for mode in ("bypass", "decoupled"):
+        exp = f"qwen_rc_{mode}"
+        out.append(fires(cfg, n.ALERT_RS_REJECTION, f"RolloutRejectionHigh fires when every window step masks more "
+                                                    f"than the documented level ({mode} mode remedy)", "flowgrpo", exp,
+                         [window(n.RS_SEQ_MASKED_WINDOW, "flowgrpo", exp, "min", onset(0.01, hi), mode=mode)],
+                         hi, {**STEP_LABELS, "mode": mode}, first_step=30))
+    out.append(quiet(n.ALERT_RS_REJECTION, "RolloutRejectionHigh stays quiet for matched backends, one bad step and "
+                                           "at the documented level", [
+        window(n.RS_SEQ_MASKED_WINDOW, "p", "healthy", "min", flat(0.01), mode="bypass"),
+        window(n.RS_SEQ_MASKED_WINDOW, "p", "noisy", "min", flat(0.012), mode="decoupled"),
+        window(n.RS_SEQ_MASKED_WINDOW, "p", "noisy", "max", "0.012x3 0.4x17", mode="decoupled"),
+        window(n.RS_SEQ_MASKED_WINDOW, "p", "edge", "min", flat(t), mode="bypass"),
+    ]))
+    return out
+
+
+def outside_step_cases(cfg: Config) -> list[Case]:
+    t = cfg.outside_step.ratio
+    hi = round(t + 0.14, 2)
+    out = []
+    for exp, modes in (("wan_v1", V1_SYNC), ("qwen_legacy", LEGACY_COLOCATED), ("unknown_layout", None)):
+        out.append(fires(cfg, n.ALERT_OUTSIDE_STEP, f"TimeOutsideStep fires when every window step spends more than "
+                                                    f"the threshold outside the timers "
+                                                    f"({'no info series' if modes is None else modes['trainer']} remedy)",
+                         "flowgrpo", exp,
+                         [window(n.OUTSIDE_STEP_WINDOW, "flowgrpo", exp, "min", onset(0.004, hi)),
+                          Series(n.OUTSIDE_STEP_SECONDS, run_labels("flowgrpo", exp), f"1x3 75x{RUN_SAMPLES - 4}")],
+                         hi, STEP_LABELS, first_step=25, modes=modes, extra_ctx={n.OUTSIDE_STEP_SECONDS: 75}))
+    out.append(quiet(n.ALERT_OUTSIDE_STEP, "TimeOutsideStep stays quiet for healthy runs, one slow gap (a resume after "
+                                           "a pause) and at the threshold", [
+        window(n.OUTSIDE_STEP_WINDOW, "p", "healthy", "min", flat(0.003)),
+        window(n.OUTSIDE_STEP_WINDOW, "p", "one_gap", "min", flat(0.004)),
+        window(n.OUTSIDE_STEP_WINDOW, "p", "one_gap", "max", "0.004x3 0.9x17"),
+        Series(n.OUTSIDE_STEP_SECONDS, {"project": "p", "experiment": "one_gap"}, "1x3 3000x17"),
+        window(n.OUTSIDE_STEP_WINDOW, "p", "edge", "min", flat(t)),
+    ]))
+    return out
+
+
+def timers_exceed_cases(cfg: Config) -> list[Case]:
+    tol = cfg.timer_overlap.tolerance
+    lo = -round(tol * 4.4, 4)
+    info = {"severity": "info", "persistence": "steps"}
+    return [
+        fires(cfg, n.ALERT_TIMERS_EXCEED, "TimersExceedStep fires once every window step's timers exceed the step",
+              "flowgrpo", "nested_timer",
+              [window(n.TIMER_RESIDUAL_WINDOW, "flowgrpo", "nested_timer", "max", onset(0.006, lo))],
+              lo, info, first_step=12),
+        quiet(n.ALERT_TIMERS_EXCEED, "TimersExceedStep stays quiet while the timers leave a residual, for one "
+                                     "overlapping step and at the tolerance", [
+            window(n.TIMER_RESIDUAL_WINDOW, "p", "healthy", "max", flat(0.006)),
+            window(n.TIMER_RESIDUAL_WINDOW, "p", "one_step", "max", flat(0.006)),
+            window(n.TIMER_RESIDUAL_WINDOW, "p", "one_step", "min", "0.006x3 -0.05x17"),
+            window(n.TIMER_RESIDUAL_WINDOW, "p", "edge", "max", flat(-tol)),
+            Series(n.TIMER_RESIDUAL, {"project": "p", "experiment": "latest_only"}, flat(-30)),
+        ]),
+    ]
+
+
+def signals_cases(cfg: Config) -> list[Case]:
+    return (straggler_cases(cfg) + grad_nonfinite_cases(cfg) + rs_rejection_cases(cfg) + outside_step_cases(cfg)
+            + timers_exceed_cases(cfg))

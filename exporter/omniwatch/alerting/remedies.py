@@ -170,3 +170,87 @@ def stalled() -> Prose:
     return P("Check the trainer process and Ray (ray status, driver and worker logs): a hung NCCL collective, a dead "
              "actor or an OOM kill is the usual cause; resume from the last checkpoint with ",
              key("trainer.resume_mode", "auto"), " after fixing it.")
+
+
+# --- RolloutStraggler (legacy: V1 logs no agent-loop keys) ---------------------------------------------
+def straggler() -> Prose:
+    return P("One sample's generation took far longer than queueing behind equal requests explains, and gen waits "
+             "for it. Find the slow replica on the Rollout engine dashboard (per-replica request latency, running "
+             "requests; a replica on a throttling or shared GPU shows there and on the GPU dashboard) and replace or "
+             "drain that node. If timing_s/agent_loop/slowest/num_preempted is above 0 the request was preempted for "
+             "memory: lower ", key("actor_rollout_ref.rollout.max_num_seqs"), " or raise ",
+             key("actor_rollout_ref.rollout.gpu_memory_utilization"), ". Prompts of very different cost (resolution, "
+             "frames) in one batch make the same tail: bucket them.")
+
+
+# --- GradNormNonFinite -------------------------------------------------------------------------------------
+def grad_nonfinite() -> Prose:
+    return P("VeRL-Omni skipped these updates: the pre-clip gradient norm was NaN/Inf, so it zeroed the gradients "
+             "(the actor worker's log says 'WARN: grad_norm is not finite'); the LR schedule still advanced. Find "
+             "where the non-finite value enters: rewards or advantages (critic/rewards/*, critic/advantages/* "
+             "missing from the same steps: a reward function returning NaN), the loss (actor/loss missing), or "
+             "diverging weights (actor/grad_norm growing before it broke). Then lower ",
+             key("actor_rollout_ref.actor.optim.lr"), ", keep clipping on (", key("actor_rollout_ref.actor.optim.clip_grad"),
+             "), and if no update succeeds any more resume from a checkpoint before the skips (",
+             key("trainer.resume_mode", "resume_path"), " with ", key("trainer.resume_from_path"), ").")
+
+
+# --- RolloutRejectionHigh (branches on the alert's `mode`: where the RS metrics came from) -----------------
+_RS_BYPASS = P(
+    "Bypass mode reuses the rollout's log-probs as the old policy's, and rejection sampling masks the samples "
+    "whose current/rollout ratio left the band: the rollout backend drifts from the trainer (precision, "
+    "attention backend). Fall back to recomputing old log-probs (", key("algorithm.rollout_correction.bypass_mode", "False"),
+    ", ~20 % more step time), or match the rollout's numerics to training. If the drift is accepted, rejected "
+    "samples still dilute the gradient: widen the band (", key("algorithm.rollout_correction.rollout_rs_threshold"),
+    ", e.g. \"0.3_3.0\"; VeRL-Omni says so above ~10 %).")
+_RS_DECOUPLED = P(
+    "The recomputed old log-probs and the rollout's disagree for many samples (rollout_corr/kl, "
+    "rollout_corr/log_ppl_abs_diff): the rollout backend drifts from the trainer (precision, attention backend, "
+    "guidance). Match the rollout's numerics to training; with a two-step SDE window one outlier step rejects a "
+    "whole sample under seq_mean_k1, so widen the band (", key("algorithm.rollout_correction.rollout_rs_threshold"),
+    ", e.g. \"0.3_3.0\" or \"0.2_5.0\") if the drift is accepted: rejected samples dilute the gradient.")
+
+
+def rs_rejection() -> Prose:
+    from .prose import LabelSwitch
+    return P(LabelSwitch("mode", (("bypass", _RS_BYPASS), ("decoupled", _RS_DECOUPLED)), _RS_DECOUPLED))
+
+
+# --- TimeOutsideStep ------------------------------------------------------------------------------------------
+_OUT_V1 = (
+    "After every step V1 fetches the whole batch from TransferQueue a second time (_compute_metrics), then "
+    "runs kv_clear and logging, all outside timing_s/step. It moves as much data as the in-step fetch: spread "
+    "storage over more units (" + key("transfer_queue.backend.SimpleStorage.num_data_storage_units")
+    + "), move trajectories over RDMA (" + key("transfer_queue.backend.storage_backend", "MooncakeStore") + " with "
+    + key("transfer_queue.backend.MooncakeStore.protocol", "rdma") + ", experimental), or store less per trajectory; "
+    "and check the logger backends (" + key("trainer.logger") + ") as below.")
+_OUT_LEGACY = (
+    "Between two steps the legacy trainer loads the next batch, builds the generation batch, computes the metrics "
+    "and logs them synchronously to every backend in " + key("trainer.logger")
+    + " (a slow or unreachable wandb / mlflow server blocks the loop). Give the dataloader more workers ("
+    + key("data.dataloader_num_workers") + "), and drop or fix a slow logger backend.")
+_OUT_DEFAULT = (
+    "Something between two steps runs outside every timer: the dataloader (" + key("data.dataloader_num_workers")
+    + "), metric computation, synchronous logging (" + key("trainer.logger")
+    + "), and in V1 the second TransferQueue fetch of the batch after the step.")
+
+
+def outside_step() -> Prose:
+    return switch([({"trainer": V1}, _OUT_V1), ({"trainer": LEGACY}, _OUT_LEGACY)], _OUT_DEFAULT)
+
+
+# --- TimersExceedStep ---------------------------------------------------------------------------------------------
+def timers_exceed() -> Prose:
+    return P("A timing_s/<name> timer runs inside another phase (a marked_timer nested in gen, reward or "
+             "update_actor), so omniwatch adds its seconds twice and the untimed time between phases is hidden: "
+             "InterStageIdleGPU cannot see it from timers (its GPU evidence, --gpu on, still can). Log the nested "
+             "timer as a sub-key (timing_s/<phase>/<name>: keys with a further '/' are not added) or drop it; the "
+             "exporter's log names the timers it does not know.")
+
+
+def stalled_notice() -> Prose:
+    """TrainingStalled (info): perhaps planned work."""
+    return P("Usually nothing to do yet: a checkpoint save (", key("trainer.save_freq"), "; written under ",
+             key("trainer.default_local_dir"), "/global_step_<next step>, growing while it saves) or a validation "
+             "pass (", key("trainer.test_freq"), ") may be running; verl forces both on the last step. If the warning "
+             "follows, treat it as a hang.")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import names as n
-from . import remedies
+from . import remedies, stalls
 from .config import Config
 from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Prose, Query, QueryLabel, Value
 
@@ -225,6 +225,86 @@ def steps(cfg: Config) -> Group:
     return Group("omniwatch.steps", rules, "Step-based alerts: thresholds on step-window series (persistence counted in steps).")
 
 
+def signals(cfg: Config) -> Group:
+    """Signals the seeds name (issue 13 item 11): a straggler tail in rollout, skipped actor updates, rejection
+    sampling masking too many samples, wall time outside every verl timer, timers that exceed the step."""
+    c = cfg
+    rules: list = []
+    add = rules.append
+    steps = {"persistence": "steps"}
+
+    # RolloutStraggler ---------------------------------------------------------------------------------------
+    add(Record("project_experiment:omniwatch_rollout_straggler_ratio:min_k", _window(c, n.ROLLOUT_STRAGGLER_WINDOW, "min"),
+               comment="Slowest sample's generation time / the mean sample's (legacy agent-loop keys), lowest over the window."))
+    add(Alert(
+        n.ALERT_STRAGGLER, f"project_experiment:omniwatch_rollout_straggler_ratio:min_k > {c.straggler.ratio:g}",
+        "warning", "A straggler sample holds up rollout.",
+        P(RUN, ": in every one of the last ", K, " normal steps the slowest sample took at least ", Value("f2"),
+          "x the mean sample's generation time (threshold ", f"{c.straggler.ratio:g}", "x; queueing behind equal "
+          "requests explains under 2x)", AT_STEP, ". Generation waits for the slowest sample."),
+        c.step_for, steps, remedies.straggler(), step=True,
+        comment="Per-sample times include server queueing: W equal waves give max/mean = 2W/(W+1) < 2."))
+
+    # GradNormNonFinite ----------------------------------------------------------------------------------------
+    add(Record("project_experiment:omniwatch_grad_norm_nonfinite_recent_steps:max",
+               f"max by ({RUN_BY}) ({sel(c, n.GRAD_NORM_NONFINITE_RECENT)})",
+               comment="Skipped actor updates (actor/grad_norm non-finite) among the run's recent normal steps."))
+    add(Alert(
+        n.ALERT_GRAD_NONFINITE,
+        f"project_experiment:omniwatch_grad_norm_nonfinite_recent_steps:max >= {c.grad_norm.nonfinite_steps:d}",
+        "warning", "Actor updates are skipped: the gradient norm is not finite.",
+        P(RUN, ": actor/grad_norm was NaN or Inf in ", Value("f0"), f" of the last {c.window.baseline} (or fewer) "
+          f"normal steps (threshold {c.grad_norm.nonfinite_steps:d})", AT_STEP,
+          ". VeRL-Omni skipped those optimizer steps: the policy did not learn from them."),
+        c.step_for, steps, remedies.grad_nonfinite(), step=True,
+        comment="A count over the last N normal steps (N = the baseline length): one skip is noise, a few are a pattern."))
+
+    # RolloutRejectionHigh -------------------------------------------------------------------------------------
+    add(Record("project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k",
+               _window(c, n.RS_SEQ_MASKED_WINDOW, "min", RUN_BY + ", mode"),
+               comment="Share of samples rejection sampling masked (sequence level), lowest over the window; mode =\n"
+                       "decoupled (rollout_corr/*) or bypass (actor/rollout_corr/*)."))
+    add(Alert(
+        n.ALERT_RS_REJECTION,
+        f"project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k > {c.rollout_rejection.seq_masked_fraction:g}",
+        "warning", "Rollout correction rejects many samples: the rollout backend drifts from the trainer.",
+        P(RUN, ": rejection sampling masked at least ", Value("pct"), " of the samples (sequence level, ",
+          n_label("mode"), " mode) in every one of the last ", K, " normal steps (VeRL-Omni's warning level: "
+          f"consistently above {pct(c.rollout_rejection.seq_masked_fraction)})", AT_STEP,
+          ". Masked samples still count in the loss's denominator and dilute the gradient."),
+        c.step_for, steps, remedies.rs_rejection(), step=True))
+
+    # TimeOutsideStep ------------------------------------------------------------------------------------------
+    add(Record("project_experiment:omniwatch_outside_step_ratio:min_k", _window(c, n.OUTSIDE_STEP_WINDOW, "min"),
+               comment="Wall time between consecutive steps outside every verl timer / the gap, lowest over the window\n"
+                       "(live arrivals only: absent for backlog reads, batched pushes, replays and backfills)."))
+    add(Alert(
+        n.ALERT_OUTSIDE_STEP, f"project_experiment:omniwatch_outside_step_ratio:min_k > {c.outside_step.ratio:g}",
+        "warning", "Time between steps goes outside every trainer timer.",
+        P(RUN, ": at least ", Value("pct"), " of the wall time between consecutive steps was outside timing_s/step, "
+          "validation and the profiler in every one of the last ", K,
+          f" normal steps (threshold {pct(c.outside_step.ratio)})", AT_STEP, ".",
+          Query(n.OUTSIDE_STEP_SECONDS, "dur", prefix=" Latest step: ", suffix=" outside the timers."),
+          " The GPUs wait while the trainer loads data, computes metrics or logs."),
+        c.step_for, steps, remedies.outside_step(), step=True))
+
+    # TimersExceedStep -----------------------------------------------------------------------------------------
+    add(Record("project_experiment:omniwatch_step_timer_residual_ratio:max_k", _window(c, n.TIMER_RESIDUAL_WINDOW, "max"),
+               comment="(timing_s/step - sum of in-step timers) / step, unclamped, highest over the window."))
+    add(Alert(
+        n.ALERT_TIMERS_EXCEED,
+        f"project_experiment:omniwatch_step_timer_residual_ratio:max_k < -{c.timer_overlap.tolerance:g}",
+        "info", "The trainer's timers add up to more than the step.",
+        P(RUN, ": in every one of the last ", K, " normal steps the in-step timers summed to more than timing_s/step "
+          "(residual ", Value("pct"), " of the step at best; tolerance ", pct(c.timer_overlap.tolerance), ")", AT_STEP,
+          ": a timer nested inside another phase is counted twice, which hides untimed time between phases."),
+        c.step_for, steps, remedies.timers_exceed(), step=True,
+        comment="A monitoring finding, not a training fault: InterStageIdleGPU's timer evidence is blind while it holds."))
+    return Group("omniwatch.signals", rules,
+                 "Signals the VeRL-Omni sources name: rollout stragglers, skipped updates, rollout-correction\n"
+                 "rejection, time outside the step timer, nested timers (persistence counted in steps).")
+
+
 def n_label(name: str) -> Label:
     return Label(name)
 
@@ -246,14 +326,7 @@ def health(cfg: Config) -> Group:
         Record("node_gpu:gpu_memory_used:ratio",
                'max by (node, gpu) (\n  label_replace(label_replace(\n    ray_node_gram_used / ((ray_node_gram_used + ray_node_gram_available) > 0),\n'
                '    "node", "$1", "ip", "(.*)"), "gpu", "$1", "GpuIndex", "(.*)")\n)', {"source": "ray"}),
-        Alert(n.ALERT_STALLED,
-              f"project_experiment:omniwatch_last_step_timestamp_seconds:age\n"
-              f"  > {c.stall.notice_steps:g} * max by ({RUN_BY}) ({sel(c, n.TYPICAL_STEP)})",
-              "critical", "Training stopped producing steps.",
-              P(RUN, ": no step for ", Value("dur"), f", more than {c.stall.notice_steps:g} typical steps",
-                Query(n.TYPICAL_STEP, "dur", prefix=" (", suffix=" each)"), Query(n.STEP, "f0", prefix="; last step "),
-                ". The trainer crashed, hangs (NCCL, Ray actor death, OOM kill) or its log stopped reaching omniwatch."),
-              c.step_for, {}, remedies.stalled(), step=True),
+        *stalls.rules(c),  # TrainingStalled: info, warning, critical (alerting/stalls.py)
         Alert("GPUMemoryNearFull", f"node_gpu:gpu_memory_used:ratio > {c.gpu_memory.ratio:g}", "warning",
               f"GPU memory has stayed above {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}.",
               P("GPU ", n_label("gpu"), " on ", n_label("node"), " (", n_label("source"), ") uses ", Value("pct"),
@@ -291,7 +364,7 @@ jitter. docs/alerts.md says why each number is what it is.
 
 
 def rule_files(cfg: Config) -> list[RuleFile]:
-    return [RuleFile("omniwatch.rules.yml", OMNIWATCH_HEADER, [records(cfg), steps(cfg), health(cfg)])]
+    return [RuleFile("omniwatch.rules.yml", OMNIWATCH_HEADER, [records(cfg), steps(cfg), signals(cfg), health(cfg)])]
 
 
 def alerts(cfg: Config) -> list[Alert]:

@@ -46,6 +46,7 @@ class Backfill:
     om_file: str
     samples: int = 0
     recorded_levels: list[list[str]] = field(default_factory=list)
+    grid: SampleGrid | None = None  # what was scraped (the backtest renders annotations from it)
 
     @property
     def first(self) -> float:
@@ -105,7 +106,7 @@ def backfill(run: RecordedRun, timeline: Timeline, data_dir: str, *, scrape_inte
         progress.phase("promtool create-blocks-from openmetrics")
         blocks = str(Path(stage) / "data")
         create_blocks_from_openmetrics(om_file, blocks)
-        bf = Backfill(run, timeline, times, blocks, "" if own_om else om_file, samples)
+        bf = Backfill(run, timeline, times, blocks, "" if own_om else om_file, samples, grid=grid)
         if recordings:
             backfill_recordings(bf, recordings, eval_interval, progress)
         _move_blocks(blocks, data_dir)

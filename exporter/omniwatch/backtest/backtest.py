@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from .annotations import Request, render as render_annotations
 from .backfill import DEFAULT_SCRAPE_INTERVAL, NullProgress, backfill
 from .evaluate import evaluate_rule
-from .ruleset import RuleSet, load
+from .ruleset import GAPS_ONLY, RuleSet, load
 from .runfile import RecordedRun
 from .timeline import Timeline
 from .tsdb import TempPrometheus
@@ -30,10 +31,13 @@ class AlertHit:
     labels: dict[str, str]
     first_index: int  # entry indices (file order), for the timeline
     last_index: int
+    first_t: float = 0.0  # the evaluation at which it first fired (unix seconds, simulated clock)
+    hold: float = 0.0     # its rule's for:
+    annotations: dict[str, str] = field(default_factory=dict)  # as Prometheus rendered them at first_t
 
     def as_json(self) -> dict:
         return {"alertname": self.alertname, "severity": self.severity, "first_step": self.first_step,
-                "last_step": self.last_step, "labels": self.labels}
+                "last_step": self.last_step, "labels": self.labels, "annotations": self.annotations}
 
 
 @dataclass
@@ -52,7 +56,8 @@ class BacktestResult:
 
     def as_json(self) -> dict:
         return {"run": self.run.path, "steps": self.steps, "alerts": [a.as_json() for a in self.alerts],
-                "not_evaluated": self.not_evaluated}
+                "not_evaluated": self.not_evaluated,
+                "gaps_only": {k: v for k, v in GAPS_ONLY.items() if k in self.evaluated}}
 
 
 def eval_times(first: float, last: float, interval: float) -> list[float]:
@@ -69,9 +74,11 @@ def tail_for(rules: RuleSet, eval_interval: float, scrape_interval: float) -> fl
 
 def backtest(run: RecordedRun, *, rules_dir: str | Path | None = None, eval_interval: float = 15.0,
              scrape_interval: float = DEFAULT_SCRAPE_INTERVAL, start: float | None = None,
-             pace: float | None = None, progress=None) -> BacktestResult:
+             pace: float | None = None, progress=None, annotations: bool = True) -> BacktestResult:
     """``pace``: one line every ``pace`` seconds instead of the run's timers — the clock of a live
-    ``replay --pace`` (with the live profile's intervals, the backtest fires at the replay's steps)."""
+    ``replay --pace`` (with the live profile's intervals, the backtest fires at the replay's steps).
+    ``annotations``: render each alert's annotations at its first firing (one ``promtool test rules``
+    run, see annotations.py)."""
     progress = progress or NullProgress()
     rules = load(rules_dir)
     alerts = rules.evaluated()
@@ -85,10 +92,14 @@ def backtest(run: RecordedRun, *, rules_dir: str | Path | None = None, eval_inte
         hits: list[AlertHit] = []
         with TempPrometheus(bf.data_dir) as prom:
             progress.phase("evaluate alerting rules", len(alerts))
+            gap_times = [t for t in times if t <= timeline.end]  # a finished file is no stall after its end
             for rule in alerts:
-                for f in evaluate_rule(prom, rule, times):
+                for f in evaluate_rule(prom, rule, gap_times if rule.gaps_only else times):
                     hits.append(_hit(f, timeline))
                 progress.advance()
+        if annotations and hits:
+            progress.phase("render annotations (promtool)")
+            _annotate(hits, bf, rules, scrape_interval, eval_interval)
     hits.sort(key=lambda h: (h.first_index, h.alertname, sorted(h.labels.items())))
     return BacktestResult(run, timeline, hits, rules.skipped(), [a.name for a in alerts], len(times), bf.samples)
 
@@ -99,4 +110,21 @@ def _hit(f, timeline: Timeline) -> AlertHit:
     i = 0 if i is None else i  # an alert true before the first step (no run series yet) starts at it
     j = i if j is None else j
     labels = {k: v for k, v in sorted(f.labels.items()) if k != "alertname"}
-    return AlertHit(f.rule.name, f.rule.severity, timeline.steps[i], timeline.steps[j], labels, i, j)
+    return AlertHit(f.rule.name, f.rule.severity, timeline.steps[i], timeline.steps[j], labels, i, j,
+                    f.first_t, f.rule.hold)
+
+
+def _annotate(hits: list[AlertHit], bf, rules: RuleSet, scrape_interval: float, eval_interval: float) -> None:
+    """Each hit's annotations as Prometheus rendered them when it first fired (annotations.py)."""
+    holds: dict[tuple[str, float], float] = {}
+    for h in hits:
+        holds[(h.alertname, h.first_t)] = max(holds.get((h.alertname, h.first_t), 0.0), h.hold)
+    keys = sorted(holds)
+    index = {k: i for i, k in enumerate(keys)}
+    got = render_annotations(bf.grid, [Request(name, t, holds[(name, t)]) for name, t in keys], scrape_interval,
+                             eval_interval, rules.files)
+    for h in hits:
+        for labels, ann in got.get(index[(h.alertname, h.first_t)], []):
+            if {k: v for k, v in labels.items() if k != "alertname"} == h.labels:
+                h.annotations = ann
+                break

@@ -35,7 +35,7 @@ from typing import Callable, Iterable
 
 from prometheus_client.utils import floatToGoString
 
-from ..exposition import OWNED, RunCollector
+from ..exposition import OWNED, RunCollector, make_registry
 from ..model import RunStore
 from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
 from .backtest import AlertHit, BacktestResult, _hit, eval_times, tail_for
@@ -64,6 +64,23 @@ def rule_families(rules: RuleSet, alerts=None) -> set[str]:
     return ids | {i[: -len("_total")] for i in ids if i.endswith("_total")}
 
 
+_PRINTF_METRIC = re.compile(r'printf\s+\\?"([a-zA-Z_:][\w:]*)\{')
+
+
+def annotation_families(rules: RuleSet) -> set[str]:
+    """Metric names the evaluated alerts' annotation templates query (``printf "metric{...}" | query``)."""
+    from ..rules import load_rule_file
+    names_: set[str] = set()
+    wanted = {a.name for a in rules.evaluated()}
+    for f in rules.files:
+        for g in load_rule_file(Path(f)).get("groups") or []:
+            for r in (g or {}).get("rules") or []:
+                if isinstance(r, dict) and r.get("alert") in wanted:
+                    for v in (r.get("annotations") or {}).values():
+                        names_.update(_PRINTF_METRIC.findall(str(v)))
+    return names_
+
+
 def needs_dense(rules: RuleSet, families: set[str], alerts=None) -> bool:
     """True when a rule reads one of ``families`` through a range selector (sparse samples would change
     what it sees)."""
@@ -79,40 +96,45 @@ def _escape(v: str) -> str:
 
 
 class FamilyRender:
-    """The store's registry as OpenMetrics text (what ``generate_latest`` writes), restricted to the
-    families in ``keep`` (None: all). The exporter's own collector builds the families; only the
-    formatting is done here, without the per-character escaping that makes ``generate_latest`` the
-    slowest part of a long backfill."""
+    """The store's registry (``exposition.make_registry``: every collector the exporter registers for
+    runs) as OpenMetrics text — what ``generate_latest`` writes — restricted to the families in ``keep``
+    (None: all). The exporter's own collectors build the families; only the formatting is done here,
+    without the per-character escaping that makes ``generate_latest`` the slowest part of a long
+    backfill."""
 
     def __init__(self, store: RunStore, keep: set[str] | None = None):
-        self.collector = RunCollector(store)
+        reg = make_registry(store)
+        # the registry's collectors, in registration order (prometheus_client keeps them in this dict)
+        self.collectors = list(getattr(reg, "_collector_to_names", {})) or [reg]
         self.keep = keep
-        # owned families to find before the collector can stop (passthrough verl_* families come after)
+        # owned families to find before the run collector can stop (passthrough verl_* families come after)
         self._owned_wanted = None if keep is None or any(k.startswith("verl_") for k in keep) \
             else OWNED_NAMES & keep
 
     def text(self) -> str:
         out: list[str] = []
-        seen = 0
-        gen = self.collector.collect()
-        for fam in gen:
-            name = fam.name
-            if self.keep is not None and name not in self.keep:
-                continue
-            out.append(f"# HELP {name} {_escape(fam.documentation)}\n# TYPE {name} {fam.type}\n")
-            if fam.unit:
-                out.append(f"# UNIT {name} {fam.unit}\n")
-            for s in fam.samples:
-                if s.labels:
-                    lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
-                    out.append(f"{s.name}{{{lab}}} {floatToGoString(s.value)}\n")
-                else:
-                    out.append(f"{s.name} {floatToGoString(s.value)}\n")
-            if self._owned_wanted is not None:
-                seen += 1
-                if seen >= len(self._owned_wanted):
-                    gen.close()  # what the rules read is rendered; skip the passthrough families
-                    break
+        for col in self.collectors:
+            stop = self._owned_wanted if isinstance(col, RunCollector) else None
+            seen = 0
+            gen = col.collect()
+            for fam in gen:
+                name = fam.name
+                if self.keep is not None and name not in self.keep:
+                    continue
+                out.append(f"# HELP {name} {_escape(fam.documentation)}\n# TYPE {name} {fam.type}\n")
+                if fam.unit:
+                    out.append(f"# UNIT {name} {fam.unit}\n")
+                for s in fam.samples:
+                    if s.labels:
+                        lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+                        out.append(f"{s.name}{{{lab}}} {floatToGoString(s.value)}\n")
+                    else:
+                        out.append(f"{s.name} {floatToGoString(s.value)}\n")
+                if stop is not None:
+                    seen += 1
+                    if seen >= len(stop):
+                        gen.close()  # what the rules read is rendered; skip the passthrough families
+                        break
         out.append("# EOF\n")
         return "".join(out)
 
@@ -175,11 +197,13 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
                   observe: Callable[[int, int, RunStore, object], None] | None = None,
                   store_kwargs: dict | None = None, sparse: bool = True, all_families: bool = False,
                   job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE, evaluate: bool = True,
-                  workers: int | None = None) -> list[BacktestResult]:
+                  workers: int | None = None, annotations: bool = True) -> list[BacktestResult]:
     """One result per run, in order. Runs must have distinct (project, experiment) labels.
     ``workers``: processes that replay and render runs (default: one per core, for runs with at least
     ``PARALLEL_MIN_LINES`` lines in all); ``observe`` then also needs ``state(run_index)`` and
     ``restore(run_index, state)`` to bring what it saw in a worker back.
+    ``annotations``: each alert's annotations as Prometheus rendered them when it first fired (as
+    ``backtest``: one ``promtool test rules`` run for all runs, each test given its own run's series).
     ``evaluate=False``: only the replay (``observe`` still sees every step); no scrape, no Prometheus,
     no alerts (``not_evaluated`` says so)."""
     progress = progress or NullProgress()
@@ -193,7 +217,7 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
         return _replay_only(runs, starts, pace, observe, store_kwargs, progress)
     rules = load(rules_dir)
     alerts = rules.evaluated()
-    families = None if all_families else rule_families(rules, alerts)
+    families = None if all_families else rule_families(rules, alerts) | (annotation_families(rules) if annotations else set())
     if sparse and (families is None or needs_dense(rules, families, alerts)):
         sparse = False
     starts = starts or [None] * len(runs)
@@ -238,6 +262,9 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
                     for ri, h in found:
                         hits[ri].append(h)
                     progress.advance()
+    if annotations and any(hits):
+        progress.phase("render annotations (promtool)")
+        _annotate_many(plans, grid, hits, rules, scrape_interval, eval_interval)
     out = []
     per_run_points = [len(eval_times(p.first_ms / 1000, p.last_ms / 1000, eval_interval)) for p in plans]
     for ri, p in enumerate(plans):
@@ -365,6 +392,84 @@ def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable
             p = plans[ri]
             k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
             k1 = bisect.bisect_right(etimes, p.last_ms / 1000 + 1e-6)
+            if rule.gaps_only:  # judged up to the run's last step only (a finished file is no stall after it)
+                k1 = min(k1, bisect.bisect_right(etimes, p.timeline.end))
             sub_t, sub_f = etimes[k0:k1], flags[k0:k1]
             for iv in firing_intervals(sub_f, sub_t, rule.hold, rule.keep_firing_for):
                 yield ri, _hit(Firing(rule, labels, sub_t[iv.first], sub_t[iv.last]), p.timeline)
+
+
+def _run_grid(grid: SampleGrid, run: RecordedRun) -> SampleGrid:
+    """The part of the shared grid that is one run's: its labelled series, its file's source series, and
+    series of no run."""
+    mine = (f'experiment="{_escape(run.experiment)}"', f'project="{_escape(run.project)}"')
+    target = f'target="{_escape(run.path)}"'
+    sub = SampleGrid(grid.times_ms, grid.job, grid.instance)
+    for name, fam in grid.families.items():
+        keep = {}
+        for prefix, runs in fam.series.items():
+            if 'project="' in prefix or 'experiment="' in prefix:
+                ok = all(m in prefix for m in mine)
+            else:
+                ok = 'target="' not in prefix or target in prefix
+            if ok:
+                keep[prefix] = runs
+        if keep:
+            sub.families[name] = type(fam)(fam.meta, keep)
+    return sub
+
+
+def _annotate_many(plans: list[RunPlan], grid: SampleGrid, hits: list[list[AlertHit]], rules: RuleSet,
+                   scrape_interval: float, eval_interval: float) -> None:
+    """Every run's alert annotations (as ``backtest._annotate``), in one ``promtool test rules`` run: one
+    test per (alert, first firing time) of a run, fed that run's series only."""
+    import subprocess
+
+    import yaml
+
+    from .annotations import TIMEOUT, Request, build_tests, parse_got
+    from .tsdb import ToolError, promtool
+    tests, owners, doc = [], [], None
+    for ri, hs in enumerate(hits):
+        if not hs:
+            continue
+        holds: dict[tuple[str, float], float] = {}
+        for h in hs:
+            holds[(h.alertname, h.first_t)] = max(holds.get((h.alertname, h.first_t), 0.0), h.hold)
+        keys = sorted(holds)
+        doc = build_tests(_run_grid(grid, plans[ri].run), [Request(n, t, holds[(n, t)]) for n, t in keys],
+                          scrape_interval, eval_interval, rules.files)
+        for key, test in zip(keys, doc["tests"]):
+            test["name"] = f"a{len(owners)}"
+            owners.append((ri, key))
+            tests.append(test)
+    if doc is None:
+        return
+    doc["tests"] = tests
+    with tempfile.TemporaryDirectory(prefix="omniwatch-annotations-") as tmp:
+        path = Path(tmp) / "annotations.test.yml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=10**9), encoding="utf-8")
+        try:
+            p = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True,
+                               timeout=TIMEOUT, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"promtool test rules (annotations) took longer than {TIMEOUT:.0f} s") from None
+    text = p.stdout + "\n" + p.stderr
+    if p.returncode == 0:
+        return
+    if "got:[" not in text:
+        tail = " | ".join(text.strip().splitlines()[-5:])
+        raise ToolError(f"promtool test rules (annotations) failed (exit {p.returncode}): {tail}")
+    try:
+        got = parse_got(text)
+    except (ValueError, IndexError) as e:
+        raise ToolError(f"cannot read promtool's rendered alerts: {e}") from None
+    for name, alerts in got.items():
+        ri, key = owners[int(name[1:])]
+        for h in hits[ri]:
+            if (h.alertname, h.first_t) != key:
+                continue
+            for labels, ann in alerts:
+                if {k: v for k, v in labels.items() if k != "alertname"} == h.labels:
+                    h.annotations = ann
+                    break

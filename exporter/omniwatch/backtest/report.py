@@ -71,6 +71,8 @@ def print_result(res: BacktestResult, console: Console) -> None:
         print_timeline(res, console)
     else:
         console.print("[green]No alert would have fired.[/]")
+    for name, why in sorted(res.as_json()["gaps_only"].items()):
+        console.print(f"{name}: {why}")
     for name, why in sorted(res.not_evaluated.items()):
         console.print(f"[yellow]not evaluated[/] {name}: {why}")
 
@@ -83,8 +85,12 @@ def print_timeline(res: BacktestResult, console: Console) -> None:
     steps = res.timeline.steps
     console.print(f"\nTimeline: step {steps[0]} .. {steps[-1]}" + (f" ({per:.1f} step lines per column)" if per > 1 else ""))
     rows: dict[tuple, list[bool]] = {}
+    staged = {a.alertname for a in res.alerts if len({b.severity for b in res.alerts if b.alertname == a.alertname}) > 1}
     for a in res.alerts:
-        key = (a.alertname, _label_text(a.labels))
+        extra = _label_text(a.labels)
+        if a.alertname in staged:  # one row per stage (TrainingStalled: info, warning, critical)
+            extra = ", ".join(x for x in (a.severity, extra) if x)
+        key = (a.alertname, extra)
         cols = rows.setdefault(key, [False] * width)
         for c in range(int(a.first_index / per), min(width - 1, int(a.last_index / per)) + 1):
             cols[c] = True

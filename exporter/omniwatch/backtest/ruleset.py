@@ -28,7 +28,13 @@ from .timeline import parse_duration
 
 # Alerts a backtest cannot judge, and why (printed in the report instead of a verdict).
 LIVE_ONLY = {
-    names.ALERT_STALLED: "live-only: a finished file is not a stall (it fires when a live run stops logging)",
+    names.ALERT_OUTSIDE_STEP: "live-only: arrivals are rebuilt from the timers, so the time outside them is 0 by "
+                              "construction (it fires on a live run's real gaps between steps)",
+}
+# Alerts judged only while the run ran: over every gap between two steps, at evaluation times up to the
+# last step's arrival (a finished file is no stall after its last line; a long gap mid-run may be one).
+GAPS_ONLY = {
+    names.ALERT_STALLED: "judged over every gap between steps, up to the last step's arrival",
 }
 HEARTBEAT_SEVERITY = "none"  # Watchdog-style alerts that always fire by design
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -54,6 +60,11 @@ class AlertRule:
     @property
     def severity(self) -> str:
         return str(self.labels.get("severity", ""))
+
+    @property
+    def gaps_only(self) -> bool:
+        """Judged between the run's first and last step only (``GAPS_ONLY``)."""
+        return self.name in GAPS_ONLY
 
 
 @dataclass

@@ -1,87 +1,214 @@
-"""Bottlenecks: the three signals omniwatch alerts on, side by side with the alert thresholds drawn in,
-plus the decompositions that say *why* (reward on the critical path by mode, untracked seconds, GPU
-idle time by phase)."""
+"""Bottlenecks: each alert's own recording rule against its threshold (from alerting.config.DEFAULT),
+then the decompositions that say *why* (reward on the critical path, untracked seconds, GPU idle time
+by phase, MFU checks), the pipeline alerts that have no other home (rollout saturation, TransferQueue
+backlog, sources down) and the alert timeline.
+
+Per-step counters (stage seconds, GPU phase seconds) are read as ratios of ``increase`` over ``$window``
+(three typical steps by default), never over ``$__rate_interval``.
+"""
 from __future__ import annotations
 
 from .. import names as n
-from .spec import ALERTS, Dashboard, Panel, Row, Step, Target, default_tags, rate, sel
+from ..alerting.config import DEFAULT as CONFIG
+from .spec import (ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, Panel,
+                   REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE,
+                   REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED, REC_STEP_VS_BASELINE,
+                   REC_TQ_UTILIZATION, RUN_BY, Row, Step, Target, alert_states_by_run, by_run, cfg_step,
+                   default_tags, idle_evidence, increase_w, run_max, sel)
 
-# The thresholds of alerts/*.rules.yml, drawn as lines (tests/test_dashboards.py checks the rule files
-# still use these numbers when they exist; the rule files stay the place to tune them).
-REWARD_BOUND_THRESHOLD = 0.4
-IDLE_THRESHOLD = 0.10
-MFU_IMPOSSIBLE_THRESHOLD = 1.0
-MFU_DROP_FACTOR = 0.7
+W = EXP
+C = CONFIG
 
-W = "{{experiment}}"
+
+def phase_seconds(phases: str) -> str:
+    """Seconds the run spent in ``phases`` (regex) over $window, from the per-step counter."""
+    return f"sum by ({RUN_BY}) ({increase_w(sel(n.STAGE_SECONDS_TOTAL, phase='=~' + phases))})"
+
+
+STEP_SECONDS = f"sum by ({RUN_BY}) ({increase_w(sel(n.STAGE_SECONDS_TOTAL))})"  # every phase incl. untracked
+GPU_SECONDS = (f"sum by ({RUN_BY}) ({increase_w(sel(n.GPU_PHASE_IDLE_SECONDS_TOTAL))}) + "
+               f"sum by ({RUN_BY}) ({increase_w(sel(n.GPU_PHASE_BUSY_SECONDS_TOTAL))})")
 
 SIGNALS = Row("Signals vs alert thresholds", (
-    Panel("Reward-bound ratio", "Share of the generation window (gen + reward) that reward scoring holds on the "
-          f"critical path: latest step and the min over the last k normal steps. The window min above "
-          f"{REWARD_BOUND_THRESHOLD} (dashed) is RewardBoundRollout: rollout GPUs wait for the reward model.",
-          (Target(sel(n.REWARD_BOUND_RATIO), W + " latest"),
-           Target(sel(n.REWARD_BOUND_WINDOW, stat="min"), W + " window min")),
-          unit="percentunit", min=0, max=1, thresholds=(Step(None, "green"), Step(REWARD_BOUND_THRESHOLD, "red")),
-          show_thresholds="dashed+area", w=8, runbook=n.ALERT_REWARD_BOUND),
-    Panel("Inter-stage idle ratio", "Untracked seconds / step seconds (time between timed phases: transfers, "
-          f"barriers, weight sync). The window min above {IDLE_THRESHOLD:.2f} (dashed) is InterStageIdleGPU.",
-          (Target(sel(n.INTER_STAGE_IDLE_RATIO), W + " latest"),
-           Target(sel(n.IDLE_WINDOW, stat="min"), W + " window min")),
-          unit="percentunit", min=0, thresholds=(Step(None, "green"), Step(IDLE_THRESHOLD, "red")),
-          show_thresholds="dashed+area", w=8, runbook=n.ALERT_IDLE),
-    Panel("MFU vs baseline", f"Reported MFU by role, {MFU_DROP_FACTOR} x its baseline (dashed: below it is "
-          f"MFUDrop) and the impossible band above {MFU_IMPOSSIBLE_THRESHOLD} (red: MFUImpossible, the "
-          "estimator's peak FLOPs do not match the GPU). 0 means the estimator is unsupported, not idle.",
-          (Target(sel(n.MFU), W + " {{role}}"),
-           Target(f"{MFU_DROP_FACTOR} * {sel(n.MFU_BASELINE)}", W + " {{role}} 0.7 x baseline", dashed=True)),
-          unit="percentunit", min=0, thresholds=(Step(None, "transparent"), Step(MFU_IMPOSSIBLE_THRESHOLD, "red")),
-          show_thresholds="line+area", w=8, runbook=n.ALERT_MFU_IMPOSSIBLE),
+    Panel("Reward-bound ratio (window min)",
+          "The series RewardBoundRollout thresholds: the lowest share of the generation window (gen + reward) that "
+          "reward scoring held on the critical path over the last k normal steps, and the latest step dashed. Above "
+          f"{C.reward_bound.ratio:g} AND reward above {C.reward_bound.step_share:g} of the step (next panel) fires: "
+          "rollout GPUs wait for the reward model.",
+          (Target(sel(REC_REWARD_BOUND_MIN), W + " window min"),
+           Target(run_max(sel(n.REWARD_BOUND_RATIO)), W + " latest step", dashed=True)),
+          unit="percentunit", min=0, max=1, thresholds=(Step(None, "green"), cfg_step("reward_bound.ratio", "red")),
+          show_thresholds="dashed+area", w=6, runbook=n.ALERT_REWARD_BOUND),
+    Panel("Reward share of the step (window min)",
+          "The second condition of RewardBoundRollout: the lowest share of the step that reward seconds on the "
+          f"critical path took over the last k normal steps. Below {C.reward_bound.step_share:g} the step is "
+          "dominated by other phases and a separate reward pool buys little.",
+          (Target(sel(REC_REWARD_STEP_SHARE_MIN), W + " window min"),),
+          unit="percentunit", min=0, max=1,
+          thresholds=(Step(None, "green"), cfg_step("reward_bound.step_share", "red")),
+          show_thresholds="dashed+area", w=6, runbook=n.ALERT_REWARD_BOUND),
+    Panel("Inter-stage idle ratio (window min)",
+          "The series InterStageIdleGPU thresholds, with the evidence the rule prefers: GPU-measured idle between "
+          "timed phases / step (omniwatch's NVML sampler) where the run's GPUs are sampled, else untimed seconds / "
+          f"step (label evidence). Above {C.inter_stage_idle.ratio:g} in every window step fires.",
+          (Target(run_max(idle_evidence(), "evidence"), W + " window min ({{evidence}})"),
+           Target(run_max(sel(n.INTER_STAGE_IDLE_RATIO)), W + " latest step (timers)", dashed=True)),
+          unit="percentunit", min=0, thresholds=(Step(None, "green"), cfg_step("inter_stage_idle.ratio", "red")),
+          show_thresholds="dashed+area", w=6, runbook=n.ALERT_IDLE),
+    Panel("Step time / baseline (window min)",
+          "The series StepTimeRegression thresholds: the fastest of the last k normal steps over the run's baseline "
+          f"(median of the normal steps before them). Above {C.step_time.regression_ratio:g} fires; the alert names "
+          "the part that grew (next row).",
+          (Target(sel(REC_STEP_VS_BASELINE), W + " window min / baseline"),),
+          unit="none", min=0, decimals=2,
+          thresholds=(Step(None, "green"), cfg_step("step_time.regression_ratio", "red")),
+          show_thresholds="dashed+area", w=6, runbook=n.ALERT_STEP_REGRESSION),
+    Panel("Step growth by cause",
+          "Window median minus baseline median of each part of the step (cause = reward, inter_stage_idle, actor, "
+          "rollout, weight_sync, other). StepTimeRegression names the largest; its runbook branches on it.",
+          (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
+          unit="s", w=24, h=7, runbook=n.ALERT_STEP_REGRESSION),
+))
+
+MFU_ROW = Row("MFU", (
+    Panel("MFU window vs impossible and floor",
+          "Per run and role: the lowest MFU of the last k normal steps (above "
+          f"{C.mfu.impossible:g} is MFUImpossible: the estimator's peak FLOPs do not match the GPU) and the highest "
+          f"(below {C.mfu.floor:g} is MFUImplausiblyLow). Zeros (estimator unsupported) are left out of both.",
+          (Target(run_max(sel(REC_MFU_MIN), n.L_ROLE), W + " {{role}} window min"),
+           Target(run_max(sel(REC_MFU_MAX), n.L_ROLE), W + " {{role}} window max", dashed=True)),
+          unit="percentunit", min=0,
+          thresholds=(Step(None, "red"), cfg_step("mfu.floor", "green"), cfg_step("mfu.impossible", "red")),
+          show_thresholds="line+area", w=8, runbook=(n.ALERT_MFU_IMPOSSIBLE, n.ALERT_MFU_LOW)),
+    Panel("MFU window max / baseline",
+          "The series MFUDrop thresholds: the best MFU of the last k normal steps over the run's baseline, per role. "
+          f"Below {C.mfu.drop_ratio:g} fires (even the best window step lost {1 - C.mfu.drop_ratio:.0%}).",
+          (Target(run_max(sel(REC_MFU_VS_BASELINE), n.L_ROLE), W + " {{role}}"),),
+          unit="percentunit", min=0, thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green")),
+          show_thresholds="dashed+area", w=8, runbook=n.ALERT_MFU_DROP),
+    Panel("MFU implied vs device peak",
+          "The peak (TFLOP/s) the reported MFU implies against the bf16 peak of the silicon the GPU check found "
+          "(dashed). Implied far above the device: the MFU is computed against the wrong peak (pin "
+          "VERL_OMNI_DEVICE_FLOPS_TFLOPS to the dashed value).",
+          (Target(run_max(sel(n.MFU_IMPLIED_PEAK), n.L_ROLE), W + " {{role}} implied"),
+           Target(run_max(sel(n.MFU_DEVICE_PEAK), n.L_ROLE), W + " {{role}} device", dashed=True)),
+          unit="short", min=0, w=8, runbook=n.ALERT_MFU_IMPOSSIBLE),
+    Panel("MFU suspected cause",
+          "While MFUImpossible's evidence holds, the cause the MFU check suspects per run and role: relabeled_sku "
+          "(the GPU is another part than verl matched), peak_mismatch (wrong peak table entry) or flops_overcount "
+          "(a FLOPs field misses the DP gather); cause none (0) when nothing is suspected.",
+          (Target(f"({run_max(sel(n.MFU_SUSPECTED_CAUSE), n.L_ROLE, 'cause')} == 1) or on ({by_run(n.L_ROLE)}) "
+                  f'label_replace(0 * {run_max(sel(n.MFU), n.L_ROLE)}, "cause", "none", "", "")', "suspected",
+                  instant=True, table=True),),
+          unit="none", kind="table", w=12, h=6, runbook=n.ALERT_MFU_IMPOSSIBLE),
+    Panel("MFU estimator unsupported",
+          "1 when every window step of the run and role reported MFU exactly 0 (MFUEstimatorUnsupported, info): "
+          "VeRL-Omni has no FLOPs estimator for the pipeline; read throughput instead.",
+          (Target(f"{run_max(sel(n.MFU_UNSUPPORTED), n.L_ROLE)} or on ({by_run(n.L_ROLE)}) "
+                  f"0 * {run_max(sel(n.MFU), n.L_ROLE)}", W + " {{role}}"),),
+          unit="none", kind="statetimeline", w=12, h=6, runbook=n.ALERT_MFU_UNSUPPORTED,
+          mappings=((0, "estimated", "green"), (1, "unsupported", "blue"))),
 ))
 
 REWARD = Row("Reward on the critical path", (
-    Panel("Reward seconds by mode", "Reward seconds the step waited for: mode=colocated is timing_s/reward "
-          "(scoring after generation), mode=streamed is the tail of gen after the last sample finished "
-          "generating (async scoring that did not keep up). Either growing against gen is reward-bound.",
-          (Target(f"sum by (experiment, mode) ({sel(n.REWARD_CRITICAL_PATH)})", W + " {{mode}}"),
-           Target(sel(n.STAGE_DURATION, phase="gen"), W + " gen", dashed=True)),
-          unit="s", w=12, runbook=n.ALERT_REWARD_BOUND),
-    Panel("Reward share of phase time", "Seconds per second spent in reward vs gen, summed over steps (rate "
-          "of omniwatch_stage_seconds_total). The reward share rising while gen is flat is a slower scorer.",
-          (Target(f"sum by (experiment, phase) ({rate(sel(n.STAGE_SECONDS_TOTAL, phase='=~gen|reward'))})",
-                  W + " {{phase}}"),),
-          unit="percentunit", stack=True, w=12, runbook=n.ALERT_REWARD_BOUND),
+    Panel("Reward seconds by mode",
+          "Reward seconds the latest step waited for: mode=colocated is timing_s/reward (scoring after "
+          "generation), mode=streamed is the tail of gen after the last sample finished generating (async scoring "
+          "that did not keep up), with gen dashed. Either growing against gen is reward-bound.",
+          (Target(run_max(sel(n.REWARD_CRITICAL_PATH), n.L_MODE), W + " {{mode}}"),
+           Target(run_max(sel(n.STAGE_DURATION, phase="gen")), W + " gen", dashed=True)),
+          unit="s", w=8, runbook=n.ALERT_REWARD_BOUND),
+    Panel("Reward share of gen + reward seconds",
+          "Over the last $window seconds (default: 3 typical steps), timed reward seconds / (gen + reward) seconds "
+          "from the per-step counters: a ratio of seconds, read over whole steps. Colocated runs only (streamed "
+          f"scoring hides inside gen; the window-min panel above covers both). {C.reward_bound.ratio:g} is "
+          "RewardBoundRollout's line.",
+          (Target(f"{phase_seconds('reward')} / ({phase_seconds('gen|reward')} > 0)", W + " reward / (gen + reward)"),
+           Target(f"{phase_seconds('reward')} / ({STEP_SECONDS} > 0)", W + " reward / step", dashed=True)),
+          unit="percentunit", min=0, max=1, thresholds=(Step(None, "green"), cfg_step("reward_bound.ratio", "red")),
+          show_thresholds="dashed", w=8, runbook=n.ALERT_REWARD_BOUND),
+    Panel("Reward-bound share queued at the reward servers",
+          "Reward-bound ratio x the share of a reward request's latency spent queued in the reward vLLM servers. "
+          "High: scoring waits for a free server (add reward replicas); low while reward-bound: the scorer itself "
+          "is slow (smaller model, shorter prompts).",
+          (Target(run_max(sel(REC_REWARD_QUEUE_SHARE)), W),),
+          unit="percentunit", min=0, max=1, w=8, runbook=n.ALERT_REWARD_BOUND),
 ))
 
 IDLE = Row("Idle GPU time", (
-    Panel("Untracked seconds", "Seconds of the latest step outside every timed phase. A step-shaped rise is a new gap (a transfer or barrier added between stages).",
-          (Target(sel(n.STAGE_DURATION, phase=n.UNTRACKED_PHASE), W + " latest step"),),
-          unit="s", w=8, runbook=n.ALERT_IDLE),
-    Panel("GPU idle seconds by phase", "GPU idle seconds per second attributed to training phases from the "
-          "5 Hz NVML sampler (phase=inter_stage is between timed phases). A phase with a large idle band "
-          "leaves GPUs waiting.",
-          (Target(f"sum by (phase) ({rate(sel(n.GPU_PHASE_IDLE_SECONDS_TOTAL))})", "idle {{phase}}"),
-           Target(f"sum by (phase) ({rate(sel(n.GPU_PHASE_BUSY_SECONDS_TOTAL))})", "busy {{phase}}", dashed=True)),
-          unit="s", w=8, runbook=n.ALERT_IDLE),
-    Panel("GPU idle share by phase", "Idle share of each phase of the latest attributed step, averaged over "
-          "the run's GPUs. High idle in gen on a colocated run is the reward model holding the rollout; "
-          "in inter_stage it is the inter-stage gap.",
-          (Target(sel(n.GPU_IDLE_RATIO), W + " {{phase}}"),),
-          unit="percentunit", min=0, max=1, thresholds=(Step(None, "green"), Step(0.5, "orange")), w=8,
-          runbook=n.ALERT_IDLE),
+    Panel("Untracked seconds",
+          "Seconds of the latest step outside every timed phase. A step-shaped rise is a new gap (a transfer or "
+          "barrier added between stages).",
+          (Target(run_max(sel(n.STAGE_DURATION, phase=n.UNTRACKED_PHASE)), W + " latest step"),),
+          unit="s", w=12, runbook=n.ALERT_IDLE),
+    Panel("GPU idle share of each phase",
+          "Idle share within each phase of the latest attributed step, averaged over the run's GPUs. High idle in "
+          "gen on a colocated run is the reward model holding the rollout; in inter_stage it is the inter-stage gap.",
+          (Target(run_max(sel(n.GPU_IDLE_RATIO), n.L_PHASE), W + " {{phase}}"),),
+          unit="percentunit", min=0, max=1,
+          thresholds=(Step(None, "green"), Step(0.5, "orange", note="half of a phase idle: worth a look, no alert")),
+          w=12, runbook=n.ALERT_IDLE),
+    Panel("GPU idle share by phase: $experiment",
+          "Over the last $window seconds: GPU idle seconds attributed to each phase / all GPU seconds attributed to "
+          "the run's steps (5 Hz NVML sampler). Stacked, the bands add up to the run's idle share of GPU time; "
+          "phase=inter_stage is the gap between timed phases.",
+          (Target(f"sum by ({by_run(n.L_PHASE)}) ({increase_w(sel(n.GPU_PHASE_IDLE_SECONDS_TOTAL))}) "
+                  f"/ on ({RUN_BY}) group_left () (({GPU_SECONDS}) > 0)", W + " {{phase}}"),),
+          unit="percentunit", min=0, max=1, stack=True, w=24, repeat=True, runbook=n.ALERT_IDLE),
+))
+
+PIPELINE = Row("Pipeline alerts", (
+    Panel("Rollout replicas saturated (10 min share)",
+          "Per rollout / reward server replica: share of the last 10 minutes during which requests waited while "
+          f"every slot ran. RolloutQueueSaturated fires at {C.rollout_queue.saturated_share:g} (and saturated now) "
+          f"for {C.rollout_queue.for_}.",
+          (Target(run_max(sel(REC_ROLLOUT_SATURATED), "role", "replica"), W + " {{role}} {{replica}}"),),
+          unit="percentunit", min=0, max=1,
+          thresholds=(Step(None, "green"), cfg_step("rollout_queue.saturated_share", "red")),
+          show_thresholds="dashed+area", w=8, runbook=ALERT_ROLLOUT_SATURATED),
+    Panel("TransferQueue storage filling",
+          "Utilisation of the fullest TransferQueue storage unit (live samples / capacity). TransferQueueBacklog "
+          f"fires when it is over {C.transferqueue.full_utilization:g}, or past {C.transferqueue.min_utilization:g} "
+          f"and full within {C.transferqueue.ttf_seconds:g} s at the net rate of the last "
+          f"{C.transferqueue.net_rate_window} (the time to full is on the TransferQueue dashboard).",
+          (Target(run_max(sel(REC_TQ_UTILIZATION)), W + " fullest unit"),),
+          unit="percentunit", min=0, max=1,
+          thresholds=(Step(None, "green"), cfg_step("transferqueue.full_utilization", "red")),
+          show_thresholds="dashed", w=8, runbook=ALERT_TQ_BACKLOG),
+    Panel("Sources up",
+          "Every omniwatch source (log tails, GPU sampler, discovery, agents; 0 = failing) and whether Prometheus "
+          "scrapes the exporter (up). OmniwatchSourceDown fires after "
+          f"{C.source_down.for_} at 0 (critical for the exporter itself).",
+          (Target(f"min by ({n.L_SOURCE}, {n.L_TARGET}) ({n.SOURCE_UP})", "{{source}} {{target}}"),
+           Target(f'min(up{{job="{C.selectors.job}"}}) or on () vector(0)', "exporter scraped")),
+          unit="none", min=0, max=1, kind="statetimeline", w=8, scope="global", runbook=n.ALERT_SOURCE_DOWN,
+          mappings=((1, "up", "green"), (0, "down", "red"))),
 ))
 
 ALERT_ROW = Row("Alerts", (
-    Panel("Pending and firing alerts", "omniwatch alerts for the selected runs (1 while active). Pending means "
-          "the condition holds and the short 'for' is still absorbing scrape jitter.",
-          (Target(sel(ALERTS), "{{alertname}} {{alertstate}} " + W),),
-          unit="none", min=0, w=24, h=6),
+    Panel("Pending and firing alerts",
+          "omniwatch alerts of the selected runs over time, one row per run and alert (Watchdog left out): orange "
+          "pending (the condition holds, the short 'for' still absorbs scrape jitter), red firing.",
+          (Target(alert_states_by_run(), W + " {{alertname}}"),),
+          unit="none", kind="statetimeline", w=24, h=8,
+          mappings=ALERT_STATE_MAPPINGS),
 ))
 
 DASHBOARD = Dashboard(
     uid="omniwatch-bottlenecks",
     title="omniwatch / Bottlenecks",
-    description="Reward-bound rollouts, inter-stage idle GPU time and MFU anomalies against the alert thresholds.",
-    rows=(SIGNALS, REWARD, IDLE, ALERT_ROW),
+    description="Each alert's own series against its threshold, and why: reward on the critical path, idle GPU time "
+                "by phase, MFU checks, rollout saturation, TransferQueue backlog, sources.",
+    rows=(SIGNALS, MFU_ROW, REWARD, IDLE, PIPELINE, ALERT_ROW),
     tags=default_tags("bottlenecks", "alerts"),
     variable_metrics=(n.STEP,),
+    slots=(
+        "stall stages: the overview owns the stall gauge; a 'Stall stage' state timeline per run goes in 'Alerts'",
+        "straggler tail: a row 'Stragglers' after 'Idle GPU time' (per-rank / per-replica tail over median, "
+        "threshold from its config path), linked from the rollout dashboard's latency panels",
+        "outside-step time: a panel 'Outside the step timer' in 'Idle GPU time' beside 'Untracked seconds' "
+        "(its window series + threshold)",
+        "GPU-hours ledger: a row 'GPU-hours' after 'Idle GPU time' (buckets per run over $window, stacked to "
+        "the run's GPU-hours; repeated per run)",
+    ),
 )

@@ -2,35 +2,62 @@
 
 Everything that must be the same on every dashboard lives here and nowhere else: the datasource
 variable and the ``${datasource}`` reference on every panel and query, the run variables (and the
-run-scoped node/gpu variables), panel ids (1, 2, 3 ... in layout order), refIds (A, B, C ... per
-panel), the grid layout (24 columns, rows first, panels wrapped left to right), legends and
-tooltips, and the ALERTS annotation on every time series.
+run-scoped node/gpu variables, and ``$window`` where a panel reads per-step counters), panel ids
+(1, 2, 3 ... in layout order), refIds (A, B, C ... per panel), the grid layout (24 columns, rows first,
+panels wrapped left to right; a collapsed row keeps its panels inside it), legends and tooltips, the
+links (the five dashboards to each other keeping time and variables; a runbook link on every panel tied
+to an alert; data links from a run's series to that run on the other dashboards) and the annotations
+(firing alerts titled by alert name and tagged with run and severity; validation / checkpoint steps;
+trainer restarts).
+
+Where grafana-foundation-sdk 11.6 has no typed field, the raw escape hatch is used and said so:
+transformations are ``DataTransformerConfig(id, options=<dict>)`` (the SDK types the envelope, not the
+options of ``merge`` / ``groupBy`` / ``sortBy`` / ``partitionByValues`` / ``organize``), and the
+Prometheus annotation fields (``titleFormat``, ``tagKeys``, ``textFormat``, ``useValueForTime``, the
+``target`` query) are added by :class:`PromAnnotation`, a subclass of the SDK's ``AnnotationQuery``
+model whose ``to_json`` writes them (the model only knows the generic fields).
 """
 from __future__ import annotations
 
+import re
 import string
 from dataclasses import dataclass
 
-from grafana_foundation_sdk.builders import bargauge, stat, timeseries
+from grafana_foundation_sdk.builders import bargauge, heatmap, stat, statetimeline, table, timeseries, xychart
 from grafana_foundation_sdk.builders.common import (
-    GraphThresholdsStyleConfig, ReduceDataOptions, StackingConfig, VizLegendOptions, VizTooltipOptions)
+    GraphThresholdsStyleConfig, HeatmapCalculationBucketConfig, HeatmapCalculationOptions, ReduceDataOptions,
+    ScaleDistributionConfig, StackingConfig, VizLegendOptions, VizTooltipOptions)
 from grafana_foundation_sdk.builders.dashboard import (
-    AnnotationQuery, Dashboard as SdkDashboard, DatasourceVariable, QueryVariable, Row as SdkRow, ThresholdsConfig)
+    Dashboard as SdkDashboard, DashboardLink, DatasourceVariable, QueryVariable, Row as SdkRow, ThresholdsConfig)
 from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
+from grafana_foundation_sdk.models import xychart as xm
 from grafana_foundation_sdk.models.common import (
-    BigValueColorMode, BigValueGraphMode, GraphThresholdsStyleMode, LegendDisplayMode, LegendPlacement,
-    SortOrder, StackingMode, TooltipDisplayMode, VizOrientation)
+    BigValueColorMode, BigValueGraphMode, BigValueTextMode, GraphThresholdsStyleMode, HeatmapCalculationMode,
+    LegendDisplayMode, LegendPlacement, ScaleDistribution, SortOrder, StackingMode, TableCellBackgroundDisplayMode,
+    TableColoredBackgroundCellOptions, TooltipDisplayMode, VisibilityMode, VizOrientation)
 from grafana_foundation_sdk.models.dashboard import (
-    DashboardCursorSync, DataSourceRef, DynamicConfigValue, GridPos, Threshold, ThresholdsMode, VariableOption,
-    VariableRefresh, VariableSort)
+    DashboardCursorSync, DashboardLinkType, DataSourceRef, DataTransformerConfig, DynamicConfigValue, GridPos,
+    Threshold, ThresholdsMode, ValueMap, ValueMappingResult, VariableOption, VariableRefresh,
+    VariableSort)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from .. import names as n
+from ..alerting.config import DEFAULT as CONFIG
 from . import spec as s
 
 PROM = DataSourceRef(type_val="prometheus", uid=s.DATASOURCE_UID)
 GRID_COLUMNS = 24
 REF_IDS = string.ascii_uppercase
+REPEAT_MAX_PER_ROW = 2
+# XY charts against step: a point per step needs a query step <= the training step. Min interval 1 s
+# and Prometheus' 11,000-point cap: a 6 h range is queried every 2 s, 24 h every 8 s, 7 days every 55 s.
+XY_INTERVAL = "1s"
+XY_MAX_DATA_POINTS = 11000
+ANNOTATION_STEP = "1m"
 
 
 @dataclass(frozen=True)
@@ -46,25 +73,28 @@ class Placed:
 
 
 def layout(d: s.Dashboard) -> list[Placed]:
-    """Rows stacked top to bottom; inside a row, panels left to right, wrapping at 24 columns."""
+    """Rows stacked top to bottom; inside a row, panels left to right, wrapping at 24 columns. A collapsed
+    row takes one grid row; its panels keep the positions they get when it is opened."""
     out: list[Placed] = []
     y, next_id = 0, 1
     for row in d.rows:
         out.append(Placed(next_id, 0, y, GRID_COLUMNS, 1, row=row))
         next_id += 1
         y += 1
-        x, line_h = 0, 0
+        py, x, line_h = y, 0, 0
         for p in row.panels:
             if x + p.w > GRID_COLUMNS:
-                y, x, line_h = y + line_h, 0, 0
-            out.append(Placed(next_id, x, y, p.w, p.h, panel=p))
+                py, x, line_h = py + line_h, 0, 0
+            out.append(Placed(next_id, x, py, p.w, p.h, panel=p))
             next_id += 1
             x += p.w
             line_h = max(line_h, p.h)
-        y += line_h
+        if not row.collapsed:
+            y = py + line_h
     return out
 
 
+# --- variables -------------------------------------------------------------------------------------
 def _var_query(label: str, metrics: tuple[str, ...], extra: str) -> str:
     matchers = [f'__name__=~"{"|".join(metrics)}"'] + ([extra] if extra else [])
     return f"label_values({{{', '.join(matchers)}}}, {label})"
@@ -77,6 +107,14 @@ def _query_var(name: str, label: str, query: str, all_value: str | None):
     # project/experiment: All = ".*" (any run). node/gpu: no custom all value, so All is the regex of the
     # listed values, i.e. only the nodes of the selected runs.
     return v.all_value(all_value) if all_value is not None else v
+
+
+def window_variable():
+    """``$window`` (seconds): 3 or 10 typical steps of the slowest selected run (3 is the default, the
+    first option); any other number of seconds can be typed in."""
+    return (QueryVariable(s.V_WINDOW).label("Window (s)").datasource(PROM).query(s.window_variable_query())
+            .regex(s.WINDOW_REGEX).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.NUMERICAL_ASC).multi(False).include_all(False))
 
 
 def variables(d: s.Dashboard) -> list:
@@ -92,48 +130,152 @@ def variables(d: s.Dashboard) -> list:
         out.append(_query_var(s.V_NODE, "Node", _var_query(n.L_NODE, gm, s.RUN_MATCHERS), None))
         out.append(_query_var(s.V_GPU, "GPU", _var_query(n.L_GPU, gm, s.RUN_MATCHERS + f', {n.L_NODE}=~"${s.V_NODE}"'),
                               None))
+    if d.uses_window:
+        out.append(window_variable())
     return out
 
 
-def alert_annotation() -> AnnotationQuery:
-    """Firing omniwatch alerts of the selected runs, shown on every time series of the dashboard."""
-    return (AnnotationQuery().name("omniwatch alerts").datasource(PROM).enable(True).hide(False)
-            .icon_color("red").expr(s.sel(s.ALERTS, alertstate="firing")))
+# --- annotations -----------------------------------------------------------------------------------
+class PromAnnotation(dm.AnnotationQuery):
+    """The SDK's AnnotationQuery plus the Prometheus annotation fields it does not model (Grafana 11.6's
+    Prometheus annotation editor: the query in ``target`` with ``interval`` as min step; title, tags and
+    text templates and "series value as timestamp" at the top level)."""
+
+    def __init__(self, name: str, expr: str, color: str, title: str, tags: str, text: str,
+                 step: str = ANNOTATION_STEP, enable: bool = True):
+        super().__init__(name=name, datasource=PROM, enable=enable, hide=False, icon_color=color, expr=expr)
+        self.title_format, self.tag_keys, self.text_format, self.step = title, tags, text, step
+        self.query = Dataquery().expr(expr).interval(step).ref_id("Anno").datasource(PROM).range().build()
+
+    def to_json(self) -> dict[str, object]:
+        out = super().to_json()
+        out.update(target=self.query, titleFormat=self.title_format, tagKeys=self.tag_keys,
+                   textFormat=self.text_format, useValueForTime=False, step=self.step)
+        return out
 
 
+class _Built(cogbuilder.Builder):
+    def __init__(self, model):
+        self.model = model
+
+    def build(self):
+        return self.model
+
+
+def annotations() -> list[PromAnnotation]:
+    """On every dashboard: firing alerts (title = alert name; tags = run and severity; Watchdog left out),
+    validation and checkpoint steps (they explain step-time spikes) and trainer restarts."""
+    return [
+        PromAnnotation("omniwatch alerts", f"max by ({s.by_run('alertname', 'severity')}) "
+                                           f"({s.alerts_sel(alertstate='firing')})",
+                       "red", "{{alertname}}", "project,experiment,severity",
+                       "{{alertname}} ({{severity}}) on {{project}}/{{experiment}}"),
+        PromAnnotation("validation / checkpoint steps",
+                       f"{s.run_max(s.sel(n.STEP_FLAG, flag='=~validation|checkpoint'), 'flag')} == 1",
+                       "blue", "{{flag}} step", "project,experiment,flag",
+                       "{{project}}/{{experiment}}: the latest step was a {{flag}} step (left out of the windows)"),
+        PromAnnotation("trainer restarts",
+                       f"{s.run_max(f'changes({s.sel(n.TRAINER_RESTARTS_TOTAL)}[{ANNOTATION_STEP}])')} > 0",
+                       "orange", "trainer restart", "project,experiment",
+                       "{{project}}/{{experiment}}: the trainer restarted (log truncated or step counter went back); "
+                       "baselines start again"),
+    ]
+
+
+# --- links -----------------------------------------------------------------------------------------
+def dashboard_links() -> list:
+    """The five dashboards, listed by their common tag, keeping the time range and the variables."""
+    return [DashboardLink("omniwatch").type(DashboardLinkType.DASHBOARDS).tags([s.TAG]).as_dropdown(False)
+            .keep_time(True).include_vars(True).target_blank(False)]
+
+
+def runbook_links(p: s.Panel) -> list:
+    return [DashboardLink(f"Runbook: {a}").type(DashboardLinkType.LINK).url(CONFIG.runbook_url(a))
+            .target_blank(True) for a in p.alerts]
+
+
+# Filled by catalog.py (the dashboards a run's data links point at); uid -> title.
+LINK_TARGETS: dict[str, str] = {}
+
+
+def run_links(p: s.Panel, own_uid: str) -> list:
+    """Data links from a run's series (labels) or row (table fields) to that run on the other dashboards."""
+    if p.scope != "run":
+        return []
+    if p.kind == "table":
+        proj, exp = "${__data.fields.project}", "${__data.fields.experiment}"
+    else:
+        proj, exp = "${__field.labels.project}", "${__field.labels.experiment}"
+    out = []
+    for uid, title in LINK_TARGETS.items():
+        if uid == own_uid:
+            continue
+        url = (f"/d/{uid}/?var-{s.V_DATASOURCE}=${{{s.V_DATASOURCE}}}&var-{s.V_PROJECT}={proj}"
+               f"&var-{s.V_EXPERIMENT}={exp}&${{__url_time_range}}")
+        out.append(DashboardLink(f"{title}: {proj}/{exp}").type(DashboardLinkType.LINK).url(url))
+    return out
+
+
+# --- panels ----------------------------------------------------------------------------------------
 def _thresholds(steps: tuple[s.Step, ...]) -> ThresholdsConfig:
     steps = steps or (s.Step(None, "green"),)
     return ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=st.value, color=st.color)
                                                                      for st in steps])
 
 
-def _query(t: s.Target, ref: str) -> Dataquery:
+def _threshold_model(steps: tuple[s.Step, ...]) -> dm.ThresholdsConfig:
+    return _thresholds(steps).build()
+
+
+def _query(t: s.Target, ref: str, p: s.Panel) -> Dataquery:
     q = Dataquery().expr(t.expr).legend_format(t.legend).ref_id(ref).datasource(PROM)
+    if t.table:
+        q = q.format(PromQueryFormat.TABLE)
+    if p.kind == "xychart":
+        q = q.interval(XY_INTERVAL)
     return q.instant() if t.instant else q.range()
 
 
-def _common(b, p: s.Panel, pl: Placed):
+def _mappings(p: s.Panel) -> list:
+    if not p.mappings:
+        return []
+    return [ValueMap({f"{v:g}": ValueMappingResult(text=text, color=color, index=i)
+                      for i, (v, text, color) in enumerate(p.mappings)})]
+
+
+def _common(b, p: s.Panel, pl: Placed, own_uid: str):
     b = (b.id(pl.id).title(p.title).description(p.full_description).datasource(PROM).unit(p.unit)
          .grid_pos(GridPos(h=pl.h, w=pl.w, x=pl.x, y=pl.y)).thresholds(_thresholds(p.thresholds)))
     if p.min is not None:
         b = b.min(p.min)
     if p.max is not None:
         b = b.max(p.max)
+    if p.decimals is not None:
+        b = b.decimals(p.decimals)
+    if p.mappings:
+        b = b.mappings(_mappings(p))
+    if p.alerts:
+        b = b.links(runbook_links(p))
+    links = run_links(p, own_uid)
+    if links:
+        b = b.data_links(links)
+    if p.repeat:
+        b = b.repeat(s.V_EXPERIMENT).repeat_direction("h").max_per_row(REPEAT_MAX_PER_ROW)
     for i, t in enumerate(p.targets):
-        b = b.with_target(_query(t, REF_IDS[i]))
+        b = b.with_target(_query(t, REF_IDS[i], p))
     return b
 
 
-def _timeseries(p: s.Panel, pl: Placed):
-    b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(True)
-         .legend(VizLegendOptions().display_mode(LegendDisplayMode.TABLE).placement(LegendPlacement.BOTTOM)
-                 .show_legend(True).calcs(["lastNotNull", "max"]))
-         .tooltip(VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING)))
-    if p.stack:
-        b = b.stacking(StackingConfig().mode(StackingMode.NORMAL))
-    if p.show_thresholds:
-        b = b.thresholds_style(GraphThresholdsStyleConfig().mode(GraphThresholdsStyleMode(p.show_thresholds)))
-    b = _common(b, p, pl)
+def _legend(calcs=("lastNotNull", "max")) -> VizLegendOptions:
+    return (VizLegendOptions().display_mode(LegendDisplayMode.TABLE).placement(LegendPlacement.BOTTOM)
+            .show_legend(True).calcs(list(calcs)))
+
+
+def _tooltip() -> VizTooltipOptions:
+    return VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING)
+
+
+def _dash(b, p: s.Panel):
     for i, t in enumerate(p.targets):
         if t.dashed:
             b = b.override_by_query(REF_IDS[i], [DynamicConfigValue(
@@ -141,35 +283,163 @@ def _timeseries(p: s.Panel, pl: Placed):
     return b
 
 
-def _stat(p: s.Panel, pl: Placed):
+def _timeseries(p: s.Panel, pl: Placed, uid: str):
+    b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(True)
+         .legend(_legend()).tooltip(_tooltip()))
+    if p.stack:
+        b = b.stacking(StackingConfig().mode(StackingMode.NORMAL))
+    if p.show_thresholds:
+        b = b.thresholds_style(GraphThresholdsStyleConfig().mode(GraphThresholdsStyleMode(p.show_thresholds)))
+    if p.log_scale:
+        b = b.scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(10))
+    return _dash(_common(b, p, pl, uid), p)
+
+
+def _stat(p: s.Panel, pl: Placed, uid: str):
     b = (stat.Panel().graph_mode(BigValueGraphMode.AREA).color_mode(BigValueColorMode.VALUE)
+         .text_mode(BigValueTextMode.VALUE_AND_NAME if len(p.targets) > 1 or p.scope == "run" else BigValueTextMode.AUTO)
          .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
-    return _common(b, p, pl)
+    if p.mappings:
+        b = b.color_mode(BigValueColorMode.BACKGROUND).graph_mode(BigValueGraphMode.NONE)
+    return _common(b, p, pl, uid)
 
 
-def _bargauge(p: s.Panel, pl: Placed):
+def _bargauge(p: s.Panel, pl: Placed, uid: str):
     b = (bargauge.Panel().orientation(VizOrientation.HORIZONTAL)
          .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
-    return _common(b, p, pl)
+    return _common(b, p, pl, uid)
 
 
-BUILDERS = {"timeseries": _timeseries, "stat": _stat, "bargauge": _bargauge}
+def value_field(p: s.Panel, i: int) -> str:
+    """The name Grafana gives the value column of target ``i`` in a table-format response."""
+    return f"Value #{REF_IDS[i]}" if len(p.targets) > 1 else "Value"
+
+
+def _table(p: s.Panel, pl: Placed, uid: str):
+    """Instant table-format queries, one row per run (or per label set): merge joins them on their labels;
+    each value column is named by its target's legend and coloured by its thresholds."""
+    b = table.Panel().show_header(True)
+    b = _common(b, p, pl, uid)
+    labels = [n.L_PROJECT, n.L_EXPERIMENT]
+    order = {name: i for i, name in enumerate(labels)}
+    b = b.with_transformation(DataTransformerConfig(id_val="merge", options={}))
+    for i, t in enumerate(p.targets):
+        order[value_field(p, i)] = len(order)
+    b = b.with_transformation(DataTransformerConfig(id_val="organize", options={
+        "excludeByName": {"Time": True, "__name__": True, "job": True, "instance": True},
+        "indexByName": order, "renameByName": {}}))
+    for i, t in enumerate(p.targets):
+        props = [DynamicConfigValue(id_val="displayName", value=t.legend)]
+        if t.unit:
+            props.append(DynamicConfigValue(id_val="unit", value=t.unit))
+        if t.thresholds:
+            props += [DynamicConfigValue(id_val="thresholds", value=_threshold_model(t.thresholds)),
+                      DynamicConfigValue(id_val="color", value={"mode": "thresholds"}),
+                      DynamicConfigValue(id_val="custom.cellOptions", value=TableColoredBackgroundCellOptions(
+                          mode=TableCellBackgroundDisplayMode.BASIC))]
+        b = b.override_by_name(value_field(p, i), props)
+    return b
+
+
+def _statetimeline(p: s.Panel, pl: Placed, uid: str):
+    b = (statetimeline.Panel().show_value(VisibilityMode.NEVER).merge_values(True).row_height(0.8)
+         .legend(VizLegendOptions().show_legend(True).display_mode(LegendDisplayMode.LIST)
+                 .placement(LegendPlacement.BOTTOM))
+         .tooltip(_tooltip()))
+    return _common(b, p, pl, uid)
+
+
+def _grafana_legend(template: str) -> str:
+    """``{{label}}`` (query legend) -> ``${__field.labels.label}`` (field display name template)."""
+    return re.sub(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}", r"${__field.labels.\1}", template)
+
+
+def xy_transformations(p: s.Panel) -> list[DataTransformerConfig]:
+    """Step-axis recipe (Grafana 11.6): table-format range queries -> merge (one row per timestamp and
+    run) -> group by run and step (last value per step) -> sort by step -> partition by run (one frame,
+    hence one XY series, per run)."""
+    step_field = value_field(p, 0)
+    fields = {n.L_PROJECT: {"operation": "groupby", "aggregations": []},
+              n.L_EXPERIMENT: {"operation": "groupby", "aggregations": []},
+              step_field: {"operation": "groupby", "aggregations": []}}
+    for i in range(1, len(p.targets)):
+        fields[value_field(p, i)] = {"operation": "aggregate", "aggregations": ["lastNotNull"]}
+    return [
+        DataTransformerConfig(id_val="merge", options={}),
+        DataTransformerConfig(id_val="groupBy", options={"fields": fields}),
+        DataTransformerConfig(id_val="sortBy", options={"fields": {}, "sort": [{"field": step_field, "desc": False}]}),
+        DataTransformerConfig(id_val="partitionByValues", options={
+            "fields": [n.L_PROJECT, n.L_EXPERIMENT], "keepFields": False}),
+    ]
+
+
+def _xychart(p: s.Panel, pl: Placed, uid: str):
+    step_field = value_field(p, 0)
+    b = (xychart.Panel().mapping(xm.SeriesMapping.AUTO)
+         .series([xychart.XYSeriesConfig().x(xychart.XychartXYSeriesConfigX().matcher(
+             xychart.MatcherConfig().id("byName").options(step_field)))])
+         .show(xm.XYShowMode.POINTS_AND_LINES).point_size(xychart.XychartFieldConfigPointSize().fixed(3))
+         .line_width(1).legend(_legend(("lastNotNull",))).tooltip(_tooltip())
+         .max_data_points(XY_MAX_DATA_POINTS).interval(XY_INTERVAL))
+    if p.log_scale:
+        b = b.scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(10))
+    b = _common(b, p, pl, uid)
+    for t in xy_transformations(p):
+        b = b.with_transformation(t)
+    b = b.override_by_name(step_field, [DynamicConfigValue(id_val="displayName", value="step"),
+                                        DynamicConfigValue(id_val="unit", value="none"),
+                                        DynamicConfigValue(id_val="decimals", value=0)])
+    for i, t in enumerate(p.targets[1:], start=1):
+        props = [DynamicConfigValue(id_val="displayName", value=_grafana_legend(t.legend))]
+        if t.dashed:
+            props.append(DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}))
+        b = b.override_by_name(f"{value_field(p, i)} (lastNotNull)", props)
+    return b
+
+
+def _heatmap(p: s.Panel, pl: Placed, uid: str):
+    """Distribution of the series' values over time (e.g. every GPU's busy share): calculated buckets."""
+    b = (heatmap.Panel().calculate(True)
+         .calculation(HeatmapCalculationOptions().y_buckets(
+             HeatmapCalculationBucketConfig().mode(HeatmapCalculationMode.SIZE).value("0.05")))
+         .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges")
+                .scale(hm.HeatmapColorScale.EXPONENTIAL).fill("dark-orange"))
+         .cell_gap(1).show_value(VisibilityMode.NEVER).hide_legend())
+    return _common(b, p, pl, uid)
+
+
+BUILDERS = {"timeseries": _timeseries, "stat": _stat, "bargauge": _bargauge, "table": _table,
+            "statetimeline": _statetimeline, "xychart": _xychart, "heatmap": _heatmap}
 
 
 def build(d: s.Dashboard) -> SdkDashboard:
     if len(max((p.targets for p in d.panels()), key=len)) > len(REF_IDS):
         raise ValueError(f"{d.uid}: more targets in a panel than refIds")
     b = (SdkDashboard(d.title).uid(d.uid).description(d.description).tags(list(d.tags)).refresh("30s")
-         .time("now-6h", "now").timezone("browser").tooltip(DashboardCursorSync.CROSSHAIR).editable()
-         .annotation(alert_annotation()))
+         .time("now-6h", "now").timezone("browser").tooltip(DashboardCursorSync.CROSSHAIR).editable())
+    for a in annotations():
+        b = b.annotation(_Built(a))
+    for link in dashboard_links():
+        b = b.link(link)
     for v in variables(d):
         b = b.with_variable(v)
+    row = None
     for pl in layout(d):
         if pl.row is not None:
-            b = b.with_row(SdkRow(pl.row.title).id(pl.id).collapsed(False)
-                           .grid_pos(GridPos(h=1, w=GRID_COLUMNS, x=0, y=pl.y)))
+            if row is not None:
+                b = b.with_row(row)
+            row = (SdkRow(pl.row.title).id(pl.id).collapsed(pl.row.collapsed)
+                   .grid_pos(GridPos(h=1, w=GRID_COLUMNS, x=0, y=pl.y)))
+            if not pl.row.collapsed:
+                b, row = b.with_row(row), None
+            continue
+        panel = BUILDERS[pl.panel.kind](pl.panel, pl, d.uid)
+        if row is not None:          # a collapsed row holds its panels
+            row = row.with_panel(panel)
         else:
-            b = b.with_panel(BUILDERS[pl.panel.kind](pl.panel, pl))
+            b = b.with_panel(panel)
+    if row is not None:
+        b = b.with_row(row)
     return b
 
 

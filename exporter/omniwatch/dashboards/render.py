@@ -1,9 +1,14 @@
 """Draw each dashboard as a PNG from the specs' grid layout and REAL range queries, so a person can see
 what a dashboard shows without Grafana (docs/img/*.png are produced this way from the live test setup).
 
-Not a Grafana clone: time series are lines (stacked when the panel stacks, dashed where Grafana draws
-dashed), stat panels print the last value, bar gauges draw one bar per series; thresholds are drawn as
-dashed horizontal lines. Legends use the panel's legend templates.
+Not a Grafana clone, but each panel kind is drawn the way Grafana shows it: time series are lines
+(stacked when the panel stacks, dashed where Grafana draws dashed) with threshold lines; stat panels
+print the last value per series coloured by the thresholds; bar gauges one bar per series; tables one row
+per run (instant queries joined on their labels, cells coloured by each column's thresholds); state
+timelines one band per series coloured by the value mappings; XY charts run the step-axis recipe
+(join each timestamp's step and value per run, keep the last value per step) and draw value against
+training step; heatmaps count the series in value buckets over time. A panel repeated per run is drawn
+once per run (two per row), as Grafana repeats it; collapsed rows are drawn folded.
 """
 from __future__ import annotations
 
@@ -19,11 +24,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from . import spec as s  # noqa: E402
 from .catalog import DASHBOARDS  # noqa: E402
-from .factory import GRID_COLUMNS, layout  # noqa: E402
-from .verify import Prom, substitute  # noqa: E402
+from .factory import GRID_COLUMNS, REPEAT_MAX_PER_ROW, XY_MAX_DATA_POINTS, Placed, layout  # noqa: E402
+from .verify import Prom, default_window, prom_regex_escape, substitute  # noqa: E402
 
 ROW_UNIT_IN = 0.32  # inches per Grafana grid row (30 px)
 _LEGEND = re.compile(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
+_COLOURS = {"transparent": "none", "dark-orange": "#d9480f"}
+
+
+def _colour(c: str) -> str:
+    return _COLOURS.get(c, c)
 
 
 def _legend(template: str, labels: dict) -> str:
@@ -35,6 +45,8 @@ def _legend(template: str, labels: dict) -> str:
 def _fmt(v: float, unit: str) -> str:
     if not math.isfinite(v):
         return "NaN"
+    if unit.startswith("suffix:"):
+        return f"{v:.1f}{unit[len('suffix:'):]}"
     if unit == "percentunit":
         return f"{100 * v:.1f}%"
     if unit == "bytes":
@@ -45,7 +57,17 @@ def _fmt(v: float, unit: str) -> str:
         return f"{v:.1f} PiB"
     if unit == "s":
         return f"{v:.2f} s" if v < 120 else f"{v / 60:.1f} min"
+    if unit == "none" and float(v).is_integer():
+        return f"{v:.0f}"
     return f"{v:.3g}"
+
+
+def _step_colour(steps: tuple[s.Step, ...], v: float, default: str = "#1f77b4") -> str:
+    colour = default
+    for st in steps:
+        if st.value is None or v >= st.value:
+            colour = _colour(st.color)
+    return colour if colour != "none" else default
 
 
 def _series(prom: Prom, expr: str, start: float, end: float, step: float):
@@ -53,84 +75,266 @@ def _series(prom: Prom, expr: str, start: float, end: float, step: float):
     for item in data.get("result", []):
         xs, ys = [], []
         for t, val in item.get("values", []):
-            xs.append(float(t) - end)
+            xs.append(float(t))
             ys.append(float(val))
         yield item.get("metric", {}), xs, ys
 
 
-def _draw_panel(ax, p: s.Panel, prom: Prom, start: float, end: float, step: float, subst) -> None:
-    ax.set_title(p.title, fontsize=8, loc="left")
+def _no_data(ax, text="No data"):
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, color="grey", transform=ax.transAxes)
+    ax.set_xticks([]), ax.set_yticks([])
+
+
+def _table(ax, p: s.Panel, prom: Prom, subst) -> None:
+    rows: dict[tuple, dict[int, float]] = {}
+    label_cols: list[str] = []
+    for i, t in enumerate(p.targets):
+        for item in prom.query(subst(t.expr)).get("result", []):
+            labels = {k: v for k, v in item["metric"].items() if k not in ("__name__", "job", "instance")}
+            for k in labels:
+                if k not in label_cols:
+                    label_cols.append(k)
+            key = tuple(sorted(labels.items()))
+            rows.setdefault(key, {})[i] = float(item["value"][1])
+    ax.axis("off")
+    if not rows:
+        _no_data(ax)
+        return
+    label_cols = [c for c in ("project", "experiment") if c in label_cols] + \
+        [c for c in label_cols if c not in ("project", "experiment")]
+    header = label_cols + [t.legend for t in p.targets]
+    cells, colours = [], []
+    for key, vals in sorted(rows.items())[:14]:
+        labels = dict(key)
+        row = [labels.get(c, "") for c in label_cols]
+        cols = ["white"] * len(label_cols)
+        for i, t in enumerate(p.targets):
+            v = vals.get(i)
+            row.append("" if v is None else _fmt(v, t.unit or p.unit))
+            cols.append("white" if v is None or not t.thresholds else _step_colour(t.thresholds, v, "white"))
+        cells.append(row)
+        colours.append(cols)
+    soft = {"green": "#b7e4c7", "red": "#ff8787", "orange": "#ffc078", "yellow": "#ffe066"}
+    colours = [[soft.get(c, c) for c in r] for r in colours]
+    tab = ax.table(cellText=cells, colLabels=header, cellColours=colours, loc="upper center", cellLoc="center")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(6)
+    tab.scale(1, 1.1)
+
+
+def _statetimeline(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> None:
+    colour_of = {v: _colour(c) for v, _, c in p.mappings}
+    text_of = {v: txt for v, txt, _ in p.mappings}
+    names, y = [], 0
+    for t in p.targets:
+        for labels, xs, ys in _series(prom, subst(t.expr), start, end, step):
+            for x0, v in zip(xs, ys):
+                if math.isfinite(v):
+                    ax.barh(y, step, left=x0 - end, color=colour_of.get(v, "#74c0fc"), height=0.8, linewidth=0)
+            names.append(_legend(t.legend, labels))
+            y += 1
+    if not names:
+        _no_data(ax)
+        return
+    ax.set_yticks(range(len(names)), names, fontsize=5)
+    ax.set_xlim(start - end, 0)
+    ax.set_xlabel("seconds before now", fontsize=6)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour_of[v]) for v in text_of]
+    ax.legend(handles, [text_of[v] for v in text_of], fontsize=5, loc="upper left")
+
+
+def xy_points(prom: Prom, p: s.Panel, subst, start, end, step) -> dict[tuple, dict[int, dict[float, float]]]:
+    """The step-axis recipe, as Grafana's transformations do it: per run (project, experiment), join each
+    timestamp's step (target A) with each value target, and keep the last value seen per step.
+    Returns {run: {target index: {step: value}}}."""
+    steps: dict[tuple, dict[float, float]] = {}
+    for labels, xs, ys in _series(prom, subst(p.targets[0].expr), start, end, step):
+        steps[(labels.get("project", ""), labels.get("experiment", ""))] = dict(zip(xs, ys))
+    out: dict[tuple, dict[int, dict[float, float]]] = {}
+    for i, t in enumerate(p.targets[1:], start=1):
+        for labels, xs, ys in _series(prom, subst(t.expr), start, end, step):
+            run = (labels.get("project", ""), labels.get("experiment", ""))
+            at = steps.get(run, {})
+            key = (i, tuple(sorted((k, v) for k, v in labels.items() if k not in ("project", "experiment"))))
+            pts = out.setdefault(run, {}).setdefault(key, {})
+            for x, y in zip(xs, ys):
+                if x in at and math.isfinite(y):
+                    pts[at[x]] = y  # later timestamps overwrite: the last value per step
+    return out
+
+
+def _xychart(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> bool:
+    drawn = False
+    for run, by_target in sorted(xy_points(prom, p, subst, start, end, step).items()):
+        for (i, extra), pts in sorted(by_target.items()):
+            if not pts:
+                continue
+            xs = sorted(pts)
+            t = p.targets[i]
+            name = _legend(t.legend, {"project": run[0], "experiment": run[1], **dict(extra)})
+            ax.plot(xs, [pts[x] for x in xs], lw=1, marker=".", ms=2, ls="--" if t.dashed else "-", label=name)
+            drawn = True
+    if not drawn:
+        _no_data(ax)
+        return False
+    ax.set_xlabel("training step", fontsize=6)
+    if p.log_scale:
+        ax.set_yscale("log")
+    ax.legend(fontsize=5, loc="upper left", ncol=2, framealpha=0.6)
+    return True
+
+
+def _heatmap(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> None:
+    bucket = 0.05
+    cols: dict[float, list[int]] = {}
+    for t in p.targets:
+        for _, xs, ys in _series(prom, subst(t.expr), start, end, step):
+            for x, v in zip(xs, ys):
+                if math.isfinite(v):
+                    col = cols.setdefault(x, [0] * int(round(1 / bucket)))
+                    col[min(len(col) - 1, max(0, int(v / bucket)))] += 1
+    if not cols:
+        _no_data(ax)
+        return
+    xs = sorted(cols)
+    grid = [[cols[x][b] for x in xs] for b in range(len(cols[xs[0]]))]
+    ax.imshow(grid, aspect="auto", origin="lower", cmap="Oranges", extent=(xs[0] - end, xs[-1] - end, 0, 1))
+    ax.set_xlabel("seconds before now", fontsize=6)
+
+
+def _draw_panel(ax, p: s.Panel, prom: Prom, start: float, end: float, step: float, subst, title: str) -> None:
+    ax.set_title(title, fontsize=8, loc="left")
     ax.tick_params(labelsize=6)
+    try:
+        if p.kind == "table":
+            return _table(ax, p, prom, subst)
+        if p.kind == "statetimeline":
+            return _statetimeline(ax, p, prom, subst, start, end, step)
+        if p.kind == "xychart":  # Grafana's min interval 1 s and 11,000 points: every step keeps a point
+            _xychart(ax, p, prom, subst, start, end, max(1.0, (end - start) / XY_MAX_DATA_POINTS))
+            _threshold_lines(ax, p)
+            return None
+        if p.kind == "heatmap":
+            return _heatmap(ax, p, prom, subst, start, end, step)
+    except Exception as e:  # noqa: BLE001 - a failing query shows in the picture, it does not stop it
+        ax.text(0.5, 0.5, f"query error: {e}"[:80], ha="center", va="center", fontsize=6, transform=ax.transAxes)
+        return None
     drawn = []
     for t in p.targets:
         try:
             for labels, xs, ys in _series(prom, subst(t.expr), start, end, step):
-                drawn.append((t, _legend(t.legend, labels), xs, ys))
-        except Exception as e:  # noqa: BLE001 - a failing query shows in the picture, it does not stop it
+                drawn.append((t, _legend(t.legend, labels), [x - end for x in xs], ys))
+        except Exception as e:  # noqa: BLE001
             ax.text(0.5, 0.5, f"query error: {e}"[:80], ha="center", va="center", fontsize=6, transform=ax.transAxes)
     if not drawn:
-        ax.text(0.5, 0.5, "No data", ha="center", va="center", fontsize=9, color="grey", transform=ax.transAxes)
-        ax.set_xticks([]), ax.set_yticks([])
-        return
+        _no_data(ax)
+        return None
     if p.kind == "stat":
         ax.axis("off")
-        lines = [f"{_fmt(ys[-1], p.unit)}" + (f"  {name}" if len(drawn) > 1 else "") for _, name, _, ys in drawn[:4]]
-        ax.text(0.5, 0.45, "\n".join(lines), ha="center", va="center", transform=ax.transAxes,
-                fontsize=14 if len(lines) == 1 else 8, weight="bold", color="#1f77b4")
-        return
+        for k, (_, name, _, ys) in enumerate(drawn[:6]):
+            v = ys[-1]
+            text = next((txt for mv, txt, _ in p.mappings if mv == v), None) or _fmt(v, p.unit)
+            colour = next((_colour(c) for mv, _, c in p.mappings if mv == v), None) or _step_colour(p.thresholds, v)
+            y = 0.85 - k * (0.8 / max(1, min(6, len(drawn))))
+            ax.text(0.5, y, f"{text}" + (f"   {name}" if len(drawn) > 1 or p.scope == "run" else ""), ha="center",
+                    va="top", transform=ax.transAxes, fontsize=12 if len(drawn) == 1 else 7, weight="bold",
+                    color=colour)
+        return None
     if p.kind == "bargauge":
         names = [name for _, name, _, _ in drawn]
         vals = [ys[-1] for _, _, _, ys in drawn]
-        ax.barh(names, vals, color="#2ca02c")
+        ax.barh(names, vals, color=[_step_colour(p.thresholds, v, "#2ca02c") for v in vals])
         if p.max is not None:
             ax.set_xlim(p.min or 0, p.max)
-        ax.tick_params(labelsize=6)
+        return None
+    if p.stack:
+        base = {}
+        for t, name, xs, ys in drawn:
+            lo = [base.get(x, 0.0) for x in xs]
+            hi = [a + (b if math.isfinite(b) else 0.0) for a, b in zip(lo, ys)]
+            ax.fill_between(xs, lo, hi, alpha=0.5, label=name, step="post")
+            base.update(zip(xs, hi))
     else:
-        if p.stack:
-            base = {}
-            for t, name, xs, ys in drawn:
-                lo = [base.get(x, 0.0) for x in xs]
-                hi = [a + (b if math.isfinite(b) else 0.0) for a, b in zip(lo, ys)]
-                ax.fill_between(xs, lo, hi, alpha=0.5, label=name, step="post")
-                base.update(zip(xs, hi))
-        else:
-            for t, name, xs, ys in drawn:
-                ax.plot(xs, ys, lw=1, ls="--" if t.dashed else "-", label=name)
-        ax.set_xlabel("seconds before now", fontsize=6)
-        if p.min is not None:
-            ax.set_ylim(bottom=p.min)
-        if p.max is not None:
-            ax.set_ylim(top=p.max)
-        ax.legend(fontsize=5, loc="upper left", ncol=2, framealpha=0.6)
+        for t, name, xs, ys in drawn:
+            ax.plot(xs, ys, lw=1, ls="--" if t.dashed else "-", label=name)
+    ax.set_xlabel("seconds before now", fontsize=6)
+    if p.log_scale:
+        ax.set_yscale("log")
+    if p.min is not None:
+        ax.set_ylim(bottom=p.min)
+    if p.max is not None:
+        ax.set_ylim(top=p.max)
+    ax.legend(fontsize=5, loc="upper left", ncol=2, framealpha=0.6)
+    _threshold_lines(ax, p)
+    return None
+
+
+def _threshold_lines(ax, p: s.Panel) -> None:
+    if not (p.show_thresholds or p.kind == "xychart"):
+        return
     for st in p.thresholds:
-        if st.value is not None and p.show_thresholds:
-            ax.axhline(st.value, color=st.color if st.color != "transparent" else "grey", ls="--", lw=0.8)
+        if st.value is not None:
+            ax.axhline(st.value, color=_colour(st.color) if st.color != "transparent" else "grey", ls="--", lw=0.8)
+
+
+def render_layout(d: s.Dashboard, runs: list[str]) -> list[tuple[Placed, str]]:
+    """Grafana's layout at view time: a panel repeated per run becomes one copy per selected run
+    (REPEAT_MAX_PER_ROW per line, full width); panels below move down; a collapsed row is one line."""
+    out: list[tuple[Placed, str]] = []
+    shift = 0
+    for pl in layout(d):
+        if pl.row is not None:
+            out.append((Placed(pl.id, pl.x, pl.y + shift, pl.w, pl.h, row=pl.row), ""))
+            continue
+        row = next(r for r in d.rows if pl.panel in r.panels)
+        if row.collapsed:
+            continue
+        if not pl.panel.repeat or not runs:
+            out.append((Placed(pl.id, pl.x, pl.y + shift, pl.w, pl.h, panel=pl.panel), ""))
+            continue
+        per_row = min(REPEAT_MAX_PER_ROW, len(runs))
+        w = GRID_COLUMNS // per_row
+        for k, run in enumerate(runs):
+            out.append((Placed(pl.id, (k % per_row) * w, pl.y + shift + (k // per_row) * pl.h, w, pl.h,
+                               panel=pl.panel), run))
+        shift += (math.ceil(len(runs) / per_row) - 1) * pl.h
+    return out
 
 
 def render_dashboard(d: s.Dashboard, prom: Prom, out: Path, minutes: float = 30.0, project: str = ".*",
                      experiment: str = ".*") -> Path:
-    placed = layout(d)
-    rows = max(pl.y + pl.h for pl in placed)
-    fig = plt.figure(figsize=(16, rows * ROW_UNIT_IN + 0.6))
-    fig.suptitle(f"{d.title}   ({project} / {experiment}, last {minutes:g} min)", fontsize=11, x=0.01, ha="left")
     end = time.time()
     start = end - minutes * 60
     step = max(1.0, (end - start) / 300)
     rate_interval = f"{max(4 * int(step), 15)}s"
+    window = default_window(prom, project, experiment)
+    metrics = "|".join(d.variable_metrics or ("omniwatch_step",))
+    runs = sorted(prom.label_values("experiment", substitute(f'{{__name__=~"{metrics}", {s.RUN_MATCHERS}}}',
+                                                             project, experiment)))
 
-    def subst(expr):
-        return substitute(expr, project, experiment, rate_interval, f"{int(step)}s")
+    def substituter(exp: str):
+        def subst(expr):
+            return substitute(expr, project, exp, rate_interval, f"{int(step)}s", window)
+        return subst
 
-    top = 1 - 0.6 / (rows * ROW_UNIT_IN + 0.6)
-    for pl in placed:
+    placed = render_layout(d, runs)
+    rows = max(pl.y + pl.h for pl, _ in placed)
+    fig = plt.figure(figsize=(16, rows * ROW_UNIT_IN + 0.9))
+    fig.suptitle(f"{d.title}   ({project} / {experiment}, last {minutes:g} min; $window = {window} s)", fontsize=11,
+                 x=0.01, y=1 - 0.15 / (rows * ROW_UNIT_IN + 0.9), ha="left", va="top")
+    top = 1 - 0.9 / (rows * ROW_UNIT_IN + 0.9)
+    for pl, run in placed:
         left, width = pl.x / GRID_COLUMNS, pl.w / GRID_COLUMNS
         bottom = top * (1 - (pl.y + pl.h) / rows)
         height = top * pl.h / rows
         if pl.row is not None:
-            fig.text(0.005, bottom + height / 2, pl.row.title, fontsize=9, weight="bold", va="center")
+            mark = " (collapsed)" if pl.row.collapsed else ""
+            fig.text(0.005, bottom + height / 2, pl.row.title + mark, fontsize=9, weight="bold", va="center")
             continue
         ax = fig.add_axes([left + 0.03 * width, bottom + 0.18 * height, 0.92 * width, 0.66 * height])
-        _draw_panel(ax, pl.panel, prom, start, end, step, subst)
+        title = pl.panel.title.replace("$experiment", run) if run else pl.panel.title
+        subst = substituter(prom_regex_escape(run) if run else experiment)
+        _draw_panel(ax, pl.panel, prom, start, end, step, subst, title)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{d.uid}.png"
     fig.savefig(path, dpi=80)

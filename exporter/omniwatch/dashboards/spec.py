@@ -1,17 +1,31 @@
 """Declarative panel specs (Ray-style): a dashboard is data, one factory turns it into SDK builders.
 
-A spec says *what* a panel shows (title, description with the bad shape and its runbook, unit,
-PromQL targets, thresholds, kind, size); layout, panel ids, refIds, datasource references and the
-variables are the factory's job, so every dashboard gets them the same way. PromQL is written with
-the selector helpers below, which put the dashboard variables into every query exactly once:
-``sel(metric)`` filters by the run (``$project``/``$experiment``), ``gsel(metric)`` by the run-scoped
-``$node``/``$gpu`` variables, and rates always use ``$__rate_interval``.
+A spec says *what* a panel shows (title, description with the bad shape, unit, PromQL targets,
+thresholds, kind, size, whether it repeats per run); layout, panel ids, refIds, datasource
+references, variables, links and annotations are the factory's job, so every dashboard gets them the
+same way. PromQL is written with the selector helpers below, which put the dashboard variables into
+every query exactly once: ``sel(metric)`` filters by the run (``$project``/``$experiment``),
+``gsel(metric)`` by the run-scoped ``$node``/``$gpu`` variables.
+
+Two kinds of counters, two windows:
+
+- counters that move continuously (requests, NVML sample seconds): ``rate(...[$__rate_interval])``;
+- counters that move **once per training step** (``PER_STEP_COUNTERS``: stage seconds, GPU phase
+  seconds, step counts): ``increase(...[${window}s])`` over the ``$window`` variable, which defaults to
+  three typical steps of the slowest selected run (``window_variable_query``). A step of 15 minutes read
+  over a 1-minute ``$__rate_interval`` is 0 for 14 minutes and 15x the truth for one; a ratio of two
+  ``increase``s over three steps is the share of those steps' seconds.
+
+Every alert threshold comes from ``alerting.config.DEFAULT`` through :func:`cfg_step` (the config path is
+kept, so tests compare it with the rule files); a colour band that is not an alert threshold says why in
+``Step.note``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import names as n
+from ..alerting.config import DEFAULT as CONFIG
 
 # Grafana variables and macros, named once.
 V_DATASOURCE = "datasource"
@@ -19,15 +33,54 @@ V_PROJECT = "project"
 V_EXPERIMENT = "experiment"
 V_NODE = "node"
 V_GPU = "gpu"
+V_WINDOW = "window"
 RATE_INTERVAL = "$__rate_interval"
+WINDOW = "${window}s"  # the $window variable holds seconds (an integer, so it is a valid PromQL duration)
 ALERTS = "ALERTS"  # Prometheus' synthetic series of pending/firing alerts
 DATASOURCE_UID = "${datasource}"
 PROVISIONED_UID = "omniwatch-prometheus"  # the uid docker-compose provisions (dashboards/provisioning/datasources)
 
+RUN_BY = f"{n.L_PROJECT}, {n.L_EXPERIMENT}"
 RUN_MATCHERS = f'{n.L_PROJECT}=~"${V_PROJECT}", {n.L_EXPERIMENT}=~"${V_EXPERIMENT}"'
 GPU_MATCHERS = f'{n.L_NODE}=~"${V_NODE}", {n.L_GPU}=~"${V_GPU}"'
+RUN_LEGEND = "{{project}}/{{experiment}}"
+EXP = "{{experiment}}"
 
-KINDS = ("timeseries", "stat", "bargauge")
+# Alerts of alerts/endpoints.rules.yml and the always-firing pipeline heartbeat. names.py holds the
+# ALERT_* constants of the generated rules; tests/test_dashboards.py checks these exist in alerts/ too.
+ALERT_ROLLOUT_SATURATED = n.ALERT_ROLLOUT_SATURATED
+ALERT_TQ_BACKLOG = n.ALERT_TQ_BACKLOG
+ALERT_GPU_MEMORY = n.ALERT_GPU_MEMORY
+ALERT_WATCHDOG = n.ALERT_WATCHDOG
+
+# Recording rules of alerts/*.rules.yml the panels plot (each alert's own series); tests check each is a
+# `record:` there.
+REC_AGE = "project_experiment:omniwatch_last_step_timestamp_seconds:age"
+REC_REWARD_BOUND_MIN = "project_experiment:omniwatch_reward_bound_ratio:min_k"
+REC_REWARD_STEP_SHARE_MIN = "project_experiment:omniwatch_reward_step_share:min_k"
+REC_IDLE_MIN = "project_experiment:omniwatch_inter_stage_idle_ratio:min_k"
+REC_GPU_IDLE_MIN = "project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k"
+REC_MFU_MIN = "project_experiment_role:omniwatch_mfu_ratio:min_k"
+REC_MFU_MAX = "project_experiment_role:omniwatch_mfu_ratio:max_k"
+REC_MFU_VS_BASELINE = "project_experiment_role:omniwatch_mfu_ratio:max_k_vs_baseline"
+REC_STEP_VS_BASELINE = "project_experiment:omniwatch_step_duration_seconds:min_k_vs_baseline"
+REC_ZERO_STD_MIN = "project_experiment:omniwatch_reward_zero_std_ratio:min_k"
+REC_GPU_MEMORY = "node_gpu:gpu_memory_used:ratio"
+REC_ROLLOUT_RUNNING = "replica:omniwatch_rollout_requests_running:sum"
+REC_ROLLOUT_WAITING = "replica:omniwatch_rollout_requests_waiting:sum"
+REC_ROLLOUT_SLOTS_USED = "replica:omniwatch_rollout_slots_used:ratio"
+REC_ROLLOUT_SATURATED = "replica:omniwatch_rollout_saturated:avg10m"
+REC_REWARD_QUEUE_SHARE = "run:omniwatch_reward_bound_queue_share:ratio"
+REC_TQ_UTILIZATION = "run:tq_storage_utilization:max"
+REC_TQ_SECONDS_TO_FULL = "run:tq_storage_seconds_to_full:min"
+RECORDS = tuple(v for k, v in dict(globals()).items() if k.startswith("REC_"))
+
+# Counters that move once per training step: never read over $__rate_interval (tests check it).
+PER_STEP_COUNTERS = (n.STAGE_SECONDS_TOTAL, n.GPU_PHASE_IDLE_SECONDS_TOTAL, n.GPU_PHASE_BUSY_SECONDS_TOTAL,
+                     n.STEPS_TOTAL, n.FLAGGED_STEPS_TOTAL, n.STEPS_REPLAYED_TOTAL, n.TRAINER_RESTARTS_TOTAL)
+
+KINDS = ("timeseries", "stat", "bargauge", "table", "statetimeline", "xychart", "heatmap")
+SCOPES = ("run", "node", "global")  # run: every series carries project+experiment; node: per GPU/node; global
 
 
 def _selector(metric: str, base: str, extra: dict[str, str] | None) -> str:
@@ -57,7 +110,24 @@ def gsel(metric: str, run: bool = False, **extra: str) -> str:
 
 
 def rate(selector: str) -> str:
+    """Per-second rate of a continuously moving counter (never a per-step counter)."""
     return f"rate({selector}[{RATE_INTERVAL}])"
+
+
+def increase_w(selector: str) -> str:
+    """Increase of a per-step counter over the ``$window`` variable (several steps)."""
+    return f"increase({selector}[{WINDOW}])"
+
+
+def by_run(*labels: str) -> str:
+    """``project, experiment[, labels]``: the grouping every run-scoped aggregation keeps."""
+    return ", ".join((RUN_BY, *labels))
+
+
+def run_max(expr: str, *labels: str) -> str:
+    """``max by (project, experiment[, labels]) (expr)``: one series per run (a run scraped from
+    several exporters folds into one, as the recording rules do)."""
+    return f"max by ({by_run(*labels)}) ({expr})"
 
 
 def hist_quantile(q: float, metric_base: str, by: str, **extra: str) -> str:
@@ -71,19 +141,85 @@ def hist_mean(metric_base: str, by: str, **extra: str) -> str:
             f"sum by ({by}) ({rate(sel(metric_base + '_count', **extra))})")
 
 
+def first_of(*exprs: str) -> str:
+    """The first expression that has a series for a label set: ``a or b or c`` (one series per replica
+    whichever metric name form its server exposes)."""
+    return " or ".join(f"({e})" if " or " in e else e for e in exprs)
+
+
+def window_variable_query() -> str:
+    """``$window`` choices: 3 and 10 typical steps of the slowest selected run, in whole seconds, at
+    least 60 s (four 15 s scrapes), 900 s when no run has a typical step yet. The first (3 steps) is
+    the default. A query_result() variable: the regex keeps the label as text and the seconds as value."""
+    slowest = f"max({sel(n.TYPICAL_STEP)})"
+    opts = []
+    for k in (3, 10):
+        secs = f"(clamp_min(ceil({k} * {slowest}), 60) or on () vector(900))"
+        opts.append(f'label_replace({secs}, "{V_WINDOW}", "{k} typical steps", "", "")')
+    return f"query_result({' or '.join(opts)})"
+
+
+WINDOW_REGEX = f'/{V_WINDOW}="(?<text>[^"]+)"\\}} (?<value>[0-9]+)/'
+
+
+def cfg_value(path: str) -> float:
+    """A number of the alert configuration by dotted path (``reward_bound.ratio``)."""
+    obj = CONFIG
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return float(obj)
+
+
+# Which alert each configured threshold belongs to (the alert whose rule compares with that number).
+THRESHOLD_ALERT = {
+    "reward_bound.ratio": n.ALERT_REWARD_BOUND,
+    "reward_bound.step_share": n.ALERT_REWARD_BOUND,
+    "inter_stage_idle.ratio": n.ALERT_IDLE,
+    "mfu.impossible": n.ALERT_MFU_IMPOSSIBLE,
+    "mfu.drop_ratio": n.ALERT_MFU_DROP,
+    "mfu.floor": n.ALERT_MFU_LOW,
+    "step_time.regression_ratio": n.ALERT_STEP_REGRESSION,
+    "reward_saturation.zero_std_ratio": n.ALERT_REWARD_SATURATION,
+    "stall.notice_steps": n.ALERT_STALLED,
+    "gpu_memory.ratio": ALERT_GPU_MEMORY,
+    "rollout_queue.saturated_share": ALERT_ROLLOUT_SATURATED,
+    "transferqueue.ttf_seconds": ALERT_TQ_BACKLOG,
+    "transferqueue.full_utilization": ALERT_TQ_BACKLOG,
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One threshold step: from ``value`` (None = base) upwards the colour is ``color``. ``config`` is
+    the alert-config path the value came from; a value without one is a display band and says why in
+    ``note``."""
+    value: float | None
+    color: str
+    config: str = ""
+    note: str = ""
+
+    def __post_init__(self):
+        if self.value is not None and not (self.config or self.note):
+            raise ValueError(f"threshold {self.value}: an alert threshold comes from the config (cfg_step); "
+                             "a display band says why (note=...)")
+        if self.config and self.value != cfg_value(self.config):
+            raise ValueError(f"threshold {self.value} is not config {self.config} = {cfg_value(self.config)}")
+
+
+def cfg_step(path: str, color: str) -> Step:
+    """A threshold step at the configured alert threshold ``path``."""
+    return Step(cfg_value(path), color, config=path)
+
+
 @dataclass(frozen=True)
 class Target:
     expr: str
     legend: str = "__auto"
     dashed: bool = False  # drawn as a dashed line (a reference such as 0.7 x baseline)
     instant: bool = False
-
-
-@dataclass(frozen=True)
-class Step:
-    """One threshold step: from ``value`` (None = base) upwards the colour is ``color``."""
-    value: float | None
-    color: str
+    table: bool = False   # format "table" (table panels, XY charts)
+    unit: str = ""        # per-column / per-series unit override (tables)
+    thresholds: tuple[Step, ...] = ()  # per-column colours (tables)
 
 
 @dataclass(frozen=True)
@@ -100,29 +236,50 @@ class Panel:
     max: float | None = None
     w: int = 12
     h: int = 8
-    runbook: str = ""  # alert name whose runbook applies; linked at the end of the description
+    runbook: str | tuple[str, ...] = ()  # alert name(s) whose runbook applies: panel link + description
+    scope: str = "run"      # "run": every series keeps its run (project, experiment); "node"; "global"
+    repeat: bool = False    # one copy per selected experiment (stacked panels never mix runs)
+    mappings: tuple[tuple[float, str, str], ...] = ()  # value -> (text, colour)
+    decimals: int | None = None
+    log_scale: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"panel {self.title!r}: kind {self.kind!r} not in {KINDS}")
+        if self.scope not in SCOPES:
+            raise ValueError(f"panel {self.title!r}: scope {self.scope!r} not in {SCOPES}")
         if not self.targets:
             raise ValueError(f"panel {self.title!r} has no targets")
         if not 1 <= self.w <= 24:
             raise ValueError(f"panel {self.title!r}: width {self.w} outside 1..24")
+        if self.kind == "xychart" and (len(self.targets) < 2 or not all(t.table for t in self.targets)):
+            raise ValueError(f"panel {self.title!r}: an XY chart needs the step target and >= 1 value target, "
+                             "all table-format")
+        if self.repeat and (self.scope != "run" or self.w != 24):
+            raise ValueError(f"panel {self.title!r}: a panel repeated per run is run-scoped and alone on its line "
+                             "(w=24; Grafana lays the copies out side by side)")
+
+    @property
+    def alerts(self) -> tuple[str, ...]:
+        return (self.runbook,) if isinstance(self.runbook, str) and self.runbook else tuple(self.runbook or ())
+
+    @property
+    def all_steps(self) -> tuple[Step, ...]:
+        return self.thresholds + tuple(s for t in self.targets for s in t.thresholds)
 
     @property
     def full_description(self) -> str:
-        if not self.runbook:
+        if not self.alerts:
             return self.description
-        from ..alerting.config import DEFAULT
-        url = DEFAULT.runbook_url(self.runbook)
-        return f"{self.description}\n\nRunbook: [{self.runbook}]({url})"
+        links = ", ".join(f"[{a}]({CONFIG.runbook_url(a)})" for a in self.alerts)
+        return f"{self.description}\n\nRunbook: {links}"
 
 
 @dataclass(frozen=True)
 class Row:
     title: str
     panels: tuple[Panel, ...]
+    collapsed: bool = False  # optional detail: folded until opened
 
 
 @dataclass(frozen=True)
@@ -135,10 +292,15 @@ class Dashboard:
     gpu_variables: bool = False  # add the run-scoped node / gpu variables
     variable_metrics: tuple[str, ...] = ()  # series the project/experiment variables are read from
     gpu_variable_metrics: tuple[str, ...] = ()  # series the node/gpu variables are read from (run-labelled)
+    slots: tuple[str, ...] = field(default=())  # where panels of alerts still to come go (docs/dashboards.md)
 
     def panels(self):
         for row in self.rows:
             yield from row.panels
+
+    @property
+    def uses_window(self) -> bool:
+        return any(WINDOW in t.expr for p in self.panels() for t in p.targets)
 
 
 def dashboard_ids(dashboards) -> None:
@@ -154,9 +316,41 @@ def dashboard_ids(dashboards) -> None:
             raise ValueError(f"{d.uid}: duplicate panel titles {sorted(dup)}")
 
 
+TAG = "omniwatch"  # every omniwatch dashboard carries it; the dashboard links list dashboards by it
+
+
 def default_tags(*extra: str) -> tuple[str, ...]:
-    return ("omniwatch", "generated", *extra)
+    return (TAG, "generated", *extra)
 
 
-__all__ = ["Dashboard", "Row", "Panel", "Target", "Step", "sel", "gsel", "rate", "hist_quantile", "hist_mean",
-           "RATE_INTERVAL", "DATASOURCE_UID", "PROVISIONED_UID"]
+def alerts_sel(**extra: str) -> str:
+    """ALERTS of the selected runs, without the always-firing Watchdog and without alerts that belong to
+    no run (``experiment=~".*"`` also matches an absent label)."""
+    return sel(ALERTS, alertname="!=" + ALERT_WATCHDOG, **{n.L_EXPERIMENT: "!="}, **extra)
+
+
+def idle_evidence() -> str:
+    """The inter-stage idle window minimum the rule prefers: GPU-measured where omniwatch's sampler saw the
+    run's GPUs, the timer residual only where it did not (label ``evidence``)."""
+    return (f'label_replace({sel(REC_GPU_IDLE_MIN)}, "evidence", "gpu", "", "") or on ({RUN_BY}) '
+            f'label_replace({sel(REC_IDLE_MIN)}, "evidence", "timers", "", "")')
+
+
+def alert_states_by_run() -> str:
+    """Per run and alert: 2 firing, 1 pending; a run with neither shows one row ``alertname="none"`` at 0."""
+    return (f"max by ({RUN_BY}, alertname) (2 * {alerts_sel(alertstate='firing')} "
+            f"or {alerts_sel(alertstate='pending')}) or on ({RUN_BY}) "
+            f'label_replace(0 * {run_max(sel(n.STEP))}, "alertname", "none", "", "")')
+
+
+ALERT_STATE_MAPPINGS = ((0, "no alert", "green"), (1, "pending", "orange"), (2, "firing", "red"))
+
+
+def firing_by_run() -> str:
+    """Firing alerts per run (0 for a run with none: the runs come from omniwatch_step)."""
+    return (f"count by ({RUN_BY}) ({alerts_sel(alertstate='firing')}) "
+            f"or on ({RUN_BY}) 0 * {run_max(sel(n.STEP))}")
+
+
+__all__ = ["Dashboard", "Row", "Panel", "Target", "Step", "sel", "gsel", "rate", "increase_w", "hist_quantile",
+           "hist_mean", "cfg_step", "RATE_INTERVAL", "WINDOW", "DATASOURCE_UID", "PROVISIONED_UID"]

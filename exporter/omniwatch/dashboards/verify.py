@@ -2,9 +2,12 @@
 
 Grafana cannot run here, so this does what Grafana would do with a panel query: substitute the
 dashboard variables (``$project``/``$experiment`` -> the selected regexes, ``$node``/``$gpu`` -> ``.*``,
-``$__rate_interval`` -> a window covering several scrapes, ``$__interval`` -> the scrape interval) and
-evaluate the expression as an instant query. A target that returns no series, only NaN/Inf values, or
-an error is a failure. The variable queries (``label_values``) are checked the same way.
+``$__rate_interval`` -> a window covering several scrapes, ``$__interval`` -> the scrape interval,
+``$window`` -> the default the variable's own query_result() gives) and evaluate the expression as an
+instant query. A target that returns no series, only NaN/Inf values, or an error is a failure. So is a
+series of a run-scoped panel without its run (``project`` and ``experiment``), and a copy of a panel
+repeated per run that shows another run's series. The variable queries are checked the same way, and
+every annotation query must execute.
 """
 from __future__ import annotations
 
@@ -16,10 +19,12 @@ import httpx
 
 from . import spec as s
 from .catalog import DASHBOARDS
-from .factory import variables
+from .factory import annotations, variables
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
+_QUERY_RESULT = re.compile(r"^query_result\((?P<query>.*)\)$", re.S)
 _LEFTOVER = re.compile(r"\$\{?[a-zA-Z_][a-zA-Z0-9_]*")
+DEFAULT_WINDOW = "900"
 
 
 @dataclass(frozen=True)
@@ -35,10 +40,10 @@ class Failure:
 
 
 def substitute(expr: str, project: str = ".*", experiment: str = ".*", rate_interval: str = "1m",
-               interval: str = "15s") -> str:
+               interval: str = "15s", window: str = DEFAULT_WINDOW) -> str:
     """Replace the dashboard variables the way Grafana interpolates them into a PromQL query."""
     values = {
-        s.V_PROJECT: project, s.V_EXPERIMENT: experiment, s.V_NODE: ".*", s.V_GPU: ".*",
+        s.V_PROJECT: project, s.V_EXPERIMENT: experiment, s.V_NODE: ".*", s.V_GPU: ".*", s.V_WINDOW: window,
         "__rate_interval": rate_interval, "__interval": interval,
     }
     # Longest names first so "$__rate_interval" is not eaten by a shorter "$__interval"-like prefix.
@@ -64,7 +69,7 @@ def _has_finite_value(result: dict) -> bool:
 
 
 class Prom:
-    """The two Prometheus HTTP API calls verification needs, with a bounded timeout."""
+    """The Prometheus HTTP API calls verification needs, with a bounded timeout."""
 
     def __init__(self, url: str, timeout: float = 10.0):
         self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
@@ -89,12 +94,40 @@ class Prom:
         return self._get(f"/api/v1/label/{label}/values", [("match[]", selector)])
 
 
+def window_choices(prom: Prom, project: str = ".*", experiment: str = ".*") -> list[tuple[str, str]]:
+    """(text, seconds) of the ``$window`` variable as Grafana lists them (query_result + regex), first =
+    default. Empty when the query returns nothing."""
+    m = _QUERY_RESULT.match(s.window_variable_query())
+    data = prom.query(substitute(m.group("query"), project, experiment))
+    out = []
+    for item in data.get("result", []):
+        text, value = item["metric"].get(s.V_WINDOW, ""), item["value"][1]
+        if text and re.fullmatch(r"[0-9]+", value):
+            out.append((text, value))
+    return sorted(out, key=lambda tv: int(tv[1]))
+
+
+def default_window(prom: Prom, project: str = ".*", experiment: str = ".*") -> str:
+    choices = window_choices(prom, project, experiment)
+    return choices[0][1] if choices else DEFAULT_WINDOW
+
+
 def _check_variables(prom: Prom, d: s.Dashboard, subst) -> list[Failure]:
     out = []
     for v in variables(d):
         model = v.build()
         query = model.query if isinstance(model.query, str) else None
         if not query or str(model.type_val) == "datasource":  # the datasource variable lists data sources
+            continue
+        if model.name == s.V_WINDOW:
+            m = _QUERY_RESULT.match(query)
+            try:
+                ok = m and prom.query(subst(m.group("query"))).get("result")
+            except (httpx.HTTPError, RuntimeError, ValueError) as e:
+                out.append(Failure(d.uid, f"variable {model.name}", "-", query, f"error: {e}"))
+                continue
+            if not ok:
+                out.append(Failure(d.uid, f"variable {model.name}", "-", query, "no values"))
             continue
         m = _LABEL_VALUES.match(query)
         if not m:
@@ -111,17 +144,34 @@ def _check_variables(prom: Prom, d: s.Dashboard, subst) -> list[Failure]:
     return out
 
 
-def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rate_interval: str = "1m",
-           interval: str = "15s", dashboards=DASHBOARDS) -> list[Failure]:
-    """Run every target (and variable query) of ``dashboards``; return what showed no data."""
-    def subst(expr: str) -> str:
-        return substitute(expr, project, experiment, rate_interval, interval)
+def runless(result: dict) -> list[dict]:
+    """The series of an instant-query result that do not carry their run."""
+    return [item.get("metric", {}) for item in result.get("result") or []
+            if not (item.get("metric", {}).get("project") and item.get("metric", {}).get("experiment"))]
 
+
+def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rate_interval: str = "1m",
+           interval: str = "15s", dashboards=DASHBOARDS, repeats: bool = True) -> list[Failure]:
+    """Run every target (and variable and annotation query) of ``dashboards``; return what showed no data,
+    a run-scoped series without its run, or a per-run copy showing another run."""
     failures: list[Failure] = []
     prom = Prom(prometheus_url)
     try:
+        try:
+            window = default_window(prom, project, experiment)
+        except (httpx.HTTPError, RuntimeError) as e:
+            return [Failure("-", "variable window", "-", s.window_variable_query(), f"error: {e}")]
+
+        def subst(expr: str, exp: str = experiment) -> str:
+            return substitute(expr, project, exp, rate_interval, interval, window)
+
         for d in dashboards:
             failures += _check_variables(prom, d, subst)
+            for a in annotations():
+                try:
+                    prom.query(subst(a.expr))
+                except (httpx.HTTPError, RuntimeError, ValueError) as e:
+                    failures.append(Failure(d.uid, f"annotation {a.name}", "-", a.expr, f"error: {e}"))
             for p in d.panels():
                 for i, t in enumerate(p.targets):
                     ref = chr(ord("A") + i)
@@ -135,9 +185,43 @@ def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rat
                         failures.append(Failure(d.uid, p.title, ref, q, "no series"))
                     elif not _has_finite_value(data):
                         failures.append(Failure(d.uid, p.title, ref, q, "only NaN/Inf values"))
+                    elif p.scope == "run" and runless(data):
+                        failures.append(Failure(d.uid, p.title, ref, q, f"series without its run: {runless(data)[:3]}"))
+                if p.repeat and repeats:
+                    failures += _check_repeat(prom, d, p, subst)
     finally:
         prom.close()
     return failures
+
+
+def prom_regex_escape(value: str) -> str:
+    """A variable value as Grafana puts it into a PromQL regex matcher: regex metacharacters escaped, the
+    backslash doubled for the PromQL string."""
+    return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\\\1", value)
+
+
+def _check_repeat(prom: Prom, d: s.Dashboard, p: s.Panel, subst) -> list[Failure]:
+    """Grafana makes one copy of a repeated panel per selected experiment, with $experiment set to it:
+    each copy must show that run only."""
+    out = []
+    try:
+        exps = prom.label_values(s.V_EXPERIMENT, subst(f'{{__name__=~"{"|".join(d.variable_metrics)}", '
+                                                       f'{s.RUN_MATCHERS}}}'))
+    except (httpx.HTTPError, RuntimeError, ValueError) as e:
+        return [Failure(d.uid, p.title, "-", "", f"error listing experiments: {e}")]
+    for exp in exps:
+        for i, t in enumerate(p.targets):
+            q = subst(t.expr, prom_regex_escape(exp))
+            try:
+                data = prom.query(q)
+            except (httpx.HTTPError, RuntimeError, ValueError) as e:
+                out.append(Failure(d.uid, f"{p.title} [{exp}]", chr(ord("A") + i), q, f"error: {e}"))
+                continue
+            others = {item["metric"].get("experiment") for item in data.get("result") or []} - {exp}
+            if others:
+                out.append(Failure(d.uid, f"{p.title} [{exp}]", chr(ord("A") + i), q,
+                                   f"the copy for {exp} shows other runs: {sorted(map(str, others))}"))
+    return out
 
 
 def count_targets(dashboards=DASHBOARDS) -> int:

@@ -11,10 +11,10 @@ VLLM = (
 )
 VLLM_OMNI = tuple(p + s for p in VLLM_OMNI_PREFIXES for s in ("num_requests_running", "num_requests_waiting",
                                                                "e2e_request_latency_s", "requests_success_total"))
-# TransferQueue controller (endpoints.md §1.3).
+# TransferQueue 0.1.11 controller (endpoints.md §1.3; meanings in docs/sources.md §2).
 TQ = (
-    "tq_controller_uptime_seconds", "tq_controller_request_samples_total", "tq_storage_active_keys_total",
-    "tq_storage_utilization_ratio", "tq_storage_capacity_total",
+    "tq_controller_uptime_seconds", "tq_controller_request_samples_total", "tq_partition_samples_total",
+    "tq_storage_active_keys_total", "tq_storage_utilization_ratio", "tq_storage_capacity_total",
 )
 # Ray node agent (endpoints.md §3.2).
 RAY = ("ray_node_cpu_count",)

@@ -24,6 +24,8 @@ import time
 
 TQ_CONTROLLER = ("TransferQueueController", "transfer_queue")
 TQ_STORAGE_NAME = re.compile(r"^TransferQueueStorageUnit#(\d+)$")
+# SimpleStorageUnit.storage_unit_id = f"TQ_STORAGE_UNIT_{uuid4().hex[:8]}" (0.1.11); anything else is not a label value we set.
+STORAGE_UNIT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 # verl RolloutReplica.launch_servers names its server actors this way (verl/workers/rollout/*/..._server.py);
 # only node_rank 0 serves HTTP for the replica. A model-id suffix may follow.
 SERVER_NAME = re.compile(r"^(?P<engine>vllm|sglang)_server_(?P<reward>reward_)?(?P<replica>\d+)_(?P<node>\d+)(?:_.*)?$")
@@ -65,7 +67,13 @@ def probe_tq(ray, timeout: float) -> dict:
 
 def probe_storage(ray, named: list[dict], timeout: float) -> list[dict]:
     """Storage units' own /metrics. Only called when the controller's metrics are on: then
-    tq.init has started every unit's exporter and ``start_metrics`` just returns its endpoint."""
+    tq.init has started every unit's exporter and ``start_metrics`` just returns its endpoint.
+
+    Also the unit's ``storage_unit_id`` (``TQ_STORAGE_UNIT_<hex>``, the ``id`` of its
+    ``get_zmq_server_info()``, transferqueue 0.1.11 ``SimpleStorageUnit``): the controller labels its
+    copies of the unit's gauges with it, while the unit's own series carry no such label, so
+    discovery sets it as a target label and both sides join on it. Missing (an older TQ, a failed
+    call) leaves the target without it; the endpoint is still scraped."""
     out = []
     for a in named:
         m = TQ_STORAGE_NAME.match(a["name"])
@@ -74,9 +82,17 @@ def probe_storage(ray, named: list[dict], timeout: float) -> list[dict]:
         try:
             h = ray.get_actor(a["name"], namespace=a["namespace"])
             ep = ray.get(h.start_metrics.remote(port=0), timeout=timeout)
-            out.append({"unit": m.group(1), "endpoint": str(ep)})
+            item = {"unit": m.group(1), "endpoint": str(ep)}
         except Exception as e:
             out.append({"unit": m.group(1), "error": f"{type(e).__name__}: {str(e)[:120]}"})
+            continue
+        try:
+            unit_id = getattr(ray.get(h.get_zmq_server_info.remote(), timeout=timeout), "id", None)
+            if isinstance(unit_id, str) and STORAGE_UNIT_ID.match(unit_id):
+                item["storage_unit_id"] = unit_id
+        except Exception as e:  # the endpoint is still worth scraping
+            item["id_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+        out.append(item)
     return out
 
 

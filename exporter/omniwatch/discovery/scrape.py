@@ -8,7 +8,8 @@ from .targets import JOB_OF_KIND, KINDS
 def scrape_configs(exporter: str, refresh_interval: str = "15s", scrape_interval: str | None = None,
                    scrape_timeout: str | None = None) -> list[dict]:
     """``exporter`` is host:port of the omniwatch exporter. Targets carry project, experiment, role
-    and replica labels from discovery; a vLLM-Omni series that has its own ``replica`` label keeps
+    and replica labels from discovery (TransferQueue storage units also ``storage_unit_id``, the key
+    of the controller's per-unit series); a vLLM-Omni series that has its own ``replica`` label keeps
     it as ``exported_replica`` (honor_labels stays false)."""
     out = []
     for kind in KINDS:

@@ -215,7 +215,8 @@ class Discovery:
                 targets.append(Target("tq", tq["endpoint"], "tq-controller", role="controller"))
                 units = [u for u in rnd.get("storage", []) if u.get("endpoint")]
                 for u in units:
-                    targets.append(Target("tq", u["endpoint"], "tq-storage", role="storage", replica=str(u["unit"])))
+                    targets.append(Target("tq", u["endpoint"], "tq-storage", role="storage", replica=str(u["unit"]),
+                                          storage_unit_id=u.get("storage_unit_id", "")))
                 status["transferqueue"] = {"up": True, "why": f"controller metrics at {tq['endpoint']}, "
                                                               f"{len(units)} storage unit endpoint(s)"}
             else:

@@ -35,6 +35,7 @@ class Target:
     origin: str         # where it was found (ray-actor, rollout-file, flag, ray-nodes, ray-sd-file, tq-controller)
     role: str = ""
     replica: str = ""
+    storage_unit_id: str = ""  # TQ storage units: the id the controller's per-unit gauges carry
 
     def labels(self, project: str | None, experiment: str | None) -> dict[str, str]:
         out = {"job": JOB_OF_KIND[self.kind], "__metrics_path__": "/metrics"}
@@ -46,6 +47,8 @@ class Target:
             out["role"] = self.role
         if self.replica:
             out["replica"] = self.replica
+        if self.storage_unit_id:
+            out["storage_unit_id"] = self.storage_unit_id
         return out
 
 

@@ -26,6 +26,7 @@ import time
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, Field
 
+from .. import jsonin
 from .attribution import Attributor
 from .collector import GpuCollector, mfu_checks
 from .devices import NvmlBackend, nvml_available
@@ -116,14 +117,17 @@ async def post_phases(request: Request):
     from ..app import require_token  # late: app imports this module
     require_token(request, request.app.state.settings.push_token, "push")
     c = _collector(request)
+    store = request.app.state.store
     try:
-        body = await request.json()
-    except ValueError:
-        raise HTTPException(400, "body is not JSON") from None
+        body = jsonin.loads(await request.body())  # depth-bounded: never a RecursionError
+    except jsonin.BodyError as e:
+        store.count_error("phases", e.reason)
+        raise HTTPException(400, str(e)) from None
     try:
         spans = SpansIn.model_validate(body).spans if isinstance(body, dict) and "spans" in body \
             else [SpanIn.model_validate(body)]
     except Exception as e:  # pydantic.ValidationError; the message names fields, never values
+        store.count_error("phases", "bad_span")
         raise HTTPException(422, f"invalid span: {_fields(e)}") from None
     now = time.time()
     for i, s in enumerate(spans):

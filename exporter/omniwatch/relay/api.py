@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 SOURCE = "webhook"
 MAX_LIMIT = 1000
+STOP_SECONDS = 0.5
 
 
 def _relay(request: Request) -> Relay:
@@ -52,19 +53,35 @@ async def alertmanager_webhook(request: Request):
     data = redact_tree(note.model_dump(mode="json"))
     targets = relay.targets(note.status, note.commonLabels)
     try:
-        new, dropped = await run_in_threadpool(relay.db.add, note.notification_id(), note.status, note.groupKey,
-                                               note.receiver, data, targets)  # fsync off the event loop
+        new, dropped = await run_in_threadpool(relay.db.add, note.notification_id(), note.status, data["groupKey"],
+                                               data["receiver"], data, targets)  # fsync off the event loop
     except Exception as e:  # disk full, locked db, ...: 503 makes Alertmanager retry
         st.store.count_error(SOURCE, "store_failed")
+        set_storage_up(st.store, relay, False)
         log.error("webhook: could not store notification: %s: %s", type(e).__name__, e)
         raise HTTPException(503, "could not store the notification; Alertmanager will retry") from None
+    set_storage_up(st.store, relay, relay.storage_error is None)
     if not new:
         st.store.count_error(SOURCE, "duplicate_notification")
     for _ in range(dropped):
         st.store.count_error("relay", "pruned_undelivered")
     relay.start()  # no-op when running; covers servers started without lifespan events
     relay.notify()
-    return {"status": "stored" if new else "duplicate", "id": note.notification_id(), "receivers": targets}
+    out = {"status": "stored" if new else "duplicate", "durable": relay.db.path != ":memory:",
+           "id": note.notification_id(), "receivers": targets}
+    if relay.storage_error is not None:
+        # The configured store is unusable (corrupt alerts.sqlite3, unwritable dir): what was accepted lives
+        # in memory only and is lost with the process. Said here, in /api/v1/relay/status and as
+        # omniwatch_source_up{source="relay"} 0 — never a plain "stored".
+        out["status"] = "stored_in_memory" if new else "duplicate"
+        out["warning"] = "alert storage is unusable; this notification is kept in memory only: " + relay.storage_error
+    return out
+
+
+def set_storage_up(store, relay: Relay, up: bool) -> None:
+    """``omniwatch_source_up{source="relay", target="storage"}``: 1 while notifications are stored durably
+    (or memory was chosen: no --state-dir), 0 while the configured store is unusable."""
+    store.set_source_up("relay", "storage", up)
 
 
 def flatten(received_at: float, body: dict) -> list[dict]:
@@ -82,6 +99,7 @@ def alerts(request: Request, limit: int = Query(100, ge=1, le=MAX_LIMIT),
            status: str | None = Query(None, pattern="^(firing|resolved)$")):
     out: list[dict] = []
     for received_at, body in _relay(request).db.recent():
+        body = redact_tree(body)  # rows stored by an older version are redacted on the way out too
         rows = [r for r in reversed(flatten(received_at, body)) if status is None or r["status"] == status]
         out.extend(rows[: limit - len(out)])
         if len(out) >= limit:
@@ -107,12 +125,16 @@ def init(app) -> None:
     storage_error = None
     try:
         db = AlertDB(settings.state_dir, keep=keep)
-    except (OSError, sqlite3.Error) as e:  # unwritable dir, corrupt file: keep serving, in memory
+    except (OSError, sqlite3.Error) as e:  # unwritable dir, corrupt file: keep serving, in memory (the file
+        # is left as it is: `sqlite3 alerts.sqlite3 .recover` may still save its history)
         storage_error = f"{type(e).__name__}: {e}; alert history and outbox are in memory only"
         log.error("relay storage in %s unusable: %s", settings.state_dir, storage_error)
         db = AlertDB(None, keep=keep)
     relay = Relay(db, cfg.load(config_path(settings)))
     relay.storage_error = storage_error
+    set_storage_up(app.state.store, relay, storage_error is None)
     app.state.relay = relay
     app.state.registry.register(RelayCollector(relay))
-    app_mod.on_lifespan(app, relay.start, relay.stop)
+    # Bounded at shutdown: a delivery hanging on a stuck receiver (up to its HTTP timeout) must not hold
+    # SIGTERM; its outbox row stays pending and the next process sends it again (same delivery id).
+    app_mod.on_lifespan(app, relay.start, lambda: relay.stop(timeout=STOP_SECONDS))

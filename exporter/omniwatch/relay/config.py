@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from ..redact import redact as redact_shapes
 from ..settings import read_secret
 
 CONFIG_ENV = "OMNIWATCH_RELAY_CONFIG"
@@ -159,7 +160,8 @@ def load(path: str | None) -> RelayConfig:
 
 
 def redact(text: str, secrets: list[str]) -> str:
-    """Remove every secret (and a URL secret's path, which is where Slack/Feishu keep the token)."""
+    """Remove every configured secret (and a URL secret's path, which is where Slack/Feishu keep the
+    token), then every credential shape and secret assignment (:func:`omniwatch.redact.redact`)."""
     for s in sorted(set(secrets), key=len, reverse=True):
         if not s:
             continue
@@ -168,4 +170,4 @@ def redact(text: str, secrets: list[str]) -> str:
             path = s.split("://", 1)[1].partition("/")[2]
             if len(path) >= 8:
                 text = text.replace("/" + path, "/<redacted>").replace(path, "<redacted>")
-    return text
+    return redact_shapes(text)

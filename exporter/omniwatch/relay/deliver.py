@@ -15,6 +15,7 @@ import httpx
 from prometheus_client.registry import Collector
 
 from .. import __version__, names as n
+from ..redact import redact_tree
 from ..exposition import _family
 from . import messages
 from .config import Receiver, RelayConfig, redact
@@ -162,6 +163,7 @@ class Relay:
         return 0
 
     def payload(self, rcv: Receiver, row: OutboxRow) -> dict:
+        row.body = redact_tree(row.body)  # stored redacted; rows an older version stored are redacted here
         msg = messages.build(row.body, self.config.grafana_url)
         if rcv.type == "slack":
             return messages.render_slack(msg, rcv.channel)

@@ -11,6 +11,8 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .. import jsonin
+
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
 SUPPORTED_VERSION = "4"
 STATUSES = ("firing", "resolved")
@@ -94,9 +96,9 @@ def go_time(ts: str | None) -> str | None:
 def parse(body: bytes) -> Notification:
     """Bytes -> Notification, or PayloadError with a message that says what is wrong."""
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise PayloadError("malformed_json", f"body is not valid JSON: {e}") from None
+        data = jsonin.loads(body)  # depth-bounded: a 300-deep extra field is a 400, not a 500
+    except jsonin.BodyError as e:
+        raise PayloadError(e.reason, str(e)) from None
     if not isinstance(data, dict):
         raise PayloadError("bad_shape", f"body must be a JSON object (Alertmanager webhook v4), got {type(data).__name__}")
     try:

@@ -54,10 +54,11 @@ class AlertSpan:
     labels: dict[str, str]
     first_index: int
     last_index: int
+    annotations: dict[str, str] = field(default_factory=dict)  # as Prometheus rendered them when it fired
 
     def as_json(self) -> dict:
         return {"alertname": self.alertname, "severity": self.severity, "first_step": self.first_step,
-                "last_step": self.last_step, "labels": self.labels}
+                "last_step": self.last_step, "labels": self.labels, "annotations": self.annotations}
 
 
 @dataclass

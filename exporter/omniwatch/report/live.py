@@ -93,7 +93,7 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     mfu_max = rng(f'max by (role) ({n.MFU_WINDOW}{{{sel},stat="max"}})', "role")
     regr = rng(f"max by (cause) ({n.STEP_REGRESSION}{{{sel}}})", "cause")
     flags = rng(f"max by (flag) ({n.STEP_FLAG}{{{sel}}})", "flag")
-    gpus_by = rng(f"max by (source) ({n.RUN_GPUS}{{{sel}}})", "source")
+    gpus_by = rng(f"max by (origin) ({n.RUN_GPUS}{{{sel}}})", "origin")  # origin: log | flag
     per_day = rng(f"max by (bucket) ({n.GPU_HOURS_PER_DAY}{{{sel}}})", "bucket")
 
     def at(series: dict[float, float], t: float):

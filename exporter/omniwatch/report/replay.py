@@ -103,7 +103,7 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
             gpu_seconds=dict(run.gpu_seconds) if run is not None else {}, gpus=count, gpus_source=source,
             modes=dict(run.modes) if run is not None else {},
             alerts=[AlertSpan(a.alertname, a.severity, a.first_step, a.last_step, a.labels, a.first_index,
-                              a.last_index) for a in res.alerts],
+                              a.last_index, dict(a.annotations)) for a in res.alerts],
             not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped)))
     return out
 

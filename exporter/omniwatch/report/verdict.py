@@ -11,7 +11,8 @@ alert fired (Alertmanager's inhibitions applied, so nothing is counted twice):
 - ``StepTimeRegression``: the growth of its cause against the baseline (the exporter's
   ``omniwatch_step_regression_seconds``) x GPUs, at steps where the cause's own alert is not firing
   (Alertmanager inhibits it then: ``alerts/alertmanager.yml``);
-- ``TrainingStalled``: the ``stalled`` bucket (live runs; a finished file has no stall).
+- ``TrainingStalled``: the ``stalled`` bucket (live runs; a finished file has no stall);
+- ``TimeOutsideStep``: the ``outside_step_timer`` bucket (live runs).
 
 Other alerts (an impossible or missing MFU, reward saturation, memory) are findings without a GPU-time
 cost of their own: listed with 0 GPU-hours and their remedy. Remedy text: ``alert.remedy.expect`` of
@@ -33,13 +34,18 @@ from ..analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts
 
 # Alerts whose cost is a whole bucket: the rate of that bucket (omniwatch_gpu_hours_per_day) is what they cost per day.
-RATE_ALERTS = {names.ALERT_REWARD_BOUND: (ledger.REWARD,), names.ALERT_IDLE: (ledger.IDLE,)}
+RATE_ALERTS = {names.ALERT_REWARD_BOUND: (ledger.REWARD,), names.ALERT_IDLE: (ledger.IDLE,),
+               names.ALERT_OUTSIDE_STEP: (ledger.OUTSIDE,)}
 ROLE_PHASE = {"actor": "update_actor", "actor_infer": "old_log_prob"}  # MFU role -> the phase it times
 COST_NOTE = {
     names.ALERT_MFU_IMPOSSIBLE: "a measurement error: MFU comparisons are meaningless until fixed",
     names.ALERT_MFU_LOW: "a measurement or starvation finding",
     names.ALERT_MFU_UNSUPPORTED: "no estimator: read throughput instead",
     names.ALERT_REWARD_SATURATION: "a learning-signal finding, not GPU time",
+    names.ALERT_GRAD_NONFINITE: "a learning-signal finding, not GPU time",
+    names.ALERT_RS_REJECTION: "a learning-signal finding, not GPU time",
+    names.ALERT_STRAGGLER: "the slow samples' tail is inside gen (no bucket of its own)",
+    names.ALERT_TIMERS_EXCEED: "a measurement finding: nested or overlapping timers",
 }
 
 
@@ -136,10 +142,12 @@ def verdict(f: RunFacts) -> list[Bottleneck]:
         if b.alertname == names.ALERT_STEP_REGRESSION and b.gpu_seconds == 0 and not b.note:
             b.note = "inhibited at every firing step by the alert of its cause, which counts that time"
     stalled = f.gpu_seconds.get(ledger.STALLED, 0.0)
-    if stalled > 0:
-        out[names.ALERT_STALLED] = Bottleneck(names.ALERT_STALLED, stalled,
-                                              remedy(names.ALERT_STALLED, {}, f.modes, f.series), [], [],
-                                              "time with no step beyond the stall tolerance", [ledger.STALLED])
+    if stalled > 0:  # the ledger's stalled bucket is TrainingStalled's cost, whether or not its alert was seen
+        b = out.get(names.ALERT_STALLED) or Bottleneck(names.ALERT_STALLED, 0.0, remedy(names.ALERT_STALLED, {}, f.modes,
+                                                                                        f.series), [], [])
+        b.gpu_seconds, b.buckets = stalled, [ledger.STALLED]
+        b.note = b.note or "time with no step beyond the stall tolerance"
+        out[names.ALERT_STALLED] = b
     return sorted(out.values(), key=lambda b: (-b.gpu_seconds, b.alertname))
 
 
@@ -148,6 +156,8 @@ def _cost(alertname: str, labels: dict, p, gpus: int, firing: set[str], inhib: d
         return p.gpu_seconds.get(ledger.REWARD, 0.0), [ledger.REWARD]
     if alertname == names.ALERT_IDLE:
         return p.gpu_seconds.get(ledger.IDLE, 0.0), [ledger.IDLE]
+    if alertname == names.ALERT_OUTSIDE_STEP:
+        return p.gpu_seconds.get(ledger.OUTSIDE, 0.0), [ledger.OUTSIDE]
     if alertname == names.ALERT_MFU_DROP:
         role = labels.get("role", "actor")
         phase = ROLE_PHASE.get(role)

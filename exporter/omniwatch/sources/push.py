@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-import orjson
 from fastapi import APIRouter, HTTPException, Request
 
+from .. import jsonin
 from ..app import require_token
 from ..parse import LineError, parse_record
 from ..redact import looks_like_credential
@@ -39,14 +39,18 @@ def _label(body: dict, key: str, store) -> str:
 
 @router.post("/api/v1/push")
 async def push(request: Request):
+    """A batch is validated whole before any step is applied: one bad step refuses the body (422, the
+    reasons by index, every reason counted) and nothing of it is applied, so a corrected retry is not
+    mistaken for a trainer restart. Values dropped inside a good step (non-numeric, secret-named, ...)
+    are counted skips; the step is applied."""
     store, settings = request.app.state.store, request.app.state.settings
     require_token(request, settings.push_token, "push")
     raw = await request.body()
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        store.count_error(SOURCE, "malformed_json")
-        raise HTTPException(400, f"body is not JSON: {str(e)[:100]}") from None
+        body = jsonin.loads(raw)
+    except jsonin.BodyError as e:
+        store.count_error(SOURCE, e.reason)
+        raise HTTPException(400, str(e)) from None
     if not isinstance(body, dict):
         store.count_error(SOURCE, "not_object")
         raise HTTPException(400, "body must be a JSON object")
@@ -58,20 +62,25 @@ async def push(request: Request):
             raise HTTPException(400, f"'steps' must be a list of at most {MAX_STEPS_PER_BODY} {{step, data}} objects")
     else:
         steps = [body]
-    accepted, skipped = 0, {}
-    for item in steps:
+    parsed, errors = [], []
+    for i, item in enumerate(steps):
         try:
-            parsed = parse_record(item)
+            parsed.append(parse_record(item))
         except LineError as e:
-            store.count_error(SOURCE, e.reason)
-            skipped[e.reason] = skipped.get(e.reason, 0) + 1
-            continue
-        if store.ingest(project, experiment, parsed, SOURCE, feed=f"push:{project}/{experiment}") is not None:
+            errors.append({"index": i, "reason": e.reason})
+    if errors:
+        reasons: dict[str, int] = {}
+        for err in errors:
+            store.count_error(SOURCE, err["reason"])
+            reasons[err["reason"]] = reasons.get(err["reason"], 0) + 1
+        raise HTTPException(422, {"accepted": 0, "skipped": reasons, "errors": errors[:50],
+                                  "detail": "no step of this body was applied; fix the steps listed and resend"})
+    accepted, skipped = 0, {}
+    for p in parsed:
+        if store.ingest(project, experiment, p, SOURCE, feed=f"push:{project}/{experiment}") is not None:
             accepted += 1
         else:
             skipped["not_applied"] = skipped.get("not_applied", 0) + 1
-        for reason, n in parsed.dropped.items():
+        for reason, n in p.dropped.items():
             skipped[f"values_{reason}"] = skipped.get(f"values_{reason}", 0) + n
-    if not accepted and skipped and len(steps) == 1 and "not_applied" not in skipped:
-        raise HTTPException(422, {"accepted": 0, "skipped": skipped})
     return {"accepted": accepted, "skipped": skipped}

@@ -1,0 +1,434 @@
+"""Planned work and the end of a run: the facts TrainingStalled's staging and the run expiry need.
+
+A step that carries a checkpoint save (``timing_s/save_checkpoint``, inside ``timing_s/step``) or a
+validation pass (``timing_s/testing``, after the step and before its log line) arrives later than a
+normal one: that is planned work, not a stall. verl saves and validates on its ``save_freq`` /
+``test_freq`` cadence (``global_steps % freq == 0``) **and always on the last step** (``is_last_step``),
+and the ``file`` backend never says which step is the last (docs/verl-source.md D9, D10). So, per run:
+
+- **durations**: the longest of the last :data:`RECENT` occurrences of each kind;
+- **cadence** (steps between on-cadence occurrences, i.e. ``save_freq`` / ``test_freq``): every
+  on-cadence step is a multiple of it, and no multiple was skipped since the lowest step seen. One
+  occurrence at step *s* already says a lot (seen from step 1: the cadence is *s*); a step that should
+  have carried one and did not raises the estimate; an occurrence that fits no cadence consistent with
+  the earlier ones is the forced one of the **last step** (or a legacy ESI save before the capacity
+  block expires): the run is **finished**;
+- the **total** (``Total training steps: N``, console logs only): the run is finished when step N
+  arrived, and the cadence then tells which next step is due;
+- the **allowance**: the planned work that may come before the next step line: every kind seen whose
+  occurrence is due on the next step by the cadence, whose cadence is unknown, or — while the total is
+  unknown, i.e. for every JSONL run — that the next step could be the last one, which forces all of
+  them. Kinds not seen yet (the first checkpoint cannot be announced) are counted, and the rules add a
+  reserve of typical steps for them;
+- the **log writer**: whether a process (other than omniwatch) holds the run's log file open for
+  writing now (``/proc/<pid>/fd``, best effort, local files only). A live writer is a live trainer: a
+  stalled run that must keep alerting; a writer seen and gone is a process that ended (finished or
+  crashed); never seen is unknown (a log on another node, another user's process, a push feed).
+
+Pure bookkeeping per run (:class:`PlannedWork`, checkpointed by ``state.py``) plus two small pieces of
+I/O: :class:`LogWriterWatch` (the ``/proc`` scan) and :func:`total_steps_in` (the console line).
+Thresholds live in the rules (``alerting/config.py`` ``Stall``); counting stays here.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from .analytics import K_SAVE, K_TESTING
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT, VALIDATION = "checkpoint", "validation"
+KIND_KEYS = {CHECKPOINT: K_SAVE, VALIDATION: K_TESTING}
+KINDS = tuple(KIND_KEYS)
+RECENT = 3  # occurrences whose longest duration is the allowance for the next one
+
+# Liveness of a run's log writer.
+OPEN, CLOSED, UNKNOWN = "open", "closed", "unknown"
+
+# legacy: print(f"Total training steps: {...}"); V1: logger.info(f"Total diffusion training steps: {...}")
+# (docs/verl-source.md D10)
+_TOTAL = re.compile(rb"Total (?:diffusion )?training steps: (\d{1,12})\b")
+
+
+def total_steps_in(line: bytes | str) -> int | None:
+    """The total a trainer announces on its stdout, or None."""
+    if isinstance(line, str):
+        line = line.encode("utf-8", "replace")
+    if b"raining steps" not in line:
+        return None
+    m = _TOTAL.search(line)
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+
+
+def _divisors_from(n: int, lb: int) -> int | None:
+    """The smallest divisor of ``n`` that is >= ``lb`` (None when there is none)."""
+    if n <= 0:
+        return None
+    best = None
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            for c in (d, n // d):
+                if c >= lb and (best is None or c < best):
+                    best = c
+    return best
+
+
+@dataclass
+class KindState:
+    """One kind of planned work (checkpoint or validation) of one run."""
+    durations: deque = field(default_factory=lambda: deque(maxlen=RECENT))
+    last_step: int | None = None       # step of the latest occurrence
+    g: int = 0                          # gcd of the on-cadence occurrence steps (0: none yet)
+    lb: int = 1                         # the cadence is at least this (steps seen without an occurrence)
+    every: int | None = None           # the cadence estimate: smallest divisor of g that is >= lb
+    off_cadence_step: int | None = None  # latest occurrence that fits no cadence: the forced last step
+
+    @property
+    def seen(self) -> bool:
+        return bool(self.durations)
+
+    @property
+    def seconds(self) -> float | None:
+        return max(self.durations) if self.durations else None
+
+    def _estimate(self) -> None:
+        self.every = _divisors_from(self.g, self.lb) if self.g else None
+
+    def occurred(self, step: int, seconds: float, low: int) -> None:
+        self.durations.append(seconds)
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
+        if not self.g:
+            # the first occurrence: every multiple of the cadence from the lowest step seen on carried
+            # one, so the cadence is more than step - low (seen from step 1: it is the step itself)
+            self.g, self.lb = step, max(self.lb, step - low + 1)
+            self._estimate()
+            if self.every is None:  # contradicts what was seen: keep it as an occurrence, cadence unknown
+                self.g = 0
+            return
+        g = math.gcd(self.g, step)
+        if g >= self.lb and _divisors_from(g, self.lb) is not None:
+            self.g = g
+            self._estimate()
+        else:
+            self.off_cadence_step = step
+
+    def missed(self, step: int) -> None:
+        """``step`` arrived without this kind although the estimate said it was due: the cadence is
+        larger."""
+        if self.every and step % self.every == 0 and (self.last_step is None or step > self.last_step):
+            self.lb = self.every + 1
+            self._estimate()
+
+    def due(self, step: int) -> bool:
+        return self.every is None or step % self.every == 0
+
+    def to_json(self) -> dict:
+        return {"durations": list(self.durations), "last_step": self.last_step, "g": self.g, "lb": self.lb,
+                "off": self.off_cadence_step}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "KindState":
+        k = cls(deque((float(x) for x in d.get("durations", [])), maxlen=RECENT), d.get("last_step"),
+                int(d.get("g", 0)), int(d.get("lb", 1)), None, d.get("off"))
+        k._estimate()
+        return k
+
+
+@dataclass
+class PlannedWork:
+    """Planned-work facts and end-of-run evidence of one run (``Run.planned``)."""
+    kinds: dict[str, KindState] = field(default_factory=lambda: {k: KindState() for k in KINDS})
+    low: int | None = None              # lowest training step seen (>= 1)
+    total: int | None = None            # total training steps announced on the console
+    log_open: bool | None = None        # a writer holds the log open now; False: seen and gone; None: unknown
+    ckpt_write: tuple[int, float] | None = None  # (step, newest mtime) of its global_step_<step> dir (--checkpoint-root)
+
+    def observe(self, step: int, values: dict[str, float]) -> None:
+        """One applied step. Step 0 is verl's ``val_before_train`` line (``val-*`` keys only, no timer):
+        it is no occurrence of the validation cadence."""
+        if step < 1:
+            return
+        self.low = step if self.low is None else min(self.low, step)
+        for kind, key in KIND_KEYS.items():
+            st = self.kinds[kind]
+            v = values.get(key)
+            if v is not None and v > 0:
+                st.occurred(step, float(v), self.low)
+            else:
+                st.missed(step)
+
+    # -- what the rules need -----------------------------------------------------------------------
+    def finished(self, last_step: int | None) -> bool:
+        """The latest step was the run's planned last: the announced total was reached, or it carried
+        a checkpoint / validation that fits no cadence (verl forces both on the last step)."""
+        if last_step is None:
+            return False
+        if self.total is not None and last_step >= self.total:
+            return True
+        return any(k.off_cadence_step == last_step for k in self.kinds.values())
+
+    def unseen(self) -> int:
+        """Kinds of planned work not seen yet (their first occurrence cannot be announced)."""
+        return sum(1 for k in self.kinds.values() if not k.seen)
+
+    def allowance(self, last_step: int | None) -> float:
+        """Seconds of planned work that may come before the line of the step after ``last_step``."""
+        if last_step is None:
+            return 0.0
+        nxt = last_step + 1
+        final_possible = self.total is None or nxt >= self.total
+        out = 0.0
+        for k in self.kinds.values():
+            if k.seen and (final_possible or k.due(nxt)):
+                out += k.seconds
+        return out
+
+    def liveness(self, last_step: int | None) -> str:
+        if self.finished(last_step):
+            return "finished"
+        if self.log_open is None:
+            return UNKNOWN
+        return OPEN if self.log_open else CLOSED
+
+    def checkpoint_write(self, last_step: int | None) -> float | None:
+        """When the checkpoint directory of the step after ``last_step`` was last written (None: no such
+        directory seen)."""
+        if last_step is None or self.ckpt_write is None or self.ckpt_write[0] != last_step + 1:
+            return None
+        return self.ckpt_write[1]
+
+    def to_json(self) -> dict:
+        return {"kinds": {k: s.to_json() for k, s in self.kinds.items()}, "low": self.low,
+                "total": self.total, "log_open": self.log_open}
+
+    @classmethod
+    def from_json(cls, d: dict | None) -> "PlannedWork":
+        if not d:
+            return cls()
+        p = cls(low=d.get("low"), total=d.get("total"), log_open=d.get("log_open"))
+        for k, s in (d.get("kinds") or {}).items():
+            if k in p.kinds:
+                p.kinds[k] = KindState.from_json(s)
+        return p
+
+
+# --- who writes a log file -----------------------------------------------------------------------------
+WRITER_SCAN_SECONDS = 10.0
+MAX_FDS_SCANNED = 200_000  # bounded: a scan of a huge host stops here (and says so once)
+
+
+def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = None) -> set[str] | None:
+    """Which of ``paths`` (real paths) some process other than ``exclude`` holds open for writing.
+    None when ``proc`` cannot be read at all (no procfs): the answer is unknown, not "nobody"."""
+    exclude = exclude if exclude is not None else {os.getpid()}
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return None
+    found: set[str] = set()
+    budget = MAX_FDS_SCANNED
+    for pid in pids:
+        if int(pid) in exclude or budget <= 0:
+            continue
+        fd_dir = f"{proc}/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:  # gone, or another user's process
+            continue
+        for fd in fds:
+            budget -= 1
+            if budget <= 0:
+                log.warning("log writer scan stopped after %d file descriptors", MAX_FDS_SCANNED)
+                break
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if target not in paths or target in found:
+                continue
+            try:
+                with open(f"{proc}/{pid}/fdinfo/{fd}", "rb") as f:
+                    info = f.read(4096)
+            except OSError:
+                continue
+            m = re.search(rb"^flags:\s*([0-7]+)", info, re.M)
+            if m and int(m.group(1), 8) & 0o3:  # O_WRONLY or O_RDWR
+                found.add(target)
+    return found
+
+
+CHECKPOINT_SCAN_SECONDS = 5.0
+MAX_CHECKPOINT_ENTRIES = 20_000  # files looked at per checkpoint directory and scan (bounded walk)
+
+
+def newest_write(path: str, limit: int = MAX_CHECKPOINT_ENTRIES) -> float | None:
+    """The newest mtime of ``path`` and everything under it (None when it is not a directory); looks at
+    no more than ``limit`` entries."""
+    try:
+        newest = os.stat(path).st_mtime
+    except OSError:
+        return None
+    if not os.path.isdir(path):
+        return None
+    todo, seen = [path], 0
+    while todo and seen < limit:
+        try:
+            with os.scandir(todo.pop()) as it:
+                for e in it:
+                    seen += 1
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    newest = max(newest, st.st_mtime)
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(e.path)
+                    if seen >= limit:
+                        break
+        except OSError:
+            continue
+    return newest
+
+
+class CheckpointWatch:
+    """``--checkpoint-root``: verl writes checkpoint N to ``<trainer.default_local_dir>/global_step_<N>``
+    (default ``checkpoints/<project>/<experiment>``, docs/verl-source.md D9). Every ``interval`` seconds,
+    for each run, the newest write under ``<root>/<project>/<experiment>/global_step_<last step + 1>``:
+    live evidence that the next step is saving a checkpoint (TrainingStalled's warning and critical wait
+    while it keeps being written; a write that stopped progressing is a hang again)."""
+
+    def __init__(self, store, roots: list[str], interval: float = CHECKPOINT_SCAN_SECONDS):
+        self.store, self.roots, self.interval = store, list(roots), interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def scan_once(self) -> None:
+        with self.store.lock:
+            runs = [(r.project, r.experiment, r.last.step) for r in self.store.runs.values() if r.last is not None]
+        for project, experiment, last in runs:
+            newest = None
+            for root in self.roots:
+                t = newest_write(os.path.join(root, project, experiment, f"global_step_{last + 1}"))
+                if t is not None:
+                    newest = t if newest is None else max(newest, t)
+            if newest is not None:
+                self.store.set_checkpoint_write(project, experiment, last + 1, newest)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.scan_once()
+            except Exception:
+                log.exception("checkpoint directory scan failed")
+            self._stop.wait(self.interval)
+
+    def start(self) -> "CheckpointWatch":
+        self._thread = threading.Thread(target=self._loop, name="omniwatch-checkpoints", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+class LogWriterWatch:
+    """Every ``interval`` seconds: for each log file the file sources follow, is a writer holding it
+    open? Reported to the store per run (``RunStore.set_log_open``)."""
+
+    def __init__(self, store, sources: list, interval: float = WRITER_SCAN_SECONDS, proc: str = "/proc"):
+        self.store, self.sources, self.interval, self.proc = store, sources, interval, proc
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def scan_once(self) -> None:
+        from .sources.files import run_labels
+        files: dict[str, tuple[str, str]] = {}
+        for src in self.sources:
+            for path in list(getattr(src, "tails", {})):
+                try:
+                    files[os.path.realpath(path)] = run_labels(path)
+                except OSError:
+                    continue
+        if not files:
+            return
+        found = writers(set(files), self.proc)
+        if found is None:
+            return
+        runs: dict[tuple[str, str], bool] = {}
+        for path, key in files.items():
+            runs[key] = runs.get(key, False) or path in found
+        for (project, experiment), is_open in runs.items():
+            self.store.set_log_open(project, experiment, is_open)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.scan_once()
+            except Exception:
+                log.exception("log writer scan failed")
+            self._stop.wait(self.interval)
+
+    def start(self) -> "LogWriterWatch":
+        self._thread = threading.Thread(target=self._loop, name="omniwatch-log-writers", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+# --- exposition -----------------------------------------------------------------------------------------
+def owned() -> tuple[str, ...]:
+    """The families :class:`PlannedCollector` renders."""
+    from . import names as n
+    return (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN, n.RUN_TOTAL_STEPS,
+            n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS)
+
+
+class PlannedCollector:
+    """Renders the planned-work facts of every exported run (registered next to the run collector)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        from . import names as n
+        fams = {name: GaugeMetricFamily(name, n.CATALOGUE[name].help, labels=list(n.CATALOGUE[name].labels))
+                for name in owned()}
+        s = self.store
+        with s.lock:
+            now = s.clock()
+            for (project, experiment), run in s.runs.items():
+                if s.hidden(run, now) or run.last is None:
+                    continue
+                rl, p, last = [project, experiment], run.planned, run.last.step
+                for kind, k in p.kinds.items():
+                    if k.seen:
+                        fams[n.PLANNED_WORK].add_metric(rl + [kind], k.seconds)
+                    if k.every:
+                        fams[n.PLANNED_EVERY].add_metric(rl + [kind], k.every)
+                fams[n.PLANNED_ALLOWANCE].add_metric(rl, p.allowance(last))
+                fams[n.PLANNED_UNSEEN].add_metric(rl, p.unseen())
+                if p.total is not None:
+                    fams[n.RUN_TOTAL_STEPS].add_metric(rl, p.total)
+                fams[n.RUN_FINISHED].add_metric(rl, 1 if p.finished(last) else 0)
+                if p.log_open is not None:
+                    fams[n.RUN_LOG_OPEN].add_metric(rl, 1 if p.log_open else 0)
+                if (written := p.checkpoint_write(last)) is not None:
+                    fams[n.CHECKPOINT_WRITE_TS].add_metric(rl, written)
+        yield from fams.values()
