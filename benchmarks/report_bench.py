@@ -41,21 +41,22 @@ def write_root(root: Path, runs: int, steps: int, seed: int = 0) -> None:
 
 
 class TimingProgress:
-    """The backtest's progress hooks, recording the wall time of each phase."""
+    """The backtest's progress hooks, recording the wall time and the CPU time (this process and the
+    children that ended in it: promtool, Prometheus, workers) of each phase."""
 
     def __init__(self):
-        self.phases: list[tuple[str, float]] = []
-        self._name, self._t = None, 0.0
+        self.phases: list[tuple[str, float, float]] = []
+        self._name, self._t, self._c = None, 0.0, 0.0
 
     def phase(self, name: str, total=None) -> None:
         self._close()
-        self._name, self._t = name, time.perf_counter()
+        self._name, self._t, self._c = name, time.perf_counter(), _cpu()
 
     def advance(self, n: int = 1) -> None: ...
 
     def _close(self) -> None:
         if self._name is not None:
-            self.phases.append((self._name, time.perf_counter() - self._t))
+            self.phases.append((self._name, time.perf_counter() - self._t, _cpu() - self._c))
             self._name = None
 
     def __enter__(self):
@@ -85,7 +86,7 @@ def run(runs: int = 50, steps: int = 500) -> dict:
         with prog:
             prog.phase("load runs")
             recorded = [load_run(str(p)) for p in find_runs(root)]
-            facts = facts_of_runs(recorded, progress=prog)
+            facts = facts_of_runs(recorded, progress=prog, annotations=False)  # as `omniwatch report DIR`
             out = Path(d) / "report" / "index.html"
             rows = build_index(facts, out, str(root), prog)
         wall = time.perf_counter() - t0
@@ -93,7 +94,7 @@ def run(runs: int = 50, steps: int = 500) -> dict:
         size = sum(p.stat().st_size for p in out.parent.rglob("*.html"))
         page = max(p.stat().st_size for p in out.parent.rglob("runs/*/*.html"))
     return {"status": "ok", "runs": runs, "steps": steps, "wall_s": wall, "cpu_s": cpu, "load_avg_before": load0,
-            "load_avg_after": os.getloadavg()[0], "phases": [{"phase": n, "s": round(s, 2)} for n, s in prog.phases],
+            "load_avg_after": os.getloadavg()[0], "phases": [{"phase": n, "s": round(s, 2), "cpu_s": round(c, 2)} for n, s, c in prog.phases],
             "pages_mb": size / 1e6, "largest_page_mb": page / 1e6,
             "alerts": sorted({a for r in rows for a in r["alerts"]}), "cores": os.cpu_count()}
 

@@ -141,14 +141,24 @@ def test_report_agrees_with_a_live_runstore_fed_the_same_lines(name):
 
 # --- many runs in one Prometheus pass ------------------------------------------------------------------------
 def test_family_render_is_generate_latest_byte_for_byte():
+    """The exporter's registry rendered by FamilyRender is generate_latest's text, and its samples land in
+    the grid as the parsed text would."""
+    from omniwatch.backtest.multi import add_families
     for name in ("flowgrpo_async_reward_tail", "v1_transfer_idle"):
         run = load_run(str(fixture_path(name)))
         st = RunStore(clock=lambda: 0.0)
         reg, fr = make_registry(st), FamilyRender(st)
-        for e in run.entries:
+        a, b = SampleGrid(list(range(0, 100_000, 1000))), SampleGrid(list(range(0, 100_000, 1000)))
+        for i, e in enumerate(run.entries):
             st.ingest(run.project, run.experiment, e.parsed, "jsonl", arrival=0.0, feed=run.feed)
             ours, theirs = fr.text(), generate_latest(reg).decode()
             assert _no_render_time(ours) == _no_render_time(theirs)
+            a.add_render(ours, 2 * i, 2 * i + 2)
+            add_families(b, fr.families(), 2 * i, 2 * i + 2)
+        assert {k: (f.meta, f.series) for k, f in a.families.items()} == \
+            {k: (f.meta, f.series) for k, f in b.families.items() if k != "omniwatch_scrape_duration_seconds"} | \
+            {"omniwatch_scrape_duration_seconds": (a.families["omniwatch_scrape_duration_seconds"].meta,
+                                                   a.families["omniwatch_scrape_duration_seconds"].series)}
 
 
 def _no_render_time(text: str) -> str:
@@ -427,3 +437,15 @@ def test_index_without_prometheus_names_unreadable_files_and_goes_on(tmp_path):
     got = json.loads(r.stdout)
     assert [x["name"] for x in got["runs"]] == ["p/good"] and list(got["skipped"]) == [str(root / "p" / "empty.jsonl")]
     assert "skipped" in r.stderr and out.is_file() and Path(got["runs"][0]["page"]).is_file()
+
+
+def test_rules_that_provably_return_nothing_are_recognised():
+    """Only expressions that cannot return a series over what was written are skipped."""
+    from omniwatch.backtest.multi import provably_empty
+    present = {"a", "b"}
+    assert provably_empty("x > 1", present) and provably_empty("max by (p) (x) / y", present)
+    assert provably_empty("a > 1 and on (p, e) (x or (y and a))", present)
+    assert provably_empty("(x) unless a", present) and provably_empty('rate(x{k="a"}[5m])', present)
+    assert not provably_empty("a > 1", present) and not provably_empty("x or a", present)
+    assert not provably_empty("a unless x", present) and not provably_empty("absent(x)", present)
+    assert not provably_empty("vector(1)", set()) and not provably_empty("x * on (a) group_left (b) a or b", present)

@@ -16,8 +16,10 @@ Each run gives exactly what :func:`~.backtest.backtest` gives for it alone (test
   and a series that holds one value over many scrapes is written every ``lookback / interval - 1`` scrapes
   and at its last scrape instead of at every one (``sparse``). An instant selector (and a subquery)
   returns the latest sample within the lookback, so every instant query returns what it returns over the
-  dense samples. A rule that reads a written family through a range selector (``rate(x[5m])``,
-  ``max_over_time``) would see fewer samples: then everything is written densely (``needs_dense``).
+  dense samples. A family a rule reads through a range selector (``rate(x[5m])``, ``max_over_time``) or
+  ``timestamp()`` sees how many samples there are and when: it is written at every scrape
+  (``dense_families``). A rule that provably returns nothing over the written series (an endpoint rule
+  without endpoint series: ``provably_empty``) is not sent to Prometheus.
 
 ``observe(run_index, entry_index, store, record)`` is called after every ingested line: the run report
 reads the ledger and window statistics of the very RunStore that renders the scrapes.
@@ -40,7 +42,7 @@ from ..model import RunStore
 from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
 from .backtest import AlertHit, BacktestResult, _hit, eval_times, tail_for
 from .evaluate import Firing, alert_labels, firing_intervals
-from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, SampleGrid
+from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, SampleGrid, _Family
 from .ruleset import RuleSet, _IDENT, load
 from .runfile import RecordedRun
 from .timeline import Timeline
@@ -81,14 +83,104 @@ def annotation_families(rules: RuleSet) -> set[str]:
     return names_
 
 
-def needs_dense(rules: RuleSet, families: set[str], alerts=None) -> bool:
-    """True when a rule reads one of ``families`` through a range selector (sparse samples would change
-    what it sees)."""
+_TIMESTAMP = re.compile(r"timestamp\s*\(\s*([a-zA-Z_:][\w:]*)")
+
+
+def dense_families(rules: RuleSet, families: set[str], alerts=None) -> set[str]:
+    """Written families a rule reads through a range selector (``rate(x[5m])``, ``max_over_time``) or
+    ``timestamp()``: those see how many samples there are and when, so they are written at every scrape."""
     alerts = rules.evaluated() if alerts is None else alerts
     exprs = [a.eval_expr for a in alerts] + [r.expr for r in rules.needed_recordings(alerts, inlined=True)]
-    written = {f for f in families if f in OWNED_NAMES or f.startswith("verl_")}
-    written |= {f + "_total" for f in written}
-    return any(m[1] in written for e in exprs for m in _RANGE.finditer(e))
+    written = {f for f in families if f in OWNED_NAMES or f.startswith(("verl_", "omniwatch_"))}
+    out = set()
+    for e in exprs:
+        for m in list(_RANGE.finditer(e)) + list(_TIMESTAMP.finditer(e)):
+            name = m[1][: -len("_total")] if m[1].endswith("_total") else m[1]
+            if name in written:
+                out.add(name)
+    return out
+
+
+def provably_empty(expr: str, present: set[str]) -> bool:
+    """True when the expression returns no series at any time because the series it needs are absent:
+    every ``or`` branch has an ``and``-joined term (or its first term) that reads no present metric and
+    makes none up (``vector()``, ``absent()``). Skipping such a rule changes nothing (live it would be
+    evaluated and return nothing); endpoint rules over a backfill without endpoint series are the case."""
+    def terms(text: str, words: tuple[str, ...]) -> list[tuple[str, str]]:
+        out, depth, start, op, i, q = [], 0, 0, "", 0, ""
+        while i < len(text):
+            c = text[i]
+            if q:
+                if c == "\\":
+                    i += 1
+                elif c == q:
+                    q = ""
+            elif c in "\"'`":
+                q = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+            elif depth == 0:
+                for w in words:
+                    if text.startswith(w, i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_:")) \
+                            and not (text[i + len(w):i + len(w) + 1].isalnum() or text[i + len(w):i + len(w) + 1] in ("_", ":")):
+                        out.append((op, text[start:i]))
+                        op, start = w, i + len(w)
+                        i += len(w) - 1
+                        break
+            i += 1
+        out.append((op, text[start:]))
+        return out
+
+    def empty_term(t: str) -> bool:
+        code = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', t)
+        if re.search(r"\b(vector|absent|absent_over_time)\s*\(", code):
+            return False
+        return not any(tok in present for tok in _IDENT.findall(code))
+
+    def empty(text: str) -> bool:
+        t = text.strip()
+        while True:  # the vector matching of the operator before it, and enclosing parentheses
+            m = _MODIFIER.match(t)
+            if m:
+                t = t[m.end():].strip()
+            elif t.startswith("(") and t.endswith(")") and _balanced(t[1:-1]):
+                t = t[1:-1].strip()
+            else:
+                break
+        branches = terms(t, ("or",))
+        if len(branches) > 1:
+            return all(empty(b) for _, b in branches)
+        parts = terms(t, ("and", "unless"))
+        if len(parts) > 1:
+            return empty(parts[0][1]) or any(op == "and" and empty(b) for op, b in parts[1:])
+        return empty_term(t)
+
+    return empty(expr)
+
+
+_MODIFIER = re.compile(r"(?:on|ignoring|group_left|group_right)\s*\([^()]*\)|(?:group_left|group_right|bool)\b")
+
+
+def present_series(grid: SampleGrid, rules: RuleSet, alerts) -> set[str]:
+    """Metric names that exist in the backfill: the written families (and their sample names), ``up``,
+    and each needed recording rule whose own expression is not provably empty (in dependency order)."""
+    out = set(grid.families) | {p.split("{", 1)[0] for f in grid.families.values() for p in f.series} | {"up"}
+    from .ruleset import levels
+    for level in levels(rules.needed_recordings(alerts, inlined=True)):
+        out |= {r.record for r in level if not provably_empty(r.expr, out)}
+    return out
+
+
+def _balanced(t: str) -> bool:
+    depth = 0
+    for c in t:
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _escape(v: str) -> str:
@@ -110,9 +202,13 @@ class FamilyRender:
         # owned families to find before the run collector can stop (passthrough verl_* families come after)
         self._owned_wanted = None if keep is None or any(k.startswith("verl_") for k in keep) \
             else OWNED_NAMES & keep
+        self._labels: dict[tuple, str] = {}   # (sample name, label items) -> series text, bounded
+        self._metas: dict[tuple, str] = {}    # (family, help) -> HELP/TYPE lines
 
-    def text(self) -> str:
-        out: list[str] = []
+    def families(self) -> list[tuple[str, str, list[tuple[str, str]]]]:
+        """(family name, its HELP/TYPE/UNIT lines, [(series, value text)]) of the kept families."""
+        out = []
+        labels, metas = self._labels, self._metas
         for col in self.collectors:
             stop = self._owned_wanted if isinstance(col, RunCollector) else None
             seen = 0
@@ -121,25 +217,62 @@ class FamilyRender:
                 name = fam.name
                 if self.keep is not None and name not in self.keep:
                     continue
-                out.append(f"# HELP {name} {_escape(fam.documentation)}\n# TYPE {name} {fam.type}\n")
-                if fam.unit:
-                    out.append(f"# UNIT {name} {fam.unit}\n")
+                meta = metas.get((name, fam.documentation))
+                if meta is None:
+                    meta = metas[(name, fam.documentation)] = (
+                        f"# HELP {name} {_escape(fam.documentation)}\n# TYPE {name} {fam.type}\n"
+                        + (f"# UNIT {name} {fam.unit}\n" if fam.unit else ""))
+                samples = []
                 for s in fam.samples:
-                    if s.labels:
-                        lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
-                        out.append(f"{s.name}{{{lab}}} {floatToGoString(s.value)}\n")
-                    else:
-                        out.append(f"{s.name} {floatToGoString(s.value)}\n")
+                    key = (s.name, tuple(s.labels.items()))
+                    series = labels.get(key)
+                    if series is None:
+                        if s.labels:
+                            lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+                            series = f"{s.name}{{{lab}}}"
+                        else:
+                            series = s.name
+                        if len(labels) < 1 << 16:
+                            labels[key] = series
+                    samples.append((series, floatToGoString(s.value)))
+                out.append((name, meta, samples))
                 if stop is not None:
                     seen += 1
                     if seen >= len(stop):
                         gen.close()  # what the rules read is rendered; skip the passthrough families
                         break
-        out.append("# EOF\n")
-        return "".join(out)
+        return out
+
+    def text(self) -> str:
+        parts = []
+        for _name, meta, samples in self.families():
+            parts.append(meta)
+            parts.extend(f"{series} {value}\n" for series, value in samples)
+        parts.append("# EOF\n")
+        return "".join(parts)
 
 
-def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | None = None) -> int:
+def add_families(grid: SampleGrid, fams, lo: int, hi: int) -> None:
+    """``SampleGrid.add_render`` for :meth:`FamilyRender.families` (no text to parse): the samples hold
+    for scrapes [lo, hi)."""
+    if hi <= lo:
+        return
+    for name, meta, samples in fams:
+        fam = grid.families.get(name)
+        if fam is None:
+            fam = grid.families[name] = _Family([])
+        if not fam.meta and not fam.series:
+            fam.meta.extend(meta.rstrip("\n").split("\n"))
+        for series, value in samples:
+            runs = fam.series.setdefault(grid._with_target(series), [])
+            if runs and runs[-1][1] == lo and runs[-1][2] == value:
+                runs[-1][1] = hi
+            else:
+                runs.append([lo, hi, value])
+
+
+def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | None = None,
+                 dense: set[str] = frozenset()) -> int:
     """Like ``SampleGrid.write`` but a run of one value over scrapes [lo, hi) is written at lo, every
     ``every`` scrapes after it and at hi - 1 (instant queries see the same value at every time: a
     sample stays visible for the lookback, and ``every`` scrapes are less than that). ``up`` is dense."""
@@ -151,17 +284,18 @@ def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | 
         prefix = "up{" + grid._target + "} " + floatToGoString(1.0) + " "
         out.write("".join(prefix + ts[k] + "\n" for k in range(lo_up, hi_up)))
         n += hi_up - lo_up
-    for fam in grid.families.values():
+    for name, fam in grid.families.items():
         if not fam.series:
             continue
         out.write("\n".join(fam.meta) + "\n")
+        step = 1 if name in dense else every
         for prefix, runs in fam.series.items():
             last_hi = -1
             for lo, hi, value in sorted(runs):
                 if lo < last_hi:
                     raise ValueError(f"series {prefix} is written twice for one scrape: two runs share its labels")
                 last_hi = hi
-                idx = list(range(lo, hi, every))
+                idx = list(range(lo, hi, step))
                 if idx[-1] != hi - 1:
                     idx.append(hi - 1)
                 head = f"{prefix} {value} "
@@ -218,8 +352,9 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
     rules = load(rules_dir)
     alerts = rules.evaluated()
     families = None if all_families else rule_families(rules, alerts) | (annotation_families(rules) if annotations else set())
-    if sparse and (families is None or needs_dense(rules, families, alerts)):
+    if families is None:
         sparse = False
+    dense = dense_families(rules, families, alerts) if sparse else set()
     starts = starts or [None] * len(runs)
     iv = max(1, round(scrape_interval * 1000))
     ev = max(1, round(eval_interval * 1000))
@@ -243,7 +378,8 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
             om_file = str(Path(stage) / "runs.om.txt")
             progress.phase("write OpenMetrics")
             with open(om_file, "w", encoding="utf-8") as f:
-                samples = write_sparse(grid, f, max(1, int(LOOKBACK * 1000 // iv) - 1)) if sparse else grid.write(f)
+                samples = (write_sparse(grid, f, max(1, int(LOOKBACK * 1000 // iv) - 1), dense=dense) if sparse
+                           else grid.write(f))
             progress.phase("promtool create-blocks-from openmetrics")
             blocks = str(Path(stage) / "data")
             create_blocks_from_openmetrics(om_file, blocks)
@@ -254,11 +390,13 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
             _move_blocks(blocks, data_dir)
         etimes = eval_times(times[0] / 1000, times[-1] / 1000, eval_interval)
         hits: list[list[AlertHit]] = [[] for _ in runs]
+        present = present_series(grid, rules, alerts)
+        to_eval = [a for a in alerts if not provably_empty(a.eval_expr, present)]
         with TempPrometheus(data_dir) as prom:
-            progress.phase("evaluate alerting rules", len(alerts))
+            progress.phase("evaluate alerting rules", len(to_eval))
             # Rules are independent queries: Prometheus runs them on all cores at once.
             with ThreadPoolExecutor(EVAL_THREADS) as pool:
-                for found in pool.map(lambda rule: list(_evaluate(prom, rule, etimes, plans)), alerts):
+                for found in pool.map(lambda rule: list(_evaluate(prom, rule, etimes, plans)), to_eval):
                     for ri, h in found:
                         hits[ri].append(h)
                     progress.advance()
@@ -355,7 +493,7 @@ def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], fami
         lo = max(p.lo, bisect.bisect_left(times, arrivals_ms[i]))
         hi = min(p.hi, bisect.bisect_left(times, arrivals_ms[i + 1])) if i + 1 < n else p.hi
         if hi > lo:  # a step overtaken before the next scrape is never seen
-            grid.add_render(render.text(), lo, hi)
+            add_families(grid, render.families(), lo, hi)
         progress.advance()
 
 

@@ -103,8 +103,10 @@ def _index(args, root: Path, err: Console, out: Console) -> int:
     if not runs:
         raise ValueError(f"no readable run under {root}")
     with progress_for(err, args.quiet or args.json) as prog:
+        # the pages show no annotation text (the verdict renders the remedy itself): not rendered here
         facts = facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=prog,
-                              starts=[args.start] * len(runs) if args.start else None, alerts=not args.no_alerts)
+                              starts=[args.start] * len(runs) if args.start else None, alerts=not args.no_alerts,
+                              annotations=False)
         rows = build_index(facts, dest, str(root), prog, args.jobs)
     if args.json:
         sys.stdout.write(json.dumps({"root": str(root.resolve()), "index": str(dest.resolve()), "runs": [
