@@ -6,7 +6,7 @@ OW := $(VENV)/bin/omniwatch
 PIP_FLAGS ?= -q
 CONSTRAINTS := $(wildcard constraints.txt)
 
-.PHONY: help install deps up down status demo test test-unit test-long test-ray bench generate check dashboards compose docs rules backtest clean
+.PHONY: help install deps up down status demo test test-unit test-long test-ray bench generate check dashboards compose docs rules backtest report clean
 
 help:
 	@echo "make demo        native stack + simulated FlowGRPO runs that trip every core alert"
@@ -16,6 +16,7 @@ help:
 	@echo "make generate    regenerate every generated file (rules + their tests, dashboards, docs, compose, k8s)"
 	@echo "make check       fail on any drift between the generated files and their sources (make test runs it)"
 	@echo "make backtest RUN=path/to/run.jsonl   which alerts would have fired, at which steps"
+	@echo "make report RUN=run.jsonl|LOG_ROOT [OUT=run.html]   a shareable HTML report (GPU-hours ledger, verdict, charts)"
 	@echo "make bench       benchmarks (ratios against baselines in the same run)"
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
@@ -97,6 +98,10 @@ dashboards compose docs rules: generate
 backtest: install deps
 	@test -n "$(RUN)" || { echo "usage: make backtest RUN=path/to/run.jsonl"; exit 2; }
 	$(OW) backtest $(RUN)
+
+report: install deps
+	@test -n "$(RUN)" || { echo "usage: make report RUN=path/to/run.jsonl|VERL_FILE_LOGGER_ROOT [OUT=run.html]"; exit 2; }
+	$(OW) report $(RUN) $(if $(OUT),-o $(OUT))
 
 clean:
 	rm -rf $(VENV) .omniwatch .pytest_cache

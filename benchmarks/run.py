@@ -3,7 +3,7 @@
 
 Sections (``--only``/``--skip`` pick): ingest (parse + analytics throughput, with a cProfile), render
 (/metrics vs a plain prometheus_client registry), memory (100k steps; 50k distinct keys), backtest
-(``omniwatch backtest`` of 2,000 steps), push (POST /api/v1/push load on a real ``omniwatch serve``),
+(``omniwatch backtest`` of 2,000 steps), report (``omniwatch report DIR`` of 50 runs x 500 steps), push (POST /api/v1/push load on a real ``omniwatch serve``),
 alert (end-to-end alert latency on the real stack with default intervals; slow: a minute or two per
 trial), files (5,000 watched files under ``prlimit --nofile=1024``: descriptors, CPU per poll, against one
 descriptor per file), connections (/metrics latency while 1,000 idle connections are held, against no
@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-SECTIONS = ("ingest", "render", "memory", "backtest", "push", "alert", "files", "connections")
+SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "connections")
 
 
 def _f(x, unit: str = "", nd: int = 1) -> str:
@@ -68,6 +68,10 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
     if (r := results.get("backtest")) and "error" not in r:
         out.append(("backtest of a 2,000-step run", _f(r.get("wall_s"), " s") if r.get("status") == "ok" else r.get("status", "n/a"),
                     "" if r.get("status") == "ok" else r.get("why", r.get("stderr", ""))[:60]))
+    if (r := results.get("report")) and "error" not in r:
+        out.append((f"omniwatch report DIR: {r.get('runs')} runs x {r.get('steps')} steps",
+                    f"{_f(r.get('wall_s'), ' s')} wall, {_f(r.get('cpu_s'), ' s')} CPU (load {_f(r.get('load_avg_before'))})"
+                    if r.get("status") == "ok" else r.get("status", "n/a"), "< 120 s on 2 cores"))
     if (r := results.get("push")) and "error" not in r:
         out.append((f"push {r['target_rate_per_s']:.0f}/s for {r['duration_s']:.0f} s", f"held {_f(r['held_rate_per_s'], '/s', 0)}, "
                     f"errors {r['errors_total']}, p50 {_f(r['p50_ms'], ' ms')}, p99 {_f(r['p99_ms'], ' ms')}, "
@@ -107,6 +111,8 @@ def main(argv=None) -> int:
     p.add_argument("--memory-steps", type=int, default=100_000)
     p.add_argument("--memory-keys", type=int, default=50_000)
     p.add_argument("--backtest-steps", type=int, default=2_000)
+    p.add_argument("--report-runs", type=int, default=50)
+    p.add_argument("--report-steps", type=int, default=500)
     p.add_argument("--push-rate", type=float, default=1000)
     p.add_argument("--push-duration", type=float, default=10, help="seconds (docs record a 60 s run)")
     p.add_argument("--push-clients", type=int, default=4, help="client processes sharing the rate")
@@ -119,12 +125,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     chosen = [s for s in (args.only or SECTIONS) if s not in args.skip]
 
-    import alert_latency, backtest_bench, ingest, memory, pressure, push_load, render  # noqa: E401
+    import alert_latency, backtest_bench, ingest, memory, pressure, push_load, render, report_bench  # noqa: E401
     runners = {
         "ingest": lambda: ingest.run(args.ingest_steps),
         "render": lambda: render.run(args.render_iterations),
         "memory": lambda: memory.run(args.memory_steps, args.memory_keys),
         "backtest": lambda: backtest_bench.run(args.backtest_steps),
+        "report": lambda: report_bench.run(args.report_runs, args.report_steps),
         "push": lambda: push_load.run(args.push_rate, args.push_duration, args.push_concurrency, args.push_clients),
         "alert": lambda: alert_latency.run(args.alert_trials, args.alert_timeout),
         "files": lambda: pressure.files(args.files),

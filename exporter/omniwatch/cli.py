@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "omniwatch.relay",       # alerts
     "omniwatch.dashboards",  # dashboards generate|check|verify|render
     "omniwatch.backtest",    # replay, backfill, backtest
+    "omniwatch.report",      # report, compare
     "omniwatch.discovery",   # discover
     "omniwatch.agents",      # agent, agents start|status|stop
     "omniwatch.export",      # export rules|dashboards|k8s

@@ -221,7 +221,29 @@ def run_demo(args) -> int:
               "step of a real run (30 s - 15 min per step); the step-window (k=3 normal steps) is the same.")
     con.print(f"Prometheus {cfg.prometheus_url}  Alertmanager {cfg.alertmanager_url}  exporter {cfg.exporter_url}/metrics")
     con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it.")
+    _write_report(con, root, run_dir.resolve() / "reports")
     return 0 if ok else 1
+
+
+REPORT_RUN = "reward-bound-colocated"
+
+
+def _write_report(con: Console, root: Path, out_dir: Path) -> Path | None:
+    """The shareable report (omniwatch report) of one faulty demo run; its path is printed."""
+    src = root / PROJECT / f"{REPORT_RUN}.jsonl"
+    try:
+        from .report.html import run_page
+        from .report.replay import facts_of_runs, load_runs
+        from .report.verdict import verdict
+        f = facts_of_runs(load_runs([src]))[0]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dest = out_dir / f"{REPORT_RUN}.html"
+        dest.write_text(run_page(f, verdict(f)), encoding="utf-8")
+    except Exception as e:  # noqa: BLE001 - the demo's result stands without its report
+        con.print(f"[yellow]report of {src} not written: {e}[/]")
+        return None
+    con.print(f"Report of the {REPORT_RUN} run (open it in any browser, offline): {dest}", soft_wrap=True)
+    return dest
 
 
 def _print_remedies(con: Console, scs: list[Scenario]) -> None:

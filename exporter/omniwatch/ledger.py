@@ -103,6 +103,21 @@ def split(rec: StepRecord, interval: float | None, typical: float | None) -> dic
     return {b: s for b, s in out.items() if s > 0}
 
 
+def rate_per_day(recs, gpus: int) -> dict[str, float]:
+    """GPU-hours per day by bucket at the pace of ``recs`` (the alert window's normal steps): each
+    bucket's share of their step time x GPUs x 24 h — what a bottleneck costs at the current rate
+    (``omniwatch_gpu_hours_per_day``; the alert annotations quote it)."""
+    total: dict[str, float] = {}
+    wall = 0.0
+    for r in recs:
+        for b, s in split(r, None, None).items():
+            total[b] = total.get(b, 0.0) + s
+            wall += s
+    if wall <= 0 or gpus <= 0:
+        return {}
+    return {b: s / wall * gpus * 24.0 for b, s in total.items()}
+
+
 def ordered(buckets) -> list[str]:
     """Buckets in reading order: phases in step order, then the rest."""
     names_ = set(buckets)

@@ -176,6 +176,12 @@ RUN_GPUS = _m("omniwatch_run_gpus", "gauge",
               "GPUs the ledger multiplies by: origin=\"log\" derived from the run's keys (perf/total_num_images / "
               "(perf/throughput x perf/time_per_step)), origin=\"flag\" from --gpus.", R + ("origin",))
 
+GPU_HOURS_PER_DAY = _m("omniwatch_gpu_hours_per_day", "gauge",
+                       "What each ledger bucket costs at the current rate: its share of the last k normal steps' "
+                       "time x the run's GPUs x 24 h (GPU-hours per day; absent until the window is full and the "
+                       "GPUs are known). Alert annotations quote it for the bottleneck's bucket.",
+                       R + (L_BUCKET,))
+
 ZERO_STD_WINDOW = _m("omniwatch_reward_zero_std_ratio_window", "gauge",
                      "min/median/max of critic/rewards/zero_std_ratio over the last k normal steps (reward saturation).",
                      R + (L_STAT,), "ratio")

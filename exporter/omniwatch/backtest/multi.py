@@ -1,0 +1,613 @@
+"""Backtest many finished runs in ONE pass: one backfill (every run its own RunStore, its own
+``project``/``experiment`` labels), one promtool conversion, one set of recording-rule levels and one
+temporary Prometheus that evaluates every alerting rule once for all runs.
+
+Each run gives exactly what :func:`~.backtest.backtest` gives for it alone (tested on the fixtures):
+
+- **Same clock phase.** Runs are moved onto one stretch of time (so the evaluation range is the longest
+  run, not the calendar span of all of them) by whole multiples of ``lcm(scrape, eval interval)``: each
+  run keeps its phase against the scrape and evaluation grids, so its scrapes and evaluations fall at the
+  same offsets from its steps as in its own backtest.
+- **Same window.** A run's series are scraped from its first step to its own last step + tail, and its
+  alerts run Prometheus' state machine over its own evaluation timestamps only.
+- **Same queries, fewer samples** (what makes 50 runs of 500 steps take seconds, not hours):
+  only the metric families the evaluated rules read are written (``rule_families``), rendered by
+  :class:`FamilyRender` (prometheus_client's OpenMetrics text for those families, byte for byte; tested),
+  and a series that holds one value over many scrapes is written every ``lookback / interval - 1`` scrapes
+  and at its last scrape instead of at every one (``sparse``). An instant selector (and a subquery)
+  returns the latest sample within the lookback, so every instant query returns what it returns over the
+  dense samples. A family a rule reads through a range selector (``rate(x[5m])``, ``max_over_time``) or
+  ``timestamp()`` sees how many samples there are and when: it is written at every scrape
+  (``dense_families``). A rule that provably returns nothing over the written series (an endpoint rule
+  without endpoint series: ``provably_empty``) is not sent to Prometheus.
+
+``observe(run_index, entry_index, store, record)`` is called after every ingested line: the run report
+reads the ledger and window statistics of the very RunStore that renders the scrapes.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from prometheus_client.utils import floatToGoString
+
+from ..exposition import OWNED, RunCollector, make_registry
+from ..model import RunStore
+from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
+from .backtest import AlertHit, BacktestResult, _hit, eval_times, tail_for
+from .evaluate import Firing, alert_labels, firing_intervals
+from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, SampleGrid, _Family
+from .ruleset import RuleSet, _IDENT, load
+from .runfile import RecordedRun
+from .timeline import Timeline
+from .tsdb import TempPrometheus, create_blocks_from_openmetrics
+
+EVAL_THREADS = 4
+LOOKBACK = 300.0  # TempPrometheus' --query.lookback-delta (5m)
+_RANGE = re.compile(r"([a-zA-Z_:][\w:]*)\s*(?:\{[^}]*\})?\s*\[")
+OWNED_NAMES = {(m[: -len("_total")] if m.endswith("_total") else m) for m in OWNED}
+
+
+def rule_families(rules: RuleSet, alerts=None) -> set[str]:
+    """Metric names the evaluated alerting rules read (their same-group recordings inlined) and the
+    recording rules they need read; counters both with and without ``_total``."""
+    alerts = rules.evaluated() if alerts is None else alerts
+    ids: set[str] = set()
+    for a in alerts:
+        ids.update(_IDENT.findall(a.eval_expr))
+    for r in rules.needed_recordings(alerts, inlined=True):
+        ids.update(_IDENT.findall(r.expr))
+    return ids | {i[: -len("_total")] for i in ids if i.endswith("_total")}
+
+
+_PRINTF_METRIC = re.compile(r'printf\s+\\?"([a-zA-Z_:][\w:]*)\{')
+
+
+def annotation_families(rules: RuleSet) -> set[str]:
+    """Metric names the evaluated alerts' annotation templates query (``printf "metric{...}" | query``)."""
+    from ..rules import load_rule_file
+    names_: set[str] = set()
+    wanted = {a.name for a in rules.evaluated()}
+    for f in rules.files:
+        for g in load_rule_file(Path(f)).get("groups") or []:
+            for r in (g or {}).get("rules") or []:
+                if isinstance(r, dict) and r.get("alert") in wanted:
+                    for v in (r.get("annotations") or {}).values():
+                        names_.update(_PRINTF_METRIC.findall(str(v)))
+    return names_
+
+
+_TIMESTAMP = re.compile(r"timestamp\s*\(\s*([a-zA-Z_:][\w:]*)")
+
+
+def dense_families(rules: RuleSet, families: set[str], alerts=None) -> set[str]:
+    """Written families a rule reads through a range selector (``rate(x[5m])``, ``max_over_time``) or
+    ``timestamp()``: those see how many samples there are and when, so they are written at every scrape."""
+    alerts = rules.evaluated() if alerts is None else alerts
+    exprs = [a.eval_expr for a in alerts] + [r.expr for r in rules.needed_recordings(alerts, inlined=True)]
+    written = {f for f in families if f in OWNED_NAMES or f.startswith(("verl_", "omniwatch_"))}
+    out = set()
+    for e in exprs:
+        for m in list(_RANGE.finditer(e)) + list(_TIMESTAMP.finditer(e)):
+            name = m[1][: -len("_total")] if m[1].endswith("_total") else m[1]
+            if name in written:
+                out.add(name)
+    return out
+
+
+def provably_empty(expr: str, present: set[str]) -> bool:
+    """True when the expression returns no series at any time because the series it needs are absent:
+    every ``or`` branch has an ``and``-joined term (or its first term) that reads no present metric and
+    makes none up (``vector()``, ``absent()``). Skipping such a rule changes nothing (live it would be
+    evaluated and return nothing); endpoint rules over a backfill without endpoint series are the case."""
+    def terms(text: str, words: tuple[str, ...]) -> list[tuple[str, str]]:
+        out, depth, start, op, i, q = [], 0, 0, "", 0, ""
+        while i < len(text):
+            c = text[i]
+            if q:
+                if c == "\\":
+                    i += 1
+                elif c == q:
+                    q = ""
+            elif c in "\"'`":
+                q = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+            elif depth == 0:
+                for w in words:
+                    if text.startswith(w, i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_:")) \
+                            and not (text[i + len(w):i + len(w) + 1].isalnum() or text[i + len(w):i + len(w) + 1] in ("_", ":")):
+                        out.append((op, text[start:i]))
+                        op, start = w, i + len(w)
+                        i += len(w) - 1
+                        break
+            i += 1
+        out.append((op, text[start:]))
+        return out
+
+    def empty_term(t: str) -> bool:
+        code = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', t)
+        if re.search(r"\b(vector|absent|absent_over_time)\s*\(", code):
+            return False
+        return not any(tok in present for tok in _IDENT.findall(code))
+
+    def empty(text: str) -> bool:
+        t = text.strip()
+        while True:  # the vector matching of the operator before it, and enclosing parentheses
+            m = _MODIFIER.match(t)
+            if m:
+                t = t[m.end():].strip()
+            elif t.startswith("(") and t.endswith(")") and _balanced(t[1:-1]):
+                t = t[1:-1].strip()
+            else:
+                break
+        branches = terms(t, ("or",))
+        if len(branches) > 1:
+            return all(empty(b) for _, b in branches)
+        parts = terms(t, ("and", "unless"))
+        if len(parts) > 1:
+            return empty(parts[0][1]) or any(op == "and" and empty(b) for op, b in parts[1:])
+        return empty_term(t)
+
+    return empty(expr)
+
+
+_MODIFIER = re.compile(r"(?:on|ignoring|group_left|group_right)\s*\([^()]*\)|(?:group_left|group_right|bool)\b")
+
+
+def present_series(grid: SampleGrid, rules: RuleSet, alerts) -> set[str]:
+    """Metric names that exist in the backfill: the written families (and their sample names), ``up``,
+    and each needed recording rule whose own expression is not provably empty (in dependency order)."""
+    out = set(grid.families) | {p.split("{", 1)[0] for f in grid.families.values() for p in f.series} | {"up"}
+    from .ruleset import levels
+    for level in levels(rules.needed_recordings(alerts, inlined=True)):
+        out |= {r.record for r in level if not provably_empty(r.expr, out)}
+    return out
+
+
+def _balanced(t: str) -> bool:
+    depth = 0
+    for c in t:
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+class FamilyRender:
+    """The store's registry (``exposition.make_registry``: every collector the exporter registers for
+    runs) as OpenMetrics text — what ``generate_latest`` writes — restricted to the families in ``keep``
+    (None: all). The exporter's own collectors build the families; only the formatting is done here,
+    without the per-character escaping that makes ``generate_latest`` the slowest part of a long
+    backfill."""
+
+    def __init__(self, store: RunStore, keep: set[str] | None = None):
+        reg = make_registry(store)
+        # the registry's collectors, in registration order (prometheus_client keeps them in this dict)
+        self.collectors = list(getattr(reg, "_collector_to_names", {})) or [reg]
+        self.keep = keep
+        # owned families to find before the run collector can stop (passthrough verl_* families come after)
+        self._owned_wanted = None if keep is None or any(k.startswith("verl_") for k in keep) \
+            else OWNED_NAMES & keep
+        self._labels: dict[tuple, str] = {}   # (sample name, label items) -> series text, bounded
+        self._metas: dict[tuple, str] = {}    # (family, help) -> HELP/TYPE lines
+
+    def families(self) -> list[tuple[str, str, list[tuple[str, str]]]]:
+        """(family name, its HELP/TYPE/UNIT lines, [(series, value text)]) of the kept families."""
+        out = []
+        labels, metas = self._labels, self._metas
+        for col in self.collectors:
+            stop = self._owned_wanted if isinstance(col, RunCollector) else None
+            seen = 0
+            gen = col.collect()
+            for fam in gen:
+                name = fam.name
+                if self.keep is not None and name not in self.keep:
+                    continue
+                meta = metas.get((name, fam.documentation))
+                if meta is None:
+                    meta = metas[(name, fam.documentation)] = (
+                        f"# HELP {name} {_escape(fam.documentation)}\n# TYPE {name} {fam.type}\n"
+                        + (f"# UNIT {name} {fam.unit}\n" if fam.unit else ""))
+                samples = []
+                for s in fam.samples:
+                    key = (s.name, tuple(s.labels.items()))
+                    series = labels.get(key)
+                    if series is None:
+                        if s.labels:
+                            lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+                            series = f"{s.name}{{{lab}}}"
+                        else:
+                            series = s.name
+                        if len(labels) < 1 << 16:
+                            labels[key] = series
+                    samples.append((series, floatToGoString(s.value)))
+                out.append((name, meta, samples))
+                if stop is not None:
+                    seen += 1
+                    if seen >= len(stop):
+                        gen.close()  # what the rules read is rendered; skip the passthrough families
+                        break
+        return out
+
+    def text(self) -> str:
+        parts = []
+        for _name, meta, samples in self.families():
+            parts.append(meta)
+            parts.extend(f"{series} {value}\n" for series, value in samples)
+        parts.append("# EOF\n")
+        return "".join(parts)
+
+
+def add_families(grid: SampleGrid, fams, lo: int, hi: int) -> None:
+    """``SampleGrid.add_render`` for :meth:`FamilyRender.families` (no text to parse): the samples hold
+    for scrapes [lo, hi)."""
+    if hi <= lo:
+        return
+    for name, meta, samples in fams:
+        fam = grid.families.get(name)
+        if fam is None:
+            fam = grid.families[name] = _Family([])
+        if not fam.meta and not fam.series:
+            fam.meta.extend(meta.rstrip("\n").split("\n"))
+        for series, value in samples:
+            runs = fam.series.setdefault(grid._with_target(series), [])
+            if runs and runs[-1][1] == lo and runs[-1][2] == value:
+                runs[-1][1] = hi
+            else:
+                runs.append([lo, hi, value])
+
+
+def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | None = None,
+                 dense: set[str] = frozenset()) -> int:
+    """Like ``SampleGrid.write`` but a run of one value over scrapes [lo, hi) is written at lo, every
+    ``every`` scrapes after it and at hi - 1 (instant queries see the same value at every time: a
+    sample stays visible for the lookback, and ``every`` scrapes are less than that). ``up`` is dense."""
+    ts = [f"{t // 1000}.{t % 1000:03d}" for t in grid.times_ms]
+    n = 0
+    lo_up, hi_up = up_range or (0, len(ts))
+    if hi_up > lo_up:
+        out.write("# HELP up 1 if the target was scraped (backfilled: the exporter was up).\n# TYPE up gauge\n")
+        prefix = "up{" + grid._target + "} " + floatToGoString(1.0) + " "
+        out.write("".join(prefix + ts[k] + "\n" for k in range(lo_up, hi_up)))
+        n += hi_up - lo_up
+    for name, fam in grid.families.items():
+        if not fam.series:
+            continue
+        out.write("\n".join(fam.meta) + "\n")
+        step = 1 if name in dense else every
+        for prefix, runs in fam.series.items():
+            last_hi = -1
+            for lo, hi, value in sorted(runs):
+                if lo < last_hi:
+                    raise ValueError(f"series {prefix} is written twice for one scrape: two runs share its labels")
+                last_hi = hi
+                idx = list(range(lo, hi, step))
+                if idx[-1] != hi - 1:
+                    idx.append(hi - 1)
+                head = f"{prefix} {value} "
+                out.write("".join(head + ts[k] + "\n" for k in idx))
+                n += len(idx)
+    out.write("# EOF\n")
+    return n
+
+
+@dataclass
+class RunPlan:
+    run: RecordedRun
+    timeline: Timeline
+    lo: int = 0   # its first scrape (index into the shared grid)
+    hi: int = 0   # one past its last scrape
+    first_ms: int = 0  # its first and last scrape times: its own evaluation range
+    last_ms: int = 0
+
+
+def align(timelines: list[Timeline], period_ms: int) -> list[Timeline]:
+    """Move every timeline onto the earliest one's stretch by whole multiples of ``period_ms``."""
+    base = min(t.arrivals[0] for t in timelines)
+    out = []
+    for t in timelines:
+        shift = math.floor((t.arrivals[0] - base) * 1000 / period_ms) * period_ms / 1000
+        out.append(Timeline(t.start - shift, [a - shift for a in t.arrivals], list(t.steps)))
+    return out
+
+
+def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = None, eval_interval: float = 15.0,
+                  scrape_interval: float = DEFAULT_SCRAPE_INTERVAL, starts: list[float | None] | None = None,
+                  pace: float | None = None, progress=None,
+                  observe: Callable[[int, int, RunStore, object], None] | None = None,
+                  store_kwargs: dict | None = None, sparse: bool = True, all_families: bool = False,
+                  job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE, evaluate: bool = True,
+                  workers: int | None = None, annotations: bool = True) -> list[BacktestResult]:
+    """One result per run, in order. Runs must have distinct (project, experiment) labels.
+    ``workers``: processes that replay and render runs (default: one per core, for runs with at least
+    ``PARALLEL_MIN_LINES`` lines in all); ``observe`` then also needs ``state(run_index)`` and
+    ``restore(run_index, state)`` to bring what it saw in a worker back.
+    ``annotations``: each alert's annotations as Prometheus rendered them when it first fired (as
+    ``backtest``: one ``promtool test rules`` run for all runs, each test given its own run's series).
+    ``evaluate=False``: only the replay (``observe`` still sees every step); no scrape, no Prometheus,
+    no alerts (``not_evaluated`` says so)."""
+    progress = progress or NullProgress()
+    if not runs:
+        return []
+    keys = [(r.project, r.experiment) for r in runs]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise ValueError(f"runs share project/experiment labels (give them distinct labels): {dup[:3]}")
+    if not evaluate:
+        return _replay_only(runs, starts, pace, observe, store_kwargs, progress)
+    rules = load(rules_dir)
+    alerts = rules.evaluated()
+    families = None if all_families else rule_families(rules, alerts) | (annotation_families(rules) if annotations else set())
+    if families is None:
+        sparse = False
+    dense = dense_families(rules, families, alerts) if sparse else set()
+    starts = starts or [None] * len(runs)
+    iv = max(1, round(scrape_interval * 1000))
+    ev = max(1, round(eval_interval * 1000))
+    timelines = align([Timeline.of(r, s, pace) for r, s in zip(runs, starts)], math.lcm(iv, ev))
+    tail = tail_for(rules, eval_interval, scrape_interval)
+    plans = [RunPlan(r, t) for r, t in zip(runs, timelines)]
+    first = min(math.ceil(t.arrivals[0] * 1000 / iv) * iv for t in timelines)
+    last = max(math.floor((t.end + tail) * 1000 / iv) * iv for t in timelines)
+    times = list(range(first, max(first, last) + 1, iv))
+    grid = SampleGrid(times, job, instance)
+    progress.phase(f"ingest + render {len(runs)} run(s)", sum(len(r.entries) for r in runs))
+    for p in plans:
+        p.lo = bisect.bisect_left(times, math.ceil(p.timeline.arrivals[0] * 1000 / iv) * iv)
+        p.hi = bisect.bisect_right(times, math.floor((p.timeline.end + tail) * 1000 / iv) * iv)
+        p.first_ms, p.last_ms = times[p.lo], times[p.hi - 1]
+    _render_all(plans, grid, times, families, observe, store_kwargs, progress, workers)
+    with tempfile.TemporaryDirectory(prefix="omniwatch-backtest-") as tmp:
+        data_dir = str(Path(tmp) / "data")
+        Path(data_dir).mkdir()
+        with _staging(data_dir) as stage:
+            om_file = str(Path(stage) / "runs.om.txt")
+            progress.phase("write OpenMetrics")
+            with open(om_file, "w", encoding="utf-8") as f:
+                samples = (write_sparse(grid, f, max(1, int(LOOKBACK * 1000 // iv) - 1), dense=dense) if sparse
+                           else grid.write(f))
+            progress.phase("promtool create-blocks-from openmetrics")
+            blocks = str(Path(stage) / "data")
+            create_blocks_from_openmetrics(om_file, blocks)
+            bf = Backfill(runs[0], timelines[0], times, blocks, "", samples)
+            recordings = rules.needed_recordings(alerts, inlined=True)
+            if recordings:
+                backfill_recordings(bf, recordings, eval_interval, progress)
+            _move_blocks(blocks, data_dir)
+        etimes = eval_times(times[0] / 1000, times[-1] / 1000, eval_interval)
+        hits: list[list[AlertHit]] = [[] for _ in runs]
+        present = present_series(grid, rules, alerts)
+        to_eval = [a for a in alerts if not provably_empty(a.eval_expr, present)]
+        with TempPrometheus(data_dir) as prom:
+            progress.phase("evaluate alerting rules", len(to_eval))
+            # Rules are independent queries: Prometheus runs them on all cores at once.
+            with ThreadPoolExecutor(EVAL_THREADS) as pool:
+                for found in pool.map(lambda rule: list(_evaluate(prom, rule, etimes, plans)), to_eval):
+                    for ri, h in found:
+                        hits[ri].append(h)
+                    progress.advance()
+    if annotations and any(hits):
+        progress.phase("render annotations (promtool)")
+        _annotate_many(plans, grid, hits, rules, scrape_interval, eval_interval)
+    out = []
+    per_run_points = [len(eval_times(p.first_ms / 1000, p.last_ms / 1000, eval_interval)) for p in plans]
+    for ri, p in enumerate(plans):
+        hs = sorted(hits[ri], key=lambda h: (h.first_index, h.alertname, sorted(h.labels.items())))
+        out.append(BacktestResult(p.run, p.timeline, hs, rules.skipped(), [a.name for a in alerts],
+                                  per_run_points[ri], samples))
+    return out
+
+
+PARALLEL_MIN_LINES = 5_000
+_WORK: tuple = ()  # what forked render workers read (copy-on-write)
+
+
+def _render_all(plans, grid, times, families, observe, store_kwargs, progress, workers) -> None:
+    """Render every run into ``grid``: in this process, or split over forked worker processes whose
+    grids are merged (runs never share a series: their labels differ)."""
+    import multiprocessing
+    import os
+    global _WORK
+    n_lines = sum(len(p.run.entries) for p in plans)
+    workers = min(workers or os.cpu_count() or 1, len(plans))
+    parallel = (workers > 1 and n_lines >= PARALLEL_MIN_LINES and "fork" in multiprocessing.get_all_start_methods()
+                and (observe is None or hasattr(observe, "state")))
+    if not parallel:
+        for ri, p in enumerate(plans):
+            _render(ri, p, grid, times, families, observe, store_kwargs, progress)
+        return
+    _WORK = (plans, times, families, observe, store_kwargs, grid.job, grid.instance)
+    try:
+        groups = [list(range(w, len(plans), workers)) for w in range(workers)]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for fams, states, lines in pool.imap_unordered(_render_group, groups):
+                for name, fam in fams.items():
+                    mine = grid.families.get(name)
+                    if mine is None:
+                        grid.families[name] = fam
+                        continue
+                    for prefix, runs in fam.series.items():
+                        mine.series.setdefault(prefix, []).extend(runs)
+                for ri, st in states.items():
+                    observe.restore(ri, st)
+                progress.advance(lines)
+    finally:
+        _WORK = ()
+
+
+def _render_group(group: list[int]):
+    plans, times, families, observe, store_kwargs, job, instance = _WORK
+    grid = SampleGrid(times, job, instance)
+    for ri in group:
+        _render(ri, plans[ri], grid, times, families, observe, store_kwargs, NullProgress())
+    states = {ri: observe.state(ri) for ri in group} if observe is not None else {}
+    return grid.families, states, sum(len(plans[ri].run.entries) for ri in group)
+
+
+NOT_EVALUATED = "alerts not evaluated (--no-alerts): only the replay ran"
+
+
+def _replay_only(runs, starts, pace, observe, store_kwargs, progress) -> list[BacktestResult]:
+    out = []
+    progress.phase(f"replay {len(runs)} run(s)", sum(len(r.entries) for r in runs))
+    for ri, (r, s) in enumerate(zip(runs, starts or [None] * len(runs))):
+        p = RunPlan(r, Timeline.of(r, s, pace))
+        _render(ri, p, None, [], None, observe, store_kwargs, progress)
+        out.append(BacktestResult(r, p.timeline, [], {"*": NOT_EVALUATED}, [], 0, 0))
+    return out
+
+
+def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], families, observe, store_kwargs,
+            progress) -> None:
+    """Feed one run to its own RunStore in simulated time (as ``backfill.render_run``), rendering what
+    each scrape of its stretch of the grid would have seen."""
+    run, tl = p.run, p.timeline
+    now = [tl.arrivals[0]]
+    store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
+    store.set_source_up(run.kind, run.path, True)
+    render = FamilyRender(store, families)
+    arrivals_ms = [round(a * 1000) for a in tl.arrivals]
+    n = len(run.entries)
+    for i, entry in enumerate(run.entries):
+        now[0] = tl.arrivals[i]
+        rec = store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
+        if observe is not None:
+            observe(ri, i, store, rec)
+        if grid is None:
+            progress.advance()
+            continue
+        lo = max(p.lo, bisect.bisect_left(times, arrivals_ms[i]))
+        hi = min(p.hi, bisect.bisect_left(times, arrivals_ms[i + 1])) if i + 1 < n else p.hi
+        if hi > lo:  # a step overtaken before the next scrape is never seen
+            add_families(grid, render.families(), lo, hi)
+        progress.advance()
+
+
+def _owner(labels: dict[str, str], plans: list[RunPlan], by_key: dict) -> list[int]:
+    """Which runs an alert label set belongs to: its project/experiment, else the run whose file is its
+    ``target``, else every run (a label-less alert such as the exporter being absent)."""
+    k = (labels.get("project"), labels.get("experiment"))
+    if k in by_key:
+        return [by_key[k]]
+    tgt = labels.get("target")
+    hit = [i for i, p in enumerate(plans) if tgt and p.run.path == tgt]
+    return hit or list(range(len(plans)))
+
+
+def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable[tuple[int, AlertHit]]:
+    """The rule at every timestamp, then per label set and per owning run Prometheus' state machine over
+    that run's own evaluation timestamps (as its own backtest evaluates it)."""
+    if not etimes:
+        return
+    step = etimes[1] - etimes[0] if len(etimes) > 1 else 15.0
+    index = {round(t * 1000): k for k, t in enumerate(etimes)}
+    truth: dict[tuple, tuple[dict, list[bool]]] = {}
+    for series in prom.query_range(rule.eval_expr, etimes[0], etimes[-1], step):
+        labels = alert_labels(rule, series["metric"])
+        key = tuple(sorted(labels.items()))
+        _, flags = truth.setdefault(key, (labels, [False] * len(etimes)))
+        for ts, _v in series["values"]:
+            k = index.get(round(float(ts) * 1000))
+            if k is not None:
+                flags[k] = True
+    by_key = {(p.run.project, p.run.experiment): i for i, p in enumerate(plans)}
+    for labels, flags in truth.values():
+        for ri in _owner(labels, plans, by_key):
+            p = plans[ri]
+            k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
+            k1 = bisect.bisect_right(etimes, p.last_ms / 1000 + 1e-6)
+            if rule.gaps_only:  # judged up to the run's last step only (a finished file is no stall after it)
+                k1 = min(k1, bisect.bisect_right(etimes, p.timeline.end))
+            sub_t, sub_f = etimes[k0:k1], flags[k0:k1]
+            for iv in firing_intervals(sub_f, sub_t, rule.hold, rule.keep_firing_for):
+                yield ri, _hit(Firing(rule, labels, sub_t[iv.first], sub_t[iv.last]), p.timeline)
+
+
+def _run_grid(grid: SampleGrid, run: RecordedRun) -> SampleGrid:
+    """The part of the shared grid that is one run's: its labelled series, its file's source series, and
+    series of no run."""
+    mine = (f'experiment="{_escape(run.experiment)}"', f'project="{_escape(run.project)}"')
+    target = f'target="{_escape(run.path)}"'
+    sub = SampleGrid(grid.times_ms, grid.job, grid.instance)
+    for name, fam in grid.families.items():
+        keep = {}
+        for prefix, runs in fam.series.items():
+            if 'project="' in prefix or 'experiment="' in prefix:
+                ok = all(m in prefix for m in mine)
+            else:
+                ok = 'target="' not in prefix or target in prefix
+            if ok:
+                keep[prefix] = runs
+        if keep:
+            sub.families[name] = type(fam)(fam.meta, keep)
+    return sub
+
+
+def _annotate_many(plans: list[RunPlan], grid: SampleGrid, hits: list[list[AlertHit]], rules: RuleSet,
+                   scrape_interval: float, eval_interval: float) -> None:
+    """Every run's alert annotations (as ``backtest._annotate``), in one ``promtool test rules`` run: one
+    test per (alert, first firing time) of a run, fed that run's series only."""
+    import subprocess
+
+    import yaml
+
+    from .annotations import TIMEOUT, Request, build_tests, parse_got
+    from .tsdb import ToolError, promtool
+    tests, owners, doc = [], [], None
+    for ri, hs in enumerate(hits):
+        if not hs:
+            continue
+        holds: dict[tuple[str, float], float] = {}
+        for h in hs:
+            holds[(h.alertname, h.first_t)] = max(holds.get((h.alertname, h.first_t), 0.0), h.hold)
+        keys = sorted(holds)
+        doc = build_tests(_run_grid(grid, plans[ri].run), [Request(n, t, holds[(n, t)]) for n, t in keys],
+                          scrape_interval, eval_interval, rules.files)
+        for key, test in zip(keys, doc["tests"]):
+            test["name"] = f"a{len(owners)}"
+            owners.append((ri, key))
+            tests.append(test)
+    if doc is None:
+        return
+    doc["tests"] = tests
+    with tempfile.TemporaryDirectory(prefix="omniwatch-annotations-") as tmp:
+        path = Path(tmp) / "annotations.test.yml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=10**9), encoding="utf-8")
+        try:
+            p = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True,
+                               timeout=TIMEOUT, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"promtool test rules (annotations) took longer than {TIMEOUT:.0f} s") from None
+    text = p.stdout + "\n" + p.stderr
+    if p.returncode == 0:
+        return
+    if "got:[" not in text:
+        tail = " | ".join(text.strip().splitlines()[-5:])
+        raise ToolError(f"promtool test rules (annotations) failed (exit {p.returncode}): {tail}")
+    try:
+        got = parse_got(text)
+    except (ValueError, IndexError) as e:
+        raise ToolError(f"cannot read promtool's rendered alerts: {e}") from None
+    for name, alerts in got.items():
+        ri, key = owners[int(name[1:])]
+        for h in hits[ri]:
+            if (h.alertname, h.first_t) != key:
+                continue
+            for labels, ann in alerts:
+                if {k: v for k, v in labels.items() if k != "alertname"} == h.labels:
+                    h.annotations = ann
+                    break

@@ -1,0 +1,116 @@
+"""Facts of finished runs: each run replayed through the exporter's own RunStore at its reconstructed
+arrivals (as ``omniwatch backfill`` does) while the backtest engine scrapes that store and evaluates
+the real rule files — all runs in one temporary Prometheus (:func:`~omniwatch.backtest.multi.backtest_many`).
+
+After every ingested line the store's state is read: the ledger (``run.gpu_seconds``, what
+``omniwatch_gpu_seconds_total`` exposes), the step record and the window statistics. So the report's
+numbers are the live exporter's numbers for the same lines, by construction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import ledger
+from ..backtest.multi import backtest_many
+from ..backtest.runfile import RecordedRun, load_run
+from ..model import MAX_LABEL_CHARS, RunStore
+from .facts import AlertSpan, RunFacts, StepPoint
+
+
+class _Collector:
+    """``observe`` hook: one StepPoint per applied line, per run."""
+
+    def __init__(self, n: int):
+        self.points: list[list[StepPoint]] = [[] for _ in range(n)]
+        self.prev: list[dict[str, float]] = [{} for _ in range(n)]
+        self.runs: list = [None] * n  # RunSummary after the last step
+
+    def state(self, ri: int):
+        """What a forked render worker saw of run ``ri`` (picklable)."""
+        return self.points[ri], self.runs[ri]
+
+    def restore(self, ri: int, st) -> None:
+        self.points[ri], self.runs[ri] = st
+
+    def __call__(self, ri: int, i: int, store: RunStore, rec) -> None:
+        if rec is None:  # a duplicate line: nothing applied, nothing counted
+            return
+        key = next(iter(store.runs))
+        run = store.runs[key]
+        now = dict(run.gpu_seconds)
+        prev = self.prev[ri]
+        delta = {b: v - prev.get(b, 0.0) for b, v in now.items() if v - prev.get(b, 0.0) > 0}
+        self.prev[ri] = now
+        n = run.gpus.count if run.gpus else 1
+        st = run.stats
+        self.points[ri].append(StepPoint(
+            index=i, step=rec.step, duration=rec.duration, flags=sorted(rec.flags), gpu_seconds=delta,
+            wall={b: v / n for b, v in delta.items()}, reward_bound=rec.reward_bound_ratio,
+            reward_share=rec.reward_step_share, idle=rec.idle_ratio, mfu=dict(rec.mfu),
+            mfu_baseline=dict(st.mfu_baseline), duration_baseline=st.duration_baseline,
+            regression=dict(st.regression),
+            reward_bound_min=st.reward_bound["min"] if st.reward_bound else None,
+            idle_min=st.idle["min"] if st.idle else None,
+            mfu_max={r: s["max"] for r, s in st.mfu.items()},
+            images=rec.values.get(ledger.K_IMAGES), throughput=rec.throughput,
+            per_day=ledger.rate_per_day(list(run.window.normal)[-run.window.k:], run.gpus.count)
+            if run.gpus is not None and st.steps >= run.window.k else {}))
+        self.runs[ri] = RunSummary(now, run.gpus, dict(run.modes))
+
+
+@dataclass
+class RunSummary:
+    """The run's state after its last line: the ledger, its GPUs, its detected layout."""
+    gpu_seconds: dict[str, float]
+    gpus: object
+    modes: dict[str, str]
+
+
+def unique_labels(runs: list[RecordedRun]) -> None:
+    """Runs under one root that map to the same (project, experiment) get ``experiment~2``, ``~3``..."""
+    seen: dict[tuple[str, str], int] = {}
+    for r in runs:
+        k = (r.project[:MAX_LABEL_CHARS], r.experiment[:MAX_LABEL_CHARS])
+        if k in seen:
+            seen[k] += 1
+            r.experiment = f"{r.experiment[:MAX_LABEL_CHARS - 6]}~{seen[k]}"
+        else:
+            seen[k] = 1
+
+
+def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir=None, progress=None,
+                  starts: list[float | None] | None = None, eval_interval: float = 15.0,
+                  scrape_interval: float = 15.0, alerts: bool = True, workers: int | None = None,
+                  annotations: bool = True) -> list[RunFacts]:
+    """Replay and backtest every run (one Prometheus pass); one RunFacts per run, in order. ``gpus``
+    is ``--gpus``: used where a run's keys cannot tell (as the live exporter's flag). ``annotations``:
+    render each alert's annotations as Prometheus would have (``--json``'s alerts, as ``backtest --json``)."""
+    unique_labels(runs)
+    col = _Collector(len(runs))
+    # Unknown GPUs: the ledger still runs with 1 GPU so wall time is split; reported as "unknown".
+    results = backtest_many(runs, rules_dir=rules_dir, progress=progress, observe=col, starts=starts,
+                            store_kwargs={"gpus": gpus or 1}, eval_interval=eval_interval,
+                            scrape_interval=scrape_interval, evaluate=alerts, workers=workers,
+                            annotations=annotations)
+    out = []
+    for ri, (r, res) in enumerate(zip(runs, results)):
+        run = col.runs[ri]
+        g = run.gpus if run is not None else None
+        if g is None or (g.source == "flag" and not gpus):
+            count, source = None, "unknown"
+        else:
+            count, source = g.count, g.source
+        out.append(RunFacts(
+            run=r.path, project=r.project, experiment=r.experiment, source=r.kind, steps=col.points[ri],
+            gpu_seconds=dict(run.gpu_seconds) if run is not None else {}, gpus=count, gpus_source=source,
+            modes=dict(run.modes) if run is not None else {},
+            alerts=[AlertSpan(a.alertname, a.severity, a.first_step, a.last_step, a.labels, a.first_index,
+                              a.last_index, dict(a.annotations)) for a in res.alerts],
+            not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped)))
+    return out
+
+
+def load_runs(paths: list[str | Path], kind: str | None = None, project: str | None = None,
+              experiment: str | None = None) -> list[RecordedRun]:
+    return [load_run(str(p), kind=kind, project=project, experiment=experiment) for p in paths]

@@ -1,0 +1,177 @@
+"""The verdict: the bottlenecks the alert rules found, ranked by the GPU-hours they cost, each with the
+remedy the alert itself carries for the run's detected layout.
+
+What a bottleneck costs, from the ledger (every step's GPU-seconds by bucket) at the steps where its
+alert fired (Alertmanager's inhibitions applied, so nothing is counted twice):
+
+- ``RewardBoundRollout``: the ``reward_critical_path`` bucket (the time a reward pool or a faster scorer
+  takes off the critical path);
+- ``InterStageIdleGPU``: the ``inter_stage_idle`` bucket (GPUs reserved and idle);
+- ``MFUDrop``: the part of the role's phase the drop added: phase seconds x (1 - MFU / baseline);
+- ``StepTimeRegression``: the growth of its cause against the baseline (the exporter's
+  ``omniwatch_step_regression_seconds``) x GPUs, at steps where the cause's own alert is not firing
+  (Alertmanager inhibits it then: ``alerts/alertmanager.yml``);
+- ``TrainingStalled``: the ``stalled`` bucket (live runs; a finished file has no stall);
+- ``TimeOutsideStep``: the ``outside_step_timer`` bucket (live runs).
+
+Other alerts (an impossible or missing MFU, reward saturation, memory) are findings without a GPU-time
+cost of their own: listed with 0 GPU-hours and their remedy. Remedy text: ``alert.remedy.expect`` of
+the alert's spec (:mod:`omniwatch.alerting.remedies`), the one source shared with the annotations.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import yaml
+
+from .. import ledger, names
+from ..alerting import spec
+from ..alerting.config import DEFAULT
+from ..alerting.prose import Ctx
+from ..analytics import CAUSE_OF_PHASE
+from .facts import HOUR, RunFacts
+
+# Alerts whose cost is a whole bucket: the rate of that bucket (omniwatch_gpu_hours_per_day) is what they cost per day.
+RATE_ALERTS = {names.ALERT_REWARD_BOUND: (ledger.REWARD,), names.ALERT_IDLE: (ledger.IDLE,),
+               names.ALERT_OUTSIDE_STEP: (ledger.OUTSIDE,)}
+ROLE_PHASE = {"actor": "update_actor", "actor_infer": "old_log_prob"}  # MFU role -> the phase it times
+COST_NOTE = {
+    names.ALERT_MFU_IMPOSSIBLE: "a measurement error: MFU comparisons are meaningless until fixed",
+    names.ALERT_MFU_LOW: "a measurement or starvation finding",
+    names.ALERT_MFU_UNSUPPORTED: "no estimator: read throughput instead",
+    names.ALERT_REWARD_SATURATION: "a learning-signal finding, not GPU time",
+    names.ALERT_GRAD_NONFINITE: "a learning-signal finding, not GPU time",
+    names.ALERT_RS_REJECTION: "a learning-signal finding, not GPU time",
+    names.ALERT_STRAGGLER: "the slow samples' tail is inside gen (no bucket of its own)",
+    names.ALERT_TIMERS_EXCEED: "a measurement finding: nested or overlapping timers",
+}
+
+
+@dataclass
+class Bottleneck:
+    alertname: str
+    gpu_seconds: float
+    remedy: str
+    labels: list[dict[str, str]]
+    steps: list[tuple[int, int]]        # (first, last) of each firing span
+    note: str = ""
+    buckets: list[str] = field(default_factory=list)
+    per_day: float | None = None  # GPU-hours/day its buckets cost at the rate of its last firing step
+
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / HOUR
+
+    def as_json(self) -> dict:
+        return {"bottleneck": self.alertname, "gpu_hours": round(self.gpu_hours, 6), "remedy": self.remedy,
+                "steps": [list(s) for s in self.steps], "buckets": self.buckets, "note": self.note,
+                "gpu_hours_per_day": None if self.per_day is None else round(self.per_day, 3)}
+
+
+def cause_buckets(cause: str) -> list[str]:
+    """Ledger buckets of a StepTimeRegression cause (analytics.CAUSE_OF_PHASE through ledger.bucket_of)."""
+    out = {ledger.bucket_of(ph) for ph, c in CAUSE_OF_PHASE.items() if c == cause}
+    if cause == "reward":
+        out.add(ledger.REWARD)
+    return ledger.ordered(out)
+
+
+@lru_cache(maxsize=4)
+def inhibitors(path: str | None = None) -> dict[str, str]:
+    """StepTimeRegression cause -> the alert that inhibits it, read from alerts/alertmanager.yml."""
+    from ..rules import alertmanager_config_path
+    doc = yaml.safe_load(open(path or alertmanager_config_path(), encoding="utf-8")) or {}
+    out: dict[str, str] = {}
+    for rule in doc.get("inhibit_rules") or []:
+        src = _matchers(rule.get("source_matchers"))
+        tgt = _matchers(rule.get("target_matchers"))
+        if tgt.get("alertname") == names.ALERT_STEP_REGRESSION and "cause" in tgt and "alertname" in src:
+            out[tgt["cause"]] = src["alertname"]
+    return out
+
+
+def _matchers(ms) -> dict[str, str]:
+    out = {}
+    for m in ms or []:
+        g = re.fullmatch(r'\s*(\w+)\s*=\s*"([^"]*)"\s*', str(m))
+        if g:
+            out[g[1]] = g[2]
+    return out
+
+
+def remedy(alertname: str, labels: dict[str, str], modes: dict[str, str] | None,
+           series: dict[str, float] | None = None) -> str:
+    """The remedy annotation of the alert (the spec whose static labels the alert carries), rendered
+    for the run's detected modes, as Prometheus renders it."""
+    cands = [a for a in spec.alerts(DEFAULT) if a.name == alertname and a.remedy is not None]
+    best = [a for a in cands if all(labels.get(k) == str(v) for k, v in a.labels.items())] or cands
+    if not best:
+        return ""
+    return best[0].remedy.expect(Ctx(labels, None, series or {}, modes if modes else None))
+
+
+def verdict(f: RunFacts) -> list[Bottleneck]:
+    by_index = f.index_of()
+    firing: dict[int, set[str]] = {}
+    for a in f.alerts:
+        for i in range(a.first_index, a.last_index + 1):
+            firing.setdefault(i, set()).add(a.alertname)
+    inhib = inhibitors()
+    out: dict[str, Bottleneck] = {}
+    for a in f.alerts:
+        b = out.get(a.alertname)
+        if b is None:
+            b = out[a.alertname] = Bottleneck(a.alertname, 0.0, remedy(a.alertname, a.labels, f.modes, f.series),
+                                              [], [], COST_NOTE.get(a.alertname, ""))
+        b.labels.append(a.labels)
+        b.steps.append((a.first_step, a.last_step))
+        for i in range(a.first_index, a.last_index + 1):
+            p = by_index.get(i)
+            if p is None:
+                continue
+            cost, buckets = _cost(a.alertname, a.labels, p, f.gpus or 1, firing.get(i, set()), inhib)
+            b.gpu_seconds += cost
+            b.buckets = ledger.ordered(set(b.buckets) | set(buckets))
+        last = by_index.get(a.last_index)
+        if last is not None and last.per_day and a.alertname in RATE_ALERTS:
+            b.per_day = sum(last.per_day.get(k, 0.0) for k in RATE_ALERTS[a.alertname])
+    for b in out.values():
+        if b.alertname == names.ALERT_STEP_REGRESSION and b.gpu_seconds == 0 and not b.note:
+            b.note = "inhibited at every firing step by the alert of its cause, which counts that time"
+    stalled = f.gpu_seconds.get(ledger.STALLED, 0.0)
+    if stalled > 0:  # the ledger's stalled bucket is TrainingStalled's cost, whether or not its alert was seen
+        b = out.get(names.ALERT_STALLED) or Bottleneck(names.ALERT_STALLED, 0.0, remedy(names.ALERT_STALLED, {}, f.modes,
+                                                                                        f.series), [], [])
+        b.gpu_seconds, b.buckets = stalled, [ledger.STALLED]
+        b.note = b.note or "time with no step beyond the stall tolerance"
+        out[names.ALERT_STALLED] = b
+    return sorted(out.values(), key=lambda b: (-b.gpu_seconds, b.alertname))
+
+
+def _cost(alertname: str, labels: dict, p, gpus: int, firing: set[str], inhib: dict[str, str]):
+    if alertname == names.ALERT_REWARD_BOUND:
+        return p.gpu_seconds.get(ledger.REWARD, 0.0), [ledger.REWARD]
+    if alertname == names.ALERT_IDLE:
+        return p.gpu_seconds.get(ledger.IDLE, 0.0), [ledger.IDLE]
+    if alertname == names.ALERT_OUTSIDE_STEP:
+        return p.gpu_seconds.get(ledger.OUTSIDE, 0.0), [ledger.OUTSIDE]
+    if alertname == names.ALERT_MFU_DROP:
+        role = labels.get("role", "actor")
+        phase = ROLE_PHASE.get(role)
+        v, base = p.mfu.get(role), p.mfu_baseline.get(role)
+        if not phase or not v or not base or v >= base:
+            return 0.0, [phase] if phase else []
+        return p.gpu_seconds.get(phase, 0.0) * (1 - v / base), [phase]
+    if alertname == names.ALERT_STEP_REGRESSION:
+        cause = labels.get("cause", "other")
+        if inhib.get(cause) in firing:
+            return 0.0, []
+        return max(0.0, p.regression.get(cause, 0.0)) * gpus, cause_buckets(cause)
+    return 0.0, []
+
+
+def lost_gpu_hours(bs: list[Bottleneck]) -> float:
+    return sum(b.gpu_hours for b in bs)
