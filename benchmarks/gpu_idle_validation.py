@@ -43,7 +43,7 @@ from omniwatch.analytics import analyze_step  # noqa: E402
 from omniwatch.gpu.attribution import Attributor  # noqa: E402
 from omniwatch.gpu.devices import NvmlBackend, TraceBackend  # noqa: E402
 from omniwatch.gpu.peaks import H200_PEAK, identify  # noqa: E402
-from omniwatch.gpu.replay import EXPERIMENT, PROJECT, score  # noqa: E402
+from omniwatch.gpu.trace import EXPERIMENT, PROJECT, score  # noqa: E402
 from omniwatch.gpu.sampler import GpuSampler  # noqa: E402
 
 GEN_REWARD_GAPS = [0.2, 0.5, 0.75, 1.0, 2.0, 3.0, 0.3, 1.5]

@@ -76,7 +76,7 @@ def run(runs: int = 50, steps: int = 500) -> dict:
         return {"status": "n/a", "why": "prometheus/promtool not on PATH"}
     from omniwatch.backtest.runfile import load_run
     from omniwatch.report.index import build_index, find_runs
-    from omniwatch.report.replay import facts_of_runs
+    from omniwatch.report.gather import facts_of_runs
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "verl-logs"
         write_root(root, runs, steps)

@@ -15,7 +15,7 @@ from omniwatch.analytics import DEFAULT_WARMUP_STEPS
 from omniwatch.backtest import add_commands
 from omniwatch.backtest.backtest import backtest
 from omniwatch.backtest.evaluate import firing_intervals
-from omniwatch.backtest.replay import intervals, replay_to_file
+from omniwatch.backtest.feed import intervals, replay_to_file
 from omniwatch.backtest.ruleset import inline, levels, load
 from omniwatch.backtest.runfile import RunFileError, load_run
 from omniwatch.backtest.timeline import Timeline, parse_duration, parse_time

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from omniwatch import names
-from omniwatch.backtest.replay import replay_to_file, target_file
+from omniwatch.backtest.feed import replay_to_file, target_file
 from omniwatch.backtest.ruleset import load
 from omniwatch.backtest.runfile import load_run
 from omniwatch.stack import Stack, StackConfig

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from omniwatch.app import create_app
 from omniwatch.backtest.backfill import backfill, scrape_grid
 from omniwatch.backtest.openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB
-from omniwatch.backtest.replay import replay_to_file, replay_to_push, target_file
+from omniwatch.backtest.feed import replay_to_file, replay_to_push, target_file
 from omniwatch.backtest.runfile import load_run
 from omniwatch.backtest.timeline import Timeline
 from omniwatch.backtest.tsdb import TempPrometheus

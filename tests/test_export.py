@@ -104,7 +104,7 @@ def test_cli_export(tmp_path, capsys):
 
 
 def cli_main_safe(argv):
-    """The export commands through the real parser (works whether or not cli.COMMAND_MODULES lists us yet)."""
+    """The export commands through their own parser (cli.AREAS adds the same ``add_commands`` to the CLI)."""
     import argparse
     p = argparse.ArgumentParser()
     export.add_commands(p.add_subparsers())

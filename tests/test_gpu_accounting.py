@@ -5,7 +5,7 @@ import json
 import pytest
 
 from omniwatch.gpu.accounting import SampleAccountant, overlap_seconds
-from omniwatch.gpu.replay import replay, within
+from omniwatch.gpu.trace import replay, within
 from tests.conftest import fixture
 
 S = 1_000_000
@@ -109,7 +109,7 @@ def test_inter_stage_window_matches_the_true_gaps(name, mode):
     """Steps arrive between the sampler's drains through a real RunStore: warm-up steps stay out, the
     window appears at the k-th normal step, and every per-step GPU ratio and the published window sit
     within 0.005 of the workload's own gap share (its sleeps / step seconds, 0.13-0.41 here)."""
-    from omniwatch.gpu.replay import replay_steps
+    from omniwatch.gpu.trace import replay_steps
     r = replay_steps(_load(name), mode)
     rows = r["rows"]
     assert [x["step"] for x in rows if not x["normal"]] == [1, 2]
@@ -145,7 +145,7 @@ def test_busy_untimed_work_gives_low_gpu_evidence_while_timers_stay_high(mode):
     """What lets the rule silence the timer path: untimed seconds unchanged (timer window min 0.13),
     GPUs busy in them. Pushed spans measure ~0; the timing layout's bound min(untracked, GPU idle over
     the step) is left with the CPU-reward steps' idle, and the window min falls under 0.10."""
-    from omniwatch.gpu.replay import replay_steps
+    from omniwatch.gpu.trace import replay_steps
     r = replay_steps(_gaps_busy(_load(H200_RUNS[0])), mode)
     normal = [x for x in r["rows"] if x["normal"]]
     assert min(x["timer_ratio"] for x in normal[-3:]) > 0.10

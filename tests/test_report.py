@@ -26,7 +26,7 @@ from omniwatch.backtest.timeline import Timeline
 from omniwatch.exposition import make_registry
 from omniwatch.model import RunStore
 from omniwatch.report.facts import HOUR
-from omniwatch.report.replay import facts_of_runs
+from omniwatch.report.gather import facts_of_runs
 from omniwatch.report.verdict import verdict
 from omniwatch.simulate import Fault, RunSpec, step_dict
 

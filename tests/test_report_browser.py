@@ -9,7 +9,7 @@ from omniwatch.backtest.runfile import load_run
 from omniwatch.report.compare import Comparison
 from omniwatch.report.html import compare_page, run_page
 from omniwatch.report.index import build_index
-from omniwatch.report.replay import facts_of_runs
+from omniwatch.report.gather import facts_of_runs
 from omniwatch.report.verdict import verdict
 from omniwatch.simulate import RunSpec
 

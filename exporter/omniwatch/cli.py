@@ -1,45 +1,40 @@
-"""The ``omniwatch`` command. Each area registers its subcommands through ``add_commands(sub)``
-in its own module (listed in COMMAND_MODULES), so the CLI grows without one file holding it all."""
+"""The ``omniwatch`` command. Each area registers its subcommands through ``add_commands(sub)`` in its
+own module; AREAS lists them, so the CLI grows without one file holding it all."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 
-from . import __version__
+from . import (__version__, agents, backtest, compose, dashboards, demo, discovery, docsgen, export, relay, report,
+               rules, server, stack)
 from .redact import install_log_redaction
 
-COMMAND_MODULES = [
-    "omniwatch.server",      # serve
-    "omniwatch.stack",       # up, down, status
-    "omniwatch.demo",        # demo
-    "omniwatch.rules",       # rules sync / rules check
-    "omniwatch.docsgen",     # docs
-    "omniwatch.relay",       # alerts
-    "omniwatch.dashboards",  # dashboards generate|check|verify|render
-    "omniwatch.backtest",    # replay, backfill, backtest
-    "omniwatch.report",      # report, compare
-    "omniwatch.discovery",   # discover
-    "omniwatch.agents",      # agent, agents start|status|stop
-    "omniwatch.export",      # export rules|dashboards|k8s
-    "omniwatch.compose",     # compose render|check|secrets
-]
+AREAS = (
+    server,      # serve
+    stack,       # up, down, status
+    demo,        # demo
+    rules,       # rules generate|sync|check
+    docsgen,     # docs
+    relay,       # alerts
+    dashboards,  # dashboards generate|check|verify|render
+    backtest,    # replay, backfill, backtest
+    report,      # report, compare
+    discovery,   # discover
+    agents,      # agent, agents start|status|stop
+    export,      # export rules|dashboards|k8s
+    compose,     # compose render|check|secrets
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="omniwatch", description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(prog="omniwatch", description="Observability for VeRL-Omni diffusion RL training: the "
+                                "exporter, a native Prometheus/Alertmanager stack, alert rules, dashboards and reports.")
     p.add_argument("--version", action="version", version=f"omniwatch {__version__}")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for modname in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname:
-                continue  # area not built yet
-            raise
-        mod.add_commands(sub)
+    for area in AREAS:
+        area.add_commands(sub)
     return p
 
 

@@ -233,7 +233,7 @@ def _write_report(con: Console, root: Path, out_dir: Path) -> Path | None:
     src = root / PROJECT / f"{REPORT_RUN}.jsonl"
     try:
         from .report.html import run_page
-        from .report.replay import facts_of_runs, load_runs
+        from .report.gather import facts_of_runs, load_runs
         from .report.verdict import verdict
         f = facts_of_runs(load_runs([src]))[0]
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from collections import defaultdict
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import __version__, ledger, names as n
+from . import __version__, names as n
 from .analytics import CONTRACT_KEYS, is_validation_key
 from .model import RunStore, passthrough_name
 from .planned import PlannedCollector
@@ -33,7 +33,7 @@ OWNED = (
     n.STEP_REGRESSION_GPU_HOURS_PER_DAY,
     n.ROLLOUT_STRAGGLER, n.ROLLOUT_STRAGGLER_WINDOW, n.GRAD_NORM_NONFINITE, n.GRAD_NORM_NONFINITE_RECENT,
     n.GRAD_NORM_NONFINITE_TOTAL, n.RS_SEQ_MASKED_WINDOW, n.OUTSIDE_STEP_SECONDS, n.OUTSIDE_STEP_WINDOW,
-    n.TIMER_RESIDUAL, n.TIMER_RESIDUAL_WINDOW, n.VALIDATION_STEP, n.GPU_HOURS_PER_DAY,
+    n.TIMER_RESIDUAL, n.TIMER_RESIDUAL_WINDOW, n.VALIDATION_STEP,
 )
 
 
@@ -125,10 +125,6 @@ class RunCollector(Collector):
                     fams[n.STEP_REGRESSION_GPU_HOURS_PER_DAY].add_metric(rl + [cause], v)
                 if st.duration_baseline is not None:
                     fams[n.STEP_DURATION_BASELINE].add_metric(rl, st.duration_baseline)
-                if run.gpus is not None and st.steps >= run.window.k:
-                    for bucket, v in sorted(ledger.rate_per_day(list(run.window.normal)[-run.window.k:],
-                                                                run.gpus.count).items()):
-                        fams[n.GPU_HOURS_PER_DAY].add_metric(rl + [bucket], v)
                 _signals(fams, rl, run, last, st)
                 # Passthrough shows the present: a key the latest step did not carry is not exported;
                 # a validation key keeps its last value with the step it came from.

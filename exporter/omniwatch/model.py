@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 import re
-import statistics
 import threading
 import time
 from collections import defaultdict
@@ -138,19 +137,16 @@ class Run:
         self._stats, self.stats_dirty = value, False
 
     def cost_per_day(self) -> tuple[dict[str, float], dict[str, float]]:
-        """What the run's time goes to at the current rate, in GPU-hours per day: per ledger bucket, the
-        median share of the window's steps (``ledger.split``) x GPUs x 24 h; and per StepTimeRegression
+        """What the run's time goes to at the current rate, in GPU-hours per day: per ledger bucket, its
+        share of the window's step time x GPUs x 24 h (``ledger.rate_per_day``); and per StepTimeRegression
         cause, the growth over the baseline as a share of the window's median step x GPUs x 24 h. Empty
         while the GPUs or the window are unknown (the alert annotations then leave the figure out)."""
         st = self.stats
         recs = list(self.window.normal)[-self.window.k:]
         if self.gpus is None or len(recs) < self.window.k:
             return {}, {}
+        cost = ledger.rate_per_day(recs, self.gpus.count)
         per_day = self.gpus.count * 24.0
-        splits = [ledger.split(r, None, None) for r in recs]
-        shares = [{b: s / tot for b, s in sp.items()} for sp in splits if (tot := sum(sp.values())) > 0]
-        buckets = {b for sh in shares for b in sh}
-        cost = {b: statistics.median(sh.get(b, 0.0) for sh in shares) * per_day for b in buckets} if shares else {}
         reg = {}
         if st.regression and st.duration:
             reg = {c: max(0.0, g) / st.duration["median"] * per_day for c, g in st.regression.items() if g > 0}

@@ -165,9 +165,6 @@ GPU_SECONDS_TOTAL = _m("omniwatch_gpu_seconds_total", "counter",
                        "reward_critical_path, inter_stage_idle, checkpoint, validation, outside_step_timer, stalled); "
                        "the buckets sum to the run's GPUs x wall time between steps (docs/report.md).",
                        R + (L_BUCKET,), "seconds")
-GPU_HOURS_PER_DAY = _m("omniwatch_gpu_hours_per_day", "gauge",
-                       "What each ledger bucket costs at the current rate: its median share of the last k normal "
-                       "steps x the run's GPUs x 24 h (GPU-hours per day; the alerts quote it).", R + (L_BUCKET,))
 STEP_REGRESSION_GPU_HOURS_PER_DAY = _m(
     "omniwatch_step_regression_gpu_hours_per_day", "gauge",
     "What each cause of a step-time regression costs at the current rate: its growth over the baseline / the window's "

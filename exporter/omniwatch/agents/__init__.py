@@ -2,12 +2,14 @@
 supervisor actor (``placement``), registered with the exporter's agent registry (``registry``,
 ``api``: ``POST /api/v1/agents``, ``GET /api/v1/agents/sd``).
 
-Exposes ``router`` + ``init(app)`` (app.AREAS), ``add_commands(sub)`` (cli.COMMAND_MODULES:
+Exposes ``router`` + ``init(app)`` (app.AREAS), ``add_commands(sub)`` (cli.AREAS:
 ``omniwatch agent``, ``omniwatch agents start|status|stop``) and ``start()/stop()`` for Python callers.
 Importing this package never imports Ray.
 """
-from .api import init, router  # noqa: F401
-from .commands import add_commands  # noqa: F401
+from .api import init, router
+from .commands import add_commands
+
+__all__ = ["add_commands", "init", "router", "start", "stop"]
 
 
 def start(ray_address=None, exporter_url=None, **kw):

@@ -14,7 +14,7 @@ from ..rules import RulesError
 from .backfill import DEFAULT_SCRAPE_INTERVAL, DEFAULT_TAIL, backfill
 from .backtest import backtest
 from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB
-from .replay import push_url, replay_to_file, replay_to_push, target_file
+from .feed import push_url, replay_to_file, replay_to_push, target_file
 from .report import print_result, progress_for
 from .ruleset import load
 from .runfile import RunFileError, load_run

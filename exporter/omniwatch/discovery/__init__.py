@@ -3,7 +3,7 @@ controller (and storage units), vLLM-Omni rollout and vLLM reward-model servers,
 metrics agents — served to Prometheus through HTTP service discovery (``GET /api/v1/sd``).
 
 Exposes ``router`` and ``init(app)`` (app.py AREAS) and ``add_commands(sub)``
-(cli.py COMMAND_MODULES: ``omniwatch discover``).
+(cli.AREAS: ``omniwatch discover``).
 """
 from .api import init, router
 from .command import add_commands

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from .devices import Sample
-from .replay import normalize
+from .trace import normalize
 
 # Measured once on an NVIDIA H200 (driver 580.159.04) with nvidia-smi: see the module docstring.
 H200_READINGS = {"idle_w": 122.0, "busy_w": 470.0, "idle_sm_hz": 1.98e9, "busy_sm_hz": 1.74e9,

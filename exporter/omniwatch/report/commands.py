@@ -32,7 +32,7 @@ def default_out(f: RunFacts) -> Path:
 
 
 def file_facts(paths: list[str], args, progress, kind: str | None = None) -> list[RunFacts]:
-    from .replay import facts_of_runs, load_runs
+    from .gather import facts_of_runs, load_runs
     runs = load_runs(paths, kind=kind, project=getattr(args, "project", None) if len(paths) == 1 else None,
                      experiment=getattr(args, "experiment", None) if len(paths) == 1 else None)
     try:
@@ -88,7 +88,7 @@ def cmd_report(args) -> int:
 def _index(args, root: Path, err: Console, out: Console) -> int:
     from ..backtest.runfile import RunFileError, load_run
     from .index import build_index, find_runs
-    from .replay import facts_of_runs
+    from .gather import facts_of_runs
     files = find_runs(root)
     if not files:
         raise ValueError(f"no *.jsonl run under {root}")

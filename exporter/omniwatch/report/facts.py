@@ -3,7 +3,7 @@ index) is made from.
 
 Nothing here computes a signal of its own. Per step it keeps what the exporter's RunStore held right
 after ingesting that step (the ledger's GPU-seconds, the step record's ratios, the window statistics
-and baselines the alert rules threshold) — gathered by :mod:`.replay` from the very store that the
+and baselines the alert rules threshold) — gathered by :mod:`.gather` from the very store that the
 backtest scrapes, or by :mod:`.live` from the series a live exporter exposed.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``omniwatch report DIR -o index.html``: every run under a ``VERL_FILE_LOGGER_ROOT`` at once.
 
-All runs are replayed and backtested in ONE temporary Prometheus (:func:`.replay.facts_of_runs`), then
+All runs are replayed and backtested in ONE temporary Prometheus (:func:`.gather.facts_of_runs`), then
 one page per run is written to ``<out dir>/runs/<project>/<experiment>.html`` (pages are independent:
 built by worker processes, one per core) and ``index.html`` ranks the runs by the GPU-hours their
 bottlenecks cost, linking each page.

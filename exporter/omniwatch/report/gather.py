@@ -54,8 +54,7 @@ class _Collector:
             idle_min=st.idle["min"] if st.idle else None,
             mfu_max={r: s["max"] for r, s in st.mfu.items()},
             images=rec.values.get(ledger.K_IMAGES), throughput=rec.throughput,
-            per_day=ledger.rate_per_day(list(run.window.normal)[-run.window.k:], run.gpus.count)
-            if run.gpus is not None and st.steps >= run.window.k else {}))
+            per_day=run.cost_per_day()[0]))
         self.runs[ri] = RunSummary(now, run.gpus, dict(run.modes))
 
 
