@@ -480,7 +480,9 @@ rendered from the alerts' own prose. Do not edit. Run: promtool test rules alert
 
 
 def test_files(cfg: Config) -> dict[str, str]:
+    from . import endpoints  # endpoints.test.yml (1m) and transferqueue.test.yml (15 s): alerting/endpoints.py
     return {
+        **endpoints.test_files(cfg),
         "steps.test.yml": render(cfg, steps_cases(cfg), "omniwatch.rules.yml",
                                  HEADER.format(what="the step-based alerts", group="omniwatch.steps")),
         "signals.test.yml": render(cfg, signals_cases(cfg), "omniwatch.rules.yml",
