@@ -224,10 +224,6 @@ def _tq_comment(cfg: Config) -> str:
     return TQ_COMMENT + "\n" + "\n".join(rows)
 
 
-def _run_q(metric: str, post: str = "", pre: str = "", **kw) -> Query:
-    return Query(metric, pre=pre, post=post, **kw)
-
-
 DERIV_POS = " > 0"
 PER_STEP = f" * on ({RUN_BY}) max by ({RUN_BY}) ({n.TYPICAL_STEP}) > 0"
 DRAINING = "-1 * "
@@ -238,12 +234,12 @@ def tq_backlog_description(cfg: Config):
     return P(RUN, ": the fullest TransferQueue storage unit holds ", Value("pct"), " of its capacity",
              Query(REC_TQ_TTF, "dur", prefix=" and is full in ", suffix=f" at the net rate of the last "
                                                                         f"{span(t.net_rate_window)}"),
-             _run_q(REC_TQ_DERIV, DERIV_POS, fmt="f1", prefix=" (+", suffix=" live samples/s"),
-             _run_q(REC_TQ_DERIV, PER_STEP, fmt="f0", prefix=", about ", suffix=" per training step"),
-             _run_q(REC_TQ_DERIV, DERIV_POS, prefix=")", show=False),
+             Query(REC_TQ_DERIV, post=DERIV_POS, fmt="f1", prefix=" (+", suffix=" live samples/s"),
+             Query(REC_TQ_DERIV, post=PER_STEP, fmt="f0", prefix=", about ", suffix=" per training step"),
+             Query(REC_TQ_DERIV, post=DERIV_POS, prefix=")", show=False),
              AT_STEP,
-             _run_q(REC_TQ_DERIV, DERIV_POS, pre=DRAINING, fmt="f1", prefix="; draining at ",
-                    suffix=" live samples/s, not yet back to its usual level"),
+             Query(REC_TQ_DERIV, pre=DRAINING, post=DERIV_POS, fmt="f1", prefix="; draining at ",
+                   suffix=" live samples/s, not yet back to its usual level"),
              ". Live samples grow when they are written faster than cleared; a full unit fails puts and rollout "
              "stops feeding the trainer.")
 
