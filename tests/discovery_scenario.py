@@ -33,6 +33,7 @@ TESTS = os.path.join(ROOT, "tests")
 sys.path.insert(0, TESTS)
 PY = sys.executable
 PROJECT, EXPERIMENT = "proj", "exp1"
+PUSH_TOKEN = "discovery-scenario-push-token"
 http = httpx.Client(timeout=5, trust_env=False)
 procs: list[subprocess.Popen] = []
 obs: dict = {"steps": []}
@@ -126,8 +127,16 @@ def main(out_path: str) -> int:
         _, e = spawn([PY, os.path.join(TESTS, "standins", "exporter_app.py"), "--log-file", os.path.join(work, "exporter.log"),
                       "--ray-address", gcs, "--rollout-prometheus-file", rollout_file, "--ray-sd-file", "off",
                       "--max-num-seqs", "rollout=8,reward=4", "--discovery-interval", "1",
-                      "--discovery-project", PROJECT, "--discovery-experiment", EXPERIMENT], env=env)
+                      "--discovery-project", PROJECT, "--discovery-experiment", EXPERIMENT],
+                     env=dict(env, OMNIWATCH_PUSH_TOKEN=PUSH_TOKEN))
         exp = f"127.0.0.1:{e['port']}"
+        # The run's step timers: RolloutQueueSaturated fires only while the step waits on the servers (legacy,
+        # gen 190 s and reward 30 s of a 250 s step).
+        steps = [{"step": i, "data": {"timing_s/step": 250.0, "timing_s/gen": 190.0, "timing_s/reward": 30.0,
+                                      "timing_s/update_actor": 28.0}} for i in (1, 2, 3)]
+        obs["pushed_steps"] = wait_for("push the run's steps", lambda: http.post(
+            f"http://{exp}/api/v1/push", headers={"authorization": f"Bearer {PUSH_TOKEN}"},
+            json={"project": PROJECT, "experiment": EXPERIMENT, "steps": steps}).status_code == 200 and 200, 30)
 
         # Phase A: Ray attached, TransferQueue not started -> tq source down, no crash.
         step("phase A: no TransferQueue yet")

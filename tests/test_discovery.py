@@ -272,5 +272,5 @@ def test_promtool_rules_and_tests():
     promtool = require_tool("promtool")
     r = subprocess.run([promtool, "check", "rules", "alerts/endpoints.rules.yml"], cwd=root, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run([promtool, "test", "rules", "alerts/tests/endpoints_test.yml"], cwd=root, capture_output=True, text=True)
+    r = subprocess.run([promtool, "test", "rules", "alerts/tests/endpoints.test.yml"], cwd=root, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

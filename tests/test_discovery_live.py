@@ -75,6 +75,7 @@ def test_ray_node_metrics_scraped(seen):
 
 
 def test_rollout_saturation_rule_and_alert_in_prometheus(seen):
+    assert seen["pushed_steps"] == 200  # the run's step timers: the alert needs the step to wait on the servers
     roles = {(m["role"], m["replica"]) for m in _labels(seen["B_saturated"])}
     assert ("rollout", "0") in roles           # vLLM-Omni stand-in from verl's rollout prometheus.yml
     assert ("reward", "0") in roles            # vLLM stand-in found as Ray actor vllm_server_reward_0_0

@@ -58,8 +58,9 @@ def _remedy_texts() -> list[str]:
             continue
         for modes in mode_sets:
             for cause in (*remedies.STEP_CAUSES, "unknown"):
-                out.append(a.remedy.expect(Ctx({"project": "p", "experiment": "e", "role": "actor", "cause": cause},
-                                               1.0, {}, modes)))
+                for role in ("actor", "rollout", "reward"):
+                    out.append(a.remedy.expect(Ctx({"project": "p", "experiment": "e", "role": role, "cause": cause},
+                                                   1.0, {}, modes)))
     return out
 
 
@@ -82,8 +83,8 @@ def test_every_config_path_in_the_runbooks_and_alert_docs_exists():
     assert not bad, bad
 
 
-def _remedy(alert: str, modes: dict | None, **labels) -> str:
-    a = next(a for a in spec.alerts(DEFAULT) if a.name == alert)
+def _remedy(alert: str, modes: dict | None, severity: str | None = None, **labels) -> str:
+    a = next(a for a in spec.alerts(DEFAULT) if a.name == alert and severity in (None, a.severity))
     return a.remedy.expect(Ctx({"project": "p", "experiment": "e", **labels}, 1.0, {}, modes))
 
 
@@ -129,3 +130,36 @@ def test_offload_advice_is_under_step_time_regression_not_mfu_drop():
 def test_algorithm_changes_are_labelled_as_such():
     text = _remedy(n.ALERT_REWARD_SATURATION, None)
     assert "rollout.n" in text and "Algorithm change" in text
+
+
+LEGACY = {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}
+V1_SYNC = {"trainer": "v1", "reward": "streamed", "async_mode": "sync"}
+SEPARATE_ASYNC = {"trainer": "v1", "reward": "streamed", "async_mode": "separate_async"}
+
+
+def test_rollout_queue_saturated_advice_fits_the_role_and_layout_and_changes_no_algorithm():
+    """Issue 13 item 10: a performance remedy does not tell people to sample fewer responses per prompt."""
+    legacy = _remedy(n.ALERT_ROLLOUT_SATURATED, LEGACY, role="rollout")
+    sync = _remedy(n.ALERT_ROLLOUT_SATURATED, V1_SYNC, role="rollout")
+    separate = _remedy(n.ALERT_ROLLOUT_SATURATED, SEPARATE_ASYNC, role="rollout")
+    reward = _remedy(n.ALERT_ROLLOUT_SATURATED, SEPARATE_ASYNC, role="reward")
+    unknown = _remedy(n.ALERT_ROLLOUT_SATURATED, None, role="rollout")
+    assert legacy == sync and "whole batch" in legacy and "max_num_seqs" in legacy and "step_execution" in legacy
+    assert "standalone rollout" in separate and "actor_rollout_ref.rollout.nnodes" in separate
+    assert "reward.reward_model." in reward and "actor_rollout_ref" not in reward
+    for text in (legacy, separate, reward, unknown):
+        assert "actor_rollout_ref.rollout.n`" not in text and "actor_rollout_ref.rollout.n=" not in text
+        assert "Algorithm change" not in text
+
+
+def test_transferqueue_advice_bounds_rollout_only_where_it_runs_ahead():
+    separate = _remedy(n.ALERT_TQ_BACKLOG, SEPARATE_ASYNC, severity="warning")
+    sync = _remedy(n.ALERT_TQ_BACKLOG, V1_SYNC, severity="warning")
+    critical = _remedy(n.ALERT_TQ_BACKLOG, SEPARATE_ASYNC, severity="critical")
+    for text in (separate, critical):
+        assert "trainer.v1.sampler.max_off_policy_threshold" in text
+        assert "trainer.v1.sampler.max_off_policy_strategy=drop" in text
+        assert "transfer_queue.backend.SimpleStorage.total_storage_size" in text
+    assert "max_off_policy" not in sync and "nobody clears" in sync
+    assert "stopped clearing" in critical and "stopgap" not in critical
+    assert "kv_clear" in _remedy(n.ALERT_TQ_SLOW_LEAK, None)

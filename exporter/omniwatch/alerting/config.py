@@ -111,11 +111,36 @@ class SourceDown(_Part):
 
 
 class RolloutQueue(_Part):
+    """RolloutQueueSaturated: a vLLM-Omni rollout (or vLLM reward) server replica keeps requests waiting
+    with every slot running, while the training step waits on that server (issue 13 item 10)."""
     saturated_share: float = Field(0.75, description=(
         "Share of the last `window` a replica was saturated (waiting > 0 with every slot running). A "
         "generation burst saturates part of every step; 75 % of 10 minutes is a server that cannot keep up."))
-    window: str = Field("10m", description="Range over which the saturated share is averaged.")
+    window: str = Field("10m", description=(
+        "Range over which the saturated share is averaged and over which the step share below must hold."))
+    ceiling_window: str = Field("10m", description=(
+        "Without max_num_seqs (no --max-num-seqs, not discovered) a replica's ceiling is its own peak of "
+        "running requests over this range: long enough to hold a whole generation burst (a legacy step submits "
+        "its whole batch at once, so running sits at max_num_seqs during gen), short enough to follow a "
+        "replica restarted with another max_num_seqs."))
+    critical_path_share: float = Field(0.15, description=(
+        "The step must wait on the server: the lowest share of the step its phase held over `window` must be "
+        "above this (rollout servers: timing_s/gen; reward servers: gen + reward, as a reward pool scores during "
+        "gen and a colocated reward model inside timing_s/reward). Legacy submits all train_batch_size x rollout.n "
+        "requests at once, so a queue at max_num_seqs is normal during gen; a separate_async standalone rollout is "
+        "busy by design and the trainer waits on it only when gen is large (docs/verl-source.md C8). Per step, "
+        "steps 3-40: gen of sync layouts (legacy and V1 sync, every reward layout) 0.27-0.67 on the fixtures "
+        "(0.27: reward x5 swells the step) and 0.32-0.52 in the simulator (10 seeds, checkpoint and validation "
+        "every 5 steps or never); separate_async trainer-bound 0.055-0.095 (simulator); a separate_async run's "
+        "colocated reward model, inside the step, gen + reward 0.17-0.26. 0.15 is 1.6x the trainer-bound "
+        "maximum and under every step that waits on its servers."))
     for_: str = Field("1m", alias="for", description="Wall time the condition must hold.")
+
+
+class RewardServer(_Part):
+    rate_window: str = Field("5m", description=(
+        "Range of the reward servers' latency and queue-time rates (run:omniwatch_reward_server_*:mean5m, "
+        "dashboards only): 20 scrapes at 15 s, several reward bursts."))
 
 
 class Straggler(_Part):
@@ -187,6 +212,16 @@ class TransferQueue(_Part):
         "next by this share of capacity: a leak of > 4 %/h, full within a day."))
     leak_for: str = Field("15m", description=(
         "Covers a leak that grows in steps (one partition left uncleared per validation)."))
+    floor_short: str = Field("30m", description=(
+        "TransferQueueSlowLeak's shortest floor window (lowest utilisation of the fullest unit): many steps, "
+        "so it is the level every step drains to, not a step's in-flight peak."))
+    floor_mid: str = Field("1h", description="TransferQueueSlowLeak's middle floor window.")
+    floor_long: str = Field("2h", description=(
+        "TransferQueueSlowLeak's longest floor window, and the level a firing TransferQueueBacklog must drain "
+        "back to (within min_utilization) to resolve."))
+    rate_window: str = Field("5m", description=(
+        "Range of the sample write / clear rates (run:tq_sample_writes:rate5m, run:tq_samples_cleared:rate5m; "
+        "dashboards only): 20 scrapes at 15 s."))
 
 
 class Config(_Part):
@@ -209,6 +244,7 @@ class Config(_Part):
     gpu_memory: GPUMemory = GPUMemory()
     source_down: SourceDown = SourceDown()
     rollout_queue: RolloutQueue = RolloutQueue()
+    reward_server: RewardServer = RewardServer()
     transferqueue: TransferQueue = TransferQueue()
     straggler: Straggler = Straggler()
     grad_norm: GradNorm = GradNorm()

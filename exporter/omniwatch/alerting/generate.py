@@ -46,37 +46,46 @@ def thresholds_table(cfg: Config) -> str:
 
 
 def remedies_table(cfg: Config) -> str:
-    """Each alert's remedy as it renders for each layout (identical texts merged), from remedies.py."""
+    """Each alert's remedy as it renders for each layout (identical texts merged), from remedies.py. An alert
+    whose severities carry different remedies (TrainingStalled, TransferQueueBacklog) gets one entry per remedy."""
     from .prose import Ctx
+    from .remedies import STEP_CAUSES
+    # Alerts whose remedy branches on one of their own labels: (label, its values).
+    by_label = {n.ALERT_STEP_REGRESSION: ("cause", tuple(STEP_CAUSES)),
+                n.ALERT_RS_REJECTION: ("mode", ("bypass", "decoupled")),
+                n.ALERT_ROLLOUT_SATURATED: ("role", ("rollout", "reward"))}
     out = [REMEDY_BEGIN, ""]
-    seen: set[str] = set()
+    remedies: dict[str, dict[str, list[str]]] = {}  # alert -> remedy template -> severities
+    first: dict[tuple[str, str], object] = {}
     for a in spec.alerts(cfg):
-        if a.remedy is None or a.name in seen:
-            continue
-        seen.add(a.name)
-        from .remedies import STEP_CAUSES
-        # Alerts whose remedy branches on one of their own labels: (label, its values).
-        by_label = {n.ALERT_STEP_REGRESSION: ("cause", tuple(STEP_CAUSES)),
-                    n.ALERT_RS_REJECTION: ("mode", ("bypass", "decoupled"))}
-        label_name, label_values = by_label.get(a.name, ("cause", tuple(STEP_CAUSES)))
-        by_text: dict[str, list[str]] = {}
-        for value in label_values:
-            labels = {"project": "<project>", "experiment": "<experiment>", "role": "actor", "cause": "other",
-                      label_name: value}
-            for label, modes in LAYOUTS:
-                text = a.remedy.expect(Ctx(labels, 1.0, {}, modes))
-                by_text.setdefault(text, [])
-                key = f"{label_name}={value}" if a.name in by_label else label
-                if key not in by_text[text]:
-                    by_text[text].append(key)
-        out.append(f"**{a.name}**")
-        out.append("")
-        if len(by_text) == 1:
-            out.append(f"- any layout: {next(iter(by_text))}")
-        else:
-            for text, layouts in by_text.items():
-                out.append(f"- {'; '.join(layouts)}: {text}")
-        out.append("")
+        if a.remedy is not None:
+            remedies.setdefault(a.name, {}).setdefault(a.remedy.go(), []).append(a.severity)
+            first.setdefault((a.name, a.remedy.go()), a)
+    for name, by_template in remedies.items():
+        for template, severities in by_template.items():
+            a = first[(name, template)]
+            label_name, label_values = by_label.get(name, ("cause", ("other",)))
+            by_text: dict[str, list[str]] = {}
+            for value in label_values:
+                labels = {"project": "<project>", "experiment": "<experiment>", "role": "actor", "cause": "other",
+                          label_name: value}
+                texts = [(label, a.remedy.expect(Ctx(labels, 1.0, {}, modes))) for label, modes in LAYOUTS]
+                layout_free = len({t for _, t in texts}) == 1
+                for label, text in texts:
+                    if name in by_label:
+                        key = f"{label_name}={value}" if layout_free else f"{label_name}={value}, {label}"
+                    else:
+                        key = label
+                    if key not in by_text.setdefault(text, []):
+                        by_text[text].append(key)
+            out.append(f"**{name}**" + (f" ({', '.join(severities)})" if len(by_template) > 1 else ""))
+            out.append("")
+            if len(by_text) == 1:
+                out.append(f"- any layout: {next(iter(by_text))}")
+            else:
+                for text, layouts in by_text.items():
+                    out.append(f"- {'; '.join(layouts)}: {text}")
+            out.append("")
     out.append(REMEDY_END)
     return "\n".join(out)
 

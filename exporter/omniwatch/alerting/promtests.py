@@ -30,6 +30,11 @@ def secs(t: int) -> str:
     return f"{t // 60}m{t % 60}s" if t % 60 else (f"{t // 60}m" if t else "0s")
 
 
+def every(t: int) -> str:
+    """An interval: ``15s``, ``1m``."""
+    return f"{t}s" if t < 60 else secs(t)
+
+
 def num(v: float) -> str:
     return f"{v:g}"
 
@@ -59,11 +64,38 @@ class Check:
 
 
 @dataclass
+class Sample:
+    """One expected sample of a ``promql_expr_test``: ``metric{labels}`` (metric "" for an expression whose
+    result has no name) and its value."""
+    metric: str
+    labels: dict
+    value: float
+
+    def render(self) -> dict:
+        lab = ",".join(f'{k}="{v}"' for k, v in self.labels.items())
+        value = int(self.value) if float(self.value).is_integer() else self.value
+        return {"labels": f"{self.metric}{{{lab}}}", "value": value}
+
+
+@dataclass
+class ExprCheck:
+    """A ``promql_expr_test``: ``expr`` evaluated at ``at`` returns exactly ``samples`` (none: empty)."""
+    at: int
+    expr: str
+    samples: list[Sample] = field(default_factory=list)
+
+    def render(self) -> dict:
+        return {"expr": self.expr, "eval_time": secs(self.at), "exp_samples": [s.render() for s in self.samples]}
+
+
+@dataclass
 class Case:
     name: str
     series: list[Series]
     checks: list[Check]
-    comment: str = ""
+    comment: str = ""                  # written above the test in the YAML
+    exprs: list[ExprCheck] = field(default_factory=list)
+    interval: int | None = None        # seconds between input samples; None: the file's evaluation interval
 
 
 def expected_annotations(cfg: Config, alert: str, labels: dict, ctx: Ctx) -> dict:
@@ -84,21 +116,35 @@ def expected_annotations(cfg: Config, alert: str, labels: dict, ctx: Ctx) -> dic
 def _check_yaml(cfg: Config, c: Check) -> dict:
     d: dict = {"eval_time": secs(c.at), "alertname": c.alert}
     if c.expect:
-        d["exp_alerts"] = [{"exp_labels": e.labels,
+        d["exp_alerts"] = [{"exp_labels": dict(e.labels),
                             "exp_annotations": expected_annotations(cfg, c.alert, e.labels, e.ctx)} for e in c.expect]
     return d
 
 
-def render(cfg: Config, cases: list[Case], rule_file: str, header: str) -> str:
-    doc = {"rule_files": [f"../{rule_file}"], "evaluation_interval": f"{INTERVAL}s", "tests": []}
+def _dump(doc) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, width=10**9, allow_unicode=True)
+
+
+def render(cfg: Config, cases: list[Case], rule_file: str, header: str, interval: int = INTERVAL) -> str:
+    """A promtool test file: ``interval`` is its ``evaluation_interval`` (and the input interval of every case
+    that sets none). A case's comment is written above it."""
+    doc = {"rule_files": [f"../{rule_file}"], "evaluation_interval": every(interval), "tests": []}
+    body = [_dump({k: v for k, v in doc.items() if k != "tests"}), "tests:\n"]
     for case in cases:
-        t: dict = {"name": case.name, "interval": f"{INTERVAL}s"}
+        t: dict = {"name": case.name, "interval": every(case.interval or interval)}
         if case.series:
             t["input_series"] = [s.render() for s in case.series]
-        t["alert_rule_test"] = [_check_yaml(cfg, c) for c in case.checks]
+        if case.checks:
+            t["alert_rule_test"] = [_check_yaml(cfg, c) for c in case.checks]
+        if case.exprs:
+            t["promql_expr_test"] = [e.render() for e in case.exprs]
         doc["tests"].append(t)
-    body = yaml.safe_dump(doc, sort_keys=False, width=10**9, allow_unicode=True)
-    return "".join(f"# {line}".rstrip() + "\n" for line in header.strip("\n").split("\n")) + "\n" + body
+        body.append("".join(f"# {line}".rstrip() + "\n" for line in case.comment.split("\n")) if case.comment else "")
+        body.append(_dump([t]))
+    text = "".join(body)
+    if yaml.safe_load(text) != doc:
+        raise AssertionError(f"{rule_file}: rendered tests do not load back to their cases")
+    return "".join(f"# {line}".rstrip() + "\n" for line in header.strip("\n").split("\n")) + "\n" + text
 
 
 # --- the standard step-alert scenario ----------------------------------------------------------------------
@@ -438,7 +484,9 @@ rendered from the alerts' own prose. Do not edit. Run: promtool test rules alert
 
 
 def test_files(cfg: Config) -> dict[str, str]:
+    from . import endpoints  # endpoints.test.yml (1m) and transferqueue.test.yml (15 s): alerting/endpoints.py
     return {
+        **endpoints.test_files(cfg),
         "steps.test.yml": render(cfg, steps_cases(cfg), "omniwatch.rules.yml",
                                  HEADER.format(what="the step-based alerts", group="omniwatch.steps")),
         "signals.test.yml": render(cfg, signals_cases(cfg), "omniwatch.rules.yml",

@@ -129,7 +129,12 @@ def _run_selector(metric: str, extra: str) -> str:
 @dataclass(frozen=True)
 class Query(Part):
     """The value of one of the run's series at evaluation time (``query`` over the run's labels):
-    ``prefix + formatted value + suffix``, or ``default`` when the series is absent."""
+    ``prefix + formatted value + suffix``, or ``default`` when the series is absent.
+
+    ``pre`` / ``post`` wrap the run's selector in PromQL (``pre + metric{project, experiment} + post``, e.g.
+    ``post=" > 0"``: the part shows only while the value is positive); the test oracle then reads the
+    value of that whole expression from ``Ctx.series[key]`` (the scenario states it as data). ``show``
+    False leaves the value out (a closing bracket that belongs to an earlier part, say)."""
     metric: str
     fmt: str = "f0"
     prefix: str = ""
@@ -137,20 +142,34 @@ class Query(Part):
     default: str = ""
     matchers: str = ""  # extra label matchers, e.g. 'role="actor"' (values may use $labels via %q below)
     label_args: tuple[str, ...] = ()  # $labels.<x> values filling %q placeholders in `matchers`
+    pre: str = ""
+    post: str = ""
+    show: bool = True
+
+    @property
+    def key(self) -> str:
+        """The ``Ctx.series`` key of this query: the metric, or the whole expression when wrapped."""
+        return f"{self.pre}{self.metric}{self.post}"
 
     def go(self) -> str:
         m = f",{self.matchers}" if self.matchers else ""
         args = " ".join(f"$labels.{a}" for a in self.label_args)
-        sel = f'printf "{self.metric}{{project=%q,experiment=%q{m}}}" $labels.project $labels.experiment{" " + args if args else ""}'
+        for text in (self.pre, self.post):
+            if any(ch in text for ch in '"%`'):
+                raise ValueError(f"PromQL around a query may not contain quotes or %: {text!r}")
+        sel = (f'printf "{self.pre}{self.metric}{{project=%q,experiment=%q{m}}}{self.post}" '
+               f'$labels.project $labels.experiment{" " + args if args else ""}')
         for part in (self.prefix, self.suffix, self.default):
             Text(part).go()
         other = f"{{{{ else }}}}{self.default}" if self.default else ""
-        return (f"{{{{ with {sel} | query }}}}{self.prefix}{{{{ . | first | value | {FORMATS[self.fmt][0]} }}}}"
-                f"{self.suffix}{other}{{{{ end }}}}")
+        body = f"{{{{ . | first | value | {FORMATS[self.fmt][0]} }}}}" if self.show else ""
+        return f"{{{{ with {sel} | query }}}}{self.prefix}{body}{self.suffix}{other}{{{{ end }}}}"
 
     def expect(self, ctx: Ctx) -> str:
-        v = ctx.series.get(self.metric)
-        return self.default if v is None else self.prefix + FORMATS[self.fmt][1](v) + self.suffix
+        v = ctx.series.get(self.key)
+        if v is None:
+            return self.default
+        return self.prefix + (FORMATS[self.fmt][1](v) if self.show else "") + self.suffix
 
 
 def key_of(metric: str, matchers: str = "") -> str:

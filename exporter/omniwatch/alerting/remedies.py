@@ -254,3 +254,83 @@ def stalled_notice() -> Prose:
              key("trainer.default_local_dir"), "/global_step_<next step>, growing while it saves) or a validation "
              "pass (", key("trainer.test_freq"), ") may be running; verl forces both on the last step. If the warning "
              "follows, treat it as a hang.")
+
+
+# --- RolloutQueueSaturated (branches on the alert's `role`, then on the run's layout) ---------------------------
+# It fires only while the step waits on the server (docs/verl-source.md C8): legacy and V1 sync submit the whole
+# batch (train_batch_size x rollout.n requests) at once, so a queue at max_num_seqs is normal during gen and costs
+# time only because gen holds the step; a separate_async standalone rollout is busy by design and holds the step
+# only when the trainer waits for samples. Fewer samples per prompt or a smaller batch would shrink the queue but
+# change the algorithm: not offered here (docs/runbooks.md#rolloutqueuesaturated says so).
+_RQ_MORE_AT_ONCE = (
+    "raise " + key("actor_rollout_ref.rollout.max_num_seqs") + " if memory allows (published Qwen-Image LoRA: 1 -> 32 "
+    "concurrent requests cut gen from 226 s to 108 s; true CFG at 512x512 runs out of memory above 32), try step-wise "
+    "batching (" + key("actor_rollout_ref.rollout.step_execution", "True") + ", less memory per concurrent request)")
+_RQ_SYNC = (
+    "Every step submits its whole batch (train_batch_size x rollout.n requests) at once, so requests queue whenever "
+    "the batch is larger than the slots of the replicas, and gen holds the step meanwhile. Let more run at once: "
+    + _RQ_MORE_AT_ONCE + ", or add rollout replicas (more GPUs, or a lower "
+    + key("actor_rollout_ref.rollout.tensor_model_parallel_size") + " for more replicas on the same GPUs).")
+_RQ_SEPARATE_ASYNC = (
+    "The standalone rollout is busy by design, but here the trainer waits for its samples (a large timing_s/gen): "
+    "it cannot keep up. Give it more GPUs (" + key("actor_rollout_ref.rollout.nnodes") + " x "
+    + key("actor_rollout_ref.rollout.n_gpus_per_node") + ") or " + _RQ_MORE_AT_ONCE + ".")
+_RQ_DEFAULT = (
+    "The step waits on generation while requests queue at every slot: " + _RQ_MORE_AT_ONCE
+    + ", or add rollout replicas (GPUs; in separate_async " + key("actor_rollout_ref.rollout.nnodes") + " x "
+    + key("actor_rollout_ref.rollout.n_gpus_per_node") + " size the standalone rollout).")
+_RQ_REWARD = (
+    "Scoring requests queue at the reward servers while the step waits for them: add reward replicas (pool GPUs "
+    + key("reward.reward_model.n_gpus_per_node") + " x " + key("reward.reward_model.nnodes") + ", or a lower "
+    + key("reward.reward_model.rollout.tensor_model_parallel_size") + " for more replicas on the same GPUs) or raise "
+    + key("reward.reward_model.rollout.max_num_seqs") + " if memory allows ("
+    + key("reward.reward_model.rollout.gpu_memory_utilization") + ").")
+
+
+def rollout_saturated() -> Prose:
+    from .prose import LabelSwitch
+    by_layout = switch([({"async_mode": SEPARATE_ASYNC}, _RQ_SEPARATE_ASYNC), ({"async_mode": SYNC}, _RQ_SYNC)],
+                       _RQ_DEFAULT)
+    return P(LabelSwitch("role", (("reward", P(_RQ_REWARD)),), by_layout))
+
+
+# --- TransferQueue (V1 only: legacy runs have no TransferQueue) ------------------------------------------------
+_TQ_STOPGAP = "raise " + key("transfer_queue.backend.SimpleStorage.total_storage_size") + " only as a stopgap"
+_TQ_BOUND_AHEAD = (
+    "bound how far rollout runs ahead of training (fewer batches queued ahead: "
+    + key("trainer.v1.separate_async.num_warmup_batches") + "; a tighter staleness bound: "
+    + key("trainer.v1.sampler.max_off_policy_threshold") + ", the model versions a trajectory may span, with "
+    + key("trainer.v1.sampler.max_off_policy_strategy", "drop") + ")")
+_TQB_SEPARATE_ASYNC = (
+    "Make the consumer clear what it consumed (kv_clear / clear_samples after every step) and, since separate_async "
+    "lets rollout run ahead of training, " + _TQ_BOUND_AHEAD + "; " + _TQ_STOPGAP + ".")
+_TQB_SYNC = (
+    "In sync mode rollout cannot run ahead of training, so samples that accumulate are samples nobody clears: make "
+    "the consumer clear what it consumed (kv_clear / clear_samples after every step, custom code that reads from "
+    "TransferQueue included); " + _TQ_STOPGAP + ".")
+_TQB_DEFAULT = (
+    "Make the consumer clear what it consumed (kv_clear / clear_samples after every step); in separate_async also "
+    + _TQ_BOUND_AHEAD + "; " + _TQ_STOPGAP + ".")
+
+
+def tq_backlog() -> Prose:
+    return switch([({"async_mode": SEPARATE_ASYNC}, _TQB_SEPARATE_ASYNC), ({"trainer": V1}, _TQB_SYNC)],
+                  _TQB_DEFAULT)
+
+
+_TQC = (
+    "Find why the consumer stopped clearing (trainer hung or crashed, kv_clear failing: see TrainingStalled); free "
+    "storage (clear stale partitions) or restart with a larger "
+    + key("transfer_queue.backend.SimpleStorage.total_storage_size"))
+
+
+def tq_backlog_critical() -> Prose:
+    return switch([({"async_mode": SEPARATE_ASYNC}, _TQC + ", then " + _TQ_BOUND_AHEAD + "."),
+                   ({"trainer": V1}, _TQC + ".")],
+                  _TQC + "; in separate_async then also " + _TQ_BOUND_AHEAD + ".")
+
+
+def tq_slow_leak() -> Prose:
+    return P("List what stays (tq.kv_list() per partition) and clear it: kv_clear the keys or clear_partition a "
+             "partition that is no longer read; then fix the code path that skips clearing (failed samples, "
+             "validation partitions).")

@@ -381,7 +381,9 @@ jitter. docs/alerts.md says why each number is what it is.
 
 
 def rule_files(cfg: Config) -> list[RuleFile]:
-    return [RuleFile("omniwatch.rules.yml", OMNIWATCH_HEADER, [records(cfg), steps(cfg), signals(cfg), health(cfg)])]
+    from . import endpoints  # rollout / reward servers and TransferQueue (alerting/endpoints.py)
+    return [RuleFile("omniwatch.rules.yml", OMNIWATCH_HEADER, [records(cfg), steps(cfg), signals(cfg), health(cfg)]),
+            endpoints.rule_file(cfg)]
 
 
 def alerts(cfg: Config) -> list[Alert]:
