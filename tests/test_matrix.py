@@ -216,7 +216,7 @@ MATRIX_BEGIN = "<!-- BEGIN: tested configurations (tests/test_matrix.py) -->"
 MATRIX_END = "<!-- END: tested configurations -->"
 
 
-def tested_on() -> str:
+def matrix_table() -> str:
     """The docs/alerts.md table of which alert was proven on which configuration (this module's CASES)."""
     rows: dict[str, list[str]] = {}
     for c in CASES:
@@ -237,4 +237,4 @@ def test_docs_list_the_configurations_each_alert_was_tested_on():
     text = (REPO / "docs" / "alerts.md").read_text()
     a, b = text.find(MATRIX_BEGIN), text.find(MATRIX_END)
     assert a >= 0 and b >= 0, "docs/alerts.md lacks the tested-configurations section"
-    assert text[a:b + len(MATRIX_END)] == tested_on(), "docs/alerts.md is out of date: paste tests.test_matrix.tested_on()"
+    assert text[a:b + len(MATRIX_END)] == matrix_table(), "docs/alerts.md is out of date: paste tests.test_matrix.matrix_table()"

@@ -149,7 +149,7 @@ class Run:
         per_day = self.gpus.count * 24.0
         reg = {}
         if st.regression and st.duration:
-            reg = {c: max(0.0, g) / st.duration["median"] * per_day for c, g in st.regression.items() if g > 0}
+            reg = {c: max(0.0, g) / st.duration["median"] * per_day for c, g in st.regression.items()}
         return cost, reg
 
     def warmup_total(self) -> int:
