@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 
+import pytest
+
 from fastapi.testclient import TestClient
 
 from omniwatch import names
@@ -41,3 +43,34 @@ def test_every_area_is_listed_and_mounted():
         for route in area.router.routes:
             if getattr(route, "include_in_schema", True):
                 assert route.path in paths, (area.__name__, route.path)
+
+
+def test_each_collector_describes_what_it_collects_and_a_second_owner_is_refused(tmp_path):
+    """Every collector's ``describe()`` names the families it renders (names.describe), so the private
+    registry refuses a second collector that would render one of them, as client_python intends."""
+    from prometheus_client import CollectorRegistry
+
+    from omniwatch.exposition import RunCollector
+    from omniwatch.gpu.collector import GpuCollector
+    from omniwatch.httpguard import GuardCollector, GuardStats
+    from omniwatch.planned import PlannedCollector
+    from omniwatch.sources.files import FilesCollector
+    from omniwatch.parse import parse_record
+    from omniwatch.simulate import RunSpec, step_dict
+
+    store = RunStore()
+    for i in range(1, 30):
+        store.ingest("p", "e", parse_record({"step": i, "data": step_dict(RunSpec(), i)}), "jsonl")
+    makers = [lambda: RunCollector(store), lambda: PlannedCollector(store), lambda: GpuCollector(None),
+              lambda: GuardCollector(GuardStats()), lambda: FilesCollector([])]
+    reg = CollectorRegistry(auto_describe=False)
+    for make in makers:
+        c = make()
+        described = {f.name for f in c.describe()}
+        assert described, type(c).__name__
+        collected = {f.name for f in c.collect() if not f.name.startswith(names.PASSTHROUGH_PREFIX)}
+        assert collected <= described, (type(c).__name__, collected - described)
+        reg.register(c)
+    for make in makers:
+        with pytest.raises(ValueError, match="Duplicated timeseries"):
+            reg.register(make())

@@ -5,20 +5,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, names as n
 from .analytics import CONTRACT_KEYS, is_validation_key
 from .model import RunStore, passthrough_name
 from .planned import PlannedCollector
-
-
-def _family(name: str):
-    m = n.CATALOGUE[name]
-    if m.type == "counter":
-        return CounterMetricFamily(name[: -len("_total")], m.help, labels=list(m.labels))
-    return GaugeMetricFamily(name, m.help, labels=list(m.labels))
 
 
 # The families this collector renders; other collectors (GPU sampler, relay) own theirs.
@@ -42,12 +35,12 @@ class RunCollector(Collector):
         self.store = store
         self._last_render = 0.0
 
-    def describe(self):  # keep registration from calling collect()
-        return []
+    def describe(self):
+        return n.describe(OWNED)
 
     def collect(self):
         t0 = time.perf_counter()
-        fams = {name: _family(name) for name in OWNED}
+        fams = {name: n.family(name) for name in OWNED}
         passthrough: dict[str, list] = defaultdict(list)
         s = self.store
         with s.lock:

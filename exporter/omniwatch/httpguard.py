@@ -72,13 +72,12 @@ class GuardCollector(Collector):
         self.stats = stats
 
     def describe(self):
-        return []
+        return n.describe((n.HTTP_CONNECTIONS, n.HTTP_CONNECTIONS_CLOSED))
 
     def collect(self):
-        from .exposition import _family
-        opened = _family(n.HTTP_CONNECTIONS)
+        opened = n.family(n.HTTP_CONNECTIONS)
         opened.add_metric([], self.stats.open)
-        closed = _family(n.HTTP_CONNECTIONS_CLOSED)
+        closed = n.family(n.HTTP_CONNECTIONS_CLOSED)
         for reason in CLOSE_REASONS:
             closed.add_metric([reason], self.stats.closed.get(reason, 0))
         yield opened

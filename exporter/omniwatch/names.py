@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 PREFIX = "omniwatch_"
 PASSTHROUGH_PREFIX = "verl_"
 
@@ -41,13 +43,24 @@ class Metric:
     labels: tuple[str, ...] = ()
     unit: str = ""
 
-    @property
-    def exposed(self) -> str:
-        """Name as it appears in the exposition (counters end in ``_total``)."""
-        return self.name
 
 
 CATALOGUE: dict[str, Metric] = {}
+
+
+def family(name: str) -> GaugeMetricFamily | CounterMetricFamily:
+    """The empty metric family of a catalogue entry: the one place a collector builds its families
+    (client_python adds ``_total`` back to a counter's samples)."""
+    m = CATALOGUE[name]
+    if m.type == "counter":
+        return CounterMetricFamily(name[: -len("_total")], m.help, labels=list(m.labels))
+    return GaugeMetricFamily(name, m.help, labels=list(m.labels))
+
+
+def describe(owned) -> list:
+    """What a collector's ``describe()`` returns: its families, empty, so the registry knows the names
+    each collector owns and refuses a second collector that registers one of them."""
+    return [family(name) for name in owned]
 
 
 def _m(name: str, type_: str, help_: str, labels: tuple[str, ...] = (), unit: str = "") -> str:

@@ -39,6 +39,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from . import names as n
 from .analytics import K_SAVE, K_TESTING
 
 log = logging.getLogger(__name__)
@@ -390,7 +391,6 @@ class LogWriterWatch:
 # --- exposition -----------------------------------------------------------------------------------------
 def owned() -> tuple[str, ...]:
     """The families :class:`PlannedCollector` renders."""
-    from . import names as n
     return (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN, n.RUN_TOTAL_STEPS,
             n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS)
 
@@ -402,14 +402,10 @@ class PlannedCollector:
         self.store = store
 
     def describe(self):
-        return []
+        return n.describe(owned())
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        from . import names as n
-        fams = {name: GaugeMetricFamily(name, n.CATALOGUE[name].help, labels=list(n.CATALOGUE[name].labels))
-                for name in owned()}
+        fams = {name: n.family(name) for name in owned()}
         s = self.store
         with s.lock:
             now = s.clock()

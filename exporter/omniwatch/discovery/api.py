@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import names as n
@@ -26,16 +25,15 @@ class DiscoveryCollector(Collector):
         self.discovery = discovery
 
     def describe(self):
-        return []
+        return n.describe((n.SD_TARGETS, n.ROLLOUT_MAX_NUM_SEQS))
 
     def collect(self):
         snap = self.discovery.snapshot
-        sd = GaugeMetricFamily(n.SD_TARGETS, n.CATALOGUE[n.SD_TARGETS].help, labels=list(n.CATALOGUE[n.SD_TARGETS].labels))
+        sd = n.family(n.SD_TARGETS)
         for kind, cnt in snap.counts().items():
             sd.add_metric([kind], cnt)
         yield sd
-        m = n.CATALOGUE[n.ROLLOUT_MAX_NUM_SEQS]
-        fam = GaugeMetricFamily(m.name, m.help, labels=list(m.labels))
+        fam = n.family(n.ROLLOUT_MAX_NUM_SEQS)
         for labels, v in self.discovery.max_num_seqs_series(snap):
             fam.add_metric(labels, v)
         yield fam

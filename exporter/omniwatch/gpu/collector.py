@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import names as n
@@ -16,13 +15,6 @@ OWNED = (
     n.GPU_POWER, n.GPU_SM_CLOCK, n.GPU_INFO, n.GPU_PHASE_BUSY_SECONDS_TOTAL, n.GPU_PHASE_IDLE_SECONDS_TOTAL,
     n.GPU_IDLE_RATIO, n.GPU_INTER_STAGE_IDLE_WINDOW, n.MFU_IMPLIED_PEAK, n.MFU_SUSPECTED_CAUSE, n.MFU_DEVICE_PEAK,
 )
-
-
-def family(name: str):
-    m = n.CATALOGUE[name]
-    if m.type == "counter":
-        return CounterMetricFamily(name[: -len("_total")], m.help, labels=list(m.labels))
-    return GaugeMetricFamily(name, m.help, labels=list(m.labels))
 
 
 def live_runs(store, runs):
@@ -66,7 +58,7 @@ class GpuCollector(Collector):
         self.trainer_flops_tflops = trainer_flops_tflops  # VERL_OMNI_DEVICE_FLOPS_TFLOPS the trainer uses, if known
 
     def describe(self):
-        return []
+        return n.describe(OWNED)
 
     def silicon(self) -> Silicon | None:
         states = self.sampler.snapshot() if self.sampler is not None else []
@@ -78,7 +70,7 @@ class GpuCollector(Collector):
         return sil
 
     def collect(self):
-        f = {name: family(name) for name in OWNED}
+        f = {name: n.family(name) for name in OWNED}
         if self.sampler is not None:
             with self.sampler.lock:
                 for st in self.sampler.snapshot():

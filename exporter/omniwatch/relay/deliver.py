@@ -16,7 +16,6 @@ from prometheus_client.registry import Collector
 
 from .. import __version__, names as n
 from ..redact import redact_tree
-from ..exposition import _family
 from . import messages
 from .config import Receiver, RelayConfig, redact
 from .store import DELIVERED, FAILED, PENDING, AlertDB, OutboxRow
@@ -226,6 +225,9 @@ class Relay:
                 **self.db.counts(), "receivers": out}
 
 
+OWNED = (n.RELAY_DELIVERIES_TOTAL, n.RELAY_PENDING)
+
+
 class RelayCollector(Collector):
     """Renders the relay's counters and the outbox depth (read from SQLite at scrape time)."""
 
@@ -233,13 +235,13 @@ class RelayCollector(Collector):
         self.relay = relay
 
     def describe(self):
-        return []
+        return n.describe(OWNED)
 
     def collect(self):
-        total = _family(n.RELAY_DELIVERIES_TOTAL)
+        total = n.family(n.RELAY_DELIVERIES_TOTAL)
         for labels, v in sorted(self.relay.delivery_counts().items()):
             total.add_metric(list(labels), v)
-        pending = _family(n.RELAY_PENDING)
+        pending = n.family(n.RELAY_PENDING)
         counts = {r.name: 0 for r in self.relay.active} | self.relay.db.pending_counts()
         for rcv, v in sorted(counts.items()):
             pending.add_metric([rcv], v)

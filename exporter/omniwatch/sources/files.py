@@ -301,11 +301,10 @@ class FilesCollector(Collector):
         self.sources = sources
 
     def describe(self):
-        return []
+        return names.describe((names.WATCHED_FILES, names.OPEN_FILES))
 
     def collect(self):
-        from ..exposition import _family
-        watched, opened = _family(names.WATCHED_FILES), _family(names.OPEN_FILES)
+        watched, opened = names.family(names.WATCHED_FILES), names.family(names.OPEN_FILES)
         for src in self.sources:
             if isinstance(src, FileSource):
                 watched.add_metric([src.kind], len(src.tails))
