@@ -260,7 +260,8 @@ def write_openmetrics(path: Path, runs: Runs, nodes: int, gpus_per_node: int, ho
 def cmd_backfill(a) -> dict:
     from scale_support import Prometheus, http, poll
     from omniwatch.dashboards.catalog import DASHBOARDS
-    from omniwatch.dashboards.verify import Prom, substitute, verify
+    from omniwatch.dashboards.verify import substitute, verify
+    from omniwatch.promapi import PromAPI
     runs = Runs(a.runs, a.verl_keys)
     nodes = max(1, a.gpus // a.gpus_per_node)
     work = Path(tempfile.mkdtemp(prefix="owbackfill-"))
@@ -284,7 +285,7 @@ def cmd_backfill(a) -> dict:
             poll(lambda: http.get(f"{prom.url}/api/v1/query", params={"query": "count(omniwatch_step)", "time": end - 60})
                  .json()["data"]["result"], 120)
             step = max(15, int(a.hours * 3600 / 1000))  # Grafana: ~1000 points per panel
-            p = Prom(prom.url, timeout=120)
+            p = PromAPI(prom.url, timeout=120)
             timings, errors = [], 0
             t_all = time.monotonic()
             for d in DASHBOARDS:
@@ -293,7 +294,7 @@ def cmd_backfill(a) -> dict:
                         q = substitute(tgt.expr, ".*", ".*", "2m", f"{a.resolution}s")
                         t = time.monotonic()
                         try:
-                            p.query_range(q, start, end, step)
+                            p.query_range_data(q, start, end, step)  # one request, as Grafana sends it
                         except Exception:
                             errors += 1
                         timings.append((time.monotonic() - t, d.uid, panel.title))

@@ -28,6 +28,7 @@ from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
 from omniwatch.gpu import loop
 from omniwatch.proc import free_port
+from omniwatch.promapi import PromAPI, PromError
 from omniwatch.model import RunStore
 from omniwatch.parse import parse_jsonl_line
 from omniwatch.settings import Settings
@@ -142,8 +143,12 @@ class LiveStack:
         return self
 
     def query(self, expr: str) -> list:
-        r = httpx.get(f"{self.prom_url}/api/v1/query", params={"query": expr}, timeout=5)
-        return r.json()["data"]["result"] if r.status_code == 200 else []
+        """An instant query's result; [] while Prometheus cannot answer yet (readiness polls this)."""
+        try:
+            with PromAPI(self.prom_url, timeout=5) as api:
+                return api.query(expr)
+        except PromError:
+            return []
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Bounded wait: fixtures ingested and scraped, demo series scraped twice, alerts evaluated."""

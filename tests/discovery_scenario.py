@@ -27,6 +27,7 @@ import yaml
 
 from omniwatch import proc
 from omniwatch.proc import free_port
+from omniwatch.promapi import PromAPI, PromError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -64,9 +65,13 @@ def wait_observed(obs: dict, what: str, fn, timeout: float, every: float = 0.5):
 wait_for = functools.partial(wait_observed, obs)
 
 
-def prom_query(prom: str, q: str) -> list[dict]:
-    r = http.get(f"http://{prom}/api/v1/query", params={"query": q}).json()
-    return r["data"]["result"] if r.get("status") == "success" else []
+def prom_query(prom: str, q: str, at: float | None = None) -> list[dict]:
+    """An instant query's result; [] while Prometheus cannot answer (the scenario polls)."""
+    try:
+        with PromAPI(f"http://{prom}", timeout=5) as api:
+            return api.query(q, at)
+    except PromError:
+        return []
 
 
 def exporter_metrics(exp: str) -> tuple[str, float]:

@@ -14,6 +14,7 @@ import yaml
 
 from omniwatch import proc
 from omniwatch.proc import free_port, poll
+from omniwatch.promapi import PromAPI
 from omniwatch.rules import rule_files
 
 http = httpx.Client(timeout=5, trust_env=False)
@@ -52,6 +53,7 @@ class Prometheus:
         self.cmd = [binary, f"--config.file={self.config_path}", f"{data}={self.dir / 'data'}",
                     f"--web.listen-address={self.addr}", "--log.level=warn", *args]
         self.proc: subprocess.Popen | None = None
+        self.api = PromAPI(self.url, timeout=10)
 
     def start(self, timeout: float = 60) -> "Prometheus":
         self._log = open(self.log_path, "w")
@@ -64,12 +66,10 @@ class Prometheus:
         return self
 
     def query(self, q: str) -> list[dict]:
-        r = http.get(f"{self.url}/api/v1/query", params={"query": q}).json()
-        return r["data"]["result"] if r.get("status") == "success" else []
+        return self.api.query(q)
 
     def alerts(self, name: str | None = None, state: str | None = None) -> list[dict]:
-        r = http.get(f"{self.url}/api/v1/alerts").json()
-        return [a for a in r.get("data", {}).get("alerts", [])
+        return [a for a in self.api.get("/api/v1/alerts")["alerts"]
                 if (name is None or a["labels"].get("alertname") == name) and (state is None or a["state"] == state)]
 
     def metric(self, name: str) -> float | None:
@@ -92,6 +92,7 @@ class Prometheus:
             proc.stop(p, 15)
         if getattr(self, "_log", None):
             self._log.close()
+        self.api.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -13,6 +13,7 @@ import pytest
 from omniwatch import names
 from omniwatch.dashboards import verify as v
 from omniwatch.dashboards.catalog import DASHBOARDS
+from omniwatch.promapi import PromAPI
 
 from .conftest import VERL_FIXTURES, fixture_path, require_binary
 from .dashboards_live_support import DEMO_RUN, ENDPOINT_RUNS, GPU_NODE, REPLAY_GPUS, LiveStack
@@ -94,7 +95,7 @@ def test_endpoints_attached_to_two_runs_stay_two_runs_in_every_panel(stack, uid)
 
 
 def test_window_defaults_to_three_typical_steps_of_the_slowest_run(stack):
-    prom = v.Prom(stack.prom_url)
+    prom = PromAPI(stack.prom_url)
     try:
         choices = v.window_choices(prom)
     finally:

@@ -10,12 +10,12 @@ import sys
 import threading
 import time
 
-import httpx
 import pytest
 
 from omniwatch import demo, demo_endpoints, names
 from omniwatch.dashboards import verify as v
 from omniwatch.gpu import loop
+from omniwatch.promapi import PromAPI, PromError
 from omniwatch.stack import Stack, StackConfig
 
 from .conftest import free_port, require_binary
@@ -31,9 +31,9 @@ ALSO_JOINED = "v1-transfer-idle"
 
 def _query(prom: str, expr: str) -> list:
     try:
-        r = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=5)
-        return r.json()["data"]["result"] if r.status_code == 200 else []
-    except (httpx.HTTPError, ValueError, KeyError):
+        with PromAPI(prom, timeout=5) as api:
+            return api.query(expr)
+    except PromError:
         return []
 
 

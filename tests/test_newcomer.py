@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
+
+from omniwatch.promapi import PromAPI
 
 from .conftest import free_port, require_binary, wait_for
 
@@ -21,9 +22,8 @@ def _ow(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def _query(prom: str, q: str) -> list:
-    r = httpx.get(f"{prom}/api/v1/query", params={"query": q}, timeout=5)
-    r.raise_for_status()
-    return r.json()["data"]["result"]
+    with PromAPI(prom, timeout=5) as api:
+        return api.query(q)
 
 
 def _fits(line: str) -> bool:

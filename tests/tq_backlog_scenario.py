@@ -40,7 +40,7 @@ from omniwatch.proc import free_port
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 sys.path.insert(0, TESTS)
-from discovery_scenario import stop_own_ray, wait_observed  # noqa: E402  (kills only this scenario's Ray processes)
+from discovery_scenario import prom_query as q, stop_own_ray, wait_observed  # noqa: E402  (kills only this scenario's Ray processes)
 
 PY = sys.executable
 BIN = os.path.dirname(PY)
@@ -66,14 +66,6 @@ def step(name: str) -> None:
 
 
 wait_for = functools.partial(wait_observed, obs)
-
-
-def q(prom: str, expr: str, at: float | None = None) -> list[dict]:
-    params = {"query": expr}
-    if at is not None:
-        params["time"] = at
-    r = http.get(f"http://{prom}/api/v1/query", params=params).json()
-    return r["data"]["result"] if r.get("status") == "success" else []
 
 
 def q1(prom: str, expr: str, at: float | None = None) -> float | None:

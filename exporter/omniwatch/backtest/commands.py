@@ -19,6 +19,7 @@ from .report import print_result, progress_for
 from .ruleset import load
 from .runfile import RunFileError, load_run
 from .timeline import Timeline, parse_duration, parse_time
+from ..promapi import PromError
 from .tsdb import ToolError
 
 HEAD_BLOCK_SECONDS = 3 * 3600
@@ -70,7 +71,7 @@ def _guarded(fn):
         old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:
             return fn(args)
-        except (RunFileError, RulesError, ToolError, ValueError, OSError) as e:
+        except (RunFileError, RulesError, ToolError, PromError, ValueError, OSError) as e:
             err.print(f"[red]error:[/] {e}", highlight=False)
             return 1
         except KeyboardInterrupt:

@@ -15,10 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from .. import proc
 from ..proc import free_port
+from ..promapi import MAX_POINTS, PromAPI
 from ..settings import tool
 
 log = logging.getLogger(__name__)
@@ -26,7 +25,6 @@ log = logging.getLogger(__name__)
 RETENTION = "100y"  # old blocks must not be deleted: retention counts back from the newest block
 MAX_BLOCK_DURATION = "87600h"  # one block for a whole run: promtool re-reads the input per block
 READY_TIMEOUT = 60.0
-MAX_POINTS = 10_000  # Prometheus refuses query_range results over 11,000 points per series
 
 
 class ToolError(RuntimeError):
@@ -78,8 +76,9 @@ def create_blocks_from_rules(rule_file: str, url: str, start: float, end: float,
           f"--output-dir={data_dir}", rule_file], "promtool tsdb create-blocks-from rules")
 
 
-class TempPrometheus:
-    """``with TempPrometheus(data_dir) as prom: prom.query_range(...)``."""
+class TempPrometheus(PromAPI):
+    """``with TempPrometheus(data_dir) as prom: prom.query_range(...)``: a Prometheus process of its own
+    over ``data_dir`` (the backfilled blocks), queried through the one API client once it is ready."""
 
     def __init__(self, data_dir: str, lookback: str = "5m"):
         self.data_dir = data_dir
@@ -87,7 +86,7 @@ class TempPrometheus:
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self._tmp: str | None = None
-        self._client: httpx.Client | None = None
+        self._client = None
 
     def start(self) -> "TempPrometheus":
         self._tmp = tempfile.mkdtemp(prefix="omniwatch-prom-")
@@ -105,7 +104,7 @@ class TempPrometheus:
                  "--web.enable-lifecycle"],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             logf.close()
-            self._client = httpx.Client(base_url=self.url, timeout=120, trust_env=False)
+            PromAPI.__init__(self, self.url, timeout=120)
             if self._wait_ready():
                 return self
             last_err = self._log_tail()
@@ -123,11 +122,8 @@ class TempPrometheus:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
-            try:
-                if self._client.get("/-/ready", timeout=2).status_code == 200:
-                    return True
-            except httpx.HTTPError:
-                pass
+            if self.ready():
+                return True
             time.sleep(0.1)
         return False
 
@@ -157,32 +153,3 @@ class TempPrometheus:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    # -- queries ---------------------------------------------------------------------------------
-    def _api(self, path: str, params: dict) -> dict:
-        r = self._client.post(path, data=params)
-        try:
-            body = r.json()
-        except ValueError:
-            raise ToolError(f"Prometheus {path}: HTTP {r.status_code}") from None
-        if body.get("status") != "success":
-            raise ToolError(f"Prometheus {path} {params.get('query', '')[:80]!r}: {body.get('error', r.status_code)}")
-        return body["data"]
-
-    def query(self, expr: str, t: float) -> list[dict]:
-        return self._api("/api/v1/query", {"query": expr, "time": f"{t:.3f}"})["result"]
-
-    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
-        """Matrix over [start, end] at ``step``, fetched in chunks Prometheus accepts; series merged
-        by label set, points in time order."""
-        merged: dict[tuple, dict] = {}
-        t = start
-        while t <= end:
-            chunk_end = min(end, t + step * (MAX_POINTS - 1))
-            data = self._api("/api/v1/query_range", {"query": expr, "start": f"{t:.3f}",
-                                                     "end": f"{chunk_end:.3f}", "step": f"{step:.3f}"})
-            for s in data["result"]:
-                key = tuple(sorted(s["metric"].items()))
-                merged.setdefault(key, {"metric": s["metric"], "values": []})["values"].extend(s["values"])
-            t = chunk_end + step
-        return list(merged.values())

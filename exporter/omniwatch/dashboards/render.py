@@ -22,10 +22,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..promapi import PromAPI  # noqa: E402
 from . import spec as s  # noqa: E402
 from .catalog import DASHBOARDS  # noqa: E402
 from .factory import GRID_COLUMNS, REPEAT_MAX_PER_ROW, XY_MAX_DATA_POINTS, Placed, layout  # noqa: E402
-from .verify import Prom, default_window, prom_regex_escape, substitute  # noqa: E402
+from .verify import default_window, prom_regex_escape, substitute  # noqa: E402
 
 ROW_UNIT_IN = 0.32  # inches per Grafana grid row (30 px)
 _LEGEND = re.compile(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
@@ -70,8 +71,8 @@ def _step_colour(steps: tuple[s.Step, ...], v: float, default: str = "#1f77b4") 
     return colour if colour != "none" else default
 
 
-def _series(prom: Prom, expr: str, start: float, end: float, step: float):
-    data = prom.query_range(expr, start, end, step)
+def _series(prom: PromAPI, expr: str, start: float, end: float, step: float):
+    data = prom.query_range_data(expr, start, end, step)
     for item in data.get("result", []):
         xs, ys = [], []
         for t, val in item.get("values", []):
@@ -85,11 +86,11 @@ def _no_data(ax, text="No data"):
     ax.set_xticks([]), ax.set_yticks([])
 
 
-def _table(ax, p: s.Panel, prom: Prom, subst) -> None:
+def _table(ax, p: s.Panel, prom: PromAPI, subst) -> None:
     rows: dict[tuple, dict[int, float]] = {}
     label_cols: list[str] = []
     for i, t in enumerate(p.targets):
-        for item in prom.query(subst(t.expr)).get("result", []):
+        for item in prom.query_data(subst(t.expr)).get("result", []):
             labels = {k: v for k, v in item["metric"].items() if k not in ("__name__", "job", "instance")}
             for k in labels:
                 if k not in label_cols:
@@ -122,7 +123,7 @@ def _table(ax, p: s.Panel, prom: Prom, subst) -> None:
     tab.scale(1, 1.1)
 
 
-def _statetimeline(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> None:
+def _statetimeline(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> None:
     colour_of = {v: _colour(c) for v, _, c in p.mappings}
     text_of = {v: txt for v, txt, _ in p.mappings}
     names, y = [], 0
@@ -143,7 +144,7 @@ def _statetimeline(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> None:
     ax.legend(handles, [text_of[v] for v in text_of], fontsize=5, loc="upper left")
 
 
-def xy_points(prom: Prom, p: s.Panel, subst, start, end, step) -> dict[tuple, dict[int, dict[float, float]]]:
+def xy_points(prom: PromAPI, p: s.Panel, subst, start, end, step) -> dict[tuple, dict[int, dict[float, float]]]:
     """The step-axis recipe, as Grafana's transformations do it: per run (project, experiment), join each
     timestamp's step (target A) with each value target, and keep the last value seen per step.
     Returns {run: {target index: {step: value}}}."""
@@ -163,7 +164,7 @@ def xy_points(prom: Prom, p: s.Panel, subst, start, end, step) -> dict[tuple, di
     return out
 
 
-def _xychart(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> bool:
+def _xychart(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> bool:
     drawn = False
     for run, by_target in sorted(xy_points(prom, p, subst, start, end, step).items()):
         for (i, extra), pts in sorted(by_target.items()):
@@ -184,7 +185,7 @@ def _xychart(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> bool:
     return True
 
 
-def _heatmap(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> None:
+def _heatmap(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> None:
     bucket = 0.05
     cols: dict[float, list[int]] = {}
     for t in p.targets:
@@ -202,7 +203,7 @@ def _heatmap(ax, p: s.Panel, prom: Prom, subst, start, end, step) -> None:
     ax.set_xlabel("seconds before now", fontsize=6)
 
 
-def _draw_panel(ax, p: s.Panel, prom: Prom, start: float, end: float, step: float, subst, title: str) -> None:
+def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: float, subst, title: str) -> None:
     ax.set_title(title, fontsize=8, loc="left")
     ax.tick_params(labelsize=6)
     try:
@@ -301,7 +302,7 @@ def render_layout(d: s.Dashboard, runs: list[str]) -> list[tuple[Placed, str]]:
     return out
 
 
-def render_dashboard(d: s.Dashboard, prom: Prom, out: Path, minutes: float = 30.0, project: str = ".*",
+def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 30.0, project: str = ".*",
                      experiment: str = ".*") -> Path:
     end = time.time()
     start = end - minutes * 60
@@ -344,7 +345,7 @@ def render_dashboard(d: s.Dashboard, prom: Prom, out: Path, minutes: float = 30.
 
 def render_all(prometheus_url: str, out: Path, minutes: float = 30.0, project: str = ".*", experiment: str = ".*",
                dashboards=DASHBOARDS) -> list[Path]:
-    prom = Prom(prometheus_url)
+    prom = PromAPI(prometheus_url)
     try:
         return [render_dashboard(d, prom, out, minutes, project, experiment) for d in dashboards]
     finally:

@@ -15,8 +15,8 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-import httpx
 
+from ..promapi import PromAPI, PromError
 from . import spec as s
 from .catalog import DASHBOARDS
 from .factory import annotations, variables
@@ -68,37 +68,11 @@ def _has_finite_value(result: dict) -> bool:
     return any(math.isfinite(float(v)) for v in samples)
 
 
-class Prom:
-    """The Prometheus HTTP API calls verification needs, with a bounded timeout."""
-
-    def __init__(self, url: str, timeout: float = 10.0):
-        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def _get(self, path: str, params) -> dict:
-        r = self.client.get(path, params=params)
-        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
-        if r.status_code != 200 or body.get("status") != "success":
-            raise RuntimeError(f"HTTP {r.status_code}: {body.get('error') or r.text[:200]}")
-        return body["data"]
-
-    def query(self, expr: str) -> dict:
-        return self._get("/api/v1/query", {"query": expr})
-
-    def query_range(self, expr: str, start: float, end: float, step: float) -> dict:
-        return self._get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
-
-    def label_values(self, label: str, selector: str) -> list[str]:
-        return self._get(f"/api/v1/label/{label}/values", [("match[]", selector)])
-
-
-def window_choices(prom: Prom, project: str = ".*", experiment: str = ".*") -> list[tuple[str, str]]:
+def window_choices(prom: PromAPI, project: str = ".*", experiment: str = ".*") -> list[tuple[str, str]]:
     """(text, seconds) of the ``$window`` variable as Grafana lists them (query_result + regex), first =
     default. Empty when the query returns nothing."""
     m = _QUERY_RESULT.match(s.window_variable_query())
-    data = prom.query(substitute(m.group("query"), project, experiment))
+    data = prom.query_data(substitute(m.group("query"), project, experiment))
     out = []
     for item in data.get("result", []):
         text, value = item["metric"].get(s.V_WINDOW, ""), item["value"][1]
@@ -107,12 +81,12 @@ def window_choices(prom: Prom, project: str = ".*", experiment: str = ".*") -> l
     return sorted(out, key=lambda tv: int(tv[1]))
 
 
-def default_window(prom: Prom, project: str = ".*", experiment: str = ".*") -> str:
+def default_window(prom: PromAPI, project: str = ".*", experiment: str = ".*") -> str:
     choices = window_choices(prom, project, experiment)
     return choices[0][1] if choices else DEFAULT_WINDOW
 
 
-def _check_variables(prom: Prom, d: s.Dashboard, subst) -> list[Failure]:
+def _check_variables(prom: PromAPI, d: s.Dashboard, subst) -> list[Failure]:
     out = []
     for v in variables(d):
         model = v.build()
@@ -122,8 +96,8 @@ def _check_variables(prom: Prom, d: s.Dashboard, subst) -> list[Failure]:
         if model.name == s.V_WINDOW:
             m = _QUERY_RESULT.match(query)
             try:
-                ok = m and prom.query(subst(m.group("query"))).get("result")
-            except (httpx.HTTPError, RuntimeError, ValueError) as e:
+                ok = m and prom.query_data(subst(m.group("query"))).get("result")
+            except (PromError, ValueError) as e:
                 out.append(Failure(d.uid, f"variable {model.name}", "-", query, f"error: {e}"))
                 continue
             if not ok:
@@ -136,7 +110,7 @@ def _check_variables(prom: Prom, d: s.Dashboard, subst) -> list[Failure]:
         sel_ = subst(m.group("selector"))
         try:
             values = prom.label_values(m.group("label"), sel_)
-        except (httpx.HTTPError, RuntimeError, ValueError) as e:
+        except (PromError, ValueError) as e:
             out.append(Failure(d.uid, f"variable {model.name}", "-", sel_, f"error: {e}"))
             continue
         if not values:
@@ -155,11 +129,11 @@ def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rat
     """Run every target (and variable and annotation query) of ``dashboards``; return what showed no data,
     a run-scoped series without its run, or a per-run copy showing another run."""
     failures: list[Failure] = []
-    prom = Prom(prometheus_url)
+    prom = PromAPI(prometheus_url)
     try:
         try:
             window = default_window(prom, project, experiment)
-        except (httpx.HTTPError, RuntimeError) as e:
+        except PromError as e:
             return [Failure("-", "variable window", "-", s.window_variable_query(), f"error: {e}")]
 
         def subst(expr: str, exp: str = experiment) -> str:
@@ -169,16 +143,16 @@ def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rat
             failures += _check_variables(prom, d, subst)
             for a in annotations():
                 try:
-                    prom.query(subst(a.expr))
-                except (httpx.HTTPError, RuntimeError, ValueError) as e:
+                    prom.query_data(subst(a.expr))
+                except (PromError, ValueError) as e:
                     failures.append(Failure(d.uid, f"annotation {a.name}", "-", a.expr, f"error: {e}"))
             for p in d.panels():
                 for i, t in enumerate(p.targets):
                     ref = chr(ord("A") + i)
                     try:
                         q = subst(t.expr)
-                        data = prom.query(q)
-                    except (httpx.HTTPError, RuntimeError, ValueError) as e:
+                        data = prom.query_data(q)
+                    except (PromError, ValueError) as e:
                         failures.append(Failure(d.uid, p.title, ref, t.expr, f"error: {e}"))
                         continue
                     if not data.get("result"):
@@ -200,21 +174,21 @@ def prom_regex_escape(value: str) -> str:
     return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\\\1", value)
 
 
-def _check_repeat(prom: Prom, d: s.Dashboard, p: s.Panel, subst) -> list[Failure]:
+def _check_repeat(prom: PromAPI, d: s.Dashboard, p: s.Panel, subst) -> list[Failure]:
     """Grafana makes one copy of a repeated panel per selected experiment, with $experiment set to it:
     each copy must show that run only."""
     out = []
     try:
         exps = prom.label_values(s.V_EXPERIMENT, subst(f'{{__name__=~"{"|".join(d.variable_metrics)}", '
                                                        f'{s.RUN_MATCHERS}}}'))
-    except (httpx.HTTPError, RuntimeError, ValueError) as e:
+    except (PromError, ValueError) as e:
         return [Failure(d.uid, p.title, "-", "", f"error listing experiments: {e}")]
     for exp in exps:
         for i, t in enumerate(p.targets):
             q = subst(t.expr, prom_regex_escape(exp))
             try:
-                data = prom.query(q)
-            except (httpx.HTTPError, RuntimeError, ValueError) as e:
+                data = prom.query_data(q)
+            except (PromError, ValueError) as e:
                 out.append(Failure(d.uid, f"{p.title} [{exp}]", chr(ord("A") + i), q, f"error: {e}"))
                 continue
             others = {item["metric"].get("experiment") for item in data.get("result") or []} - {exp}

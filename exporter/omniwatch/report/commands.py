@@ -11,6 +11,7 @@ from rich.console import Console
 from ..backtest.commands import _duration, _guarded, _time
 from ..backtest.report import progress_for
 from ..backtest.tsdb import ToolError
+from ..promapi import PromError
 from .facts import RunFacts
 
 DEFAULT_INDEX = "omniwatch-report/index.html"
@@ -39,7 +40,7 @@ def file_facts(paths: list[str], args, progress, kind: str | None = None) -> lis
         return facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=progress,
                              starts=[args.start] * len(runs) if getattr(args, "start", None) else None,
                              alerts=not args.no_alerts)
-    except ToolError as e:
+    except (ToolError, PromError) as e:
         raise ToolError(f"{e} (--no-alerts writes the report without Prometheus: ledger and charts, no verdict)") from None
 
 

@@ -12,37 +12,12 @@ from __future__ import annotations
 import bisect
 import time
 
-import httpx
-
 from .. import names as n
-from ..backtest.tsdb import TempPrometheus, ToolError
+from ..promapi import PromAPI, PromError
 from .facts import AlertSpan, RunFacts, StepPoint
 
 DEFAULT_SINCE = 30 * 86400.0
 DEFAULT_RESOLUTION = 15.0
-
-
-class LivePrometheus(TempPrometheus):
-    """The query helpers of the backtest's Prometheus (chunked ``query_range``) on a running server."""
-
-    def __init__(self, url: str, timeout: float = 60.0):
-        super().__init__("")
-        self.url = url.rstrip("/")
-        self._client = httpx.Client(base_url=self.url, timeout=timeout, trust_env=False)
-
-    def start(self):  # pragma: no cover - never starts anything
-        return self
-
-    def stop(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    def _api(self, path: str, params: dict) -> dict:
-        try:
-            return super()._api(path, params)
-        except httpx.HTTPError as e:
-            raise ToolError(f"Prometheus at {self.url}: {e}") from None
 
 
 def _q(s: str) -> str:
@@ -53,7 +28,7 @@ def live_facts(url: str, project: str, experiment: str, *, until: float | None =
                since: float = DEFAULT_SINCE, resolution: float = DEFAULT_RESOLUTION) -> RunFacts:
     until = time.time() if until is None else until
     sel = f"project={_q(project)},experiment={_q(experiment)}"
-    with LivePrometheus(url) as prom:
+    with PromAPI(url) as prom:
         return _facts(prom, url, project, experiment, sel, until, since, resolution)
 
 
@@ -61,7 +36,7 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     coarse = max(res, since / 10_000)
     found = prom.query_range(f"max(omniwatch_step{{{sel}}})", until - since, until, coarse)
     if not found:
-        raise ToolError(f"no omniwatch_step{{{sel}}} in Prometheus at {prom.url} over the last {since / 86400:g} days")
+        raise PromError(f"no omniwatch_step{{{sel}}} in Prometheus at {prom.url} over the last {since / 86400:g} days")
     start = max(until - since, float(found[0]["values"][0][0]) - coarse)
 
     def rng(expr: str, by: str | None = None) -> dict[str, dict[float, float]]:
