@@ -7,6 +7,10 @@ wall time, looping). Once the fixtures are in, the demo run keeps stepping with 
 recorded steps (``LoopBackend.steps_between``), ingested when their recorded end comes round, so
 the timing-layout phase attribution lines up with the samples exactly as it did on the H200.
 
+Beside the fixtures, two simulated runs (``omniwatch.simulate``, verl's key set) log what no recorded run
+does: rollout correction drifting (and a run that finished: a forced final checkpoint and validation off
+their cadence), a rollout straggler and a hang of a run with 2-second steps (SIM_RUNS).
+
 Used by tests/test_dashboards_live.py; ``python -m tests.dashboards_live_support docs/img`` renders the
 PNGs committed under docs/img from the same setup."""
 from __future__ import annotations
@@ -32,6 +36,7 @@ from omniwatch.promapi import PromAPI, PromError
 from omniwatch.model import RunStore
 from omniwatch.parse import parse_jsonl_line
 from omniwatch.settings import Settings
+from omniwatch.simulate import Fault, RunSpec, step_dict
 
 REPO = Path(__file__).resolve().parents[1]
 # (project, experiment, fixture): two projects, several experiments, each fault shape present.
@@ -42,13 +47,32 @@ RUNS = [
     ("flowgrpo-sd35", "mfu-above-one", "flowgrpo_mfu_above_one"),
     ("v1-wan", "transfer-idle", "v1_transfer_idle"),
 ]
+# Simulated runs (omniwatch.simulate, verl's key set) fed beside the fixtures, for what no recorded run logs:
+# rollout correction (decoupled, its RS share drifting from step 20: RolloutRejectionHigh) with checkpoints,
+# validations and a forced final pair off their cadence at its last step (a finished run); a straggler
+# from step 20 (RolloutStraggler) on a reward function; and a run of 2-second steps whose log stops (a hang).
+SIM_STEPS = 37
+SIM_RUNS = [
+    ("flowgrpo-sim", "rollout-drift", RunSpec(seed=11, rollout_corr="decoupled", checkpoint_every=10,
+                                              validation_every=8, total_steps=SIM_STEPS,
+                                              faults=[Fault("rs_drift", 20, value=0.12)])),
+    ("flowgrpo-sim", "straggler", RunSpec(seed=12, reward="function", faults=[Fault("straggler", 20, factor=3.0)])),
+    # 2-second steps that stop once fed: TrainingStalled escalates info -> warning -> critical within a minute
+    ("flowgrpo-sim", "hang", RunSpec(seed=13, pace=2.0)),
+]
+FINISHED_RUN, HANG_RUN = SIM_RUNS[0][:2], SIM_RUNS[2][:2]
 DEMO_RUN = ("flowgrpo-sd35", "reward-bound")  # the run the first demo endpoint set joins (and the replayed run)
 SECOND_RUN = ("v1-wan", "transfer-idle")        # the run the second endpoint set joins (its replicas: vllm:omni_)
 ENDPOINT_RUNS = (DEMO_RUN, SECOND_RUN)
 VALIDATION_EVERY = 3  # every 3rd replayed step carries validation keys (val-core/...): validation panel and annotation
 VAL_KEY = "val-core/ocr/reward/mean@1"
+GEN_SEQ_KEYS = "timing_s/agent_loop/generate_sequences/"
 GPU_NODE = "h200-replay"
 REPLAY_GPUS = 2
+
+
+def _run(run: tuple[str, str]) -> str:
+    return f'project="{run[0]}",experiment="{run[1]}"'
 
 
 def _bind() -> socket.socket:
@@ -76,8 +100,12 @@ class LiveStack:
 
     # -- parts -------------------------------------------------------------------------------------------
     def _feed(self):
-        """Ingest every fixture step, interleaving runs, a little apart so the series have history."""
+        """Ingest every fixture step and every simulated run's step, interleaving runs, a little apart so the
+        series have history."""
         lines = {run[:2]: (self.fixtures_dir / f"{run[2]}.jsonl").read_bytes().splitlines() for run in RUNS}
+        for project, experiment, spec in SIM_RUNS:
+            lines[(project, experiment)] = [orjson.dumps({"step": k, "data": step_dict(spec, k)})
+                                            for k in range(1, SIM_STEPS + 1)]
         for i in range(max(len(v) for v in lines.values())):
             for (project, experiment), ls in lines.items():
                 if i < len(ls):
@@ -89,14 +117,20 @@ class LiveStack:
 
     def _replay_steps(self, last_line: bytes) -> None:
         """The demo run goes on with the H200 trace's recorded steps, each ingested when its recorded
-        end comes round in the replay: its other keys are the fixture's last step's."""
+        end comes round in the replay: its other keys are the fixture's last step's, its per-sample generation
+        times (agent-loop keys: the legacy trainer's straggler signal) the fixture's scaled to the replayed gen.
+        Every VALIDATION_EVERY-th step carries validation keys (no timing_s/testing: a validation first seen
+        after 40 steps fits no cadence and would mark the run finished, as a forced last-step one does)."""
         last = orjson.loads(last_line)
         step, base = int(last["step"]), {k: v for k, v in last["data"].items() if not k.startswith("timing_s/")}
+        samples = {k: v for k, v in last["data"].items() if k.startswith(GEN_SEQ_KEYS)}
         seen = time.time()
         while not self._stop.wait(0.25):
             now = time.time()
             for arrival, timing in self.gpu.steps_between(seen, now):
                 step += 1
+                scale = timing.get("timing_s/gen", 0.0) / last["data"]["timing_s/gen"]
+                timing = {**timing, **{k: v * scale for k, v in samples.items()}}
                 val = {VAL_KEY: 0.5 + 0.002 * step} if step % VALIDATION_EVERY == 0 else {}
                 line = orjson.dumps({"step": step, "data": {**base, "training/global_step": step, **timing, **val}})
                 self.store.ingest(*DEMO_RUN, parse_jsonl_line(line), "jsonl", arrival=arrival, feed=DEMO_RUN[1])
@@ -154,7 +188,7 @@ class LiveStack:
         """Bounded wait: fixtures ingested and scraped, demo series scraped twice, alerts evaluated."""
         deadline = time.monotonic() + timeout
         checks = {
-            "runs scraped": lambda: len(self.query("omniwatch_step")) == len(RUNS) and self.fed.is_set(),
+            "runs scraped": lambda: len(self.query("omniwatch_step")) == len(RUNS) + len(SIM_RUNS) and self.fed.is_set(),
             "final steps scraped": lambda: min(float(s["value"][1]) for s in self.query("omniwatch_step")) >= 30,
             "demo series": lambda: bool(self.query('rate(vllm_omni:e2e_request_latency_s_count[1m]) > 0')),
             "alerts": lambda: bool(self.query('ALERTS{alertname="RewardBoundRollout"}')),
@@ -167,6 +201,14 @@ class LiveStack:
             "endpoints of both runs": lambda: len(self.query('count by (experiment) (tq_controller_uptime_seconds)'))
             == len(ENDPOINT_RUNS),
             "reward queue share": lambda: bool(self.query("run:omniwatch_reward_bound_queue_share:ratio")),
+            # the replayed run's time outside the step timer: three normal steps measured on live arrivals
+            "outside-step window": lambda: bool(self.query(
+                f'project_experiment:omniwatch_outside_step_ratio:min_k{{{_run(DEMO_RUN)}}}')),
+            "replayed straggler window": lambda: bool(self.query(
+                f'project_experiment:omniwatch_rollout_straggler_ratio:min_k{{{_run(DEMO_RUN)}}}')),
+            "rollout correction": lambda: bool(self.query(
+                "project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k")),
+            "finished run": lambda: bool(self.query(f"{names.RUN_FINISHED}{{{_run(FINISHED_RUN)}}} == 1")),
         }
         pending = dict(checks)
         while pending and time.monotonic() < deadline:

@@ -17,6 +17,8 @@ from omniwatch.dashboards import external, factory, generate, spec
 from omniwatch.dashboards.catalog import DASHBOARDS
 from omniwatch.dashboards.verify import substitute
 
+from .conftest import require_binary
+
 REPO = Path(__file__).resolve().parents[1]
 DASH_DIR = REPO / "dashboards"
 
@@ -267,12 +269,34 @@ def test_every_panel_threshold_comes_from_the_config_and_matches_its_rule():
         if not st.config:
             assert st.note, (d.uid, p.title, st)
             continue
-        assert st.value == spec.cfg_value(st.config), (d.uid, p.title, st)
+        # a negated step (TimersExceedStep: `< -timer_overlap.tolerance`) sits at minus the configured number
+        assert st.value == (-1 if st.negate else 1) * spec.cfg_value(st.config), (d.uid, p.title, st)
         alert = spec.THRESHOLD_ALERT[st.config]
         assert any(_threshold_in_rule(e, st.value) for e in exprs[alert]), (d.uid, p.title, alert, st.value)
         assert alert in p.alerts, (d.uid, p.title, f"draws {alert}'s threshold but links {p.alerts}")
         drawn.add(st.config)
     assert drawn == set(spec.THRESHOLD_ALERT), set(spec.THRESHOLD_ALERT) - drawn
+    assert any(st.negate for _, _, st in all_steps()), "TimersExceedStep's negative line is drawn"
+
+
+def test_per_run_thresholds_are_plotted_from_the_rule_that_holds_them():
+    """TrainingStalled's warning and critical stages add each run's planned work and typical steps: no fixed line
+    can draw them. Each configured number they scale by is used by its recording rule, and a panel that links the
+    alert plots that rule (the Runs table, the age-vs-thresholds chart, the stage gauge and timeline)."""
+    records = {r["record"]: str(r["expr"]) for r in rule_docs() if "record" in r}
+    for path, (alert, record) in spec.RULE_THRESHOLDS.items():
+        assert _threshold_in_rule(records[record], spec.cfg_value(path)), (path, record, records[record])
+        users = [(d.uid, p.title) for d, p, t in all_targets() if record in t.expr and alert in p.alerts]
+        assert users, (path, record, "no panel linking the alert plots the rule")
+
+
+def test_step_negation_follows_the_config():
+    st = spec.cfg_step("timer_overlap.tolerance", "green", negate=True)
+    assert st.value == -config.DEFAULT.timer_overlap.tolerance and st.config_value == st.value
+    with pytest.raises(ValueError):
+        spec.Step(config.DEFAULT.timer_overlap.tolerance, "green", config="timer_overlap.tolerance", negate=True)
+    with pytest.raises(ValueError):
+        spec.Step(-0.01, "green", note="a band", negate=True)  # only a configured threshold is negated
 
 
 def test_threshold_lines_follow_the_config(monkeypatch):
@@ -405,7 +429,6 @@ def test_compose_validates_and_references_existing_files_and_pinned_images():
 
 
 def test_compose_prometheus_config_passes_promtool(tmp_path):
-    from .conftest import require_binary
     promtool = require_binary("promtool")
     import subprocess
     cfg = yaml.safe_load((REPO / "deploy/compose/prometheus.yml").read_text())
@@ -457,3 +480,82 @@ def test_demo_endpoints_attach_to_two_runs_each_with_its_own_endpoints():
     # the second set speaks the older vLLM-Omni prefix, so the panels' name forms are exercised
     text = demo_endpoints.build_endpoints(demo_endpoints.DemoSources())["/run/1/rollout/0/metrics"].render().decode()
     assert external.OMNI_V0_RUNNING in text and external.OMNI_RUNNING not in text
+
+
+def test_the_stacked_phases_are_the_exporters_phase_list_in_step_order():
+    """One phase list: the stacked step-time chart and the per-step XY columns take analytics.PHASE_ORDER (+ the
+    untimed rest), so a phase the exporter times (teacher, rollout_corr, save_checkpoint, ...) is never left out."""
+    from omniwatch.analytics import PHASE_ORDER
+    from omniwatch.dashboards import overview
+    assert spec.PHASES == (*PHASE_ORDER, names.UNTRACKED_PHASE)
+    assert {"teacher", "rollout_corr"} <= set(spec.PHASES)
+    stacked = by_title(load(overview.DASHBOARD))["Step time by phase: $experiment"]["targets"][0]["expr"]
+    assert f'phase=~"{"|".join(spec.PHASES)}"' in stacked
+    for i, ph in enumerate(spec.PHASES):  # each phase sorted into its place in the stack
+        assert f'"{spec.ORDER_LABEL}", "{i:02d}", "phase", "{ph}")' in stacked, ph
+    xy = [g.split("|") for g in overview.XY_PHASES]
+    assert [ph for g in xy for ph in g] == sorted(spec.PHASES, key=lambda ph: next(
+        i for i, g in enumerate(xy) if ph in g)), "XY columns group the phases without reordering or dropping any"
+    assert sorted(ph for g in xy for ph in g) == sorted(spec.PHASES)
+
+
+def test_ledger_buckets_sort_in_ledger_order():
+    """The ledger panels label each bucket so that Prometheus' sorted range result (and so Grafana's stack) is
+    ledger.ordered(): phases in step order, any other timed phase alphabetically, then the non-phase buckets."""
+    from omniwatch import ledger
+    buckets = [*ledger.NON_PHASE, *ledger.PHASE_BUCKETS, "sleep_replicas", "aaa_custom_timer"]
+    key = lambda b: spec.order_key(b, spec.LEDGER_HEAD, spec.LEDGER_TAIL)  # noqa: E731
+    assert sorted(buckets, key=key) == ledger.ordered(buckets)
+    assert spec.ORDER_LABEL < names.L_BUCKET < names.L_EXPERIMENT  # the label Prometheus compares first
+    assert names.GPU_SECONDS_TOTAL in spec.PER_STEP_COUNTERS  # read over $window (test above)
+    uses = [(d.uid, p.title) for d, p, t in all_targets() if names.GPU_SECONDS_TOTAL in t.expr and spec.WINDOW in t.expr]
+    assert {u for u, _ in uses} == {"omniwatch-run-overview", "omniwatch-bottlenecks"}, uses
+
+
+def _promtool_eval(tmp_path, series: dict[str, float], cases: list[tuple[str, list[tuple[dict, float]]]]):
+    promtool = require_binary("promtool")
+    import subprocess
+    tests = [{"expr": substitute(expr), "eval_time": "1m",
+              "exp_samples": [{"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(lab.items())) + "}",
+                               "value": val} for lab, val in want]} for expr, want in cases]
+    doc = {"rule_files": [], "evaluation_interval": "1m",
+           "tests": [{"interval": "1m", "input_series": [{"series": k, "values": f"{v:g}x2"} for k, v in series.items()],
+                      "promql_expr_test": tests}]}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
+    r = subprocess.run([promtool, "test", "rules", str(tmp_path / "t.yml")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+
+
+def test_stall_stage_and_staged_alert_names_evaluate_as_the_rules_stage(tmp_path):
+    """promtool: each run's stage from its age against the rules' info/warning/critical thresholds (finished wins;
+    a run without a typical step yet is running), the gauge's stage label, and TrainingStalled's severity in the
+    alert timeline's row name."""
+    runs = {"running": (10, 0), "info": (40, 0), "warning": (80, 0), "critical": (150, 0), "finished": (150, 1)}
+    series = {}
+    for exp, (age, fin) in runs.items():
+        r = f'project="p", experiment="{exp}"'
+        series.update({f"{spec.REC_AGE}{{{r}}}": age, f"{spec.REC_STALL_INFO}{{{r}}}": 30,
+                       f"{spec.REC_STALL_WARNING}{{{r}}}": 70, f"{spec.REC_STALL_CRITICAL}{{{r}}}": 100,
+                       f"{names.TYPICAL_STEP}{{{r}}}": 10, f"{names.RUN_FINISHED}{{{r}}}": fin,
+                       f"{names.STEP}{{{r}}}": 5})
+    series[f'{names.STEP}{{project="p", experiment="new"}}'] = 1  # no typical step yet
+    a = 'project="p", experiment="critical"'
+    series[f'ALERTS{{alertname="{names.ALERT_STALLED}", alertstate="firing", severity="warning", {a}}}'] = 1
+    series[f'ALERTS{{alertname="{names.ALERT_STALLED}", alertstate="pending", severity="critical", {a}}}'] = 1
+    series[f'ALERTS{{alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning", {a}}}'] = 1
+    code = {t: v for v, t, _ in spec.STALL_STAGE_MAPPINGS}
+    run = lambda e: {"project": "p", "experiment": e}  # noqa: E731
+    _promtool_eval(tmp_path, series, [
+        (spec.stall_stage(), [(run(e), code[e]) for e in runs] + [(run("new"), code["running"])]),
+        (spec.age_steps_by_stage(), [({**run(e), "stage": e}, runs[e][0] / 10) for e in runs]),
+        (f'{spec.alert_states_by_run()}', [
+            ({**run("critical"), "alertname": f"{names.ALERT_STALLED} (warning)"}, 2),
+            ({**run("critical"), "alertname": f"{names.ALERT_STALLED} (critical)"}, 1),
+            ({**run("critical"), "alertname": names.ALERT_REWARD_BOUND}, 2),
+            *[({**run(e), "alertname": "none"}, 0) for e in ("running", "info", "warning", "finished", "new")]]),
+    ])
+    # the gauge colours each stage by the same colour as the table column and the timeline
+    doc = by_title(load(DASHBOARDS[0]))["Time since last step (typical steps)"]
+    colours = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in doc["fieldConfig"]["overrides"]}
+    assert colours == {f".* {t}": c for v, t, c in spec.STALL_STAGE_MAPPINGS if v != spec.STAGE_RUNNING}

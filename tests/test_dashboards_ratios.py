@@ -1,12 +1,13 @@
 """Per-step counters read over steps, not over the scrape interval (issue 15, item 2), proven with promtool.
 
-omniwatch_stage_seconds_total and the GPU phase counters move once per training step. Every panel that
-reads them is a ratio of two ``increase``s over ``$window`` (three typical steps by default). Here each
-such panel expression, with the dashboard variables substituted as Grafana would, becomes a recording
-rule in a temporary rule file, evaluated by ``promtool test rules`` over input series of a 15-minute-step
-run (and a 5-minute one beside it) scraped every 15 s for 3 hours: at every evaluation time from the
-first step on, every ratio exists and lies in [0, 1]. The old reading (a rate over $__rate_interval of a
-per-step counter) is the negative control: the same check fails on it (750 % at a step boundary).
+omniwatch_stage_seconds_total, the GPU phase counters and the ledger's omniwatch_gpu_seconds_total move once
+per training step. Every panel that reads them is a ratio of two ``increase``s over ``$window`` (three
+typical steps by default). Here each such panel expression, with the dashboard variables substituted as
+Grafana would, becomes a recording rule in a temporary rule file, evaluated by ``promtool test rules`` over
+input series of a 15-minute-step run (and a 5-minute one beside it) scraped every 15 s for 3 hours: at
+every evaluation time from the first step on, every ratio exists and lies in [0, 1]. The old reading (a
+rate over $__rate_interval of a per-step counter) is the negative control: the same check fails on it
+(750 % at a step boundary).
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ STAGES = {"gen": 0.55, "reward": 0.2, "old_log_prob": 0.05, "adv": 0.01, "update
 GPU_PHASES = {"gen": (0.5, 0.05), "reward": (0.02, 0.18), "old_log_prob": (0.05, 0.0), "update_actor": (0.11, 0.01),
               "update_weights": (0.01, 0.01), "inter_stage": (0.0, 0.05)}
 GPUS = ("0", "1")
+# The ledger (omniwatch_gpu_seconds_total{bucket}): GPU-seconds per bucket, the run's 4 GPUs x the step's wall time.
+RUN_GPUS = 4
+LEDGER = {"gen": 0.45, "reward_critical_path": 0.2, "old_log_prob": 0.05, "update_actor": 0.12, "update_weights": 0.02,
+          "inter_stage_idle": 0.05, "outside_step_timer": 0.01, "checkpoint": 0.1}
 EVAL_FROM_S, EVAL_EVERY_S = 20 * 60, 5 * 60
 
 
@@ -48,6 +53,9 @@ def input_series() -> list[dict]:
         for phase, share in STAGES.items():
             out.append({"series": f'{n.STAGE_SECONDS_TOTAL}{{{run},phase="{phase}"}}',
                         "values": _counter(step_s, share * step_s)})
+        for bucket, share in LEDGER.items():
+            out.append({"series": f'{n.GPU_SECONDS_TOTAL}{{{run},bucket="{bucket}"}}',
+                        "values": _counter(step_s, share * step_s * RUN_GPUS)})
         for gpu in GPUS:
             g = f'{run},node="n-{exp}",gpu="{gpu}",uuid="GPU-{exp}-{gpu}"'
             for phase, (busy, idle) in GPU_PHASES.items():
@@ -88,7 +96,7 @@ def _promtool_check(tmp_path, exprs: dict[str, str]) -> subprocess.CompletedProc
 
 def test_every_per_step_counter_panel_is_a_ratio_panel():
     found = list(windowed_ratio_panels())
-    assert len({p.title for _, p, _ in found}) >= 2, "the reward-share and GPU-idle-share panels read $window"
+    assert len({p.title for _, p, _ in found}) >= 3, "the reward-share, GPU-idle-share and ledger panels read $window"
     for d, p, t in found:
         assert p.unit == "percentunit" and p.min == 0 and p.max == 1, (d.uid, p.title)
         assert "increase(" in t.expr and spec.RATE_INTERVAL not in t.expr, (d.uid, p.title, t.expr)

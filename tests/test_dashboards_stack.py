@@ -107,9 +107,10 @@ def test_every_panel_of_every_dashboard_shows_data_on_the_demo_stack(demo_stack)
     assert not failures, f"{len(failures)} of {v.count_targets()} targets empty:\n" + "\n".join(map(str, failures))
 
 
-# Panels that depend on what the run logs, not on its sources: the joined demo run never validates (only
-# healthy-control runs validation steps, so the all-runs check above proves the validation panel).
-NOT_LOGGED_BY_JOINED = {"Validation reward"}
+# Panels that depend on what the run logs, not on its sources: the joined demo run never validates, saves no
+# checkpoint and has no rollout correction configured (healthy-control does all three, so the all-runs check
+# above proves those panels).
+NOT_LOGGED_BY_JOINED = {"Validation reward", "Rejected sequences, window min", "Planned work before the next step"}
 
 
 def test_the_demo_run_with_gpu_and_engine_sources_fills_every_panel(demo_stack):
@@ -133,3 +134,21 @@ def test_the_gpu_series_are_the_replayed_h200(demo_stack):
     busy = _query(prom, f'{names.GPU_BUSY_SECONDS_TOTAL}{{node="{GPU_NODE}"}}')
     idle = _query(prom, f'{names.GPU_IDLE_SECONDS_TOTAL}{{node="{GPU_NODE}"}}')
     assert float(busy[0]["value"][1]) > 0 and float(idle[0]["value"][1]) > 0
+
+
+def test_the_healthy_run_ends_finished_and_the_stall_stage_says_so(demo_stack):
+    """healthy-control ends as verl ends a run (a forced checkpoint and validation off the validation cadence on
+    its last step): omniwatch marks it finished, the stall stage shows it, and TrainingStalled stays quiet for
+    it while the run that stopped mid-way escalates."""
+    from omniwatch.dashboards import spec
+    prom = demo_stack.prometheus_url
+    deadline = time.monotonic() + 60
+    stages: dict = {}
+    while time.monotonic() < deadline:
+        stages = {s["metric"]["experiment"]: float(s["value"][1]) for s in _query(prom, v.substitute(spec.stall_stage()))}
+        if stages.get("healthy-control") == spec.STAGE_FINISHED and stages.get("stalled") == spec.STAGE_CRITICAL:
+            break
+        time.sleep(1)
+    assert stages.get("healthy-control") == spec.STAGE_FINISHED, stages
+    assert stages.get("stalled") == spec.STAGE_CRITICAL, stages
+    assert not _query(prom, f'ALERTS{{alertname="{names.ALERT_STALLED}", experiment="healthy-control"}}')

@@ -47,8 +47,11 @@ class Scenario:
 
 def scenarios(pace: float, steps: int, onset: int) -> list[Scenario]:
     return [
-        Scenario("healthy-control", "none (validation/6, checkpoint/8 steps)", None,
-                 RunSpec(pace=pace, seed=1, validation_every=6, checkpoint_every=8), None, steps),
+        # The healthy run also logs rollout correction (decoupled) and ends as verl ends a run: a forced
+        # checkpoint and validation on its last step, off the validation cadence, so omniwatch marks it finished.
+        Scenario("healthy-control", "none (validation/7, checkpoint/8 steps, rollout correction; finishes)", None,
+                 RunSpec(pace=pace, seed=1, validation_every=7, checkpoint_every=8, rollout_corr="decoupled",
+                         total_steps=steps), None, steps),
         Scenario("reward-bound-colocated", "colocated RM 5x slower", names.ALERT_REWARD_BOUND,
                  RunSpec(pace=pace, seed=2, faults=[Fault("reward_slow", onset, factor=5.0)]), onset, steps),
         Scenario("reward-bound-async", "async reward tail 12x", names.ALERT_REWARD_BOUND,

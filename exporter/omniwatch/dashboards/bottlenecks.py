@@ -1,20 +1,23 @@
 """Bottlenecks: each alert's own recording rule against its threshold (from alerting.config.DEFAULT),
-then the decompositions that say *why* (reward on the critical path, untracked seconds, GPU idle time
-by phase, MFU checks), the pipeline alerts that have no other home (rollout saturation, TransferQueue
-backlog, sources down) and the alert timeline.
+then the decompositions that say *why* (reward on the critical path, untracked seconds, timers against the
+step, time outside the step timer, GPU idle time by phase, stragglers, the GPU-hours ledger and its cost per
+day, MFU checks), the pipeline alerts that have no other home (rollout saturation, TransferQueue backlog,
+sources down), the alert timeline (TrainingStalled per stage), the stall stage per run and the planned work
+its warning waits for.
 
-Per-step counters (stage seconds, GPU phase seconds) are read as ratios of ``increase`` over ``$window``
-(three typical steps by default), never over ``$__rate_interval``.
+Per-step counters (stage seconds, GPU phase seconds, ledger GPU-seconds) are read as ratios of ``increase``
+over ``$window`` (three typical steps by default), never over ``$__rate_interval``.
 """
 from __future__ import annotations
 
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
-from .spec import (ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, Panel,
-                   REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE,
-                   REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED, REC_STEP_VS_BASELINE,
-                   REC_TQ_UTILIZATION, RUN_BY, Row, Step, Target, alert_states_by_run, by_run, cfg_step,
-                   default_tags, idle_evidence, increase_w, run_max, sel)
+from .spec import (ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, LEDGER_HEAD,
+                   LEDGER_TAIL, Panel, REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
+                   REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED,
+                   REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION, RUN_BY, Row,
+                   STALL_STAGE_MAPPINGS, Step, Target, alert_states_by_run, by_run, cfg_step, default_tags,
+                   gpu_hours_panel, idle_evidence, in_order, increase_w, run_max, sel, stall_stage, verl)
 
 W = EXP
 C = CONFIG
@@ -67,7 +70,15 @@ SIGNALS = Row("Signals vs alert thresholds", (
           "Window median minus baseline median of each part of the step (cause = reward, inter_stage_idle, actor, "
           "rollout, weight_sync, other). StepTimeRegression names the largest; its runbook branches on it.",
           (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
-          unit="s", w=24, h=7, runbook=n.ALERT_STEP_REGRESSION),
+          unit="s", w=12, h=7, runbook=n.ALERT_STEP_REGRESSION),
+    Panel("Step growth cost (GPU-hours per day)",
+          "What each cause of the step's growth costs at the current rate (the figure StepTimeRegression quotes): "
+          "its growth over the baseline / the window's median step x the run's GPUs x 24 h. A run with a baseline "
+          "and no growing part shows cause 'none' at 0.",
+          (Target(f"{run_max(sel(n.STEP_REGRESSION_GPU_HOURS_PER_DAY), 'cause')} or on ({RUN_BY}) "
+                  f'label_replace(0 * {run_max(sel(n.STEP_DURATION_BASELINE))}, "cause", "none", "", "")',
+                  W + " {{cause}}"),),
+          unit="suffix: GPU-h/day", min=0, w=12, h=7, runbook=n.ALERT_STEP_REGRESSION),
 ))
 
 MFU_ROW = Row("MFU", (
@@ -140,14 +151,37 @@ IDLE = Row("Idle GPU time", (
           "Seconds of the latest step outside every timed phase. A step-shaped rise is a new gap (a transfer or "
           "barrier added between stages).",
           (Target(run_max(sel(n.STAGE_DURATION, phase=n.UNTRACKED_PHASE)), W + " latest step"),),
-          unit="s", w=12, runbook=n.ALERT_IDLE),
+          unit="s", w=8, runbook=n.ALERT_IDLE),
+    Panel("Timers vs step (window max)",
+          "The series TimersExceedStep thresholds: (timing_s/step - the sum of the in-step timers) / step, NOT "
+          "clamped, the highest of the last k normal steps, with the latest step dashed. Healthy runs sit a little "
+          f"above 0 (untimed gaps); below -{C.timer_overlap.tolerance:g} in every window step the timers add up to "
+          "more than the step: a timer nested inside another phase is counted twice and hides the untimed time, so "
+          "'Untracked seconds' and InterStageIdleGPU's timer evidence read too low.",
+          (Target(sel(REC_TIMER_RESIDUAL_MAX), W + " window max"),
+           Target(f"{run_max(sel(n.TIMER_RESIDUAL))} / on ({RUN_BY}) ({run_max(sel(n.STEP_DURATION))} > 0)",
+                  W + " latest step", dashed=True)),
+          unit="percentunit",
+          thresholds=(Step(None, "red"), cfg_step("timer_overlap.tolerance", "green", negate=True)),
+          show_thresholds="dashed+area", w=8, runbook=(n.ALERT_TIMERS_EXCEED, n.ALERT_IDLE)),
+    Panel("Outside the step timer (window min)",
+          "The series TimeOutsideStep thresholds: wall time between two steps' log lines that no verl timer covers "
+          "(dataloader, metric computation, logging; V1's second TransferQueue fetch of the batch after the step) / "
+          "that gap, the lowest of the last k normal steps, with the window median dashed. Above "
+          f"{C.outside_step.ratio:g} in every window step fires: the GPUs wait between steps. Measured on live "
+          "arrivals only (absent for a backlog read or a replay).",
+          (Target(sel(REC_OUTSIDE_MIN), W + " window min"),
+           Target(run_max(sel(n.OUTSIDE_STEP_WINDOW, stat="median")), W + " window median", dashed=True)),
+          unit="percentunit", min=0,
+          thresholds=(Step(None, "green"), cfg_step("outside_step.ratio", "red")),
+          show_thresholds="dashed+area", w=8, runbook=n.ALERT_OUTSIDE_STEP),
     Panel("GPU idle share of each phase",
           "Idle share within each phase of the latest attributed step, averaged over the run's GPUs. High idle in "
           "gen on a colocated run is the reward model holding the rollout; in inter_stage it is the inter-stage gap.",
           (Target(run_max(sel(n.GPU_IDLE_RATIO), n.L_PHASE), W + " {{phase}}"),),
           unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), Step(0.5, "orange", note="half of a phase idle: worth a look, no alert")),
-          w=12, runbook=n.ALERT_IDLE),
+          w=24, h=7, runbook=n.ALERT_IDLE),
     Panel("GPU idle share by phase: $experiment",
           "Over the last $window seconds: GPU idle seconds attributed to each phase / all GPU seconds attributed to "
           "the run's steps (5 Hz NVML sampler). Stacked, the bands add up to the run's idle share of GPU time; "
@@ -155,6 +189,44 @@ IDLE = Row("Idle GPU time", (
           (Target(f"sum by ({by_run(n.L_PHASE)}) ({increase_w(sel(n.GPU_PHASE_IDLE_SECONDS_TOTAL))}) "
                   f"/ on ({RUN_BY}) group_left () (({GPU_SECONDS}) > 0)", W + " {{phase}}"),),
           unit="percentunit", min=0, max=1, stack=True, w=24, repeat=True, runbook=n.ALERT_IDLE),
+))
+
+K_GEN_SEQ = "timing_s/agent_loop/generate_sequences/"
+STRAGGLERS = Row("Stragglers", (
+    Panel("Rollout straggler ratio (window min)",
+          "The series RolloutStraggler thresholds: the slowest sample's generation time over the mean sample's "
+          "(timing_s/agent_loop/generate_sequences/max / mean; server queueing included), the lowest of the last k "
+          "normal steps, with the latest step dashed. W equal waves of requests give 2W/(W+1), under 2 however "
+          f"unevenly replicas of equal speed share them; above {C.straggler.ratio:g} in every window step fires: one "
+          "sample (a preempted request, a slow replica) holds gen. Legacy trainer only (V1 logs no agent-loop "
+          "keys). Per replica: the rollout dashboard's latency panels.",
+          (Target(sel(REC_STRAGGLER_MIN), W + " window min"),
+           Target(run_max(sel(n.ROLLOUT_STRAGGLER)), W + " latest step", dashed=True)),
+          unit="none", min=0, decimals=2,
+          thresholds=(Step(None, "green"), cfg_step("straggler.ratio", "red")),
+          show_thresholds="dashed+area", w=12, runbook=n.ALERT_STRAGGLER),
+    Panel("Sample generation seconds (slowest, mean, fastest)",
+          "Per-sample generation seconds of the latest step as verl logs them (timing_s/agent_loop/"
+          "generate_sequences/max, mean, min), with gen dashed: gen waits for the slowest sample, so a max far "
+          "above the mean is time every other sample's GPUs sit idle.",
+          (Target(run_max(verl(K_GEN_SEQ + "max")), W + " slowest sample"),
+           Target(run_max(verl(K_GEN_SEQ + "mean")), W + " mean sample"),
+           Target(run_max(verl(K_GEN_SEQ + "min")), W + " fastest sample"),
+           Target(run_max(sel(n.STAGE_DURATION, phase="gen")), W + " gen", dashed=True)),
+          unit="s", min=0, w=12, runbook=n.ALERT_STRAGGLER),
+))
+
+GPU_HOURS = Row("GPU-hours", (
+    gpu_hours_panel(),
+    Panel("GPU-hours per day by bucket: $experiment",
+          "What each ledger bucket costs at the current rate (the figure the alerts quote): its median share of the "
+          "last k normal steps x the run's GPUs x 24 h, buckets in ledger order. The buckets add up to the run's "
+          "GPUs x 24; reward_critical_path and inter_stage_idle are what RewardBoundRollout and InterStageIdleGPU "
+          "would win back.",
+          (Target(in_order(run_max(sel(n.GPU_HOURS_PER_DAY), n.L_BUCKET), n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL),
+                  W + " {{bucket}}"),),
+          unit="suffix: GPU-h/day", min=0, kind="bargauge", w=24, h=8, repeat=True,
+          runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE)),
 ))
 
 PIPELINE = Row("Pipeline alerts", (
@@ -187,28 +259,38 @@ PIPELINE = Row("Pipeline alerts", (
 
 ALERT_ROW = Row("Alerts", (
     Panel("Pending and firing alerts",
-          "omniwatch alerts of the selected runs over time, one row per run and alert (Watchdog left out): orange "
-          "pending (the condition holds, the short 'for' still absorbs scrape jitter), red firing.",
+          "omniwatch alerts of the selected runs over time, one row per run and alert (Watchdog left out; "
+          "TrainingStalled one row per stage): orange pending (the condition holds, the short 'for' still absorbs "
+          "scrape jitter), red firing.",
           (Target(alert_states_by_run(), W + " {{alertname}}"),),
           unit="none", kind="statetimeline", w=24, h=8,
           mappings=ALERT_STATE_MAPPINGS),
+    Panel("Stall stage",
+          "Per run, the TrainingStalled stage its time since the last step has reached, against the rules' own "
+          f"thresholds: info after {C.stall.notice_steps:g} typical steps; warning after that plus the planned work "
+          f"that may come before the next step (plus {C.stall.unseen_planned_steps:g} typical steps while a first "
+          f"checkpoint or validation has not been seen); critical {C.stall.critical_extra_steps:g} typical steps "
+          "later; finished: the run's last step was its planned last (the rules never stall it). The alerts also "
+          "wait for 'for' and for a checkpoint still being written (--checkpoint-root).",
+          (Target(stall_stage(), W),),
+          unit="none", kind="statetimeline", w=12, h=7, mappings=STALL_STAGE_MAPPINGS, runbook=n.ALERT_STALLED),
+    Panel("Planned work before the next step",
+          "What TrainingStalled's warning waits for: the longest of the run's last 3 checkpoints and validations "
+          "(omniwatch_planned_work_seconds by kind; absent until the kind was seen) and the allowance the warning "
+          "adds (dashed: the planned work that may come before the next step's line: every kind due by its cadence, "
+          "and while the run's total is unknown every kind seen, since any step may be the last).",
+          (Target(run_max(sel(n.PLANNED_WORK), n.L_KIND), W + " {{kind}} (longest of last 3)"),
+           Target(run_max(sel(n.PLANNED_ALLOWANCE)), W + " allowance", dashed=True)),
+          unit="s", min=0, w=12, h=7, runbook=n.ALERT_STALLED),
 ))
 
 DASHBOARD = Dashboard(
     uid="omniwatch-bottlenecks",
     title="omniwatch / Bottlenecks",
     description="Each alert's own series against its threshold, and why: reward on the critical path, idle GPU time "
-                "by phase, MFU checks, rollout saturation, TransferQueue backlog, sources.",
-    rows=(SIGNALS, MFU_ROW, REWARD, IDLE, PIPELINE, ALERT_ROW),
+                "by phase and outside the step, stragglers, where the GPU-hours go and what each bucket costs, MFU "
+                "checks, rollout saturation, TransferQueue backlog, sources, stall stages.",
+    rows=(SIGNALS, MFU_ROW, REWARD, IDLE, STRAGGLERS, GPU_HOURS, PIPELINE, ALERT_ROW),
     tags=default_tags("bottlenecks", "alerts"),
     variable_metrics=(n.STEP,),
-    slots=(
-        "stall stages: the overview owns the stall gauge; a 'Stall stage' state timeline per run goes in 'Alerts'",
-        "straggler tail: a row 'Stragglers' after 'Idle GPU time' (per-rank / per-replica tail over median, "
-        "threshold from its config path), linked from the rollout dashboard's latency panels",
-        "outside-step time: a panel 'Outside the step timer' in 'Idle GPU time' beside 'Untracked seconds' "
-        "(its window series + threshold)",
-        "GPU-hours ledger: a row 'GPU-hours' after 'Idle GPU time' (buckets per run over $window, stacked to "
-        "the run's GPU-hours; repeated per run)",
-    ),
 )

@@ -236,11 +236,15 @@ def _query(t: s.Target, ref: str, p: s.Panel) -> Dataquery:
     return q.instant() if t.instant else q.range()
 
 
-def _mappings(p: s.Panel) -> list:
-    if not p.mappings:
+def _value_maps(mappings: tuple[tuple[float, str, str], ...]) -> list:
+    if not mappings:
         return []
     return [ValueMap({f"{v:g}": ValueMappingResult(text=text, color=color, index=i)
-                      for i, (v, text, color) in enumerate(p.mappings)})]
+                      for i, (v, text, color) in enumerate(mappings)})]
+
+
+def _mappings(p: s.Panel) -> list:
+    return _value_maps(p.mappings)
 
 
 def _common(b, p: s.Panel, pl: Placed, own_uid: str):
@@ -263,6 +267,9 @@ def _common(b, p: s.Panel, pl: Placed, own_uid: str):
         b = b.repeat(s.V_EXPERIMENT).repeat_direction("h").max_per_row(REPEAT_MAX_PER_ROW)
     for i, t in enumerate(p.targets):
         b = b.with_target(_query(t, REF_IDS[i], p))
+    for regex, colour in p.fixed_colors:
+        b = b.override_by_regexp(regex, [DynamicConfigValue(id_val="color",
+                                                            value={"mode": "fixed", "fixedColor": colour})])
     return b
 
 
@@ -332,11 +339,14 @@ def _table(p: s.Panel, pl: Placed, uid: str):
         props = [DynamicConfigValue(id_val="displayName", value=t.legend)]
         if t.unit:
             props.append(DynamicConfigValue(id_val="unit", value=t.unit))
+        if t.mappings:  # a coded column (the stall stage): its text and colour per value
+            props.append(DynamicConfigValue(id_val="mappings", value=_value_maps(t.mappings)))
         if t.thresholds:
             props += [DynamicConfigValue(id_val="thresholds", value=_threshold_model(t.thresholds)),
-                      DynamicConfigValue(id_val="color", value={"mode": "thresholds"}),
-                      DynamicConfigValue(id_val="custom.cellOptions", value=TableColoredBackgroundCellOptions(
-                          mode=TableCellBackgroundDisplayMode.BASIC))]
+                      DynamicConfigValue(id_val="color", value={"mode": "thresholds"})]
+        if t.thresholds or t.mappings:
+            props.append(DynamicConfigValue(id_val="custom.cellOptions", value=TableColoredBackgroundCellOptions(
+                mode=TableCellBackgroundDisplayMode.BASIC)))
         b = b.override_by_name(value_field(p, i), props)
     return b
 

@@ -1,19 +1,22 @@
 """Run overview: is each run alive, where is it, how fast against its own baseline, where each step's
 time goes, and the learning curves against training step (the way RL engineers read them in W&B).
 
-Layout (top to bottom): Now (stall gauge top-left, data arriving, one table row per run) -> Alerts
-(firing alerts per run) -> Where the step goes (stacked phases, one panel per run) -> Learning curves by
-step -> Policy update by step -> Learning signals over time (collapsed).
+Layout (top to bottom): Now (stall gauge top-left by stage, data arriving, age against each run's stall
+thresholds, one table row per run) -> Alerts (firing alerts per run, TrainingStalled per stage) -> Where the
+step goes (stacked phases in the exporter's order, one panel per run) -> GPU-hours (ledger buckets per run)
+-> Learning curves by step -> Policy update by step (with skipped updates and rejected sequences).
 """
 from __future__ import annotations
 
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import K_ZERO_STD
-from ..model import passthrough_name
-from .spec import (ALERT_STATE_MAPPINGS, Dashboard, EXP, Panel, REC_AGE, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
-                   REC_STEP_VS_BASELINE, REC_ZERO_STD_MIN, RUN_BY, RUN_LEGEND, Row, Step, Target, alert_states_by_run,
-                   cfg_step, default_tags, firing_by_run, idle_evidence, run_max, sel)
+from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, Dashboard, EXP, PHASES, Panel, REC_AGE, REC_GRAD_NONFINITE,
+                   REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN, REC_RS_MASKED_MIN, REC_STALL_CRITICAL,
+                   REC_STALL_WARNING, REC_STEP_VS_BASELINE, REC_ZERO_STD_MIN, RUN_BY, RUN_LEGEND, Row, Step,
+                   STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags,
+                   firing_by_run, gpu_hours_panel, idle_evidence, in_order, per_typical_step, run_max, sel,
+                   stage_colors, stall_stage, verl)
 
 # verl keys the overview plots; the exporter passes each through as verl_<key> with label key=<key>.
 K_REWARD_MEAN = "critic/rewards/mean"
@@ -29,27 +32,27 @@ K_GRAD_NORM = "actor/grad_norm"
 VAL_REWARD_KEYS = "val-(core|aux)/.*reward.*"
 
 
-def verl(key: str) -> str:
-    """Selector of one passed-through verl key (family name derived exactly as the exporter does)."""
-    return sel(passthrough_name(key), **{n.L_KEY: key})
-
-
 def val_reward() -> str:
     """Every validation reward key of the run (family names vary with the data source)."""
     return sel("", __name__="=~" + n.PASSTHROUGH_PREFIX + "val_.*", **{n.L_KEY: "=~" + VAL_REWARD_KEYS})
 
 
-# Stacking order of the step-time chart: the FlowGRPO step in execution order, untracked last.
-PHASES = ("feed", "gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights", n.UNTRACKED_PHASE)
-# One XY column per group (a table-format query per column): the two log-prob forward passes together, so a run
-# without a reference model still fills every column.
-XY_PHASES = ("feed", "gen", "reward", "old_log_prob|ref", "adv", "update_actor", "update_weights", n.UNTRACKED_PHASE)
+# One XY column per group of the exporter's phases (analytics.PHASE_ORDER, then untracked), a table-format
+# query per column: the log-prob forward passes (old policy, reference, teacher) share one, so a run without a
+# reference model still fills every column; every other phase has its own.
+FORWARD_PASSES = ("old_log_prob", "ref", "teacher")
+XY_PHASES = tuple(dict.fromkeys("|".join(FORWARD_PASSES) if ph in FORWARD_PASSES else ph for ph in PHASES))
 
-STALL_NOTE = "half-way to the stall rule: one step 1.5x the typical step is a checkpoint or validation step, or the start of a hang"
-AGE_STEPS = (f"{sel(REC_AGE)} / on ({RUN_BY}) {run_max(sel(n.TYPICAL_STEP))}")
-STALL_STEPS = (Step(None, "green"), Step(1.5, "orange", note=STALL_NOTE), cfg_step("stall.notice_steps", "red"))
-
-
+STALL_STEPS = (Step(None, "green"), cfg_step("stall.notice_steps", "yellow"))
+STAGE_DESC = (f"TrainingStalled's stages, per run (the rules' own thresholds): info after "
+              f"{CONFIG.stall.notice_steps:g} typical steps without a step (perhaps a checkpoint or validation); "
+              f"warning after that plus the planned work that may come before the next step (the run's longest "
+              f"recent checkpoint and validation) plus {CONFIG.stall.unseen_planned_steps:g} typical steps while it "
+              f"has not shown both yet; critical {CONFIG.stall.critical_extra_steps:g} typical steps after the warning "
+              "(reserved GPUs idle). A finished run (its last step was the planned last) never stalls.")
+# omniwatch_run_log_open: 1 a process other than omniwatch holds the log open for writing, 0 it did and no longer
+# does (the trainer ended), absent never seen (-1 here).
+LOG_WRITER_MAPPINGS = ((1, "writing", "green"), (0, "closed", "orange"), (-1, "not seen", "transparent"))
 def step_xy(title: str, description: str, *targets: Target, unit: str = "short", w: int = 8, h: int = 8,
             runbook=(), repeat: bool = False, log: bool = False, minimum=None, maximum=None, thresholds=()) -> Panel:
     """A learning curve against training step: the first target is the run's step (x), the others y."""
@@ -65,12 +68,13 @@ def key_y(key: str, legend: str | None = None) -> Target:
 
 NOW = Row("Now", (
     Panel("Time since last step (typical steps)",
-          "Per run: seconds since its latest step divided by its typical step (median of recent normal steps). "
-          f"1 is a step in progress; orange at 1.5; red at {CONFIG.stall.notice_steps:g}, where TrainingStalled "
-          "fires (critical: reserved GPUs idle). A run that stepped recently but stays high means its log stopped "
-          "reaching omniwatch: check 'Data arriving'.",
-          (Target(AGE_STEPS, RUN_LEGEND),), unit="suffix: × typical step", kind="stat", w=5, h=8, decimals=1,
-          thresholds=STALL_STEPS, runbook=n.ALERT_STALLED),
+          "Per run, now: seconds since its latest step divided by its typical step (median of recent normal "
+          "steps), named and coloured by the stall stage it reached: running (green), info (yellow), warning (orange), "
+          "critical (red), finished (blue). 1 is a step in progress. " + STAGE_DESC + " A run that stepped "
+          "recently but stays high means its log stopped reaching omniwatch: check 'Data arriving'.",
+          (Target(age_steps_by_stage(), RUN_LEGEND + " {{stage}}", instant=True),), unit="suffix: × typical step",
+          kind="stat",
+          w=5, h=8, decimals=1, thresholds=STALL_STEPS, fixed_colors=stage_colors(), runbook=n.ALERT_STALLED),
     Panel("Data arriving",
           "Is data reaching Prometheus at all? 'exporter' is up{job=\"omniwatch\"} (Prometheus scrapes the exporter; "
           "DOWN pages as OmniwatchSourceDown); each source is omniwatch_source_up (a log tail, the GPU sampler, "
@@ -79,18 +83,39 @@ NOW = Row("Now", (
            Target(f"min by ({n.L_SOURCE}) ({n.SOURCE_UP})", "{{source}}")),
           unit="none", kind="stat", w=3, h=8, scope="global", runbook=n.ALERT_SOURCE_DOWN,
           mappings=((1, "up", "green"), (0, "DOWN", "red"))),
+    Panel("Age vs stall thresholds (typical steps)",
+          "Per run, in its typical steps: time since its latest step (solid) against the run's own warning and "
+          f"critical thresholds (dashed; the info line at {CONFIG.stall.notice_steps:g} is the same for every run). "
+          + STAGE_DESC + " Log scale: a long stall does not flatten the others.",
+          (Target(AGE_STEPS, EXP + " age"),
+           Target(per_typical_step(run_max(sel(REC_STALL_WARNING))), EXP + " warning at", dashed=True),
+           Target(per_typical_step(run_max(sel(REC_STALL_CRITICAL))), EXP + " critical at", dashed=True)),
+          unit="suffix: × typical step", thresholds=STALL_STEPS, show_thresholds="dashed", log_scale=True,
+          w=16, h=8, runbook=n.ALERT_STALLED),
     Panel("Runs",
-          "One row per run: latest step; seconds since it and the same in typical steps; the fastest of the last "
-          "k normal steps over the step-time baseline (StepTimeRegression above "
+          "One row per run: latest step; seconds since it and the same in typical steps (info at "
+          f"{CONFIG.stall.notice_steps:g}); the stall stage it reached and where its warning and critical stages "
+          "start, in typical steps (they add the run's planned work); whether a trainer process holds its log open "
+          "(writing; closed: the trainer ended, finished or crashed; not seen: another node, a push feed); the "
+          "fastest of the last k normal steps over the step-time baseline (StepTimeRegression above "
           f"{CONFIG.step_time.regression_ratio:g}); window minima of the reward-bound ratio (RewardBoundRollout "
           f"above {CONFIG.reward_bound.ratio:g}) and of the inter-stage idle ratio (InterStageIdleGPU above "
           f"{CONFIG.inter_stage_idle.ratio:g}; GPU evidence where sampled); the best window MFU over its baseline "
-          f"(lowest role; MFUDrop below {CONFIG.mfu.drop_ratio:g}); firing alerts (Watchdog left out). Colours are "
-          "the rules' thresholds. Click a row for that run on the other dashboards.",
+          f"(lowest role; MFUDrop below {CONFIG.mfu.drop_ratio:g}); the GPUs the ledger counts (omniwatch_run_gpus: "
+          "from the run's keys, or --gpus) and the GPU-hours accounted so far (omniwatch_gpu_seconds_total, since "
+          "omniwatch first saw the run); firing alerts (Watchdog left out). Colours are the rules' thresholds. "
+          "Click a row for that run on the other dashboards.",
           (Target(run_max(sel(n.STEP)), "step", instant=True, table=True, unit="none"),
            Target(run_max(sel(REC_AGE)),
                   "last step age", instant=True, table=True, unit="s"),
            Target(AGE_STEPS, "age / typical step", instant=True, table=True, unit="none", thresholds=STALL_STEPS),
+           Target(stall_stage(), "stall stage", instant=True, table=True, unit="none", mappings=STALL_STAGE_MAPPINGS),
+           Target(per_typical_step(run_max(sel(REC_STALL_WARNING))), "warning at (typical steps)", instant=True,
+                  table=True, unit="none"),
+           Target(per_typical_step(run_max(sel(REC_STALL_CRITICAL))), "critical at (typical steps)", instant=True,
+                  table=True, unit="none"),
+           Target(f"{run_max(sel(n.RUN_LOG_OPEN))} or on ({RUN_BY}) 0 * {run_max(sel(n.STEP))} - 1", "log writer",
+                  instant=True, table=True, unit="none", mappings=LOG_WRITER_MAPPINGS),
            Target(run_max(sel(REC_STEP_VS_BASELINE)),
                   "step / baseline", instant=True, table=True, unit="none",
                   thresholds=(Step(None, "green"), cfg_step("step_time.regression_ratio", "red"))),
@@ -102,17 +127,21 @@ NOW = Row("Now", (
                   thresholds=(Step(None, "green"), cfg_step("inter_stage_idle.ratio", "red"))),
            Target(f"min by ({RUN_BY}) ({sel(REC_MFU_VS_BASELINE)})", "MFU / baseline", instant=True, table=True, unit="percentunit",
                   thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green"))),
+           Target(run_max(sel(n.RUN_GPUS)), "GPUs", instant=True, table=True, unit="none"),
+           Target(f"sum by ({RUN_BY}) ({sel(n.GPU_SECONDS_TOTAL)}) / 3600", "GPU-hours", instant=True, table=True,
+                  unit="suffix: GPU-h"),
            Target(firing_by_run(), "alerts firing", instant=True, table=True, unit="none",
                   thresholds=(Step(None, "green"), Step(1, "red", note="any firing alert of the run")))),
-          unit="none", kind="table", w=16, h=8,
+          unit="none", kind="table", w=24, h=8,
           runbook=(n.ALERT_STALLED, n.ALERT_STEP_REGRESSION, n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_MFU_DROP)),
 ))
 
 ALERT_ROW = Row("Alerts", (
     Panel("Alerts of $experiment",
           "Firing (red) and pending (orange) omniwatch alerts of this run over time, one row per alert (Watchdog "
-          "left out). Pending means the condition holds and the short 'for' still absorbs scrape jitter. The "
-          "same alerts are annotations on every time series.",
+          "left out) and one per TrainingStalled stage ('TrainingStalled (info)', '(warning)', '(critical)': a "
+          "stall escalates row by row). Pending means the condition holds and the short 'for' still absorbs "
+          "scrape jitter. The same alerts are annotations on every time series.",
           (Target(alert_states_by_run(), EXP + " {{alertname}}"),),
           unit="none", kind="statetimeline", w=24, h=5, repeat=True,
           mappings=ALERT_STATE_MAPPINGS),
@@ -129,11 +158,13 @@ STEP_TIME = Row("Where the step goes", (
                   EXP + f" {CONFIG.step_time.regression_ratio:g} x baseline", dashed=True)),
           unit="s", w=24, h=8, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step time by phase: $experiment",
-          "Seconds of the latest step per timed phase, stacked, one panel per run (a stack never mixes runs); "
-          "'untracked' is the step minus all timed phases (transfers, barriers, waiting). A growing 'reward' band is "
-          "a reward-bound rollout; a growing 'untracked' band is inter-stage idle GPU time; a single tall step is a "
-          "validation or checkpoint step (annotated).",
-          (Target(run_max(sel(n.STAGE_DURATION, phase='=~' + '|'.join(PHASES)), n.L_PHASE), EXP + " {{phase}}"),),
+          "Seconds of the latest step per timed phase, stacked in step order (the exporter's phase list: "
+          + ", ".join(PHASES) + "), one panel per run (a stack never mixes runs); 'untracked' is the step minus all "
+          "timed phases (transfers, barriers, waiting). A growing 'reward' band is a reward-bound rollout; a growing "
+          "'untracked' band is inter-stage idle GPU time; a single tall step is a validation or checkpoint step "
+          "(annotated; save_checkpoint is its own band).",
+          (Target(in_order(run_max(sel(n.STAGE_DURATION, phase='=~' + '|'.join(PHASES)), n.L_PHASE), n.L_PHASE,
+                           PHASES), EXP + " {{phase}}"),),
           unit="s", stack=True, w=24, h=9, repeat=True, runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE)),
     step_xy("Seconds per phase by step: $experiment",
             "Seconds of each timed phase (and untracked) at each training step of this run (0 for a phase the run "
@@ -143,6 +174,8 @@ STEP_TIME = Row("Where the step goes", (
                      f"{EXP} {ph.replace('|', ' + ')}", table=True) for ph in XY_PHASES),
             unit="s", w=24, h=9, repeat=True),
 ))
+
+GPU_HOURS = Row("GPU-hours", (gpu_hours_panel(),))
 
 CURVES = Row("Learning curves by step", (
     step_xy("Reward mean", "critic/rewards/mean. Flat or falling for many steps means the policy is not improving on "
@@ -170,36 +203,52 @@ CURVES = Row("Learning curves by step", (
           show_thresholds="dashed+area", w=16, runbook=n.ALERT_REWARD_SATURATION),
 ))
 
+RS_DESC = ("RolloutRejectionHigh reads the share of sequences rejection sampling masked (see 'Rejected sequences, "
+           "window min').")
 POLICY = Row("Policy update by step", (
+    step_xy("Gradient norm", "actor/grad_norm. Spikes precede divergence; a steady climb is a learning rate too high "
+            "for the batch. A step whose norm was NaN/Inf (logged null) skipped its update: no point at that step; "
+            "GradNormNonFinite counts them (next panel).", key_y(K_GRAD_NORM, f"{EXP} grad_norm"), w=6,
+            runbook=n.ALERT_GRAD_NONFINITE),
+    Panel("Skipped updates (non-finite grad norm)",
+          "The series GradNormNonFinite thresholds: how many of the run's last "
+          f"{CONFIG.window.baseline} normal steps logged actor/grad_norm non-finite (VeRL-Omni zeroed the gradients "
+          f"and skipped the optimizer step). {CONFIG.grad_norm.nonfinite_steps} or more fires; one is a bad batch.",
+          (Target(sel(REC_GRAD_NONFINITE), EXP + " skipped updates"),),
+          unit="none", min=0, max=CONFIG.window.baseline, decimals=0,
+          thresholds=(Step(None, "green"), cfg_step("grad_norm.nonfinite_steps", "red")),
+          show_thresholds="dashed+area", w=6, runbook=n.ALERT_GRAD_NONFINITE),
     step_xy("Clip fraction", "actor/pg_clipfrac (+ higher/lower). A jump means the update moved the policy far from "
             "the rollout policy (stale samples, too high a learning rate).",
             key_y(K_CLIPFRAC, f"{EXP} clipfrac"), key_y(K_CLIPFRAC_HIGHER, f"{EXP} higher"),
-            key_y(K_CLIPFRAC_LOWER, f"{EXP} lower"), unit="percentunit"),
+            key_y(K_CLIPFRAC_LOWER, f"{EXP} lower"), unit="percentunit", w=6),
     step_xy("KL (ppo_kl)", "actor/ppo_kl (~1e-3 on healthy runs; its own panel, log scale, so it is not flattened "
-            "by ratios near 1). Spikes precede divergence.", key_y(K_PPO_KL, f"{EXP} ppo_kl"), log=True),
-    step_xy("Gradient norm", "actor/grad_norm. Spikes precede divergence; a steady climb is a learning rate too high "
-            "for the batch.", key_y(K_GRAD_NORM, f"{EXP} grad_norm")),
+            "by ratios near 1). Spikes precede divergence.", key_y(K_PPO_KL, f"{EXP} ppo_kl"), log=True, w=6),
     step_xy("Importance ratio mean", "actor/ratio_mean (~1). Away from 1 means rollout and training policies "
-            "diverge (weights not synced, off-policy drift).", key_y(K_RATIO_MEAN, f"{EXP} ratio mean"), w=12),
+            "diverge (weights not synced, off-policy drift). " + RS_DESC, key_y(K_RATIO_MEAN, f"{EXP} ratio mean"),
+            runbook=n.ALERT_RS_REJECTION),
     step_xy("Importance ratio std", "actor/ratio_std (~1e-2). Growing means the rollout policy drifts from the "
-            "trained one within a step.", key_y(K_RATIO_STD, f"{EXP} ratio std"), w=12),
+            "trained one within a step. " + RS_DESC, key_y(K_RATIO_STD, f"{EXP} ratio std"),
+            runbook=n.ALERT_RS_REJECTION),
+    Panel("Rejected sequences, window min",
+          "The series RolloutRejectionHigh thresholds, per rollout-correction mode (decoupled: "
+          "rollout_corr/rollout_rs_seq_masked_fraction; bypass: actor/rollout_corr/...): the lowest share of "
+          "sequences rejection sampling masked over the last k normal steps. Above "
+          f"{CONFIG.rollout_rejection.seq_masked_fraction:g} in every one fires: the rollout backend drifts from "
+          "the trainer. Only runs with algorithm.rollout_correction (rollout_rs) set log it.",
+          (Target(run_max(sel(REC_RS_MASKED_MIN), n.L_MODE), EXP + " {{mode}}"),),
+          unit="percentunit", min=0,
+          thresholds=(Step(None, "green"), cfg_step("rollout_rejection.seq_masked_fraction", "red")),
+          show_thresholds="dashed+area", w=8, runbook=n.ALERT_RS_REJECTION),
 ))
 
 DASHBOARD = Dashboard(
     uid="omniwatch-run-overview",
     title="omniwatch / Run overview",
-    description="Each VeRL-Omni run at a glance: alive or stalled, step and speed against its own baseline, alerts, "
-                "step time by phase, and the learning curves against training step.",
-    rows=(NOW, ALERT_ROW, STEP_TIME, CURVES, POLICY),
+    description="Each VeRL-Omni run at a glance: alive, stalling (by stage) or finished, step and speed against its "
+                "own baseline, alerts, step time by phase, where its GPU-hours went, and the learning curves against "
+                "training step.",
+    rows=(NOW, ALERT_ROW, STEP_TIME, GPU_HOURS, CURVES, POLICY),
     tags=default_tags("overview"),
     variable_metrics=(n.STEP,),
-    slots=(
-        "stall stages (info/warning/critical): more threshold steps on 'Time since last step' and the table's "
-        "'age / typical step' column (cfg_step of each stage)",
-        "grad-norm alert: threshold + runbook on 'Gradient norm'; its window series as a time panel beside "
-        "'Zero-std groups, window min'",
-        "rollout-correction drift: threshold + runbook on 'Importance ratio mean' / 'std'",
-        "GPU-hours ledger: a row 'GPU-hours' after 'Where the step goes' (stacked buckets per run, repeated per "
-        "run, share of the run's GPU-hours) and a 'GPU-hours' column in 'Runs'",
-    ),
 )

@@ -2,9 +2,11 @@
 what a dashboard shows without Grafana (docs/img/*.png are produced this way from the live test setup).
 
 Not a Grafana clone, but each panel kind is drawn the way Grafana shows it: time series are lines
-(stacked when the panel stacks, dashed where Grafana draws dashed) with threshold lines; stat panels
-print the last value per series coloured by the thresholds; bar gauges one bar per series; tables one row
-per run (instant queries joined on their labels, cells coloured by each column's thresholds); state
+(stacked when the panel stacks, in the order Prometheus returns the series, dashed where Grafana draws
+dashed) with threshold lines; stat panels print the last value per series coloured by the thresholds (or
+by a fixed colour the panel gives series whose name matches); bar gauges one bar per series; tables one row
+per run (instant queries joined on their labels, cells coloured by each column's thresholds, coded columns
+shown by their value mappings); state
 timelines one band per series coloured by the value mappings; XY charts run the step-axis recipe
 (join each timestamp's step and value per run, keep the last value per step) and draw value against
 training step; heatmaps count the series in value buckets over time. A panel repeated per run is drawn
@@ -111,11 +113,16 @@ def _table(ax, p: s.Panel, prom: PromAPI, subst) -> None:
         cols = ["white"] * len(label_cols)
         for i, t in enumerate(p.targets):
             v = vals.get(i)
+            mapped = next(((txt, c) for mv, txt, c in t.mappings if v is not None and mv == v), None)
+            if mapped:  # a coded column: the mapping's text and colour
+                row.append(mapped[0])
+                cols.append(_colour(mapped[1]) if mapped[1] != "transparent" else "white")
+                continue
             row.append("" if v is None else _fmt(v, t.unit or p.unit))
             cols.append("white" if v is None or not t.thresholds else _step_colour(t.thresholds, v, "white"))
         cells.append(row)
         colours.append(cols)
-    soft = {"green": "#b7e4c7", "red": "#ff8787", "orange": "#ffc078", "yellow": "#ffe066"}
+    soft = {"green": "#b7e4c7", "red": "#ff8787", "orange": "#ffc078", "yellow": "#ffe066", "blue": "#a5d8ff"}
     colours = [[soft.get(c, c) for c in r] for r in colours]
     tab = ax.table(cellText=cells, colLabels=header, cellColours=colours, loc="upper center", cellLoc="center")
     tab.auto_set_font_size(False)
@@ -223,7 +230,12 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
     drawn = []
     for t in p.targets:
         try:
-            for labels, xs, ys in _series(prom, subst(t.expr), start, end, step):
+            if t.instant:  # the value now (a stat of the current state): one point per series
+                series = [(item.get("metric", {}), [end], [float(item["value"][1])])
+                          for item in prom.query(subst(t.expr)).get("result", [])]
+            else:
+                series = list(_series(prom, subst(t.expr), start, end, step))
+            for labels, xs, ys in series:
                 drawn.append((t, _legend(t.legend, labels), [x - end for x in xs], ys))
         except Exception as e:  # noqa: BLE001
             ax.text(0.5, 0.5, f"query error: {e}"[:80], ha="center", va="center", fontsize=6, transform=ax.transAxes)
@@ -235,7 +247,9 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         for k, (_, name, _, ys) in enumerate(drawn[:6]):
             v = ys[-1]
             text = next((txt for mv, txt, _ in p.mappings if mv == v), None) or _fmt(v, p.unit)
-            colour = next((_colour(c) for mv, _, c in p.mappings if mv == v), None) or _step_colour(p.thresholds, v)
+            colour = (next((_colour(c) for mv, _, c in p.mappings if mv == v), None)
+                      or next((_colour(c) for rx, c in p.fixed_colors if re.fullmatch(rx, name)), None)
+                      or _step_colour(p.thresholds, v))
             y = 0.85 - k * (0.8 / max(1, min(6, len(drawn))))
             ax.text(0.5, y, f"{text}" + (f"   {name}" if len(drawn) > 1 or p.scope == "run" else ""), ha="center",
                     va="top", transform=ax.transAxes, fontsize=12 if len(drawn) == 1 else 7, weight="bold",

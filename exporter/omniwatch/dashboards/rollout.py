@@ -68,9 +68,10 @@ SERVERS = Row("Rollout and reward replicas", (
     Panel("Rollout end-to-end request latency",
           "Mean and P90 of the rollout replicas' end-to-end request latency (vllm_omni:e2e_request_latency_s, "
           "vllm:omni_e2e_request_latency_s or vllm:e2e_request_latency_seconds). One replica far above the others "
-          "is a straggler that sets the gen time of every step.",
+          "is a straggler that sets the gen time of every step; the run-level straggler ratio (slowest sample / "
+          "mean sample, RolloutStraggler) is on Bottlenecks, row Stragglers.",
           (Target(e2e_mean(**ROLLOUT), LEG + " mean"), Target(e2e_p90(**ROLLOUT), LEG + " p90", dashed=True)),
-          unit="s", min=0, w=8),
+          unit="s", min=0, w=8, runbook=n.ALERT_STRAGGLER),
     Panel("Finished requests",
           "Finished requests per second per replica (requests_success_total in any name form).",
           (Target(successes(**ROLLOUT), LEG),), unit="reqps", min=0, w=8),

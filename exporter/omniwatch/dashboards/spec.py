@@ -24,8 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import ledger
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
+from ..analytics import PHASE_ORDER
+from ..model import passthrough_name
 
 # Grafana variables and macros, named once.
 V_DATASOURCE = "datasource"
@@ -73,11 +76,20 @@ REC_ROLLOUT_SATURATED = "replica:omniwatch_rollout_saturated:avg10m"
 REC_REWARD_QUEUE_SHARE = "run:omniwatch_reward_bound_queue_share:ratio"
 REC_TQ_UTILIZATION = "run:tq_storage_utilization:max"
 REC_TQ_SECONDS_TO_FULL = "run:tq_storage_seconds_to_full:min"
+REC_STRAGGLER_MIN = "project_experiment:omniwatch_rollout_straggler_ratio:min_k"
+REC_GRAD_NONFINITE = "project_experiment:omniwatch_grad_norm_nonfinite_recent_steps:max"
+REC_RS_MASKED_MIN = "project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k"
+REC_OUTSIDE_MIN = "project_experiment:omniwatch_outside_step_ratio:min_k"
+REC_TIMER_RESIDUAL_MAX = "project_experiment:omniwatch_step_timer_residual_ratio:max_k"
+REC_STALL_INFO = "project_experiment:omniwatch_stall_threshold_seconds:info"
+REC_STALL_WARNING = "project_experiment:omniwatch_stall_threshold_seconds:warning"
+REC_STALL_CRITICAL = "project_experiment:omniwatch_stall_threshold_seconds:critical"
 RECORDS = tuple(v for k, v in dict(globals()).items() if k.startswith("REC_"))
 
 # Counters that move once per training step: never read over $__rate_interval (tests check it).
 PER_STEP_COUNTERS = (n.STAGE_SECONDS_TOTAL, n.GPU_PHASE_IDLE_SECONDS_TOTAL, n.GPU_PHASE_BUSY_SECONDS_TOTAL,
-                     n.STEPS_TOTAL, n.FLAGGED_STEPS_TOTAL, n.STEPS_REPLAYED_TOTAL, n.TRAINER_RESTARTS_TOTAL)
+                     n.GPU_SECONDS_TOTAL, n.GRAD_NORM_NONFINITE_TOTAL, n.STEPS_TOTAL, n.FLAGGED_STEPS_TOTAL,
+                     n.STEPS_REPLAYED_TOTAL, n.TRAINER_RESTARTS_TOTAL)
 
 KINDS = ("timeseries", "stat", "bargauge", "table", "statetimeline", "xychart", "heatmap")
 SCOPES = ("run", "node", "global")  # run: every series carries project+experiment; node: per GPU/node; global
@@ -141,6 +153,11 @@ def hist_mean(metric_base: str, by: str, **extra: str) -> str:
             f"sum by ({by}) ({rate(sel(metric_base + '_count', **extra))})")
 
 
+def verl(key: str) -> str:
+    """Selector of one passed-through verl key (family name derived exactly as the exporter does)."""
+    return sel(passthrough_name(key), **{n.L_KEY: key})
+
+
 def first_of(*exprs: str) -> str:
     """The first expression that has a series for a label set: ``a or b or c`` (one series per replica
     whichever metric name form its server exposes)."""
@@ -181,34 +198,61 @@ THRESHOLD_ALERT = {
     "step_time.regression_ratio": n.ALERT_STEP_REGRESSION,
     "reward_saturation.zero_std_ratio": n.ALERT_REWARD_SATURATION,
     "stall.notice_steps": n.ALERT_STALLED,
+    "straggler.ratio": n.ALERT_STRAGGLER,
+    "grad_norm.nonfinite_steps": n.ALERT_GRAD_NONFINITE,
+    "rollout_rejection.seq_masked_fraction": n.ALERT_RS_REJECTION,
+    "outside_step.ratio": n.ALERT_OUTSIDE_STEP,
+    "timer_overlap.tolerance": n.ALERT_TIMERS_EXCEED,
     "gpu_memory.ratio": ALERT_GPU_MEMORY,
     "rollout_queue.saturated_share": ALERT_ROLLOUT_SATURATED,
     "transferqueue.ttf_seconds": ALERT_TQ_BACKLOG,
     "transferqueue.full_utilization": ALERT_TQ_BACKLOG,
 }
 
+# Thresholds that differ per run (TrainingStalled's warning and critical stages add the run's planned work
+# and typical steps): no fixed line can draw them, so panels plot the recording rule that holds each run's
+# threshold; the config path is the number the rule scales by (tests check the rule uses it and that a
+# panel linking the alert plots the rule).
+RULE_THRESHOLDS = {
+    "stall.notice_steps": (n.ALERT_STALLED, REC_STALL_INFO),
+    "stall.unseen_planned_steps": (n.ALERT_STALLED, REC_STALL_WARNING),
+    "stall.critical_extra_steps": (n.ALERT_STALLED, REC_STALL_CRITICAL),
+}
+
 
 @dataclass(frozen=True)
 class Step:
     """One threshold step: from ``value`` (None = base) upwards the colour is ``color``. ``config`` is
-    the alert-config path the value came from; a value without one is a display band and says why in
-    ``note``."""
+    the alert-config path the value came from (``negate``: the rule compares with minus that number, as
+    TimersExceedStep's ``< -timer_overlap.tolerance``); a value without one is a display band and says why
+    in ``note``."""
     value: float | None
     color: str
     config: str = ""
     note: str = ""
+    negate: bool = False
 
     def __post_init__(self):
         if self.value is not None and not (self.config or self.note):
             raise ValueError(f"threshold {self.value}: an alert threshold comes from the config (cfg_step); "
                              "a display band says why (note=...)")
-        if self.config and self.value != cfg_value(self.config):
-            raise ValueError(f"threshold {self.value} is not config {self.config} = {cfg_value(self.config)}")
+        if self.negate and not self.config:
+            raise ValueError(f"threshold {self.value}: only a configured threshold is negated")
+        if self.config and self.value != self.config_value:
+            raise ValueError(f"threshold {self.value} is not config {'-' if self.negate else ''}{self.config} = "
+                             f"{self.config_value}")
+
+    @property
+    def config_value(self) -> float:
+        """The number the rule compares with: the config value, negated for a ``negate`` step."""
+        v = cfg_value(self.config)
+        return -v if self.negate else v
 
 
-def cfg_step(path: str, color: str) -> Step:
-    """A threshold step at the configured alert threshold ``path``."""
-    return Step(cfg_value(path), color, config=path)
+def cfg_step(path: str, color: str, negate: bool = False) -> Step:
+    """A threshold step at the configured alert threshold ``path`` (``negate``: at minus it)."""
+    v = cfg_value(path)
+    return Step(-v if negate else v, color, config=path, negate=negate)
 
 
 @dataclass(frozen=True)
@@ -220,6 +264,7 @@ class Target:
     table: bool = False   # format "table" (table panels, XY charts)
     unit: str = ""        # per-column / per-series unit override (tables)
     thresholds: tuple[Step, ...] = ()  # per-column colours (tables)
+    mappings: tuple[tuple[float, str, str], ...] = ()  # per-column value -> (text, colour) (tables)
 
 
 @dataclass(frozen=True)
@@ -242,6 +287,9 @@ class Panel:
     mappings: tuple[tuple[float, str, str], ...] = ()  # value -> (text, colour)
     decimals: int | None = None
     log_scale: bool = False
+    # (regex on the whole display name, colour): a fixed colour for the series it matches, whatever the
+    # thresholds say (the stall gauge colours each run by its stage, which no fixed threshold can express)
+    fixed_colors: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -336,10 +384,19 @@ def idle_evidence() -> str:
             f'label_replace({sel(REC_IDLE_MIN)}, "evidence", "timers", "", "")')
 
 
+def staged_alertname(expr: str) -> str:
+    """``expr`` (ALERTS series) with TrainingStalled's stage in its alert name (``TrainingStalled (warning)``):
+    the stages are one alert name with three severities, and each stage is its own row of a timeline."""
+    return (f'label_replace(label_join({expr}, "stage_of", ":", "alertname", "severity"), "alertname", '
+            f'"{n.ALERT_STALLED} ($1)", "stage_of", "{n.ALERT_STALLED}:(.+)")')
+
+
 def alert_states_by_run() -> str:
-    """Per run and alert: 2 firing, 1 pending; a run with neither shows one row ``alertname="none"`` at 0."""
-    return (f"max by ({RUN_BY}, alertname) (2 * {alerts_sel(alertstate='firing')} "
-            f"or {alerts_sel(alertstate='pending')}) or on ({RUN_BY}) "
+    """Per run and alert: 2 firing, 1 pending (TrainingStalled per stage); a run with neither shows one row
+    ``alertname="none"`` at 0."""
+    firing = staged_alertname("2 * " + alerts_sel(alertstate="firing"))
+    pending = staged_alertname(alerts_sel(alertstate="pending"))
+    return (f"max by ({RUN_BY}, alertname) ({firing} or {pending}) or on ({RUN_BY}) "
             f'label_replace(0 * {run_max(sel(n.STEP))}, "alertname", "none", "", "")')
 
 
@@ -350,6 +407,118 @@ def firing_by_run() -> str:
     """Firing alerts per run (0 for a run with none: the runs come from omniwatch_step)."""
     return (f"count by ({RUN_BY}) ({alerts_sel(alertstate='firing')}) "
             f"or on ({RUN_BY}) 0 * {run_max(sel(n.STEP))}")
+
+
+# --- TrainingStalled in stages --------------------------------------------------------------------------
+def per_typical_step(expr: str) -> str:
+    """Seconds of a run as a number of its typical steps."""
+    return f"{expr} / on ({RUN_BY}) {run_max(sel(n.TYPICAL_STEP))}"
+
+
+AGE_STEPS = per_typical_step(sel(REC_AGE))  # time since the run's last step, in its typical steps
+STAGE_RUNNING, STAGE_INFO, STAGE_WARNING, STAGE_CRITICAL, STAGE_FINISHED = range(5)
+# One colour per stage, shared by the stall gauge, the table's stage column and the stage timeline.
+STALL_STAGE_MAPPINGS = ((STAGE_RUNNING, "running", "green"), (STAGE_INFO, "info", "yellow"),
+                        (STAGE_WARNING, "warning", "orange"), (STAGE_CRITICAL, "critical", "red"),
+                        (STAGE_FINISHED, "finished", "blue"))
+STALL_THRESHOLD_RECORDS = ((STAGE_INFO, REC_STALL_INFO), (STAGE_WARNING, REC_STALL_WARNING),
+                           (STAGE_CRITICAL, REC_STALL_CRITICAL))
+
+
+def _finished() -> str:
+    return f"{run_max(sel(n.RUN_FINISHED))} == 1"
+
+
+def _past(record: str) -> str:
+    return f"{sel(REC_AGE)} > on ({RUN_BY}) {sel(record)}"
+
+
+def stall_stage() -> str:
+    """Per run, the TrainingStalled stage its age has reached (the rules' own thresholds): 0 running, 1 info,
+    2 warning, 3 critical, 4 finished (its last step was the planned last: the rules never stall it). A run
+    without a typical step yet is running. The alerts also wait for ``for:`` and, with --checkpoint-root,
+    for a checkpoint still being written; the alert timelines show what fired."""
+    passed = f" + on ({RUN_BY}) ".join(f"({sel(REC_AGE)} > bool on ({RUN_BY}) {sel(rec)})"
+                                        for _, rec in STALL_THRESHOLD_RECORDS)
+    return (f"{STAGE_FINISHED} * ({_finished()}) or on ({RUN_BY}) ({passed}) "
+            f"or on ({RUN_BY}) 0 * {run_max(sel(n.STEP))}")
+
+
+def age_steps_by_stage() -> str:
+    """``AGE_STEPS`` per run with the stage it reached as label ``stage`` (running / info / warning /
+    critical / finished), the highest stage first."""
+    def staged(cond: str, stage: int) -> str:
+        text = next(t for v, t, _ in STALL_STAGE_MAPPINGS if v == stage)
+        return f'label_replace({AGE_STEPS} and on ({RUN_BY}) ({cond}), "stage", "{text}", "", "")'
+    parts = [staged(_finished(), STAGE_FINISHED)]
+    parts += [staged(_past(rec), stage) for stage, rec in reversed(STALL_THRESHOLD_RECORDS)]
+    parts.append(f'label_replace({AGE_STEPS}, "stage", "running", "", "")')
+    return f" or on ({RUN_BY}) ".join(parts)
+
+
+def stage_colors() -> tuple[tuple[str, str], ...]:
+    """Fixed colours for series whose display name ends in a stage (``age_steps_by_stage`` legends); the
+    running ones keep the panel's thresholds. Grafana anchors a regex without slashes (``^...$``)."""
+    return tuple((f".* {text}", colour) for v, text, colour in STALL_STAGE_MAPPINGS if v != STAGE_RUNNING)
+
+
+# --- series in a fixed reading order ---------------------------------------------------------------------
+ORDER_LABEL = "_order"  # sorts before every other label name, so Prometheus' range results sort by it first
+
+
+def in_order(expr: str, label: str, head: tuple[str, ...], tail: tuple[str, ...] = ()) -> str:
+    """``expr`` with a label ``_order`` that puts its series in reading order: the ``label`` values of
+    ``head`` first (in that order), any other value next (alphabetically), the values of ``tail`` last.
+    Prometheus sorts a range query's series by their labels and Grafana stacks them in that order."""
+    out = f'label_replace({expr}, "{ORDER_LABEL}", "{len(head):02d}", "", "")'
+    for i, v in enumerate(head):
+        out = f'label_replace({out}, "{ORDER_LABEL}", "{i:02d}", "{label}", "{v}")'
+    for i, v in enumerate(tail, start=len(head) + 1):
+        out = f'label_replace({out}, "{ORDER_LABEL}", "{i:02d}", "{label}", "{v}")'
+    return out
+
+
+def order_key(value: str, head: tuple[str, ...], tail: tuple[str, ...] = ()) -> tuple[str, str]:
+    """The sort key ``in_order`` gives a series with this label value (what Prometheus sorts by)."""
+    if value in head:
+        return f"{head.index(value):02d}", value
+    if value in tail:
+        return f"{len(head) + 1 + tail.index(value):02d}", value
+    return f"{len(head):02d}", value
+
+
+# The step's phases in the exporter's order (analytics.PHASE_ORDER), the untimed rest last.
+PHASES = (*PHASE_ORDER, n.UNTRACKED_PHASE)
+# Ledger buckets in ledger.ordered()'s order: phases in step order, any other phase, then the rest.
+LEDGER_HEAD, LEDGER_TAIL = ledger.PHASE_BUCKETS, ledger.NON_PHASE
+
+
+def gpu_seconds(*labels: str) -> str:
+    """GPU-seconds of the run's ledger over $window (a per-step counter), by ``labels``."""
+    return f"sum by ({by_run(*labels)}) ({increase_w(sel(n.GPU_SECONDS_TOTAL))})"
+
+
+def ledger_share() -> str:
+    """Each bucket's share of the run's GPU-seconds over $window, buckets in ledger order."""
+    share = (f"{gpu_seconds(n.L_BUCKET)} / on ({RUN_BY}) group_left () "
+             f"({gpu_seconds()} > 0)")
+    return in_order(share, n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL)
+
+
+def gpu_hours_panel() -> Panel:
+    """"Where the GPU-hours went" (overview and bottlenecks): ledger shares over $window, stacked, per run."""
+    return Panel(
+        "Where the GPU-hours went: $experiment",
+        "Over the last $window seconds (default: 3 typical steps), each ledger bucket's share of the run's "
+        "GPU-seconds (omniwatch_gpu_seconds_total: the run's GPUs x the wall time between its steps, every second in "
+        "exactly one bucket), stacked in ledger order: the phases in step order, any other timed phase, then "
+        "reward_critical_path (reward on the critical path), inter_stage_idle (untimed time between phases), "
+        "checkpoint, validation, outside_step_timer (between two steps, outside every timer) and stalled (beyond "
+        "the stall tolerance). The counter moves once per step: it is read over whole steps, never over the "
+        "scrape interval. One panel per run.",
+        (Target(ledger_share(), EXP + " {{bucket}}"),),
+        unit="percentunit", min=0, max=1, stack=True, w=24, h=8, repeat=True,
+        runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_OUTSIDE_STEP, n.ALERT_STALLED))
 
 
 __all__ = ["Dashboard", "Row", "Panel", "Target", "Step", "sel", "gsel", "rate", "increase_w", "hist_quantile",
