@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
-from .spec import (ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, LEDGER_HEAD,
+from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, LEDGER_HEAD,
                    LEDGER_TAIL, Panel, REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
                    REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED,
                    REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION, RUN_BY, Row,
@@ -232,8 +232,7 @@ GPU_HOURS = Row("GPU-hours", (
 PIPELINE = Row("Pipeline alerts", (
     Panel("Rollout replicas saturated (10 min share)",
           "Per rollout / reward server replica: share of the last 10 minutes during which requests waited while "
-          f"every slot ran. RolloutQueueSaturated fires at {C.rollout_queue.saturated_share:g} (and saturated now) "
-          f"for {C.rollout_queue.for_}.",
+          "every slot ran. " + SATURATION_RULE,
           (Target(run_max(sel(REC_ROLLOUT_SATURATED), "role", "replica"), W + " {{role}} {{replica}}"),),
           unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), cfg_step("rollout_queue.saturated_share", "red")),

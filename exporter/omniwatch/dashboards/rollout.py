@@ -9,9 +9,8 @@ the scheduler panels through the rules' own replica:* recording rules."""
 from __future__ import annotations
 
 from .. import names as n
-from ..alerting.config import DEFAULT as CONFIG
 from . import external as x
-from .spec import (ALERT_ROLLOUT_SATURATED, EXP, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED,
+from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, EXP, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED,
                    REC_ROLLOUT_WAITING, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, first_of,
                    hist_mean, hist_quantile, rate, run_max, sel)
 
@@ -40,10 +39,6 @@ def successes(**extra: str) -> str:
                                                                           x.VLLM_SUCCESS)))
 
 
-SAT_DESC = (f"RolloutQueueSaturated fires when a replica was saturated in at least "
-            f"{CONFIG.rollout_queue.saturated_share:.0%} of the last {CONFIG.rollout_queue.window} and is saturated "
-            f"now, for {CONFIG.rollout_queue.for_}.")
-
 SERVERS = Row("Rollout and reward replicas", (
     Panel("Slots used",
           "Requests running / the replica's slot ceiling (max_num_seqs when omniwatch knows it, else the replica's "
@@ -53,7 +48,7 @@ SERVERS = Row("Rollout and reward replicas", (
           runbook=ALERT_ROLLOUT_SATURATED),
     Panel("Saturated share (10 min)",
           "Share of the last 10 minutes a replica had requests waiting while every slot ran "
-          f"(replica:omniwatch_rollout_saturated:avg10m). {SAT_DESC} A generation burst saturates part of every "
+          f"(replica:omniwatch_rollout_saturated:avg10m). {SATURATION_RULE} A generation burst saturates part of every "
           "step; a replica far above the others is a straggler.",
           (Target(replica(REC_ROLLOUT_SATURATED), LEG),), unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), cfg_step("rollout_queue.saturated_share", "red")),

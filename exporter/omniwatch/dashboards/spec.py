@@ -52,6 +52,14 @@ EXP = "{{experiment}}"
 # Alerts of alerts/endpoints.rules.yml and the always-firing pipeline heartbeat. names.py holds the
 # ALERT_* constants of the generated rules; tests/test_dashboards.py checks these exist in alerts/ too.
 ALERT_ROLLOUT_SATURATED = n.ALERT_ROLLOUT_SATURATED
+# What RolloutQueueSaturated asks (alerting/endpoints.py), in the words of the panels that show it.
+SATURATION_RULE = (f"RolloutQueueSaturated fires when a replica was saturated (requests waiting while every slot "
+                   f"runs) in at least {CONFIG.rollout_queue.saturated_share:.0%} of the last "
+                   f"{CONFIG.rollout_queue.window} and is saturated now, for {CONFIG.rollout_queue.for_}, and only "
+                   f"while the training step waits on it: the phase the replica serves (gen for rollout replicas, "
+                   f"gen + reward for reward replicas) held at least {CONFIG.rollout_queue.critical_path_share:.0%} "
+                   f"of every step over that window (a separate_async trainer-bound run keeps its servers busy by "
+                   f"design and is not paged).")
 ALERT_TQ_BACKLOG = n.ALERT_TQ_BACKLOG
 ALERT_GPU_MEMORY = n.ALERT_GPU_MEMORY
 ALERT_WATCHDOG = n.ALERT_WATCHDOG
