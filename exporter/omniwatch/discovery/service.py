@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .. import proc
+from .. import backoff, proc
 from .config import DiscoveryConfig
 from .targets import KINDS, Target, dedupe, read_ray_sd_file, read_rollout_prometheus_file
 
@@ -84,7 +84,7 @@ class RayProbe:
         self.error = why
         self.latest = None
         self.failures += 1
-        self.next_start = time.monotonic() + min(60.0, 2.0 * 2 ** min(self.failures, 5))
+        self.next_start = time.monotonic() + backoff.delay(self.failures, 2.0, 60.0)
         self._kill()
 
     def _kill(self) -> None:

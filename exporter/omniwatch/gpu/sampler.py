@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .. import backoff
 from .accounting import DEFAULT_MAX_GAP_S, DEFAULT_THRESHOLD, Interval, SampleAccountant
 from .devices import Backend, Device, GpuError, GpuUnavailable, NvmlBackend, Sample
 
@@ -90,7 +91,7 @@ class GpuSampler:
         self.devices: list[tuple[Device, GpuState]] = []
         self.listeners: list[Callable[[], None]] = []  # called after every poll (phase attribution)
         self.absent: str | None = None  # why sampling is permanently off
-        self.backoff = BACKOFF_MIN_S
+        self.open_failures = 0  # consecutive NVML open/read failures (backoff.delay)
         self.next_open_at = 0.0
         self.polls = 0
         self.cpu_s = 0.0  # thread CPU seconds spent in poll_once (the sampler's own cost)
@@ -151,9 +152,8 @@ class GpuSampler:
             return
         if not known:
             self._up(self.node, False)
-        log.warning("NVML unavailable (%s); retrying in %.0f s", why, self.backoff)
-        self.next_open_at = now + self.backoff
-        self.backoff = min(BACKOFF_MAX_S, self.backoff * 2)
+        log.warning("NVML unavailable (%s); retrying in %.0f s", why, self._retry_in())
+        self._schedule_reopen(now)
 
     def _close(self, now: float) -> None:
         self.devices = []
@@ -161,8 +161,14 @@ class GpuSampler:
             self.backend.close()
         except Exception:
             log.debug("NVML close failed", exc_info=True)
-        self.next_open_at = now + self.backoff
-        self.backoff = min(BACKOFF_MAX_S, self.backoff * 2)
+        self._schedule_reopen(now)
+
+    def _retry_in(self) -> float:
+        return backoff.delay(self.open_failures, BACKOFF_MIN_S, BACKOFF_MAX_S)
+
+    def _schedule_reopen(self, now: float) -> None:
+        self.next_open_at = now + self._retry_in()
+        self.open_failures += 1
 
     # -- one poll ----------------------------------------------------------------------------------
     def poll_once(self) -> None:
@@ -186,11 +192,11 @@ class GpuSampler:
                     st.up = False
                 self._up(st.target, False)
                 log.warning("NVML read failed on %s (%s: %s); re-opening NVML in %.0f s",
-                            st.target, e.reason, e, self.backoff)
+                            st.target, e.reason, e, self._retry_in())
         if failed:
             self._close(now)
         else:
-            self.backoff = BACKOFF_MIN_S
+            self.open_failures = 0
         self.polls += 1
         for fn in list(self.listeners):
             try:

@@ -6,7 +6,6 @@ next process. Every error string is redacted before it is logged or stored.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections import defaultdict
@@ -14,7 +13,7 @@ from collections import defaultdict
 import httpx
 from prometheus_client.registry import Collector
 
-from .. import __version__, names as n
+from .. import __version__, backoff, names as n
 from ..redact import redact_tree
 from . import messages
 from .config import Receiver, RelayConfig, redact
@@ -115,10 +114,6 @@ class Relay:
         with self._lock:
             self.deliveries[(receiver, result)] += 1
 
-    def _backoff(self, attempts: int) -> float:
-        r = self.config.retry
-        return min(r.max_seconds, r.initial_seconds * 2 ** min(attempts, 30)) * random.uniform(0.5, 1.0)
-
     def _loop(self, rcv: Receiver, stop: threading.Event) -> None:
         wake = self._wake[rcv.name]
         with httpx.Client(timeout=self.config.retry.timeout_seconds, follow_redirects=False,
@@ -154,7 +149,7 @@ class Relay:
             self.db.mark(row.delivery_id, FAILED, out.error)
             log.error("relay %s: delivery %s failed permanently: %s", rcv.name, row.delivery_id[:12], out.error)
         else:
-            delay = max(self._backoff(row.attempts), min(out.retry_after or 0, retry.max_seconds))
+            delay = max(backoff.delay(row.attempts, retry.initial_seconds, retry.max_seconds, jitter=True), min(out.retry_after or 0, retry.max_seconds))
             self.db.mark(row.delivery_id, PENDING, out.error, next_attempt_at=now + delay)
             log.warning("relay %s: delivery %s attempt %d failed (%s); retrying in %.1fs",
                         rcv.name, row.delivery_id[:12], row.attempts + 1, out.error, delay)
