@@ -11,6 +11,7 @@ import yaml
 from grafana_foundation_sdk.cog import plugins
 from grafana_foundation_sdk.models import dashboard as dmodel
 
+from omniwatch.alerting import records
 from omniwatch import demo_endpoints, names
 from omniwatch.alerting import config
 from omniwatch.dashboards import external, factory, generate, spec
@@ -109,7 +110,7 @@ def test_json_parses_back_through_the_sdk(d):
 
 
 RUNLESS = {names.GPU_UTILIZATION, names.GPU_MEMORY_USED, names.GPU_MEMORY_TOTAL, names.GPU_POWER,
-           names.GPU_SM_CLOCK, names.GPU_BUSY_SECONDS_TOTAL, names.GPU_IDLE_SECONDS_TOTAL, spec.REC_GPU_MEMORY}
+           names.GPU_SM_CLOCK, names.GPU_BUSY_SECONDS_TOTAL, names.GPU_IDLE_SECONDS_TOTAL, records.REC_GPU_MEMORY}
 SELECTOR = re.compile(r"(?<![$\w:])([a-zA-Z_:][a-zA-Z0-9_:]*)?\{([^}]*)\}")
 AGGREGATION = re.compile(r"\b(sum|max|min|avg|count|topk|bottomk|quantile|stddev|stdvar|group|count_values)\s*"
                          r"(?:(by|without)\s*\(([^)]*)\))?\s*\(")
@@ -535,8 +536,8 @@ def test_stall_stage_and_staged_alert_names_evaluate_as_the_rules_stage(tmp_path
     series = {}
     for exp, (age, fin) in runs.items():
         r = f'project="p", experiment="{exp}"'
-        series.update({f"{spec.REC_AGE}{{{r}}}": age, f"{spec.REC_STALL_INFO}{{{r}}}": 30,
-                       f"{spec.REC_STALL_WARNING}{{{r}}}": 70, f"{spec.REC_STALL_CRITICAL}{{{r}}}": 100,
+        series.update({f"{records.REC_AGE}{{{r}}}": age, f"{records.REC_STALL_INFO}{{{r}}}": 30,
+                       f"{records.REC_STALL_WARNING}{{{r}}}": 70, f"{records.REC_STALL_CRITICAL}{{{r}}}": 100,
                        f"{names.TYPICAL_STEP}{{{r}}}": 10, f"{names.RUN_FINISHED}{{{r}}}": fin,
                        f"{names.STEP}{{{r}}}": 5})
     series[f'{names.STEP}{{project="p", experiment="new"}}'] = 1  # no typical step yet

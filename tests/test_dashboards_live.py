@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from omniwatch.alerting import records
 from omniwatch import names
 from omniwatch.alerting import config
 from omniwatch.dashboards import verify as v
@@ -122,10 +123,10 @@ def test_verify_reports_errors_instead_of_crashing(stack):
 
 def _range_order(stack, expr: str, label: str) -> list[str]:
     """The ``label`` values of a range query's series, in the order Prometheus returns them (Grafana's stack)."""
-    prom = v.Prom(stack.prom_url)
+    prom = PromAPI(stack.prom_url)
     try:
         now = time.time()
-        data = prom.query_range(v.substitute(expr, window=v.default_window(prom)), now - 30, now, 5)
+        data = prom.query_range_data(v.substitute(expr, window=v.default_window(prom)), now - 30, now, 5)
     finally:
         prom.close()
     return [s["metric"][label] for s in data["result"]]
@@ -173,10 +174,9 @@ def test_the_stall_stages_reach_the_panels_and_the_finished_run_is_marked(stack)
 
 
 def test_the_simulated_faults_reach_their_panels(stack):
-    from omniwatch.dashboards import spec
     from .dashboards_live_support import SIM_RUNS
     drift, straggler = SIM_RUNS[0][1], SIM_RUNS[1][1]
-    rs = {s["metric"]["experiment"]: float(s["value"][1]) for s in stack.query(spec.REC_RS_MASKED_MIN)}
+    rs = {s["metric"]["experiment"]: float(s["value"][1]) for s in stack.query(records.REC_RS_MASKED_MIN)}
     assert rs[drift] > config.DEFAULT.rollout_rejection.seq_masked_fraction
-    ratio = {s["metric"]["experiment"]: float(s["value"][1]) for s in stack.query(spec.REC_STRAGGLER_MIN)}
+    ratio = {s["metric"]["experiment"]: float(s["value"][1]) for s in stack.query(records.REC_STRAGGLER_MIN)}
     assert ratio[straggler] > config.DEFAULT.straggler.ratio > ratio[DEMO_RUN[1]]

@@ -37,6 +37,7 @@ from .config import Config
 from .promtests import Case, Check, Expect, ExprCheck, Sample, Series, dur, render, run_labels, secs
 from .prose import AT_STEP, RUN, Ctx, Label, LabelSwitch, P, Query, Value
 from .spec import Alert, Group, Record, RuleFile, pct, sel
+from .records import (REC_CEILING, REC_QUEUE_PER_SLOT, REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO, REC_REWARD_QUEUE_SECONDS, REC_REWARD_QUEUE_SHARE, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED, REC_ROLLOUT_WAITING, REC_SATURATED, REC_SERVER_SHARE, REC_SERVER_SHARE_MIN, REC_TQ_ACTIVE, REC_TQ_BACKLOG, REC_TQ_CAPACITY, REC_TQ_CLEARS, REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT, REC_TQ_PARTITION, REC_TQ_SECONDS_TO_FULL, REC_TQ_UNIT_DERIV, REC_TQ_UNIT_TTF, REC_TQ_UTILIZATION, REC_TQ_WRITES)
 
 RUN_BY = "project, experiment"
 REPLICA_BY = "project, experiment, role, replica"
@@ -44,35 +45,8 @@ ROLE_BY = "project, experiment, role"
 UNIT_BY = "project, experiment, storage_unit_id"
 
 # --- record names (dashboards read several of them: dashboards/spec.py, dashboards/external.py) ----------------
-REC_RUNNING = "replica:omniwatch_rollout_requests_running:sum"
-REC_WAITING = "replica:omniwatch_rollout_requests_waiting:sum"
-REC_CEILING = "replica:omniwatch_rollout_running_ceiling:max"
-REC_SLOTS = "replica:omniwatch_rollout_slots_used:ratio"
-REC_QUEUE_PER_SLOT = "replica:omniwatch_rollout_queue_per_slot:ratio"
-REC_SATURATED = "replica:omniwatch_rollout_saturated:bool"
-REC_SATURATED_AVG = "replica:omniwatch_rollout_saturated:avg10m"
-REC_SERVER_SHARE = "project_experiment_role:omniwatch_server_step_share:ratio"
-REC_SERVER_SHARE_MIN = "project_experiment_role:omniwatch_server_step_share:min10m"
 
-REC_REWARD_LATENCY = "run:omniwatch_reward_server_latency_seconds:mean5m"
-REC_REWARD_QUEUE_SECONDS = "run:omniwatch_reward_server_queue_seconds:mean5m"
-REC_REWARD_QUEUE_RATIO = "run:omniwatch_reward_server_queue:ratio"
-REC_REWARD_BOUND_QUEUE = "run:omniwatch_reward_bound_queue_share:ratio"
 
-REC_TQ_PARTITION = "run:tq_partition_samples:sum"
-REC_TQ_ACTIVE = "run:tq_storage_active_keys:sum"
-REC_TQ_CAPACITY = "run:tq_storage_capacity:sum"
-REC_TQ_UTIL = "run:tq_storage_utilization:max"
-REC_TQ_WRITES = "run:tq_sample_writes:rate5m"
-REC_TQ_CLEARS = "run:tq_samples_cleared:rate5m"
-REC_TQ_UNIT_DERIV = "storage_unit:tq_storage_active_keys:deriv2m"
-REC_TQ_DERIV = x.TQ_REC_NET_RATE  # run:tq_storage_active_keys:deriv2m
-REC_TQ_UNIT_TTF = "storage_unit:tq_storage_seconds_to_full:estimate"
-REC_TQ_TTF = x.TQ_REC_SECONDS_TO_FULL  # run:tq_storage_seconds_to_full:min
-REC_TQ_FLOOR_SHORT = "run:tq_storage_utilization:floor30m"
-REC_TQ_FLOOR_MID = "run:tq_storage_utilization:floor1h"
-REC_TQ_FLOOR_LONG = "run:tq_storage_utilization:floor2h"
-REC_TQ_BACKLOG = "run:tq_storage_backlog:utilization"
 
 ROLLOUT_FAMILIES = ((x.OMNI_RUNNING, x.OMNI_WAITING), (x.OMNI_V0_RUNNING, x.OMNI_V0_WAITING),
                     (x.VLLM_RUNNING, x.VLLM_WAITING))
@@ -125,21 +99,21 @@ def rollout_saturated_description(cfg: Config):
 def rollout_group(cfg: Config) -> Group:
     q = cfg.rollout_queue
     rules = [
-        Record(REC_RUNNING, _first_family(0) + "\n",
+        Record(REC_ROLLOUT_RUNNING, _first_family(0) + "\n",
                comment="Running and waiting requests per replica, from whichever family the server exports (the first\n"
                        "present wins: a vLLM-Omni server also exports upstream vllm: per stage, which must not add up)."),
-        Record(REC_WAITING, _first_family(1) + "\n"),
+        Record(REC_ROLLOUT_WAITING, _first_family(1) + "\n"),
         Record(REC_CEILING,
                f"max by ({REPLICA_BY}) ({sel(cfg, n.ROLLOUT_MAX_NUM_SEQS)} > 0)\n"
-               f"or max_over_time({REC_RUNNING}[{q.ceiling_window}])\n",
+               f"or max_over_time({REC_ROLLOUT_RUNNING}[{q.ceiling_window}])\n",
                comment=wrap(f"max_num_seqs when omniwatch knows it (--max-num-seqs, discovery), else the replica's "
                             f"own {q.ceiling_window} peak of running (rollout_queue.ceiling_window).")),
-        Record(REC_SLOTS, f"{REC_RUNNING}\n/ on ({REPLICA_BY}) ({REC_CEILING} > 0)\n"),
-        Record(REC_QUEUE_PER_SLOT, f"{REC_WAITING}\n/ on ({REPLICA_BY}) ({REC_CEILING} > 0)\n"),
+        Record(REC_ROLLOUT_SLOTS_USED, f"{REC_ROLLOUT_RUNNING}\n/ on ({REPLICA_BY}) ({REC_CEILING} > 0)\n"),
+        Record(REC_QUEUE_PER_SLOT, f"{REC_ROLLOUT_WAITING}\n/ on ({REPLICA_BY}) ({REC_CEILING} > 0)\n"),
         Record(REC_SATURATED,
-               f"({REC_WAITING} > bool 0)\n* on ({REPLICA_BY}) ({REC_SLOTS} >= bool 1)\n",
+               f"({REC_ROLLOUT_WAITING} > bool 0)\n* on ({REPLICA_BY}) ({REC_ROLLOUT_SLOTS_USED} >= bool 1)\n",
                comment="1 while requests wait although every slot runs, else 0."),
-        Record(REC_SATURATED_AVG, f"avg_over_time({REC_SATURATED}[{q.window}])",
+        Record(REC_ROLLOUT_SATURATED, f"avg_over_time({REC_SATURATED}[{q.window}])",
                comment=f"Share of the last {q.window} the replica was saturated (rollout_queue.window)."),
         Record(REC_SERVER_SHARE, _server_share(cfg, ROLE_PHASES[x.ROLE_ROLLOUT]), {"role": x.ROLE_ROLLOUT},
                comment="Share of the run's latest step spent in the phases each server role serves: gen for rollout\n"
@@ -149,7 +123,7 @@ def rollout_group(cfg: Config) -> Group:
         Record(REC_SERVER_SHARE_MIN, f"min_over_time({REC_SERVER_SHARE}[{q.window}])",
                comment=f"Lowest of those shares over the last {q.window}: every step logged in the window."),
         Alert(n.ALERT_ROLLOUT_SATURATED,
-              f"{REC_SATURATED_AVG} >= {q.saturated_share:g}\n"
+              f"{REC_ROLLOUT_SATURATED} >= {q.saturated_share:g}\n"
               f"and on ({REPLICA_BY}) {REC_SATURATED} == 1\n"
               f"and on ({ROLE_BY}) {REC_SERVER_SHARE_MIN} > {q.critical_path_share:g}",
               "warning", "A rollout or reward server replica is saturated while the training step waits on it.",
@@ -178,7 +152,7 @@ def reward_group(cfg: Config) -> Group:
         Record(REC_REWARD_QUEUE_SECONDS, mean(x.VLLM_QUEUE_TIME)),
         Record(REC_REWARD_QUEUE_RATIO, f"{REC_REWARD_QUEUE_SECONDS}\n/ on ({RUN_BY}) ({REC_REWARD_LATENCY} > 0)\n",
                comment="Share of a reward request's latency spent queued in the reward server."),
-        Record(REC_REWARD_BOUND_QUEUE,
+        Record(REC_REWARD_QUEUE_SHARE,
                f"max by ({RUN_BY}) ({sel(cfg, n.REWARD_BOUND_RATIO)})\n* on ({RUN_BY}) {REC_REWARD_QUEUE_RATIO}\n",
                comment="Reward-bound share of the generation window that is queueing at the reward servers:\n"
                        "high = add reward replicas; low while reward-bound = the scorer itself is slow."),
@@ -232,7 +206,7 @@ DRAINING = "-1 * "
 def tq_backlog_description(cfg: Config):
     t = cfg.transferqueue
     return P(RUN, ": the fullest TransferQueue storage unit holds ", Value("pct"), " of its capacity",
-             Query(REC_TQ_TTF, "dur", prefix=" and is full in ", suffix=f" at the net rate of the last "
+             Query(REC_TQ_SECONDS_TO_FULL, "dur", prefix=" and is full in ", suffix=f" at the net rate of the last "
                                                                         f"{span(t.net_rate_window)}"),
              Query(REC_TQ_DERIV, post=DERIV_POS, fmt="f1", prefix=" (+", suffix=" live samples/s"),
              Query(REC_TQ_DERIV, post=PER_STEP, fmt="f0", prefix=", about ", suffix=" per training step"),
@@ -248,7 +222,7 @@ def tq_critical_description(cfg: Config):
     t = cfg.transferqueue
     return P(RUN, ": no training step for ", Value("dur"), f" (more than {t.stall_factor:g} typical steps",
              Query(n.TYPICAL_STEP, "dur", prefix=" of "), ")", Query(n.STEP, "f0", prefix=", last step "),
-             ", while its TransferQueue storage fills", Query(REC_TQ_UTIL, "pct", prefix=" (fullest unit ", suffix=")"),
+             ", while its TransferQueue storage fills", Query(REC_TQ_UTILIZATION, "pct", prefix=" (fullest unit ", suffix=")"),
              ". The backlog is stalling training: full units fail puts, or the trainer is the slow consumer.")
 
 
@@ -271,7 +245,7 @@ def transferqueue_group(cfg: Config) -> Group:
                comment="Live samples (gauges that end in _total: summed, never rate()d)."),
         Record(REC_TQ_ACTIVE, f"sum by ({RUN_BY}) ({x.TQ_ACTIVE_KEYS})"),
         Record(REC_TQ_CAPACITY, f"sum by ({RUN_BY}) ({x.TQ_CAPACITY})"),
-        Record(REC_TQ_UTIL, f"max by ({RUN_BY}) ({x.TQ_UTILIZATION})"),
+        Record(REC_TQ_UTILIZATION, f"max by ({RUN_BY}) ({x.TQ_UTILIZATION})"),
         Record(REC_TQ_WRITES, f'sum by ({RUN_BY}) (rate({x.TQ_REQUEST_SAMPLES}{{op_type="{x.OP_PRODUCE}"}}[{rw}]))',
                comment="Sample counters as rates, for the dashboards: writes count write-backs again, so writes above\n"
                        "clears is the V1 pattern, not a backlog."),
@@ -284,19 +258,19 @@ def transferqueue_group(cfg: Config) -> Group:
         Record(REC_TQ_DERIV, f"sum by ({RUN_BY}) ({REC_TQ_UNIT_DERIV})"),
         Record(REC_TQ_UNIT_TTF,
                f"(\n  max by ({UNIT_BY}) ({x.TQ_CAPACITY})\n  - {unit_keys}\n)\n/ ({REC_TQ_UNIT_DERIV} > 0)\n"),
-        Record(REC_TQ_TTF, f"min by ({RUN_BY}) ({REC_TQ_UNIT_TTF})"),
-        Record(REC_TQ_FLOOR_SHORT, f"min_over_time({REC_TQ_UTIL}[{t.floor_short}])",
+        Record(REC_TQ_SECONDS_TO_FULL, f"min by ({RUN_BY}) ({REC_TQ_UNIT_TTF})"),
+        Record(REC_TQ_FLOOR_SHORT, f"min_over_time({REC_TQ_UTILIZATION}[{t.floor_short}])",
                comment=wrap(f"Floors: the lowest utilisation of the fullest unit over {t.floor_short} / "
                             f"{t.floor_mid} / {t.floor_long} (windows hold whatever data exists, no offset: they work "
                             "from a fresh start). floor2h is the level a backlog drains back to; the nested floors "
                             "rising is a slow leak.")),
-        Record(REC_TQ_FLOOR_MID, f"min_over_time({REC_TQ_UTIL}[{t.floor_mid}])"),
-        Record(REC_TQ_FLOOR_LONG, f"min_over_time({REC_TQ_UTIL}[{t.floor_long}])"),
+        Record(REC_TQ_FLOOR_MID, f"min_over_time({REC_TQ_UTILIZATION}[{t.floor_mid}])"),
+        Record(REC_TQ_FLOOR_LONG, f"min_over_time({REC_TQ_UTILIZATION}[{t.floor_long}])"),
         Record(REC_TQ_BACKLOG,
-               f"{REC_TQ_UTIL} > {t.full_utilization:g}\n"
-               f"or (\n  {REC_TQ_UTIL} > {t.min_utilization:g}\n"
-               f"  and on ({RUN_BY}) {REC_TQ_TTF} < {t.ttf_seconds:g}\n)\n"
-               f"or (\n  {REC_TQ_UTIL} > on ({RUN_BY}) {REC_TQ_FLOOR_LONG} + {t.min_utilization:g}\n"
+               f"{REC_TQ_UTILIZATION} > {t.full_utilization:g}\n"
+               f"or (\n  {REC_TQ_UTILIZATION} > {t.min_utilization:g}\n"
+               f"  and on ({RUN_BY}) {REC_TQ_SECONDS_TO_FULL} < {t.ttf_seconds:g}\n)\n"
+               f"or (\n  {REC_TQ_UTILIZATION} > on ({RUN_BY}) {REC_TQ_FLOOR_LONG} + {t.min_utilization:g}\n"
                f"  and on ({RUN_BY}) {firing}\n)\n",
                comment=wrap(f"The backlog: utilisation of the fullest unit while storage fills (time to full under "
                             f"{t.ttf_seconds:g} s once past {pct(t.min_utilization)}), or is nearly full whatever the "
@@ -561,7 +535,7 @@ def rollout_cases(cfg: Config) -> list:
              f"{q.window} and for: elapsed, while gen holds the step (legacy, gen 76% of the step)", busy, horizon,
         "Saturated from 5m; the share of the window and for: decide when it fires. The same server also exports "
         "upstream vllm: per-stage families: vllm_omni: must win, not add up.",
-        [ExprCheck(win * every, REC_RUNNING, [Sample(REC_RUNNING, lab, 8)]),
+        [ExprCheck(win * every, REC_ROLLOUT_RUNNING, [Sample(REC_ROLLOUT_RUNNING, lab, 8)]),
          ExprCheck(win * every, REC_QUEUE_PER_SLOT, [Sample(REC_QUEUE_PER_SLOT, lab, 3 / 8)]),
          ExprCheck(win * every, REC_SERVER_SHARE,
                    [Sample(REC_SERVER_SHARE, {"project": "p", "experiment": "e", "role": x.ROLE_ROLLOUT}, 190 / 250),
@@ -646,7 +620,7 @@ def rollout_cases(cfg: Config) -> list:
         # half of the generation window reward-bound
         ExprCheck(600, REC_REWARD_LATENCY, [Sample(REC_REWARD_LATENCY, run, 2)]),
         ExprCheck(600, REC_REWARD_QUEUE_RATIO, [Sample(REC_REWARD_QUEUE_RATIO, run, 0.75)]),
-        ExprCheck(600, REC_REWARD_BOUND_QUEUE, [Sample(REC_REWARD_BOUND_QUEUE, run, 0.375)]),
+        ExprCheck(600, REC_REWARD_QUEUE_SHARE, [Sample(REC_REWARD_QUEUE_SHARE, run, 0.375)]),
     ]))
     return out
 
@@ -732,12 +706,12 @@ class Backlog:
         out = []
         lab = self.labels()
         if row["critical"]:
-            series = {n.TYPICAL_STEP: self.typical, n.STEP: row["step"], REC_TQ_UTIL: row["util"]}
+            series = {n.TYPICAL_STEP: self.typical, n.STEP: row["step"], REC_TQ_UTILIZATION: row["util"]}
             out.append(Expect({"severity": "critical", **lab}, Ctx(lab, row["age"], series)))
         if row["warning"]:
             series = {n.STEP: row["step"]}
             if row["ttf"] is not None:
-                series[REC_TQ_TTF] = row["ttf"]
+                series[REC_TQ_SECONDS_TO_FULL] = row["ttf"]
             if row["rate"] > 0:
                 series[REC_TQ_DERIV + DERIV_POS] = row["rate"]
                 series[REC_TQ_DERIV + PER_STEP] = row["rate"] * self.typical
@@ -770,7 +744,7 @@ def tq_cases(cfg: Config) -> list:
             f"{t.ttf_seconds:g} s at {secs(first([r['ttf'] is not None and r['ttf'] < t.ttf_seconds and r['util'] > t.min_utilization for r in rows]) * E)}, "
             f"for: {t.for_} -> fires at {secs(fire * E)}; it keeps firing while it drains and resolves once within "
             f"{t.min_utilization:g} of its {t.floor_long} floor ({secs(gone * E)}).",
-            [ExprCheck(fire * E, REC_TQ_TTF, [Sample(REC_TQ_TTF, run.labels(), rows[fire]["ttf"])]
+            [ExprCheck(fire * E, REC_TQ_SECONDS_TO_FULL, [Sample(REC_TQ_SECONDS_TO_FULL, run.labels(), rows[fire]["ttf"])]
                        if rows[fire]["ttf"] is not None else []),
              ExprCheck(fire * E, REC_TQ_ACTIVE, [Sample(REC_TQ_ACTIVE, run.labels(), 2 * keys[fire])]),
              ExprCheck(fire * E, REC_TQ_PARTITION, [Sample(REC_TQ_PARTITION, run.labels(),
@@ -846,7 +820,7 @@ def tq_cases(cfg: Config) -> list:
         [ExprCheck(600, REC_TQ_WRITES, [Sample(REC_TQ_WRITES, {"project": "p", "experiment": "v1"}, 64)]),
          ExprCheck(600, REC_TQ_CLEARS, [Sample(REC_TQ_CLEARS, {"project": "p", "experiment": "v1"}, 32)]),
          ExprCheck(1200, f"max_over_time({REC_TQ_BACKLOG}[20m])"),
-         ExprCheck(1200, f'min_over_time({REC_TQ_TTF}{{experiment="batch"}}[20m])',
+         ExprCheck(1200, f'min_over_time({REC_TQ_SECONDS_TO_FULL}{{experiment="batch"}}[20m])',
                    [Sample("", {"project": "p", "experiment": "batch"}, 425)])]))
 
     out.append(_leak_case(cfg))

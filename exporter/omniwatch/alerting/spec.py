@@ -19,6 +19,7 @@ from .. import names as n
 from . import remedies, stalls
 from .config import Config
 from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Prose, Query, QueryLabel, SeriesValue, Value
+from .records import (REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_STEP_MEDIAN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN)
 
 RUN_BY = "project, experiment"
 RELABELED = 'cause="relabeled_sku"'
@@ -96,11 +97,11 @@ def _window(cfg: Config, metric: str, stat: str, by: str = RUN_BY) -> str:
 # --- omniwatch.rules.yml ------------------------------------------------------------------------------
 def records(cfg: Config) -> Group:
     return Group("omniwatch.records", [
-        Record("project_experiment:omniwatch_reward_bound_ratio:median_k", _window(cfg, n.REWARD_BOUND_WINDOW, "median")),
-        Record("project_experiment:omniwatch_inter_stage_idle_ratio:median_k", _window(cfg, n.IDLE_WINDOW, "median")),
-        Record("project_experiment_role:omniwatch_mfu_ratio:median_k", _window(cfg, n.MFU_WINDOW, "median", RUN_BY + ", role")),
-        Record("project_experiment:omniwatch_step_duration_seconds:median_k", _window(cfg, n.STEP_DURATION_WINDOW, "median")),
-        Record("project_experiment_phase:omniwatch_stage_duration_seconds:share",
+        Record(REC_REWARD_BOUND_MEDIAN, _window(cfg, n.REWARD_BOUND_WINDOW, "median")),
+        Record(REC_IDLE_MEDIAN, _window(cfg, n.IDLE_WINDOW, "median")),
+        Record(REC_MFU_MEDIAN, _window(cfg, n.MFU_WINDOW, "median", RUN_BY + ", role")),
+        Record(REC_STEP_MEDIAN, _window(cfg, n.STEP_DURATION_WINDOW, "median")),
+        Record(REC_STAGE_SHARE,
                f"max by ({RUN_BY}, phase) ({sel(cfg, n.STAGE_DURATION)})\n"
                f"  / on ({RUN_BY}) group_left ()\n"
                f"max by ({RUN_BY}) ({sel(cfg, n.STEP_DURATION)} > 0)",
@@ -114,14 +115,14 @@ def steps(cfg: Config) -> Group:
     add = rules.append
 
     # RewardBoundRollout --------------------------------------------------------------------------------
-    add(Record("project_experiment:omniwatch_reward_bound_ratio:min_k", _window(c, n.REWARD_BOUND_WINDOW, "min"),
+    add(Record(REC_REWARD_BOUND_MIN, _window(c, n.REWARD_BOUND_WINDOW, "min"),
                comment="Reward scoring's share of the generation window, lowest over the window."))
-    add(Record("project_experiment:omniwatch_reward_step_share:min_k", _window(c, n.REWARD_STEP_SHARE_WINDOW, "min"),
+    add(Record(REC_REWARD_STEP_SHARE_MIN, _window(c, n.REWARD_STEP_SHARE_WINDOW, "min"),
                comment="Reward seconds on the critical path / step seconds, lowest over the window."))
     add(Alert(
         n.ALERT_REWARD_BOUND,
-        f"project_experiment:omniwatch_reward_bound_ratio:min_k > {c.reward_bound.ratio:g}\n"
-        f"  and on ({RUN_BY}) project_experiment:omniwatch_reward_step_share:min_k > {c.reward_bound.step_share:g}",
+        f"{REC_REWARD_BOUND_MIN} > {c.reward_bound.ratio:g}\n"
+        f"  and on ({RUN_BY}) {REC_REWARD_STEP_SHARE_MIN} > {c.reward_bound.step_share:g}",
         "warning", "Reward scoring is on the critical path of rollout.",
         P(RUN, ": reward scoring held at least ", Value("pct"), " of the generation window (gen + reward) in every one "
           "of the last ", K, f" normal steps (threshold {pct(c.reward_bound.ratio)}) and at least "
@@ -132,14 +133,14 @@ def steps(cfg: Config) -> Group:
                 "gain little from a reward pool)."))
 
     # InterStageIdleGPU ---------------------------------------------------------------------------------
-    add(Record("project_experiment:omniwatch_inter_stage_idle_ratio:min_k", _window(c, n.IDLE_WINDOW, "min"),
+    add(Record(REC_IDLE_MIN, _window(c, n.IDLE_WINDOW, "min"),
                comment="Untracked (between-phase) share of the step, lowest over the window."))
-    add(Record("project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k", _window(c, n.GPU_INTER_STAGE_IDLE_WINDOW, "min"),
+    add(Record(REC_GPU_IDLE_MIN, _window(c, n.GPU_INTER_STAGE_IDLE_WINDOW, "min"),
                comment="GPU-measured inter-stage idle share of the step (omniwatch's NVML sampler), lowest over the\n"
                        "window; present only where the run's GPUs are sampled (max: the worst node's GPUs)."))
     idle_tail = P(AT_STEP, ".", cost("inter_stage_idle", "the time between phases"))
     add(Alert(
-        n.ALERT_IDLE, f"project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k > {c.inter_stage_idle.ratio:g}",
+        n.ALERT_IDLE, f"{REC_GPU_IDLE_MIN} > {c.inter_stage_idle.ratio:g}",
         "warning", "GPUs idle between training stages.",
         P(RUN, ": the GPUs were idle between timed phases for at least ", Value("pct"), " of every one of the last ", K,
           f" normal steps, as measured by omniwatch's GPU sampler (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
@@ -148,8 +149,8 @@ def steps(cfg: Config) -> Group:
                 "did not (untimed is not idle: GPUs busy during the untimed work silence the timer rule)."))
     add(Alert(
         n.ALERT_IDLE,
-        f"project_experiment:omniwatch_inter_stage_idle_ratio:min_k > {c.inter_stage_idle.ratio:g}\n"
-        f"  unless on ({RUN_BY}) project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k",
+        f"{REC_IDLE_MIN} > {c.inter_stage_idle.ratio:g}\n"
+        f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
         "warning", "GPUs idle between training stages.",
         P(RUN, ": at least ", Value("pct"), " of every one of the last ", K,
           f" normal steps was spent outside any timed phase (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
@@ -157,16 +158,16 @@ def steps(cfg: Config) -> Group:
 
     # MFU -----------------------------------------------------------------------------------------------
     role_by = RUN_BY + ", role"
-    add(Record("project_experiment_role:omniwatch_mfu_ratio:min_k", _window(c, n.MFU_WINDOW, "min", role_by),
+    add(Record(REC_MFU_MIN, _window(c, n.MFU_WINDOW, "min", role_by),
                comment="MFU over the window (zeros = unsupported estimator are left out by the exporter) and the\n"
                        "window's best step against the run's own baseline."))
-    add(Record("project_experiment_role:omniwatch_mfu_ratio:max_k", _window(c, n.MFU_WINDOW, "max", role_by)))
-    add(Record("project_experiment_role:omniwatch_mfu_ratio:max_k_vs_baseline",
-               f"project_experiment_role:omniwatch_mfu_ratio:max_k\n"
+    add(Record(REC_MFU_MAX, _window(c, n.MFU_WINDOW, "max", role_by)))
+    add(Record(REC_MFU_VS_BASELINE,
+               f"{REC_MFU_MAX}\n"
                f"  / max by ({role_by}) ({sel(c, n.MFU_BASELINE)} > 0)"))
     mfu_role = P("perf/mfu/", n_label("role"))
     add(Alert(
-        n.ALERT_MFU_IMPOSSIBLE, f"project_experiment_role:omniwatch_mfu_ratio:min_k > {c.mfu.impossible:g}",
+        n.ALERT_MFU_IMPOSSIBLE, f"{REC_MFU_MIN} > {c.mfu.impossible:g}",
         "warning", "Reported MFU is above 1.0, which no hardware can reach.",
         P(RUN, ": ", mfu_role, " was at least ", Value("f2"), " in every one of the last ", K, " normal steps", AT_STEP,
           ": the device peak is mis-identified or a FLOPs metadata field misses the DP gather; MFU comparisons for "
@@ -177,7 +178,7 @@ def steps(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_MFU_IMPOSSIBLE,
         f"max by ({role_by}) ({sel(c, n.MFU_SUSPECTED_CAUSE, RELABELED)} == 1)\n"
-        f"  unless on ({role_by}) project_experiment_role:omniwatch_mfu_ratio:min_k > {c.mfu.impossible:g}",
+        f"  unless on ({role_by}) {REC_MFU_MIN} > {c.mfu.impossible:g}",
         "warning", "Reported MFU is computed against the wrong device peak.",
         P(RUN, ": ", mfu_role, " is divided by the peak of the GPU name verl matched, but the GPUs' name and memory "
           "say they are another part (relabeled SKU)", AT_STEP, ": every MFU of this run is off by the peak ratio, "
@@ -186,7 +187,7 @@ def steps(cfg: Config) -> Group:
         comment="The relabeled-GPU check (NVML name + memory) runs whatever the MFU value: an inflated MFU below 1.0\n"
                 "is still wrong."))
     add(Alert(
-        n.ALERT_MFU_LOW, f"project_experiment_role:omniwatch_mfu_ratio:max_k < {c.mfu.floor:g}",
+        n.ALERT_MFU_LOW, f"{REC_MFU_MAX} < {c.mfu.floor:g}",
         "warning", "Reported MFU is implausibly low.",
         P(RUN, ": the best ", mfu_role, " of the last ", K, " normal steps is ", Value("f2"),
           f", below any plausible value for a diffusion actor update (floor {c.mfu.floor:g}; healthy offloaded "
@@ -199,7 +200,7 @@ def steps(cfg: Config) -> Group:
           ": VeRL-Omni's estimator does not support this pipeline or GPU, so MFU alerts cannot judge it."),
         c.step_for, {"persistence": "steps"}, remedies.mfu_unsupported(), step=True))
     add(Alert(
-        n.ALERT_MFU_DROP, f"project_experiment_role:omniwatch_mfu_ratio:max_k_vs_baseline < {c.mfu.drop_ratio:g}",
+        n.ALERT_MFU_DROP, f"{REC_MFU_VS_BASELINE} < {c.mfu.drop_ratio:g}",
         "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline.",
         P(RUN, ": the best ", n_label("role"), " MFU of the last ", K, " normal steps is ", Value("pct"),
           " of the run's baseline (median of the ", f"{c.window.baseline} normal steps before them in this trainer "
@@ -207,21 +208,21 @@ def steps(cfg: Config) -> Group:
         c.step_for, {"persistence": "steps"}, remedies.mfu_drop(), step=True))
 
     # StepTimeRegression --------------------------------------------------------------------------------
-    add(Record("project_experiment:omniwatch_step_duration_seconds:min_k", _window(c, n.STEP_DURATION_WINDOW, "min"),
+    add(Record(REC_STEP_MIN, _window(c, n.STEP_DURATION_WINDOW, "min"),
                comment="Step time over the window, and the window's fastest step against the run's own baseline."))
-    add(Record("project_experiment:omniwatch_step_duration_seconds:min_k_vs_baseline",
-               f"project_experiment:omniwatch_step_duration_seconds:min_k\n"
+    add(Record(REC_STEP_VS_BASELINE,
+               f"{REC_STEP_MIN}\n"
                f"  / max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_BASELINE)} > 0)"))
-    add(Record("project_experiment:omniwatch_step_regression_cause:top",
+    add(Record(REC_REGRESSION_CAUSE_TOP,
                f"topk by ({RUN_BY}) (1, max by ({RUN_BY}, cause) ({sel(c, n.STEP_REGRESSION)})) * 0 + 1",
                comment="The part of the step that grew most (label `cause`), valued 1: StepTimeRegression carries it so\n"
                        "Alertmanager inhibits the regression only while the alert of that cause fires."))
     add(Alert(
         n.ALERT_STEP_REGRESSION,
-        f"(project_experiment:omniwatch_step_duration_seconds:min_k_vs_baseline > {c.step_time.regression_ratio:g})\n"
-        f"  * on ({RUN_BY}) group_left (cause) project_experiment:omniwatch_step_regression_cause:top\n"
+        f"({REC_STEP_VS_BASELINE} > {c.step_time.regression_ratio:g})\n"
+        f"  * on ({RUN_BY}) group_left (cause) {REC_REGRESSION_CAUSE_TOP}\n"
         f"or on ({RUN_BY})\n"
-        f"project_experiment:omniwatch_step_duration_seconds:min_k_vs_baseline > {c.step_time.regression_ratio:g}",
+        f"{REC_STEP_VS_BASELINE} > {c.step_time.regression_ratio:g}",
         "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own baseline.",
         P(RUN, ": the fastest of the last ", K, " normal steps took ", Value("f2"), "x the run's baseline step time "
           f"(median of the {c.window.baseline} normal steps before them in this trainer incarnation; threshold "
@@ -230,10 +231,10 @@ def steps(cfg: Config) -> Group:
         c.step_for, {"persistence": "steps"}, remedies.step_regression(), step=True))
 
     # RewardSaturation -----------------------------------------------------------------------------------
-    add(Record("project_experiment:omniwatch_reward_zero_std_ratio:min_k", _window(c, n.ZERO_STD_WINDOW, "min"),
+    add(Record(REC_ZERO_STD_MIN, _window(c, n.ZERO_STD_WINDOW, "min"),
                comment="Share of GRPO groups whose samples all got the same reward, lowest over the window."))
     add(Alert(
-        n.ALERT_REWARD_SATURATION, f"project_experiment:omniwatch_reward_zero_std_ratio:min_k > {c.reward_saturation.zero_std_ratio:g}",
+        n.ALERT_REWARD_SATURATION, f"{REC_ZERO_STD_MIN} > {c.reward_saturation.zero_std_ratio:g}",
         "warning", "Most GRPO groups get identical rewards; the learning signal is vanishing.",
         P(RUN, ": critic/rewards/zero_std_ratio was at least ", Value("pct"), " in every one of the last ", K,
           f" normal steps (threshold {pct(c.reward_saturation.zero_std_ratio)})", AT_STEP,
@@ -251,10 +252,10 @@ def signals(cfg: Config) -> Group:
     steps = {"persistence": "steps"}
 
     # RolloutStraggler ---------------------------------------------------------------------------------------
-    add(Record("project_experiment:omniwatch_rollout_straggler_ratio:min_k", _window(c, n.ROLLOUT_STRAGGLER_WINDOW, "min"),
+    add(Record(REC_STRAGGLER_MIN, _window(c, n.ROLLOUT_STRAGGLER_WINDOW, "min"),
                comment="Slowest sample's generation time / the mean sample's (legacy agent-loop keys), lowest over the window."))
     add(Alert(
-        n.ALERT_STRAGGLER, f"project_experiment:omniwatch_rollout_straggler_ratio:min_k > {c.straggler.ratio:g}",
+        n.ALERT_STRAGGLER, f"{REC_STRAGGLER_MIN} > {c.straggler.ratio:g}",
         "warning", "A straggler sample holds up rollout.",
         P(RUN, ": in every one of the last ", K, " normal steps the slowest sample took at least ", Value("f2"),
           "x the mean sample's generation time (threshold ", f"{c.straggler.ratio:g}", "x; queueing behind equal "
@@ -263,12 +264,12 @@ def signals(cfg: Config) -> Group:
         comment="Per-sample times include server queueing: W equal waves give max/mean = 2W/(W+1) < 2."))
 
     # GradNormNonFinite ----------------------------------------------------------------------------------------
-    add(Record("project_experiment:omniwatch_grad_norm_nonfinite_recent_steps:max",
+    add(Record(REC_GRAD_NONFINITE,
                f"max by ({RUN_BY}) ({sel(c, n.GRAD_NORM_NONFINITE_RECENT)})",
                comment="Skipped actor updates (actor/grad_norm non-finite) among the run's recent normal steps."))
     add(Alert(
         n.ALERT_GRAD_NONFINITE,
-        f"project_experiment:omniwatch_grad_norm_nonfinite_recent_steps:max >= {c.grad_norm.nonfinite_steps:d}",
+        f"{REC_GRAD_NONFINITE} >= {c.grad_norm.nonfinite_steps:d}",
         "warning", "Actor updates are skipped: the gradient norm is not finite.",
         P(RUN, ": actor/grad_norm was NaN or Inf in ", Value("f0"), f" of the last {c.window.baseline} (or fewer) "
           f"normal steps (threshold {c.grad_norm.nonfinite_steps:d})", AT_STEP,
@@ -277,13 +278,13 @@ def signals(cfg: Config) -> Group:
         comment="A count over the last N normal steps (N = the baseline length): one skip is noise, a few are a pattern."))
 
     # RolloutRejectionHigh -------------------------------------------------------------------------------------
-    add(Record("project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k",
+    add(Record(REC_RS_MASKED_MIN,
                _window(c, n.RS_SEQ_MASKED_WINDOW, "min", RUN_BY + ", mode"),
                comment="Share of samples rejection sampling masked (sequence level), lowest over the window; mode =\n"
                        "decoupled (rollout_corr/*) or bypass (actor/rollout_corr/*)."))
     add(Alert(
         n.ALERT_RS_REJECTION,
-        f"project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k > {c.rollout_rejection.seq_masked_fraction:g}",
+        f"{REC_RS_MASKED_MIN} > {c.rollout_rejection.seq_masked_fraction:g}",
         "warning", "Rollout correction rejects many samples: the rollout backend drifts from the trainer.",
         P(RUN, ": rejection sampling masked at least ", Value("pct"), " of the samples (sequence level, ",
           n_label("mode"), " mode) in every one of the last ", K, " normal steps (VeRL-Omni's warning level: "
@@ -292,11 +293,11 @@ def signals(cfg: Config) -> Group:
         c.step_for, steps, remedies.rs_rejection(), step=True))
 
     # TimeOutsideStep ------------------------------------------------------------------------------------------
-    add(Record("project_experiment:omniwatch_outside_step_ratio:min_k", _window(c, n.OUTSIDE_STEP_WINDOW, "min"),
+    add(Record(REC_OUTSIDE_MIN, _window(c, n.OUTSIDE_STEP_WINDOW, "min"),
                comment="Wall time between consecutive steps outside every verl timer / the gap, lowest over the window\n"
                        "(live arrivals only: absent for backlog reads, batched pushes, replays and backfills)."))
     add(Alert(
-        n.ALERT_OUTSIDE_STEP, f"project_experiment:omniwatch_outside_step_ratio:min_k > {c.outside_step.ratio:g}",
+        n.ALERT_OUTSIDE_STEP, f"{REC_OUTSIDE_MIN} > {c.outside_step.ratio:g}",
         "warning", "Time between steps goes outside every trainer timer.",
         P(RUN, ": at least ", Value("pct"), " of the wall time between consecutive steps was outside timing_s/step, "
           "validation and the profiler in every one of the last ", K,
@@ -306,11 +307,11 @@ def signals(cfg: Config) -> Group:
         c.step_for, steps, remedies.outside_step(), step=True))
 
     # TimersExceedStep -----------------------------------------------------------------------------------------
-    add(Record("project_experiment:omniwatch_step_timer_residual_ratio:max_k", _window(c, n.TIMER_RESIDUAL_WINDOW, "max"),
+    add(Record(REC_TIMER_RESIDUAL_MAX, _window(c, n.TIMER_RESIDUAL_WINDOW, "max"),
                comment="(timing_s/step - sum of in-step timers) / step, unclamped, highest over the window."))
     add(Alert(
         n.ALERT_TIMERS_EXCEED,
-        f"project_experiment:omniwatch_step_timer_residual_ratio:max_k < -{c.timer_overlap.tolerance:g}",
+        f"{REC_TIMER_RESIDUAL_MAX} < -{c.timer_overlap.tolerance:g}",
         "info", "The trainer's timers add up to more than the step.",
         P(RUN, ": in every one of the last ", K, " normal steps the in-step timers summed to more than timing_s/step "
           "(residual ", Value("pct"), " of the step at best; tolerance ", pct(c.timer_overlap.tolerance), ")", AT_STEP,
@@ -329,22 +330,22 @@ def n_label(name: str) -> Label:
 def health(cfg: Config) -> Group:
     c = cfg
     rules: list = [
-        Record("project_experiment:omniwatch_last_step_timestamp_seconds:age",
+        Record(REC_AGE,
                f"time() - max by ({RUN_BY}) ({sel(c, n.LAST_STEP_TS)})", comment="Seconds since the run's latest step was observed."),
-        Record("node_gpu:gpu_memory_used:ratio",
+        Record(REC_GPU_MEMORY,
                f"max by (node, gpu) (\n  {sel(c, n.GPU_MEMORY_USED)} / ({sel(c, n.GPU_MEMORY_TOTAL)} > 0)\n)",
                {"source": "omniwatch"},
                comment="GPU memory used / total from whichever source exists, with the same (node, gpu) labels.\n"
                        "DCGM and Ray report MiB; the ratio is unit-free. used / (used + free) ignores DCGM's\n"
                        "reserved memory, so it reads slightly high: the safe side for a headroom alert."),
-        Record("node_gpu:gpu_memory_used:ratio",
+        Record(REC_GPU_MEMORY,
                'max by (node, gpu) (\n  label_replace(\n    DCGM_FI_DEV_FB_USED / ((DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE) > 0),\n'
                '    "node", "$1", "Hostname", "(.*)")\n)', {"source": "dcgm"}),
-        Record("node_gpu:gpu_memory_used:ratio",
+        Record(REC_GPU_MEMORY,
                'max by (node, gpu) (\n  label_replace(label_replace(\n    ray_node_gram_used / ((ray_node_gram_used + ray_node_gram_available) > 0),\n'
                '    "node", "$1", "ip", "(.*)"), "gpu", "$1", "GpuIndex", "(.*)")\n)', {"source": "ray"}),
         *stalls.rules(c),  # TrainingStalled: info, warning, critical (alerting/stalls.py)
-        Alert("GPUMemoryNearFull", f"node_gpu:gpu_memory_used:ratio > {c.gpu_memory.ratio:g}", "warning",
+        Alert("GPUMemoryNearFull", f"{REC_GPU_MEMORY} > {c.gpu_memory.ratio:g}", "warning",
               f"GPU memory has stayed above {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}.",
               P("GPU ", n_label("gpu"), " on ", n_label("node"), " (", n_label("source"), ") uses ", Value("pct"),
                 f" of its memory and has not dropped below {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}; the next "

@@ -24,11 +24,11 @@ from .. import names as n
 from . import remedies
 from .config import Config
 from .prose import RUN, Ctx, P, Query, SeriesValue, Value, key_of
+from .records import REC_AGE, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_PREFIX, REC_STALL_WARNING
 
 RUN_BY = "project, experiment"
-REC = "project_experiment:omniwatch_stall_threshold_seconds:"
-REC_INFO, REC_WARNING, REC_CRITICAL = REC + "info", REC + "warning", REC + "critical"
-AGE = "project_experiment:omniwatch_last_step_timestamp_seconds:age"
+REC = REC_STALL_PREFIX
+AGE = REC_AGE
 SEVERITIES = ("info", "warning", "critical")
 
 
@@ -43,18 +43,18 @@ def records(cfg: Config) -> list:
     allowance = f"max by ({RUN_BY}) ({sel(cfg, n.PLANNED_ALLOWANCE)})"
     unseen = f"max by ({RUN_BY}) ({sel(cfg, n.PLANNED_UNSEEN)})"
     return [
-        Record(REC_INFO, f"{s.notice_steps:g} * {typ}",
+        Record(REC_STALL_INFO, f"{s.notice_steps:g} * {typ}",
                comment="TrainingStalled's thresholds per run (seconds without a step), in stages: info = notice x the\n"
                        "typical step; warning adds the planned work that may come before the next step (the\n"
                        "exporter's allowance; 0 if it publishes none) and, while the run has not shown a checkpoint\n"
                        "and a validation yet, a reserve of typical steps (assumed when the exporter does not say);\n"
                        "critical adds more typical steps. Thresholds: exporter/omniwatch/alerting/config.py (stall)."),
-        Record(REC_WARNING,
-               f"{REC_INFO}\n"
+        Record(REC_STALL_WARNING,
+               f"{REC_STALL_INFO}\n"
                f"  + on ({RUN_BY}) ({allowance} or 0 * {typ})\n"
                f"  + on ({RUN_BY}) {s.unseen_planned_steps:g} * {typ}\n"
                f"    * on ({RUN_BY}) (clamp_max({unseen}, 1) or 0 * {typ} + 1)"),
-        Record(REC_CRITICAL, f"{REC_WARNING}\n  + on ({RUN_BY}) {s.critical_extra_steps:g} * {typ}"),
+        Record(REC_STALL_CRITICAL, f"{REC_STALL_WARNING}\n  + on ({RUN_BY}) {s.critical_extra_steps:g} * {typ}"),
     ]
 
 
@@ -89,12 +89,12 @@ def descriptions(cfg: Config) -> dict[str, object]:
                   ". Planned work may explain it", planned("checkpoint", "; checkpoints of this run took up to "),
                   planned("validation", "; its validations up to "),
                   _unseen("; a first checkpoint or validation cannot be announced by the log"), ".",
-                  SeriesValue(REC_WARNING, "dur", " Warning after "),
-                  SeriesValue(REC_CRITICAL, "dur", ", critical after ", " without a step.")),
-        "warning": P(RUN, ": no step for ", Value("dur"), SeriesValue(REC_WARNING, "dur", ", more than the "),
+                  SeriesValue(REC_STALL_WARNING, "dur", " Warning after "),
+                  SeriesValue(REC_STALL_CRITICAL, "dur", ", critical after ", " without a step.")),
+        "warning": P(RUN, ": no step for ", Value("dur"), SeriesValue(REC_STALL_WARNING, "dur", ", more than the "),
                      allowed(s.notice_steps), LAST, ".",
-                     SeriesValue(REC_CRITICAL, "dur", " Critical after ", " without a step.")),
-        "critical": P(RUN, ": no step for ", Value("dur"), SeriesValue(REC_CRITICAL, "dur", ", more than the "),
+                     SeriesValue(REC_STALL_CRITICAL, "dur", " Critical after ", " without a step.")),
+        "critical": P(RUN, ": no step for ", Value("dur"), SeriesValue(REC_STALL_CRITICAL, "dur", ", more than the "),
                       allowed(s.notice_steps + s.critical_extra_steps), LAST,
                       ". The trainer crashed, hangs (NCCL, Ray actor death, OOM kill) or its log stopped reaching "
                       "omniwatch; the run's GPUs sit idle."),

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
-from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, LEDGER_HEAD,
-                   LEDGER_TAIL, Panel, REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
-                   REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN, REC_ROLLOUT_SATURATED,
-                   REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION, RUN_BY, Row,
-                   STALL_STAGE_MAPPINGS, Step, Target, alert_states_by_run, by_run, cfg_step, default_tags,
-                   gpu_hours_panel, idle_evidence, in_order, increase_w, run_max, sel, stall_stage, verl)
+from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
+                                REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
+                                REC_ROLLOUT_SATURATED, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN,
+                                REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION)
+from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard,
+                   EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target,
+                   alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, idle_evidence, in_order,
+                   increase_w, run_max, sel, stall_stage, verl)
 
 W = EXP
 C = CONFIG

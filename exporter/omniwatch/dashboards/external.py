@@ -101,8 +101,6 @@ OP_CLEAR = "CLEAR_META"
 OP_METRICS_POLL = "GET_METRICS"     # the controller's own collection of storage stats (arrivals only)
 STORAGE_OPS = ("PUT_DATA", "GET_DATA", "CLEAR_DATA")  # the ops a storage unit measures
 # Recording rules of alerts/endpoints.rules.yml the TransferQueue dashboard plots (the alert's own numbers).
-TQ_REC_NET_RATE = "run:tq_storage_active_keys:deriv2m"
-TQ_REC_SECONDS_TO_FULL = "run:tq_storage_seconds_to_full:min"
 
 # --- dcgm-exporter (default counters; labels gpu, UUID, pci_bus_id, device, modelName, Hostname) ---
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"            # percent

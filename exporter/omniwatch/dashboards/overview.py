@@ -11,9 +11,10 @@ from __future__ import annotations
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import K_ZERO_STD
-from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, Dashboard, EXP, PHASES, Panel, REC_AGE, REC_GRAD_NONFINITE,
-                   REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN, REC_RS_MASKED_MIN, REC_STALL_CRITICAL,
-                   REC_STALL_WARNING, REC_STEP_VS_BASELINE, REC_ZERO_STD_MIN, RUN_BY, RUN_LEGEND, Row, Step,
+from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
+                                REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_WARNING, REC_STEP_VS_BASELINE,
+                                REC_ZERO_STD_MIN)
+from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
                    STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags,
                    firing_by_run, gpu_hours_panel, idle_evidence, in_order, per_typical_step, run_max, sel,
                    stage_colors, stall_stage, verl)

@@ -9,10 +9,11 @@ the scheduler panels through the rules' own replica:* recording rules."""
 from __future__ import annotations
 
 from .. import names as n
+from ..alerting.records import (REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED,
+                                REC_ROLLOUT_WAITING)
 from . import external as x
-from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, EXP, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED,
-                   REC_ROLLOUT_WAITING, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, first_of,
-                   hist_mean, hist_quantile, rate, run_max, sel)
+from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, EXP, Dashboard, Panel, Row, Step, Target, by_run,
+                   cfg_step, default_tags, first_of, hist_mean, hist_quantile, rate, run_max, sel)
 
 R = x.L_REPLICA
 ROLLOUT = {x.L_ROLE: x.ROLE_ROLLOUT}
@@ -42,13 +43,13 @@ def successes(**extra: str) -> str:
 SERVERS = Row("Rollout and reward replicas", (
     Panel("Slots used",
           "Requests running / the replica's slot ceiling (max_num_seqs when omniwatch knows it, else the replica's "
-          "own 10-minute peak of running): the rules' replica:omniwatch_rollout_slots_used:ratio, every metric name "
+          f"own 10-minute peak of running): the rules' {REC_ROLLOUT_SLOTS_USED}, every metric name "
           "form. At 1 every slot runs; below 1 during gen the trainer is not feeding the replica.",
           (Target(replica(REC_ROLLOUT_SLOTS_USED), LEG),), unit="percentunit", min=0, w=8,
           runbook=ALERT_ROLLOUT_SATURATED),
     Panel("Saturated share (10 min)",
           "Share of the last 10 minutes a replica had requests waiting while every slot ran "
-          f"(replica:omniwatch_rollout_saturated:avg10m). {SATURATION_RULE} A generation burst saturates part of every "
+          f"({REC_ROLLOUT_SATURATED}). {SATURATION_RULE} A generation burst saturates part of every "
           "step; a replica far above the others is a straggler.",
           (Target(replica(REC_ROLLOUT_SATURATED), LEG),), unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), cfg_step("rollout_queue.saturated_share", "red")),

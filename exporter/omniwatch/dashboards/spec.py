@@ -29,6 +29,7 @@ from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
+from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING)
 
 # Grafana variables and macros, named once.
 V_DATASOURCE = "datasource"
@@ -66,32 +67,6 @@ ALERT_WATCHDOG = n.ALERT_WATCHDOG
 
 # Recording rules of alerts/*.rules.yml the panels plot (each alert's own series); tests check each is a
 # `record:` there.
-REC_AGE = "project_experiment:omniwatch_last_step_timestamp_seconds:age"
-REC_REWARD_BOUND_MIN = "project_experiment:omniwatch_reward_bound_ratio:min_k"
-REC_REWARD_STEP_SHARE_MIN = "project_experiment:omniwatch_reward_step_share:min_k"
-REC_IDLE_MIN = "project_experiment:omniwatch_inter_stage_idle_ratio:min_k"
-REC_GPU_IDLE_MIN = "project_experiment:omniwatch_gpu_inter_stage_idle_ratio:min_k"
-REC_MFU_MIN = "project_experiment_role:omniwatch_mfu_ratio:min_k"
-REC_MFU_MAX = "project_experiment_role:omniwatch_mfu_ratio:max_k"
-REC_MFU_VS_BASELINE = "project_experiment_role:omniwatch_mfu_ratio:max_k_vs_baseline"
-REC_STEP_VS_BASELINE = "project_experiment:omniwatch_step_duration_seconds:min_k_vs_baseline"
-REC_ZERO_STD_MIN = "project_experiment:omniwatch_reward_zero_std_ratio:min_k"
-REC_GPU_MEMORY = "node_gpu:gpu_memory_used:ratio"
-REC_ROLLOUT_RUNNING = "replica:omniwatch_rollout_requests_running:sum"
-REC_ROLLOUT_WAITING = "replica:omniwatch_rollout_requests_waiting:sum"
-REC_ROLLOUT_SLOTS_USED = "replica:omniwatch_rollout_slots_used:ratio"
-REC_ROLLOUT_SATURATED = "replica:omniwatch_rollout_saturated:avg10m"
-REC_REWARD_QUEUE_SHARE = "run:omniwatch_reward_bound_queue_share:ratio"
-REC_TQ_UTILIZATION = "run:tq_storage_utilization:max"
-REC_TQ_SECONDS_TO_FULL = "run:tq_storage_seconds_to_full:min"
-REC_STRAGGLER_MIN = "project_experiment:omniwatch_rollout_straggler_ratio:min_k"
-REC_GRAD_NONFINITE = "project_experiment:omniwatch_grad_norm_nonfinite_recent_steps:max"
-REC_RS_MASKED_MIN = "project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k"
-REC_OUTSIDE_MIN = "project_experiment:omniwatch_outside_step_ratio:min_k"
-REC_TIMER_RESIDUAL_MAX = "project_experiment:omniwatch_step_timer_residual_ratio:max_k"
-REC_STALL_INFO = "project_experiment:omniwatch_stall_threshold_seconds:info"
-REC_STALL_WARNING = "project_experiment:omniwatch_stall_threshold_seconds:warning"
-REC_STALL_CRITICAL = "project_experiment:omniwatch_stall_threshold_seconds:critical"
 RECORDS = tuple(v for k, v in dict(globals()).items() if k.startswith("REC_"))
 
 # Counters that move once per training step: never read over $__rate_interval (tests check it).

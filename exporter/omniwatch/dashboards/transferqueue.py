@@ -7,10 +7,11 @@ histograms. Controller series of a storage unit and the unit's own series share 
 ``project, experiment``; legends start with ``{{experiment}}``."""
 from __future__ import annotations
 
+from ..alerting.records import (REC_TQ_DERIV, REC_TQ_SECONDS_TO_FULL)
 from . import external as x
 from .. import names as n
-from .spec import (Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile,
-                   rate, sel)
+from .spec import (Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate,
+                   sel)
 
 TQ_BAND = "TransferQueue's own guidance (its bundled dashboard), not an omniwatch alert threshold"
 
@@ -34,15 +35,15 @@ BACKLOG = Row("Backlog: live samples", (
                   f"{EXP} {{{{partition_id}}}} samples", dashed=True)),
           unit="none", min=0, w=9, runbook=n.ALERT_TQ_BACKLOG),
     Panel("Net change of live samples", "Live samples per second gained (+) or drained (-), the linear "
-          "regression of active keys over 2 minutes (recording rule run:tq_storage_active_keys:deriv2m, what "
+          f"regression of active keys over 2 minutes (recording rule {REC_TQ_DERIV}, what "
           "TransferQueueBacklog reads). Oscillating around 0 is healthy; positive for minutes is a backlog.",
-          (Target(f"sum by ({RUN}) ({sel(x.TQ_REC_NET_RATE)})", EXP),),
+          (Target(f"sum by ({RUN}) ({sel(REC_TQ_DERIV)})", EXP),),
           unit="short", w=5, runbook=n.ALERT_TQ_BACKLOG),
     Panel("Time to full at the current net rate", "Seconds until the first storage unit is full if the net rate "
-          "of the last 2 minutes holds (run:tq_storage_seconds_to_full:min). Shown as 1 h when it is an hour "
+          f"of the last 2 minutes holds ({REC_TQ_SECONDS_TO_FULL}). Shown as 1 h when it is an hour "
           "or more or storage does not fill. TransferQueueBacklog fires when it stays under 5 minutes with the "
           "fullest unit above 10 %, or when a unit is over 90 % full.",
-          (Target(f"min by ({RUN}) (clamp_max({sel(x.TQ_REC_SECONDS_TO_FULL)}, {CAP_S})) or on ({RUN}) "
+          (Target(f"min by ({RUN}) (clamp_max({sel(REC_TQ_SECONDS_TO_FULL)}, {CAP_S})) or on ({RUN}) "
                   f"(0 * max by ({RUN}) ({sel(x.TQ_UTILIZATION)}) + {CAP_S})", EXP),),
           unit="s", min=0, max=CAP_S, thresholds=(Step(None, "red"), cfg_step("transferqueue.ttf_seconds", "green")),
           show_thresholds="dashed", w=5, runbook=n.ALERT_TQ_BACKLOG),
