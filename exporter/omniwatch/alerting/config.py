@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS
+
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -31,9 +33,10 @@ class Selectors(_Part):
 
 class Window(_Part):
     """The exporter's step-window defaults, quoted in alert prose (the exporter's flags set the real ones)."""
-    k: int = Field(3, description="Normal steps in the alert window (`--window-steps`).")
-    baseline: int = Field(20, description="Normal steps in the MFU / step-time baselines (`--baseline-steps`).")
-    warmup: int = Field(2, description="Steps after each trainer (re)start left out as warm-up (`--warmup-steps`).")
+    k: int = Field(DEFAULT_WINDOW_STEPS, description="Normal steps in the alert window (`--window-steps`).")
+    baseline: int = Field(DEFAULT_BASELINE_STEPS,
+                          description="Normal steps in the MFU / step-time baselines (`--baseline-steps`).")
+    warmup: int = Field(DEFAULT_WARMUP_STEPS, description="Steps after each trainer (re)start left out as warm-up (`--warmup-steps`).")
 
 
 class RewardBound(_Part):

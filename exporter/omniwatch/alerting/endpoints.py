@@ -35,7 +35,7 @@ from ..dashboards import external as x
 from . import remedies
 from .config import Config
 from .promtests import Case, Check, Expect, ExprCheck, Sample, Series, dur, render, run_labels, secs
-from .prose import AT_STEP, RUN, Ctx, Label, LabelSwitch, P, Query, Value
+from .prose import AT_STEP, RUN, Ctx, Label, LabelSwitch, P, Query, Value, span
 from .spec import Alert, Group, Record, RuleFile, pct, sel
 from .records import (REC_CEILING, REC_QUEUE_PER_SLOT, REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO, REC_REWARD_QUEUE_SECONDS, REC_REWARD_QUEUE_SHARE, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED, REC_ROLLOUT_WAITING, REC_SATURATED, REC_SERVER_SHARE, REC_SERVER_SHARE_MIN, REC_TQ_ACTIVE, REC_TQ_BACKLOG, REC_TQ_CAPACITY, REC_TQ_CLEARS, REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT, REC_TQ_PARTITION, REC_TQ_SECONDS_TO_FULL, REC_TQ_UNIT_DERIV, REC_TQ_UNIT_TTF, REC_TQ_UTILIZATION, REC_TQ_WRITES)
 
@@ -59,12 +59,6 @@ ROLE_PHASES = {x.ROLE_ROLLOUT: ("gen",), x.ROLE_REWARD: ("gen", "reward")}
 def wrap(text: str, width: int = 96) -> str:
     """A rule comment (the renderer prefixes each line with ``# ``), wrapped to stay under 104 columns."""
     return textwrap.fill(text, width, break_on_hyphens=False)
-
-
-def span(d: str) -> str:
-    """``10m`` -> ``10 minutes``, ``1h`` -> ``hour`` (as in "the last hour"), ``90s`` -> ``90 seconds``."""
-    number, unit = float(d[:-1]), {"s": "second", "m": "minute", "h": "hour", "d": "day"}[d[-1]]
-    return unit if number == 1 else f"{number:g} {unit}s"
 
 
 # --- omniwatch-endpoints-rollout ---------------------------------------------------------------------------------

@@ -36,6 +36,12 @@ def go_g4(v: float) -> str:
     return s
 
 
+def span(d: str) -> str:
+    """``10m`` -> ``10 minutes``, ``1h`` -> ``hour`` (as in "the last hour"), ``90s`` -> ``90 seconds``."""
+    number, unit = float(d[:-1]), {"s": "second", "m": "minute", "h": "hour", "d": "day"}[d[-1]]
+    return unit if number == 1 else f"{number:g} {unit}s"
+
+
 def humanize_percentage(v: float) -> str:
     return go_g4(v * 100) + "%"
 

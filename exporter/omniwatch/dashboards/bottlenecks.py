@@ -10,7 +10,7 @@ over ``$window`` (three typical steps by default), never over ``$__rate_interval
 """
 from __future__ import annotations
 
-from .. import names as n
+from .. import names as n, planned
 from ..alerting.config import DEFAULT as CONFIG
 from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
                                 REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
@@ -19,7 +19,7 @@ from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, R
 from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard,
                    EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target,
                    alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, idle_evidence, in_order,
-                   increase_w, run_max, sel, stall_stage, verl)
+                   increase_w, run_max, sel, stall_stage, verl, WINDOW_DEFAULT)
 
 W = EXP
 C = CONFIG
@@ -132,7 +132,7 @@ REWARD = Row("Reward on the critical path", (
            Target(run_max(sel(n.STAGE_DURATION, phase="gen")), W + " gen", dashed=True)),
           unit="s", w=8, runbook=n.ALERT_REWARD_BOUND),
     Panel("Reward share of gen + reward seconds",
-          "Over the last $window seconds (default: 3 typical steps), timed reward seconds / (gen + reward) seconds "
+          f"Over the last {WINDOW_DEFAULT}, timed reward seconds / (gen + reward) seconds "
           "from the per-step counters: a ratio of seconds, read over whole steps. Colocated runs only (streamed "
           f"scoring hides inside gen; the window-min panel above covers both). {C.reward_bound.ratio:g} is "
           "RewardBoundRollout's line.",
@@ -276,11 +276,12 @@ ALERT_ROW = Row("Alerts", (
           (Target(stall_stage(), W),),
           unit="none", kind="statetimeline", w=12, h=7, mappings=STALL_STAGE_MAPPINGS, runbook=n.ALERT_STALLED),
     Panel("Planned work before the next step",
-          "What TrainingStalled's warning waits for: the longest of the run's last 3 checkpoints and validations "
+          f"What TrainingStalled's warning waits for: the longest of the run's last {planned.RECENT} checkpoints and "
+          "validations "
           "(omniwatch_planned_work_seconds by kind; absent until the kind was seen) and the allowance the warning "
           "adds (dashed: the planned work that may come before the next step's line: every kind due by its cadence, "
           "and while the run's total is unknown every kind seen, since any step may be the last).",
-          (Target(run_max(sel(n.PLANNED_WORK), n.L_KIND), W + " {{kind}} (longest of last 3)"),
+          (Target(run_max(sel(n.PLANNED_WORK), n.L_KIND), W + f" {{{{kind}}}} (longest of last {planned.RECENT})"),
            Target(run_max(sel(n.PLANNED_ALLOWANCE)), W + " allowance", dashed=True)),
           unit="s", min=0, w=12, h=7, runbook=n.ALERT_STALLED),
 ))

@@ -147,13 +147,18 @@ def first_of(*exprs: str) -> str:
     return " or ".join(f"({e})" if " or " in e else e for e in exprs)
 
 
+# ``$window``'s choices in typical steps: the alerts' own window (config window.k, the default) and a longer view.
+WINDOW_STEPS = (CONFIG.window.k, 10)
+WINDOW_DEFAULT = f"$window seconds (default: {WINDOW_STEPS[0]} typical steps)"
+
+
 def window_variable_query() -> str:
-    """``$window`` choices: 3 and 10 typical steps of the slowest selected run, in whole seconds, at
-    least 60 s (four 15 s scrapes), 900 s when no run has a typical step yet. The first (3 steps) is
-    the default. A query_result() variable: the regex keeps the label as text and the seconds as value."""
+    """``$window`` choices: WINDOW_STEPS typical steps of the slowest selected run, in whole seconds, at
+    least 60 s (four 15 s scrapes), 900 s when no run has a typical step yet. The first (the alerts'
+    window) is the default. A query_result() variable: the regex keeps the label as text and the seconds as value."""
     slowest = f"max({sel(n.TYPICAL_STEP)})"
     opts = []
-    for k in (3, 10):
+    for k in WINDOW_STEPS:
         secs = f"(clamp_min(ceil({k} * {slowest}), 60) or on () vector(900))"
         opts.append(f'label_replace({secs}, "{V_WINDOW}", "{k} typical steps", "", "")')
     return f"query_result({' or '.join(opts)})"
@@ -492,7 +497,7 @@ def gpu_hours_panel() -> Panel:
     """"Where the GPU-hours went" (overview and bottlenecks): ledger shares over $window, stacked, per run."""
     return Panel(
         "Where the GPU-hours went: $experiment",
-        "Over the last $window seconds (default: 3 typical steps), each ledger bucket's share of the run's "
+        f"Over the last {WINDOW_DEFAULT}, each ledger bucket's share of the run's "
         "GPU-seconds (omniwatch_gpu_seconds_total: the run's GPUs x the wall time between its steps, every second in "
         "exactly one bucket), stacked in ledger order: the phases in step order, any other timed phase, then "
         "reward_critical_path (reward on the critical path), inter_stage_idle (untimed time between phases), "

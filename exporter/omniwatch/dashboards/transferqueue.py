@@ -7,12 +7,15 @@ histograms. Controller series of a storage unit and the unit's own series share 
 ``project, experiment``; legends start with ``{{experiment}}``."""
 from __future__ import annotations
 
-from ..alerting.records import (REC_TQ_DERIV, REC_TQ_SECONDS_TO_FULL)
+from ..alerting.config import DEFAULT as CONFIG
+from ..alerting.prose import span
+from ..alerting.records import REC_TQ_DERIV, REC_TQ_SECONDS_TO_FULL
 from . import external as x
 from .. import names as n
 from .spec import (Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate,
                    sel)
 
+TQ = CONFIG.transferqueue
 TQ_BAND = "TransferQueue's own guidance (its bundled dashboard), not an omniwatch alert threshold"
 
 OP = x.L_OP
@@ -35,21 +38,22 @@ BACKLOG = Row("Backlog: live samples", (
                   f"{EXP} {{{{partition_id}}}} samples", dashed=True)),
           unit="none", min=0, w=9, runbook=n.ALERT_TQ_BACKLOG),
     Panel("Net change of live samples", "Live samples per second gained (+) or drained (-), the linear "
-          f"regression of active keys over 2 minutes (recording rule {REC_TQ_DERIV}, what "
+          f"regression of active keys over {span(TQ.net_rate_window)} (recording rule {REC_TQ_DERIV}, what "
           "TransferQueueBacklog reads). Oscillating around 0 is healthy; positive for minutes is a backlog.",
           (Target(f"sum by ({RUN}) ({sel(REC_TQ_DERIV)})", EXP),),
           unit="short", w=5, runbook=n.ALERT_TQ_BACKLOG),
     Panel("Time to full at the current net rate", "Seconds until the first storage unit is full if the net rate "
-          f"of the last 2 minutes holds ({REC_TQ_SECONDS_TO_FULL}). Shown as 1 h when it is an hour "
-          "or more or storage does not fill. TransferQueueBacklog fires when it stays under 5 minutes with the "
-          "fullest unit above 10 %, or when a unit is over 90 % full.",
+          f"of the last {span(TQ.net_rate_window)} holds ({REC_TQ_SECONDS_TO_FULL}). Shown as 1 h when it is an "
+          f"hour or more or storage does not fill. TransferQueueBacklog fires when it stays under "
+          f"{TQ.ttf_seconds:g} s with the fullest unit above {TQ.min_utilization * 100:g} %, or when a unit is over "
+          f"{TQ.full_utilization * 100:g} % full.",
           (Target(f"min by ({RUN}) (clamp_max({sel(REC_TQ_SECONDS_TO_FULL)}, {CAP_S})) or on ({RUN}) "
                   f"(0 * max by ({RUN}) ({sel(x.TQ_UTILIZATION)}) + {CAP_S})", EXP),),
           unit="s", min=0, max=CAP_S, thresholds=(Step(None, "red"), cfg_step("transferqueue.ttf_seconds", "green")),
           show_thresholds="dashed", w=5, runbook=n.ALERT_TQ_BACKLOG),
     Panel("Storage utilisation", "Active keys / capacity per storage unit. Capacity is per unit "
           "(total_storage_size / units) and keys are spread global_index % units, so the first full unit "
-          "fails puts. Red from 90 % (TransferQueueBacklog fires whatever the rate).",
+          f"fails puts. Red from {TQ.full_utilization * 100:g} % (TransferQueueBacklog fires whatever the rate).",
           (Target(f"max by ({RUN}, {SU}) ({sel(x.TQ_UTILIZATION)})", f"{EXP} {{{{storage_unit_id}}}}"),),
           unit="percentunit", kind="bargauge", min=0, max=1,
           thresholds=(Step(None, "green"), Step(0.7, "yellow", note=TQ_BAND), cfg_step("transferqueue.full_utilization", "red")),

@@ -1,0 +1,69 @@
+"""Render every artefact generated from the alert configuration (rule files, dashboards, the remedies
+table) from a config in which every number differs from its default. Run as a child process by
+tests/test_one_source.py (the dashboards read the configuration when they are imported, so the sentinel
+configuration must be in place first); prints one JSON object.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from pydantic import BaseModel
+
+from omniwatch.alerting import config as C
+
+DUR = re.compile(r"^(\d+)([smhd])$")
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def fields(m: BaseModel, pre: str = ""):
+    for k in type(m).model_fields:
+        v = getattr(m, k)
+        if isinstance(v, BaseModel):
+            yield from fields(v, pre + k + ".")
+        else:
+            yield pre + k, v
+
+
+def sentinel(default: C.Config) -> tuple[C.Config, dict]:
+    """Every number (ints, floats, durations) moved to a value no default has: ratios stay in (0, 1)."""
+    data = default.model_dump(by_alias=True)
+    changed = {}
+    for i, (path, v) in enumerate(fields(default), start=1):
+        if isinstance(v, bool) or path.startswith("selectors.") or path == "runbook_base":
+            continue
+        if isinstance(v, int):
+            new = 40 + 3 * i
+        elif isinstance(v, float):
+            new = round(v + (1 - v) * 0.0917 + 0.0007 * i, 4) if v < 1 else round(v * 1.0931 + 0.011 * i, 3)
+        elif isinstance(v, str) and DUR.match(v):
+            num, unit = DUR.match(v).groups()
+            new = f"{int(num) * SECONDS[unit] + 7 * i + 3}s"
+        else:
+            continue
+        changed[path] = (v, new)
+        d = data
+        *head, last = path.split(".")
+        for h in head:
+            d = d[h]
+        d[last if last in d else last.rstrip("_")] = new
+    return C.Config.model_validate(data), changed
+
+
+def main() -> None:
+    cfg, changed = sentinel(C.DEFAULT)
+    C.DEFAULT = cfg  # before anything that reads the default configuration is imported
+    from omniwatch.alerting import generate, render, spec
+    from omniwatch.dashboards.catalog import DASHBOARDS
+    from omniwatch.dashboards.generate import rendered
+    panels = [{"dashboard": d.uid, "title": p.title, "description": p.description,
+               "exprs": [t.expr for t in p.targets]} for d in DASHBOARDS for p in d.panels()]
+    json.dump({"changed": changed,
+               "rules": {f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)},
+               "dashboards": rendered(), "panels": panels,
+               "remedies": generate.remedies_table(cfg)}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
