@@ -223,3 +223,96 @@ def test_secret_named_keys_in_an_old_state_file_are_dropped_and_counted(tmp_path
     assert not {"env/hf_token", "config/x/WANDB_API_KEY"} & set(run_of(store).keys)
     assert store.errors[("state", "secret_key")] == 2
     assert run_of(store).steps_total == 10
+
+
+# --- every window input survives a restore (issue 18.8) -----------------------------------------------------
+def _fed_store(kind: str):
+    """A store fed one whole run at its own pace: a recorded fixture, or a simulated run with every signal
+    (rollout correction, straggler, non-finite grad norm, nested timers, time outside the step, validation
+    and checkpoints, a fault mid-run)."""
+    import orjson
+
+    from omniwatch.parse import parse_jsonl_line, parse_record
+    from omniwatch.simulate import Fault, RunSpec, step_dict
+    now = [1_700_000_000.0]
+    store = RunStore(clock=lambda: now[0])
+    if kind.startswith("sim:"):
+        spec = RunSpec(trainer=kind[4:], pace=60.0, seed=3, validation_every=5, checkpoint_every=4,
+                       rollout_corr="decoupled" if kind == "sim:legacy" else "bypass",
+                       faults=[Fault("straggler", 8, factor=4.0), Fault("grad_nonfinite", 12),
+                               Fault("nested_timer", 14, seconds_share=0.2), Fault("outside_gap", 16, seconds_share=0.3),
+                               Fault("reward_slow", 18, factor=5.0)])
+        lines = [orjson.dumps({"step": i, "data": step_dict(spec, i)}) for i in range(1, 31)]
+        recs = [parse_record(orjson.loads(x)) for x in lines]
+    else:
+        recs = [parse_jsonl_line(x) for x in fixture_path(kind).read_bytes().splitlines() if x.strip()]
+    for rec in recs:
+        now[0] += float(rec.values.get("timing_s/step", 60.0)) + 2.0
+        store.ingest("proj", kind.replace(":", "_"), rec, "jsonl", arrival=now[0])
+    return store, now
+
+
+RESTORE_CASES = ["flowgrpo_healthy", "flowgrpo_reward_bound", "flowgrpo_async_reward_tail", "v1_transfer_idle",
+                 "flowgrpo_mfu_above_one", "sim:legacy", "sim:v1"]
+VOLATILE = {"omniwatch_scrape_duration_seconds"}
+
+
+def _exposed(store) -> dict:
+    from .test_model import samples
+    return {k: v for k, v in samples(store).items() if k[0] not in VOLATILE}
+
+
+@pytest.mark.parametrize("kind", RESTORE_CASES)
+def test_metrics_after_a_restore_equal_the_metrics_before(kind):
+    """Every series the exporter renders is the same after a checkpoint round trip (JSON, as on disk): the
+    window statistics, baselines, ledger rates, signals and planned work are computed from restored inputs."""
+    import json
+
+    from omniwatch.state import restore_store, snapshot_store
+    store, now = _fed_store(kind)
+    before = _exposed(store)
+    assert len(before) > 100
+    data = json.loads(json.dumps(snapshot_store(store)))
+    again = RunStore(clock=lambda: now[0])
+    restore_store(again, data)
+    for run in again.runs.values():
+        run.visible = True  # as once its file is read again
+    after = _exposed(again)
+    missing, extra = before.keys() - after.keys(), after.keys() - before.keys()
+    assert not missing and not extra, (sorted(missing)[:10], sorted(extra)[:10])
+    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    assert not changed, sorted(changed.items())[:10]
+
+
+class _Reads(dict):
+    """A step's raw values that note every key read."""
+    seen: set = set()
+
+    def __getitem__(self, k):
+        _Reads.seen.add(k)
+        return super().__getitem__(k)
+
+    def get(self, k, default=None):
+        _Reads.seen.add(k)
+        return super().get(k, default)
+
+    def __contains__(self, k):
+        _Reads.seen.add(k)
+        return super().__contains__(k)
+
+
+@pytest.mark.parametrize("kind", ["flowgrpo_reward_bound", "sim:legacy", "sim:v1"])
+def test_what_the_window_reads_of_a_steps_raw_values_is_what_the_checkpoint_keeps(kind):
+    """Window statistics, cost rates and the rendered series read only analytics.WINDOW_VALUE_KEYS of a
+    window step's raw values, the keys the checkpoint keeps: a new statistic reading another key fails here."""
+    from omniwatch.analytics import WINDOW_VALUE_KEYS
+    store, _ = _fed_store(kind)
+    _Reads.seen = set()
+    for run in store.runs.values():
+        for rec in {id(r): r for r in [*run.window.normal, *run.warm, run.last]}.values():
+            rec.values = _Reads(rec.values)
+        run.stats_dirty = True
+        run.cost_per_day()
+    _exposed(store)
+    assert _Reads.seen, "nothing read: the probe is not wired"
+    assert _Reads.seen <= WINDOW_VALUE_KEYS, sorted(_Reads.seen - WINDOW_VALUE_KEYS)

@@ -35,6 +35,11 @@ K_THROUGHPUT = "perf/throughput"
 K_TESTING = "timing_s/testing"
 K_SAVE = "timing_s/save_checkpoint"
 K_ZERO_STD = "critic/rewards/zero_std_ratio"
+# The raw keys of a step (StepRecord.values) that anything computed over the window reads: the window
+# statistics (zero-std), the ledger's split of a step (testing time; the GPU-hours-per-day rate reads the
+# window). The exporter's checkpoint keeps exactly these of each window step (state.py); a statistic that
+# reads another key must add it here (tests/test_state.py watches the reads).
+WINDOW_VALUE_KEYS = frozenset({K_ZERO_STD, K_TESTING})
 K_FEED = "timing_s/feed"
 K_STALENESS_MAX = "training/off_policy/trajectory_staleness/max"
 K_STALENESS_MEAN = "training/off_policy/trajectory_staleness/mean"

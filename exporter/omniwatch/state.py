@@ -21,7 +21,7 @@ from pathlib import Path
 import orjson
 
 from . import statefile
-from .analytics import K_ZERO_STD, StepRecord
+from .analytics import WINDOW_VALUE_KEYS, StepRecord
 from .ledger import Gpus
 from .model import RunStore, SeenSteps
 from .planned import PlannedWork
@@ -37,7 +37,7 @@ def _rec_to(r: StepRecord) -> dict:
     return {"step": r.step, "arrival": r.arrival, "duration": r.duration, "phases": r.phases,
             "rb": r.reward_bound_ratio, "critical": r.reward_critical, "idle": r.idle_ratio, "mfu": r.mfu,
             "throughput": r.throughput, "flags": sorted(r.flags),
-            "values": {k: v for k, v in r.values.items() if k == K_ZERO_STD},
+            "values": {k: r.values[k] for k in sorted(WINDOW_VALUE_KEYS) if k in r.values},
             "modes": r.modes, "share": r.reward_step_share, "causes": r.causes,
             "signals": {k: getattr(r, k) for k in _SIGNAL_FIELDS}}
 
