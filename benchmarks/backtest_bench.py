@@ -38,7 +38,7 @@ def run(steps: int = 2_000, timeout: float = 900) -> dict:
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         wall = time.perf_counter() - t0
-    out = {"steps": steps, "wall_s": wall, "returncode": r.returncode,
+    out = {"steps": steps, "fault_from_step": steps // 2, "wall_s": wall, "target_s": 60, "returncode": r.returncode,
            "command": "omniwatch backtest <2000-step run> --json"}
     if r.returncode != 0:
         out["status"] = "failed"

@@ -22,9 +22,13 @@ Truth: work phases keep the GPU saturated (idle 0) except the CPU reward steps (
 the sleeps are idle. Target: per-phase idle within 5 % (or 0.3 s) of truth, gaps >= 0.5 s detected.
 Writes ``<out>/gpu_idle_validation.json`` (results) and ``<out>/h200_idle_validation.nvml.json``
 (raw NVML samples + spans, the CI fixture). ``--dry-run`` runs without torch or a GPU (synthetic
-device) to check the plumbing.
+device) to check the plumbing. ``--results FILE`` also records the run (not a dry run) under ``gpu_idle``
+in a results.json: ``benchmarks/results.json`` is what docs/benchmarks.md quotes (``benchmarks/docs.py``).
+A run made on another machine is recorded afterwards from its ``gpu_idle_validation.json``:
 
-    PYTHONPATH=exporter python benchmarks/gpu_idle_validation.py --out "$OUT"
+    PYTHONPATH=exporter python benchmarks/gpu_idle_validation.py --out "$OUT"                  # on the GPU
+    PYTHONPATH=exporter python benchmarks/gpu_idle_validation.py --record "$OUT"/gpu_idle_validation.json \
+        --results benchmarks/results.json                                                     # here
 """
 from __future__ import annotations
 
@@ -202,7 +206,20 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=len(GEN_REWARD_GAPS))
     ap.add_argument("--threshold", type=float, default=50.0)
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--results", help="record this run under 'gpu_idle' in this results.json (not with --dry-run)")
+    ap.add_argument("--record", metavar="RESULT_JSON", help="run nothing: record the gpu_idle_validation.json of a "
+                    "finished GPU run into --results")
     args = ap.parse_args()
+    if args.results and args.dry_run:
+        ap.error("--results records a real GPU run; a --dry-run's figures are synthetic")
+    if args.record:
+        if not args.results:
+            ap.error("--record needs --results")
+        res = json.loads(Path(args.record).read_text())
+        if not res.get("sampler") or (res.get("device") or {}).get("dry_run"):
+            ap.error(f"{args.record} is not the result of a GPU run")
+        record_result(Path(args.results), res, res.get("meta") or {})
+        return 0
     import logging
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = Path(args.out)
@@ -244,6 +261,9 @@ def main() -> int:
         b = time.time()
         gaps.append((span(f"idle:{kind}", a, b, step, True), kind, step, b - a))
 
+    meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
+            "machine": platform.machine(), "cpus": os.cpu_count(),
+            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "argv": sys.argv[1:]}
     wall0, cpu0 = time.time(), sampler.cpu_s
     time.sleep(2.0)  # a quiet lead-in
     for step in range(1, args.steps + 1):
@@ -302,9 +322,11 @@ def main() -> int:
         "sampler": {"wall_s": wall, "thread_cpu_s": cpu, "cpu_share": cpu / wall if wall else None,
                     "polls": sampler.polls, "samples": len(raw),
                     "median_sample_spacing_s": _median_spacing(raw)},
-        "mfu": mfu, "python": platform.python_version(),
+        "mfu": mfu, "python": platform.python_version(), "steps": args.steps, "meta": meta,
     })
     (out / "gpu_idle_validation.json").write_text(json.dumps(res, indent=2))
+    if args.results:
+        record_result(Path(args.results), res, meta)
     fixture = {
         "source": "benchmarks/gpu_idle_validation.py", "gpu": res["nvml_name"], "driver": res["driver"],
         "torch": res["device"].get("torch"), "nvml_sample_type": "NVML_GPU_UTILIZATION_SAMPLES",
@@ -317,6 +339,23 @@ def main() -> int:
     print(json.dumps({k: res[k] for k in ("per_phase", "per_gap_kind", "shortest_gap_detected_s",
                                           "all_gaps_ge_0.5_detected", "pass", "sampler", "mfu")}, indent=1))
     return 0
+
+
+RECORDED = ("per_phase", "per_gap_kind", "gaps", "shortest_gap_detected_s", "all_gaps_ge_0.5_detected", "pass",
+            "sampler", "mfu", "device", "nvml_name", "nvml_memory_total_bytes", "silicon", "silicon_peak_tflops",
+            "driver", "threshold")
+
+
+def record_result(path: Path, res: dict, meta: dict) -> None:
+    """Put this run under ``gpu_idle`` in a results.json, the other sections kept as they are."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        results = {}
+    steps = res.get("steps") or max((g["step"] for g in res.get("gaps", [])), default=None)
+    results["gpu_idle"] = {"steps": steps, **{k: res.get(k) for k in RECORDED},
+                           "meta": {**meta, "section_wall_s": round(res["sampler"]["wall_s"], 1)}}
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
 def _median_spacing(raw):

@@ -90,5 +90,6 @@ def run(steps: int = 20_000, profile: bool = True) -> dict:
         "target_steps_per_s": 20_000,
     }
     if profile:
-        out["profile_top"] = profile_top(lines[: min(len(lines), 10_000)])
+        out["profile_lines"] = min(len(lines), 10_000)
+        out["profile_top"] = profile_top(lines[: out["profile_lines"]])
     return out

@@ -16,7 +16,9 @@ Two modes:
     python benchmarks/load_prometheus.py live --gpus 512 --runs 10 --scrape-interval 1s --seconds 60
     python benchmarks/load_prometheus.py backfill --gpus 64 --runs 10 --hours 24 --resolution 60
 
-Loopback only; every process started is stopped.
+``benchmarks/run.py --only prometheus`` runs two live loads (64 GPUs; 512 GPUs with the rules) and
+``--only queries`` the 24 h / 60 s backfill, recording them in results.json (:func:`sizing`,
+:func:`queries`); docs/scaling.md quotes them. Loopback only; every process started is stopped.
 """
 from __future__ import annotations
 
@@ -315,7 +317,25 @@ def cmd_backfill(a) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def main(argv=None) -> int:
+def _args(mode: str, argv: list[str]) -> argparse.Namespace:
+    return _parser().parse_args([mode, *argv])
+
+
+def sizing(seconds: float = 20) -> dict:
+    """``benchmarks/run.py --only prometheus``: 64 GPUs x 10 runs, then 512 GPUs x 10 runs with the rules
+    evaluated, each scraped every second for ``seconds`` after a warm-up."""
+    loads = [cmd_live(_args("live", ["--gpus", "64", "--scrape-interval", "1s", "--seconds", str(seconds), "--warmup", "5"])),
+             cmd_live(_args("live", ["--gpus", "512", "--scrape-interval", "1s", "--seconds", str(seconds * 1.5),
+                                     "--warmup", "10", "--rules"]))]
+    return {"loads": loads, "gpus_per_node": 8, "verl_keys": 150}
+
+
+def queries(hours: float = 24, resolution: int = 60) -> dict:
+    """``benchmarks/run.py --only queries``: every panel query over ``hours`` of backfilled 64-GPU data."""
+    return cmd_backfill(_args("backfill", ["--gpus", "64", "--hours", str(hours), "--resolution", str(resolution)]))
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="mode", required=True)
     for name in ("live", "backfill"):
@@ -331,7 +351,11 @@ def main(argv=None) -> int:
     sub.choices["live"].add_argument("--rules", action="store_true", help="also evaluate alerts/*.rules.yml")
     sub.choices["backfill"].add_argument("--hours", type=float, default=24)
     sub.choices["backfill"].add_argument("--resolution", type=int, default=60, help="seconds between samples")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    a = _parser().parse_args(argv)
     out = cmd_live(a) if a.mode == "live" else cmd_backfill(a)
     print(json.dumps(out, indent=1))
     return 0

@@ -6,14 +6,19 @@ Sections (``--only``/``--skip`` pick): ingest (parse + analytics throughput, wit
 (``omniwatch backtest`` of 2,000 steps), report (``omniwatch report DIR`` of 50 runs x 500 steps), push (POST /api/v1/push load on a real ``omniwatch serve``),
 alert (end-to-end alert latency on the real stack with default intervals; slow: a minute or two per
 trial), files (5,000 watched files under ``prlimit --nofile=1024``: descriptors, CPU per poll, against one
-descriptor per file), connections (/metrics latency while 1,000 idle connections are held, against no
-load). Prints a table and writes ``benchmarks/results.json`` (sections not run keep their last results).
-Nothing here is a pass/fail test.
+descriptor per file), tail (one in-process ``FileSource`` poll over 5,000 idle files, against the code
+before issue 14), connections (/metrics latency while 1,000 idle connections are held, against no
+load), prometheus (a real Prometheus scraping 64 and 512 GPUs x 10 runs of omniwatch series: head series,
+ingest, RSS), queries (every dashboard panel as a range query over 24 h of backfilled 64-GPU data).
+Prints a table and writes ``benchmarks/results.json`` (sections not run keep their last results; each
+section records when and where it ran under its own ``meta``), then re-renders the generated figures of
+docs/benchmarks.md and docs/scaling.md from it (``benchmarks/docs.py``). Nothing here is a pass/fail test.
 
     .venv/bin/python benchmarks/run.py                          # all, short push run, 1 alert trial
     .venv/bin/python benchmarks/run.py --only push --push-duration 60 --push-rate 1000
     .venv/bin/python benchmarks/run.py --only alert --alert-trials 5
     .venv/bin/python benchmarks/run.py --only files connections
+    .venv/bin/python benchmarks/run.py --docs [--check]       # only re-render the docs from results.json
 """
 from __future__ import annotations
 
@@ -33,7 +38,16 @@ sys.path.insert(0, str(HERE))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "connections")
+SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "connections",
+            "prometheus", "queries")
+RESULTS = HERE / "results.json"
+
+
+def where(argv: list[str]) -> dict:
+    """When and on what a section ran: stored under the section's ``meta`` (docs/benchmarks.md quotes it)."""
+    return {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
+            "machine": platform.machine(), "cpus": os.cpu_count(),
+            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "argv": argv}
 
 
 def _f(x, unit: str = "", nd: int = 1) -> str:
@@ -90,16 +104,36 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
                  f"{_f(a['cpu_ms_per_poll_idle'], ' ms', 1)} idle, {_f(a['cpu_ms_per_poll_1pct_growing'], ' ms', 1)} with "
                  f"{a['growing_files']} growing", f"one fd per file: {_f(b['cpu_ms_per_poll_idle'], ' ms', 1)} idle, "
                  f"{_f(b['cpu_ms_per_poll_1pct_growing'], ' ms', 1)} growing")]
+    if (r := results.get("tail")) and "error" not in r and r.get("status") == "ok":
+        a, b = r["now"], r["before"]
+        out.append((f"FileSource poll over {a['files']:,} idle files (in-process)",
+                    f"idle poll {_f(a['idle_poll_cpu_ms'], ' ms CPU')}, first pass {_f(a['first_pass_cpu_ms'], ' ms', 0)}, "
+                    f"{a['descriptors']} fds", f"before issue 14 ({r['before_rev']}): {_f(b['idle_poll_cpu_ms'], ' ms CPU')} "
+                    f"(ratio {r['idle_poll_ratio']:.2f})"))
     if (r := results.get("connections")) and "error" not in r:
         out.append((f"/metrics with {r['idle_connections_opened']:,} idle connections (nofile=1024)",
                     f"p50 {_f(r['loaded_p50_ms'], ' ms', 2)}, p99 {_f(r['loaded_p99_ms'], ' ms', 2)}; "
                     f"{r['connections_held']:.0f} held, {r['fds_loaded']} fds",
                     f"no load: p50 {_f(r['baseline_p50_ms'], ' ms', 2)}, p99 {_f(r['baseline_p99_ms'], ' ms', 2)} "
                     f"(x{r['p50_ratio']:.2f}, x{r['p99_ratio']:.2f})"))
+    if (r := results.get("prometheus")) and "error" not in r:
+        for load in r["loads"]:
+            out.append((f"Prometheus: {load['gpus']} GPUs x {load['runs']} runs{', rules' if load['rules'] else ''}",
+                        f"{load['head_series']:,.0f} head series, {_f(load['samples_per_s'], ' samples/s', 0)} "
+                        f"(scrape {load['scrape_interval']}), RSS peak {_f(load['rss_bytes_peak'] / 2**20, ' MiB', 0)}", ""))
+    if (r := results.get("queries")) and "error" not in r:
+        out.append((f"{r['range_queries']} panel queries over {r['hours']:.0f} h of {r['gpus']} GPUs",
+                    f"{_f(r['range_total_s'], ' s', 1)} in all, slowest {_f(r['slowest'][0][0], ' s', 2)}; "
+                    f"create-blocks {_f(r['create_blocks_s'], ' s', 0)}", f"{r['samples'] / 1e6:.2f} M samples"))
     for name, r in results.items():
         if isinstance(r, dict) and "error" in r:
             out.append((name, "ERROR", r["error"][:80]))
     return out
+
+
+def _order(key: str) -> int:
+    """meta first, then the sections in SECTIONS order, then anything else (gpu_idle)."""
+    return -1 if key == "meta" else SECTIONS.index(key) if key in SECTIONS else len(SECTIONS)
 
 
 def main(argv=None) -> int:
@@ -114,18 +148,24 @@ def main(argv=None) -> int:
     p.add_argument("--report-runs", type=int, default=50)
     p.add_argument("--report-steps", type=int, default=500)
     p.add_argument("--push-rate", type=float, default=1000)
-    p.add_argument("--push-duration", type=float, default=10, help="seconds (docs record a 60 s run)")
+    p.add_argument("--push-duration", type=float, default=10, help="seconds")
     p.add_argument("--push-clients", type=int, default=4, help="client processes sharing the rate")
     p.add_argument("--push-concurrency", type=int, default=8, help="in-flight requests per client")
     p.add_argument("--alert-trials", type=int, default=1)
     p.add_argument("--alert-timeout", type=float, default=240, help="seconds to wait for all alerts per trial")
     p.add_argument("--files", type=int, default=5000, help="watched files for the files section")
     p.add_argument("--idle-connections", type=int, default=1000, help="held connections for the connections section")
-    p.add_argument("--out", default=str(HERE / "results.json"))
+    p.add_argument("--prometheus-seconds", type=float, default=20, help="measured seconds per load (after warm-up)")
+    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--docs", action="store_true", help="run nothing: re-render the docs' generated figures from --out")
+    p.add_argument("--check", action="store_true", help="with --docs: fail on drift instead of writing")
     args = p.parse_args(argv)
+    import docs
+    if args.docs:
+        return docs.main(["--results", args.out] + (["--check"] if args.check else []))
     chosen = [s for s in (args.only or SECTIONS) if s not in args.skip]
 
-    import alert_latency, backtest_bench, ingest, memory, pressure, push_load, render, report_bench  # noqa: E401
+    import alert_latency, backtest_bench, ingest, load_prometheus, memory, pressure, push_load, render, report_bench, tail_idle_poll  # noqa: E401
     runners = {
         "ingest": lambda: ingest.run(args.ingest_steps),
         "render": lambda: render.run(args.render_iterations),
@@ -135,21 +175,23 @@ def main(argv=None) -> int:
         "push": lambda: push_load.run(args.push_rate, args.push_duration, args.push_concurrency, args.push_clients),
         "alert": lambda: alert_latency.run(args.alert_trials, args.alert_timeout),
         "files": lambda: pressure.files(args.files),
+        "tail": lambda: tail_idle_poll.compare(args.files),
         "connections": lambda: pressure.connections(args.idle_connections),
+        "prometheus": lambda: load_prometheus.sizing(args.prometheus_seconds),
+        "queries": lambda: load_prometheus.queries(),
     }
     con = Console()
-    results: dict = {"meta": {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
-                              "machine": platform.machine(), "cpus": os.cpu_count(),
-                              "load_avg_at_start": os.getloadavg(), "argv": sys.argv[1:]}}
+    run_argv = list(sys.argv[1:] if argv is None else argv)
+    results: dict = {"meta": where(run_argv)}
     for name in chosen:
         con.print(f"[bold]running {name}[/] ...")
+        meta = where(run_argv)
         t0 = time.perf_counter()
         try:
             results[name] = runners[name]()
         except Exception as e:  # one broken section must not hide the others
             results[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
-        results[name]["section_wall_s"] = round(time.perf_counter() - t0, 1)
-        results[name]["measured_at"] = results["meta"]["when"]
+        results[name]["meta"] = {**meta, "section_wall_s": round(time.perf_counter() - t0, 1)}
     table = Table(title=f"omniwatch benchmarks ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
     for col in ("benchmark", "measured", "target / baseline"):
         table.add_column(col)
@@ -167,8 +209,11 @@ def main(argv=None) -> int:
         kept = {k: v for k, v in json.loads(Path(args.out).read_text()).items() if k not in results}
     except (OSError, ValueError):
         kept = {}
-    Path(args.out).write_text(json.dumps({**results, **kept}, indent=2, default=str) + "\n")
+    merged = {**results, **kept}
+    Path(args.out).write_text(json.dumps({k: merged[k] for k in sorted(merged, key=_order)}, indent=2, default=str) + "\n")
     con.print(f"results written to {args.out}")
+    if Path(args.out).resolve() == RESULTS:  # the committed results: the docs quote them
+        docs.main(["--results", args.out])
     return 1 if any(isinstance(r, dict) and "error" in r for r in results.values()) else 0
 
 

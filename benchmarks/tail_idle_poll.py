@@ -8,22 +8,27 @@ code before issue 14:
     .venv/bin/python benchmarks/tail_idle_poll.py
 
 Prints the first pass (5,000 one-line files ingested), the steady idle poll (after 70 polls, so files
-idle long enough to be looked at less often where the code does that) and the descriptors it holds."""
+idle long enough to be looked at less often where the code does that) and the descriptors it holds
+(``--json``: as one JSON object). ``benchmarks/run.py --only tail`` runs both trees, each in a fresh
+interpreter, and records them in results.json (:func:`compare`)."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parents[1] / "exporter"))
-
-from omniwatch.model import RunStore  # noqa: E402
-from omniwatch.sources.files import FileSource  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+BEFORE_REV = "fbb338a"  # the last commit before issue 14's descriptor pool
 
 
-def main(n: int = 5000) -> None:
+def measure(n: int = 5000) -> dict:
+    from omniwatch.model import RunStore
+    from omniwatch.sources.files import FileSource
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         for i in range(n):
@@ -42,9 +47,49 @@ def main(n: int = 5000) -> None:
             src.poll_once()
         idle = (time.process_time() - t) / 40
         fds = len(os.listdir("/proc/self/fd")) - fd0
-        print(f"{sys.modules['omniwatch'].__file__}: first pass {first * 1000:.0f} ms, idle poll "
-              f"{idle * 1000:.1f} ms CPU, {fds} descriptors held for {n} files")
+    return {"package": sys.modules["omniwatch"].__file__, "files": n, "first_pass_cpu_ms": round(first * 1000, 1),
+            "idle_poll_cpu_ms": round(idle * 1000, 2), "descriptors": fds}
+
+
+def _child(pkg_root: Path, n: int) -> dict:
+    r = subprocess.run([sys.executable, __file__, str(pkg_root), "--json", "--files", str(n)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode:
+        raise RuntimeError(f"tail_idle_poll.py {pkg_root} failed: {r.stderr[-2000:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out.pop("package", None)  # a temporary path
+    return out
+
+
+def compare(n: int = 5000, rev: str = BEFORE_REV) -> dict:
+    """This checkout's ``exporter/`` against ``git archive REV``'s, one after the other, same machine."""
+    with tempfile.TemporaryDirectory() as d:
+        tar = Path(d) / "before.tar"
+        with open(tar, "wb") as f:
+            r = subprocess.run(["git", "-C", str(REPO), "archive", rev, "exporter/omniwatch"], stdout=f,
+                               stderr=subprocess.PIPE)
+        if r.returncode:
+            return {"status": "n/a", "why": f"git archive {rev}: {r.stderr.decode()[-300:]}"}
+        with tarfile.open(tar) as t:
+            t.extractall(d, filter="data") if hasattr(tarfile, "data_filter") else t.extractall(d)
+        before = _child(Path(d) / "exporter", n)
+    now = _child(REPO / "exporter", n)
+    return {"status": "ok", "before_rev": rev, "now": now, "before": before,
+            "idle_poll_ratio": round(now["idle_poll_cpu_ms"] / max(before["idle_poll_cpu_ms"], 1e-9), 3)}
+
+
+def main(argv: list[str]) -> None:
+    n = int(argv[argv.index("--files") + 1]) if "--files" in argv else 5000
+    r = measure(n)
+    if "--json" in argv:
+        print(json.dumps(r))
+    else:
+        print(f"{r['package']}: first pass {r['first_pass_cpu_ms']:.0f} ms, idle poll {r['idle_poll_cpu_ms']:.1f} ms "
+              f"CPU, {r['descriptors']} descriptors held for {n} files")
 
 
 if __name__ == "__main__":
-    main()
+    args = sys.argv[1:]
+    pos = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--files")]
+    sys.path.insert(0, pos[0] if pos else str(REPO / "exporter"))
+    main(args)
