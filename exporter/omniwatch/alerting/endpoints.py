@@ -31,23 +31,25 @@ import textwrap
 from dataclasses import dataclass, field
 
 from .. import names as n
-from ..dashboards import external as x
+from .. import external as x
 from . import remedies
 from .config import Config
 from .promtests import Case, Check, Expect, ExprCheck, Sample, Series, dur, render, run_labels, secs
 from .prose import AT_STEP, RUN, Ctx, Label, LabelSwitch, P, Query, Value, span
 from .spec import Alert, Group, Record, RuleFile, pct, sel
-from .records import (REC_CEILING, REC_QUEUE_PER_SLOT, REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO, REC_REWARD_QUEUE_SECONDS, REC_REWARD_QUEUE_SHARE, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED, REC_ROLLOUT_WAITING, REC_SATURATED, REC_SERVER_SHARE, REC_SERVER_SHARE_MIN, REC_TQ_ACTIVE, REC_TQ_BACKLOG, REC_TQ_CAPACITY, REC_TQ_CLEARS, REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT, REC_TQ_PARTITION, REC_TQ_SECONDS_TO_FULL, REC_TQ_UNIT_DERIV, REC_TQ_UNIT_TTF, REC_TQ_UTILIZATION, REC_TQ_WRITES)
+from .records import (REC_CEILING, REC_QUEUE_PER_SLOT, REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO,
+                      REC_REWARD_QUEUE_SECONDS, REC_REWARD_QUEUE_SHARE, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED,
+                      REC_ROLLOUT_SLOTS_USED, REC_ROLLOUT_WAITING, REC_SATURATED, REC_SERVER_SHARE,
+                      REC_SERVER_SHARE_MIN, REC_TQ_ACTIVE, REC_TQ_BACKLOG, REC_TQ_CAPACITY, REC_TQ_CLEARS,
+                      REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT, REC_TQ_PARTITION,
+                      REC_TQ_SECONDS_TO_FULL, REC_TQ_UNIT_DERIV, REC_TQ_UNIT_TTF, REC_TQ_UTILIZATION, REC_TQ_WRITES)
 
 RUN_BY = "project, experiment"
 REPLICA_BY = "project, experiment, role, replica"
 ROLE_BY = "project, experiment, role"
 UNIT_BY = "project, experiment, storage_unit_id"
 
-# --- record names (dashboards read several of them: dashboards/spec.py, dashboards/external.py) ----------------
-
-
-
+# Record names: alerting/records.py (the dashboards and the tests read them from there).
 ROLLOUT_FAMILIES = ((x.OMNI_RUNNING, x.OMNI_WAITING), (x.OMNI_V0_RUNNING, x.OMNI_V0_WAITING),
                     (x.VLLM_RUNNING, x.VLLM_WAITING))
 # The phases each server role serves on the step's critical path: a rollout server gen; a reward server the

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import ledger
-from .facts import HOUR, RunFacts
+from .facts import RunFacts
 from .verdict import Bottleneck
 
 
@@ -127,5 +127,3 @@ def _s(v) -> str:
     return "–" if v is None else f"{v:,.1f}"
 
 
-def gpu_hours_total(f: RunFacts) -> float:
-    return f.total_gpu_seconds / HOUR
