@@ -66,14 +66,6 @@ def rss_bytes(pid: int | None = None) -> int:
     return 0
 
 
-def thread_count(pid: int | None = None) -> int:
-    with open(f"/proc/{pid or 'self'}/status") as f:
-        for line in f:
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    return 0
-
-
 @contextmanager
 def serve_process(args: list[str], env: dict | None = None, log: Path | None = None):
     """``omniwatch serve`` on a free loopback port as a subprocess; yields (proc, base_url)."""

@@ -14,7 +14,8 @@ from grafana_foundation_sdk.models import dashboard as dmodel
 from omniwatch.alerting import records
 from omniwatch import demo_endpoints, names
 from omniwatch.alerting import config
-from omniwatch.dashboards import external, factory, generate, spec
+from omniwatch import external
+from omniwatch.dashboards import factory, generate, spec
 from omniwatch.dashboards.catalog import DASHBOARDS
 from omniwatch.dashboards.verify import substitute
 

@@ -77,7 +77,7 @@ def test_every_endpoint_threshold_is_loosened_here():
 
 
 def test_no_hand_written_endpoint_tests_are_left():
-    generated = set(endpoints.test_files(DEFAULT))
+    generated = set(endpoints.test_specs(DEFAULT))
     assert generated == {"endpoints.test.yml", "transferqueue.test.yml"}
     assert not (TESTS / "endpoints_test.yml").exists()
     for f in TESTS.glob("*.yml"):
@@ -156,9 +156,9 @@ def test_a_tuned_net_rate_window_leaves_out_the_measured_backlog_cases():
     """The backlog ramp's regression is measured data for one window: another window cannot reuse it."""
     cfg = DEFAULT.model_copy(update={"transferqueue": DEFAULT.transferqueue.model_copy(
         update={"net_rate_window": "3m"})})
-    text = endpoints.test_files(cfg)["transferqueue.test.yml"]
+    text = promtests.test_files(cfg)["transferqueue.test.yml"]
     assert "left out" in text and "fires while storage fills" not in text
-    assert "fires while storage fills" in endpoints.test_files(DEFAULT)["transferqueue.test.yml"]
+    assert "fires while storage fills" in promtests.test_files(DEFAULT)["transferqueue.test.yml"]
 
 
 # --- RolloutQueueSaturated's step-share bar (issue 13 item 10) ----------------------------------------------

@@ -1,7 +1,7 @@
 """alerts/ is valid, tested, documented and in sync: promtool/amtool accept it, the promtool unit tests
 pass (and fail when a threshold is broken), every alert carries the annotations people act on, every
-runbook link lands on a heading, every omniwatch metric name exists in the catalogue, and
-``omniwatch rules sync`` edits rule files without losing anything."""
+runbook link lands on a heading, and every omniwatch metric name exists in the catalogue; the files are
+what ``omniwatch rules generate`` renders from the alert configuration."""
 from __future__ import annotations
 
 import argparse

@@ -1,7 +1,7 @@
 """Every PromQL snippet in docs/runbooks.md names series that exist: omniwatch's own (the catalogue and the
 recording rules of alerts/), verl passthrough families (``verl_<sanitised key>`` of a key VeRL-Omni logs, with
 a ``key`` matcher that maps to that family), and the external families omniwatch knows by name (TransferQueue,
-vLLM / vLLM-Omni, Ray, DCGM: dashboards/external.py and the recorded endpoint bodies)."""
+vLLM / vLLM-Omni, Ray, DCGM: omniwatch/external.py and the recorded endpoint bodies)."""
 from __future__ import annotations
 
 import re
@@ -11,7 +11,7 @@ import orjson
 import yaml
 
 from omniwatch import names
-from omniwatch.dashboards import external
+from omniwatch import external
 from omniwatch.model import passthrough_name
 from omniwatch.simulate import Fault, RunSpec, step_dict
 

@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client.registry import CollectorRegistry
 
-from . import push
+from . import push, runbooks
 from .agents import api as agents
 from .discovery import api as discovery
 from .gpu import api as gpu
@@ -35,8 +35,7 @@ def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings)
 
     @app.get("/runbooks", response_class=HTMLResponse)
     def runbooks_page():
-        from .runbooks import page
-        return page()
+        return runbooks.page()
 
     @app.get("/api/v1/runs")
     def runs():

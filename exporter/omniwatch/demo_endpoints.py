@@ -2,7 +2,7 @@
 replicas, reward-model vLLM servers, a TransferQueue controller and its storage units, a dcgm-exporter
 and a Ray node agent.
 
-They serve the REAL metric names and label sets (``dashboards.external``, from the reference), through
+They serve the REAL metric names and label sets (``omniwatch.external``, from the reference), through
 prometheus_client on one private registry per endpoint, with values that move over time: a ticker
 thread plays a FlowGRPO step cycle (gen -> reward -> update) and feeds gauges, counters and histograms
 from it. ``scrape_configs()`` returns the Prometheus jobs that scrape them with the target labels
@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .dashboards import external as x
+from . import external as x
 
 ROLLOUT_MODEL = "stabilityai/stable-diffusion-3.5-medium"
 REWARD_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"

@@ -28,11 +28,9 @@ L_MODE = "mode"
 L_KEY = "key"
 
 # Label values.
-STATS = ("min", "median", "max")
 MFU_ROLES = {"perf/mfu/actor": "actor", "perf/mfu/actor_infer": "actor_infer"}
 UNTRACKED_PHASE = "untracked"
 FLAGS = ("warmup", "validation", "checkpoint")
-REWARD_MODES = ("colocated", "streamed")
 
 
 @dataclass(frozen=True)
@@ -283,7 +281,6 @@ ROLLOUT_MAX_NUM_SEQS = _m("omniwatch_rollout_max_num_seqs", "gauge",
                           "max_num_seqs of each rollout/reward server replica (from discovery or --max-num-seqs).",
                           R + (L_ROLE_T, L_REPLICA))
 SD_TARGETS = _m("omniwatch_sd_targets", "gauge", "Targets served to Prometheus by HTTP service discovery, by kind.", ("kind",))
-DISCOVERY_UP = SOURCE_UP  # discovery reports through omniwatch_source_up{source="ray"|"transferqueue"|...}
 
 # --- alert relay ------------------------------------------------------------------------------
 ALERT_NOTIFICATIONS_TOTAL = _m("omniwatch_alert_notifications_total", "counter",
@@ -296,7 +293,6 @@ RELAY_PENDING = _m("omniwatch_relay_pending", "gauge", "Notifications stored but
 
 # --- planned work and the end of a run (TrainingStalled's staging, run expiry; planned.py) ------------
 L_KIND = "kind"
-PLANNED_KINDS = ("checkpoint", "validation")
 PLANNED_WORK = _m("omniwatch_planned_work_seconds", "gauge",
                   "Longest of the run's last 3 occurrences of each kind of planned work: kind=\"checkpoint\" "
                   "(timing_s/save_checkpoint, inside the step) or kind=\"validation\" (timing_s/testing, after the "

@@ -154,10 +154,6 @@ def _console_value(text: str):
         return text  # a string: dropped as non_numeric by clean_values
 
 
-def is_console_step_line(line: str) -> bool:
-    return "step:" in line and _CONSOLE_STEP.search(line.rstrip("\r\n")) is not None
-
-
 def parse_console_line(line: bytes | str) -> ParsedStep:
     """One ``console`` backend line. Lines that are not step lines raise ``LineError('not_a_step_line')``
     (the console source ignores those without counting them: stdout carries other logs)."""

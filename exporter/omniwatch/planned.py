@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from . import names as n
 from .analytics import K_SAVE, K_TESTING
+from .sources.layout import run_labels
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +351,6 @@ class LogWriterWatch:
         self._thread: threading.Thread | None = None
 
     def scan_once(self) -> None:
-        from .sources.files import run_labels
         files: dict[str, tuple[str, str]] = {}
         for src in self.sources:
             for path in list(getattr(src, "tails", {})):

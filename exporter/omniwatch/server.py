@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
-from . import httpguard
+from . import discovery, httpguard
 from .app import create_app
 from .exposition import make_registry
 from .gpu.loop import gpu_option, settings_extra
@@ -22,6 +22,8 @@ from .model import RunStore
 from .redact import install_log_redaction
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_listen
 from .sources.files import FileSource, FilesCollector
+from .planned import CheckpointWatch, LogWriterWatch
+from .state import Checkpointer
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +55,10 @@ class Exporter:
             ex.sources.append(FileSource(store, settings.console, "console", **files))
         if ex.sources:
             registry.register(FilesCollector(ex.sources))
-            from .planned import LogWriterWatch
             ex.writers = LogWriterWatch(store, ex.sources)
         if settings.checkpoint_roots:
-            from .planned import CheckpointWatch
             ex.checkpoints = CheckpointWatch(store, settings.checkpoint_roots)
         if settings.state_dir:
-            from .state import Checkpointer
             ex.checkpointer = Checkpointer(store, ex.sources, settings.state_dir)
             ex.checkpointer.load()
         return ex
@@ -142,11 +141,7 @@ def settings_from_args(args) -> Settings:
     extra = settings_extra(getattr(args, "gpu", None))  # a replay: value carries its backend object
     if getattr(args, "gpu_node", None) is not None:
         extra["gpu_node"] = args.gpu_node
-    try:
-        from . import discovery
-        extra["discovery"] = discovery.from_args(args) if hasattr(args, "ray_address") else False
-    except ModuleNotFoundError:
-        pass
+    extra["discovery"] = discovery.from_args(args) if hasattr(args, "ray_address") else False
     return Settings.from_env(extra=extra,host=host, port=port, watch=args.watch, console=args.console,
                              window_steps=args.window_steps, baseline_steps=args.baseline_steps,
                              warmup_steps=args.warmup_steps, max_keys=args.max_keys, max_runs=args.max_runs,
@@ -223,11 +218,7 @@ def serve(args) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("serve", help="run the exporter alone (sources + /metrics + push + webhook)")
     add_exporter_args(p)
-    try:
-        from . import discovery
-        discovery.add_arguments(p)
-    except ModuleNotFoundError:
-        pass
+    discovery.add_arguments(p)
     p.set_defaults(func=serve)
 
 

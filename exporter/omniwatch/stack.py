@@ -24,6 +24,7 @@ from . import paths, proc
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
+from .discovery import scrape_configs
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +128,6 @@ class Stack:
         # per-node agents (omniwatch agents start) register with the exporter and come through here
         jobs = [{"job_name": "omniwatch-agent", "http_sd_configs": [
             {"url": f"http://{exporter}/api/v1/agents/sd", "refresh_interval": "10s"}]}]
-        try:
-            from .discovery import scrape_configs
-        except ModuleNotFoundError:
-            return jobs
         return jobs + scrape_configs(exporter, refresh_interval="10s")
 
     def alertmanager_config(self) -> dict:

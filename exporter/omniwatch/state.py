@@ -25,7 +25,7 @@ from .analytics import WINDOW_VALUE_KEYS, StepRecord
 from .ledger import Gpus
 from .model import RunStore, SeenSteps
 from .planned import PlannedWork
-from .sources.files import run_labels
+from .sources.layout import run_labels
 
 log = logging.getLogger(__name__)
 VERSION = 2  # 2: trainer incarnations, step digests, detected modes

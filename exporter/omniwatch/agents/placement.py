@@ -15,7 +15,6 @@ Ray is imported lazily: the exporter never imports Ray (see discovery/probe.py f
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections import Counter, deque
@@ -242,5 +241,3 @@ def stop(ray_address: str | None = None, namespace: str = NAMESPACE) -> int:
     return n
 
 
-def local_hostname() -> str:
-    return socket.gethostname()

@@ -10,6 +10,8 @@ from pydantic import BaseModel
 from .. import names as n, paths
 from . import config as config_mod
 from . import promtests, render, spec
+from .prose import Ctx
+from .remedies import STEP_CAUSES
 from .config import Config
 
 DOC_BEGIN = "<!-- BEGIN GENERATED: thresholds (omniwatch rules generate) -->"
@@ -48,8 +50,6 @@ def thresholds_table(cfg: Config) -> str:
 def remedies_table(cfg: Config) -> str:
     """Each alert's remedy as it renders for each layout (identical texts merged), from remedies.py. An alert
     whose severities carry different remedies (TrainingStalled, TransferQueueBacklog) gets one entry per remedy."""
-    from .prose import Ctx
-    from .remedies import STEP_CAUSES
     # Alerts whose remedy branches on one of their own labels: (label, its values).
     by_label = {n.ALERT_STEP_REGRESSION: ("cause", tuple(STEP_CAUSES)),
                 n.ALERT_RS_REJECTION: ("mode", ("bypass", "decoupled")),

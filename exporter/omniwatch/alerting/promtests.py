@@ -8,95 +8,13 @@ test's values by :meth:`Prose.expect` (the oracle), so prose, thresholds and tes
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import yaml
 
 from .. import names as n
-from . import spec
+from . import endpoints, spec, stalls
 from .config import Config
 from .prose import STEP, Ctx, key_of
-
-JOB = {"job": "omniwatch", "instance": "127.0.0.1:19095"}
-INTERVAL = 15  # seconds between samples and evaluations
-
-
-def dur(text: str) -> int:
-    units = {"s": 1, "m": 60, "h": 3600}
-    return int(float(text[:-1]) * units[text[-1]])
-
-
-def secs(t: int) -> str:
-    return f"{t // 60}m{t % 60}s" if t % 60 else (f"{t // 60}m" if t else "0s")
-
-
-def every(t: int) -> str:
-    """An interval: ``15s``, ``1m``."""
-    return f"{t}s" if t < 60 else secs(t)
-
-
-def num(v: float) -> str:
-    return f"{v:g}"
-
-
-@dataclass
-class Series:
-    metric: str
-    labels: dict
-    values: str
-
-    def render(self) -> dict:
-        lab = ",".join(f'{k}="{v}"' for k, v in self.labels.items())
-        return {"series": f"{self.metric}{{{lab}}}", "values": self.values}
-
-
-@dataclass
-class Expect:
-    labels: dict          # the alert's labels (severity etc. included), alertname excluded
-    ctx: Ctx
-
-
-@dataclass
-class Check:
-    at: int
-    alert: str
-    expect: list[Expect] = field(default_factory=list)
-
-
-@dataclass
-class Sample:
-    """One expected sample of a ``promql_expr_test``: ``metric{labels}`` (metric "" for an expression whose
-    result has no name) and its value."""
-    metric: str
-    labels: dict
-    value: float
-
-    def render(self) -> dict:
-        lab = ",".join(f'{k}="{v}"' for k, v in self.labels.items())
-        value = int(self.value) if float(self.value).is_integer() else self.value
-        return {"labels": f"{self.metric}{{{lab}}}", "value": value}
-
-
-@dataclass
-class ExprCheck:
-    """A ``promql_expr_test``: ``expr`` evaluated at ``at`` returns exactly ``samples`` (none: empty)."""
-    at: int
-    expr: str
-    samples: list[Sample] = field(default_factory=list)
-
-    def render(self) -> dict:
-        return {"expr": self.expr, "eval_time": secs(self.at), "exp_samples": [s.render() for s in self.samples]}
-
-
-@dataclass
-class Case:
-    name: str
-    series: list[Series]
-    checks: list[Check]
-    comment: str = ""                  # written above the test in the YAML
-    exprs: list[ExprCheck] = field(default_factory=list)
-    interval: int | None = None        # seconds between input samples; None: the file's evaluation interval
-
+from .testcase import INTERVAL, JOB, Case, Check, Expect, Series, dur, every, num, run_labels, secs
 
 def expected_annotations(cfg: Config, alert: str, labels: dict, ctx: Ctx) -> dict:
     cands = [a for a in spec.alerts(cfg) if a.name == alert
@@ -150,10 +68,6 @@ def render(cfg: Config, cases: list[Case], rule_file: str, header: str, interval
 # --- the standard step-alert scenario ----------------------------------------------------------------------
 ONSET = 4 * INTERVAL   # the window statistic crosses the threshold at the 5th sample (60 s)
 RUN_SAMPLES = 9        # samples after the first (0 .. 135 s)
-
-
-def run_labels(project: str, experiment: str, **extra) -> dict:
-    return {**JOB, "project": project, "experiment": experiment, **extra}
 
 
 def step_series(project: str, experiment: str, first_step: int) -> list[Series]:
@@ -403,7 +317,6 @@ def health_cases(cfg: Config) -> list[Case]:
     c = cfg
     out = []
     # TrainingStalled in stages (info, warning, critical) and quiet through planned work: alerting/stalls.py
-    from . import stalls
     out += stalls.cases(c)
     out.append(quiet(n.ALERT_STALLED, "TrainingStalled stays quiet while steps arrive, through one slow step, and before "
                                       "the run has a typical step", [
@@ -484,9 +397,8 @@ rendered from the alerts' own prose. Do not edit. Run: promtool test rules alert
 
 
 def test_files(cfg: Config) -> dict[str, str]:
-    from . import endpoints  # endpoints.test.yml (1m) and transferqueue.test.yml (15 s): alerting/endpoints.py
     return {
-        **endpoints.test_files(cfg),
+        **{name: render(cfg, *t) for name, t in endpoints.test_specs(cfg).items()},
         "steps.test.yml": render(cfg, steps_cases(cfg), "omniwatch.rules.yml",
                                  HEADER.format(what="the step-based alerts", group="omniwatch.steps")),
         "signals.test.yml": render(cfg, signals_cases(cfg), "omniwatch.rules.yml",

@@ -11,7 +11,7 @@ enable one. Every VeRL-Omni config key a remedy names goes through :func:`key`, 
 from __future__ import annotations
 
 from .. import names
-from .prose import P, Prose, Query, switch
+from .prose import LabelSwitch, P, Prose, Query, switch
 
 # Config keys the remedies name: key -> True when it must be added with a Hydra '+' (not in the
 # composed config), False when it exists there.
@@ -155,7 +155,6 @@ STEP_CAUSES = {
 
 
 def step_regression() -> Prose:
-    from .prose import LabelSwitch
     return P(LabelSwitch("cause", tuple((c, P(t)) for c, t in STEP_CAUSES.items()),
                          P("Profile one step to find the phase that grew; see the stage-share panel.")))
 
@@ -212,7 +211,6 @@ _RS_DECOUPLED = P(
 
 
 def rs_rejection() -> Prose:
-    from .prose import LabelSwitch
     return P(LabelSwitch("mode", (("bypass", _RS_BYPASS), ("decoupled", _RS_DECOUPLED)), _RS_DECOUPLED))
 
 
@@ -288,7 +286,6 @@ _RQ_REWARD = (
 
 
 def rollout_saturated() -> Prose:
-    from .prose import LabelSwitch
     by_layout = switch([({"async_mode": SEPARATE_ASYNC}, _RQ_SEPARATE_ASYNC), ({"async_mode": SYNC}, _RQ_SYNC)],
                        _RQ_DEFAULT)
     return P(LabelSwitch("role", (("reward", P(_RQ_REWARD)),), by_layout))

@@ -6,7 +6,7 @@ import yaml
 
 from .config import Config
 from .prose import STEP
-from .spec import Alert, Record, RuleFile
+from .rule import Alert, Record, RuleFile
 
 
 def _scalar(value: str, indent: int) -> str:

@@ -13,66 +13,23 @@ inhibits them while TrainingStalled fires for the run).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from .. import names as n
-from . import remedies, stalls
+from . import endpoints, remedies, stalls
 from .config import Config
-from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Prose, Query, QueryLabel, SeriesValue, Value
-from .records import (REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_STEP_MEDIAN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN)
+from .rule import RUN_BY, Alert, Group, Record, RuleFile, pct, sel
+from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, Value
+from .records import (REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN,
+                      REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
+                      REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN,
+                      REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_STEP_MEDIAN, REC_STEP_MIN,
+                      REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN)
 
-RUN_BY = "project, experiment"
 RELABELED = 'cause="relabeled_sku"'
 
 
-@dataclass
-class Record:
-    record: str
-    expr: str
-    labels: dict = field(default_factory=dict)
-    comment: str = ""
-
-
-@dataclass
-class Alert:
-    name: str
-    expr: str
-    severity: str
-    summary: str
-    description: Prose
-    for_: str | None = None
-    labels: dict = field(default_factory=dict)
-    remedy: Prose | None = None
-    step: bool = False          # carries a `step` annotation (the run's latest step)
-    comment: str = ""
-
-    def all_labels(self) -> dict:
-        return {"severity": self.severity, **self.labels}
-
-
-@dataclass
-class Group:
-    name: str
-    rules: list
-    comment: str = ""
-
-
-@dataclass
-class RuleFile:
-    name: str
-    header: str
-    groups: list[Group]
-
-
-def sel(cfg: Config, metric: str, matchers: str = "") -> str:
-    """``metric{matchers, <cfg extra matchers>}``."""
-    ms = ",".join(m for m in (matchers, cfg.selectors.extra) if m)
-    return f"{metric}{{{ms}}}" if ms else metric
-
-
 def cost(bucket: str, what: str) -> SeriesValue:
-    """" At the current rate <what> costs ≈N GPU-hours per day." from the ledger (exporter: median share of
-    the window's steps x GPUs x 24 h); nothing while the run's GPUs are unknown."""
+    """" At the current rate <what> costs ≈N GPU-hours per day." from the ledger (exporter: the bucket's share of
+    the window's step time x GPUs x 24 h); nothing while the run's GPUs are unknown."""
     return SeriesValue(n.GPU_HOURS_PER_DAY, "f0", f" At the current rate {what} costs about ", " GPU-hours per day.",
                        fixed=(("bucket", bucket),))
 
@@ -83,10 +40,6 @@ def regression_cost(cause: str | None = None) -> Part:
     if cause is None:
         return Query(n.STEP_REGRESSION_GPU_HOURS_PER_DAY, "f0", *text, matchers="cause=%q", label_args=("cause",))
     return SeriesValue(n.STEP_REGRESSION_GPU_HOURS_PER_DAY, "f0", *text, fixed=(("cause", cause),))
-
-
-def pct(x: float) -> str:
-    return f"{x * 100:g}%"
 
 
 def _window(cfg: Config, metric: str, stat: str, by: str = RUN_BY) -> str:
@@ -382,7 +335,6 @@ jitter. docs/alerts.md says why each number is what it is.
 
 
 def rule_files(cfg: Config) -> list[RuleFile]:
-    from . import endpoints  # rollout / reward servers and TransferQueue (alerting/endpoints.py)
     return [RuleFile("omniwatch.rules.yml", OMNIWATCH_HEADER, [records(cfg), steps(cfg), signals(cfg), health(cfg)]),
             endpoints.rule_file(cfg)]
 

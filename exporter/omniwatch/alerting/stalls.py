@@ -24,6 +24,8 @@ from .. import names as n
 from . import remedies
 from .config import Config
 from .prose import RUN, Ctx, P, Query, SeriesValue, Value, key_of
+from .rule import Alert, Record, sel
+from .testcase import INTERVAL, JOB, Case, Check, Expect, Series, dur
 from .records import REC_AGE, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_PREFIX, REC_STALL_WARNING
 
 RUN_BY = "project, experiment"
@@ -37,7 +39,6 @@ def planned(kind: str, prefix: str) -> SeriesValue:
 
 
 def records(cfg: Config) -> list:
-    from .spec import Record, sel
     s = cfg.stall
     typ = f"max by ({RUN_BY}) ({sel(cfg, n.TYPICAL_STEP)})"
     allowance = f"max by ({RUN_BY}) ({sel(cfg, n.PLANNED_ALLOWANCE)})"
@@ -59,7 +60,6 @@ def records(cfg: Config) -> list:
 
 
 def _expr(cfg: Config, severity: str) -> str:
-    from .spec import sel
     out = (f"{AGE}\n  > on ({RUN_BY}) {REC}{severity}\n"
            f"unless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_FINISHED)} == 1)")
     if severity != "info":  # live evidence (--checkpoint-root): the next step's checkpoint is being written
@@ -109,7 +109,6 @@ SUMMARIES = {
 
 
 def alerts(cfg: Config) -> list:
-    from .spec import Alert
     desc = descriptions(cfg)
     out = []
     for sev in SEVERITIES:
@@ -151,7 +150,6 @@ class Stall:
     project: str = "flowgrpo"
 
     def labels(self) -> dict:
-        from .promtests import JOB
         return {**JOB, "project": self.project, "experiment": self.experiment}
 
     def steps(self, samples: int, interval: int) -> tuple[list[float], list[int]]:
@@ -173,7 +171,6 @@ class Stall:
         return ts, steps
 
     def series(self, samples: int, interval: int) -> list:
-        from .promtests import Series
         ts, steps = self.steps(samples, interval)
         lab = self.labels()
         out = [Series(n.LAST_STEP_TS, lab, " ".join(f"{t:g}" for t in ts)),
@@ -205,7 +202,6 @@ def _stage_times(cfg: Config, run: Stall, interval: int, hold: int) -> dict[str,
 
 
 def cases(cfg: Config) -> list:
-    from .promtests import INTERVAL, Case, Check, Expect, dur
     hold = dur(cfg.step_for)
     out = []
 
@@ -267,7 +263,6 @@ def cases(cfg: Config) -> list:
     samples = (resume + hold) // INTERVAL + 3
     writes = (f"_x{first // INTERVAL} {first}+{INTERVAL}x{(last_write - first) // INTERVAL} "
               f"{last_write}x{samples - last_write // INTERVAL - 2}")
-    from .promtests import Series
     mid = (last_write // INTERVAL - 2) * INTERVAL
     out.append(Case(
         f"TrainingStalled waits at info while the next step's checkpoint directory is written (--checkpoint-root), "

@@ -43,10 +43,12 @@ from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_
 from .backtest import AlertHit, BacktestResult, _hit, eval_times, tail_for
 from .evaluate import Firing, alert_labels, firing_intervals
 from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, SampleGrid, _Family
-from .ruleset import RuleSet, _IDENT, load
+from .ruleset import RuleSet, _IDENT, levels, load
 from .runfile import RecordedRun
 from .timeline import Timeline
-from .tsdb import TempPrometheus, create_blocks_from_openmetrics
+from .tsdb import TempPrometheus, ToolError, create_blocks_from_openmetrics, promtool
+from ..rules import load_rule_file
+from .annotations import TIMEOUT, Request, build_tests, parse_got
 
 EVAL_THREADS = 4
 LOOKBACK = 300.0  # TempPrometheus' --query.lookback-delta (5m)
@@ -71,7 +73,6 @@ _PRINTF_METRIC = re.compile(r'printf\s+\\?"([a-zA-Z_:][\w:]*)\{')
 
 def annotation_families(rules: RuleSet) -> set[str]:
     """Metric names the evaluated alerts' annotation templates query (``printf "metric{...}" | query``)."""
-    from ..rules import load_rule_file
     names_: set[str] = set()
     wanted = {a.name for a in rules.evaluated()}
     for f in rules.files:
@@ -167,7 +168,6 @@ def present_series(grid: SampleGrid, rules: RuleSet, alerts) -> set[str]:
     """Metric names that exist in the backfill: the written families (and their sample names), ``up``,
     and each needed recording rule whose own expression is not provably empty (in dependency order)."""
     out = set(grid.families) | {p.split("{", 1)[0] for f in grid.families.values() for p in f.series} | {"up"}
-    from .ruleset import levels
     for level in levels(rules.needed_recordings(alerts, inlined=True)):
         out |= {r.record for r in level if not provably_empty(r.expr, out)}
     return out
@@ -565,8 +565,6 @@ def _annotate_many(plans: list[RunPlan], grid: SampleGrid, hits: list[list[Alert
 
     import yaml
 
-    from .annotations import TIMEOUT, Request, build_tests, parse_got
-    from .tsdb import ToolError, promtool
     tests, owners, doc = [], [], None
     for ri, hs in enumerate(hits):
         if not hs:

@@ -77,13 +77,6 @@ class SampleGrid:
         if hi > lo:
             self.add_render(generate_latest(registry).decode("utf-8"), lo, hi)
 
-    def sample_count(self) -> int:
-        n = len(self.times_ms)  # up
-        for fam in self.families.values():
-            for runs in fam.series.values():
-                n += sum(hi - lo for lo, hi, _ in runs)
-        return n
-
     def write(self, out: IO[str], up_range: tuple[int, int] | None = None) -> int:
         """Write the whole grid as one OpenMetrics document; returns the number of samples."""
         ts = [f"{t // 1000}.{t % 1000:03d}" for t in self.times_ms]

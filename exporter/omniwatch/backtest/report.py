@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .backtest import BacktestResult
+from .backfill import NullProgress
 
 TIMELINE_WIDTH = 80
 
@@ -43,7 +44,6 @@ class RichProgress:
 
 
 def progress_for(console: Console, quiet: bool):
-    from .backfill import NullProgress
     if quiet or not console.is_terminal:
         return NullProgress()
     return RichProgress(console)

@@ -15,7 +15,7 @@ import orjson
 from ..analytics import K_STEP, K_TESTING, K_TIME_PER_STEP
 from ..parse import LineError, ParsedStep, parse_console_line, parse_record
 from ..settings import DEFAULT_MAX_LINE
-from ..sources.files import run_labels
+from ..sources.layout import run_labels
 
 DEFAULT_STEP_SECONDS = 60.0  # wall time of a step when the whole run carries no timer at all
 

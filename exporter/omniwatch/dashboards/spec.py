@@ -29,7 +29,8 @@ from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
-from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING)
+from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO,
+                                REC_STALL_WARNING)
 
 # Grafana variables and macros, named once.
 V_DATASOURCE = "datasource"

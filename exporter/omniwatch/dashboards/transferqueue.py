@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..alerting.config import DEFAULT as CONFIG
 from ..alerting.prose import span
 from ..alerting.records import REC_TQ_DERIV, REC_TQ_SECONDS_TO_FULL
-from . import external as x
+from .. import external as x
 from .. import names as n
 from .spec import (Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate,
                    sel)

@@ -15,6 +15,8 @@ from ..analytics import analyze_step
 from .attribution import INTER_STAGE, Attributor
 from .devices import TraceBackend, TraceDevice, chunked
 from .sampler import GpuSampler
+from ..model import RunStore
+from ..parse import ParsedStep
 
 PROJECT, EXPERIMENT = "replay", "trace"
 
@@ -177,9 +179,6 @@ def replay_steps(fx: dict, mode: str = "pushed", threshold: float = 50.0, window
     untracked ratio) and ``window`` (the GPU min/median/max published once the step was attributed,
     or None).
     """
-    from ..model import RunStore
-    from ..parse import ParsedStep
-
     if mode not in ("pushed", "timing"):
         raise ValueError("mode is pushed or timing")
     data = normalize(fx)

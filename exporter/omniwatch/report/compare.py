@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import ledger
-from .facts import HOUR, RunFacts
+from .facts import RunFacts
 from .verdict import Bottleneck
+from .output import facts_json
 
 
 MOVED = 0.05
@@ -83,7 +84,6 @@ class Comparison:
         return s
 
     def as_json(self) -> dict:
-        from .output import facts_json
         return {"a": facts_json(self.a, self.va), "b": facts_json(self.b, self.vb), "unit": self.unit,
                 "phase_medians_seconds": self.phases(), "per_unit": self.buckets(), "moved": self.moved(),
                 "alerts": self.alerts(), "headline": self.headline()}
@@ -127,5 +127,3 @@ def _s(v) -> str:
     return "–" if v is None else f"{v:,.1f}"
 
 
-def gpu_hours_total(f: RunFacts) -> float:
-    return f.total_gpu_seconds / HOUR

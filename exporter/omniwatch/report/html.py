@@ -25,6 +25,7 @@ from .. import __version__, ledger
 from ..alerting.config import DEFAULT
 from .facts import HOUR, RunFacts
 from .verdict import Bottleneck
+from .compare import name
 
 RESOURCES = Resources(mode="inline", components=["bokeh"])
 WIDTH = 1000
@@ -365,7 +366,6 @@ def _change_text(c) -> str:
 
 
 def compare_page(c) -> str:
-    from .compare import name
     la, lb = name(c.a), name(c.b)
 
     def table(rows, fmt):

@@ -32,6 +32,7 @@ from ..alerting.config import DEFAULT
 from ..alerting.prose import Ctx
 from ..analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts
+from ..rules import alertmanager_config_path
 
 # Alerts whose cost is a whole bucket: the rate of that bucket (omniwatch_gpu_hours_per_day) is what they cost per day.
 RATE_ALERTS = {names.ALERT_REWARD_BOUND: (ledger.REWARD,), names.ALERT_IDLE: (ledger.IDLE,),
@@ -82,7 +83,6 @@ def cause_buckets(cause: str) -> list[str]:
 @lru_cache(maxsize=4)
 def inhibitors(path: str | None = None) -> dict[str, str]:
     """StepTimeRegression cause -> the alert that inhibits it, read from alerts/alertmanager.yml."""
-    from ..rules import alertmanager_config_path
     doc = yaml.safe_load(open(path or alertmanager_config_path(), encoding="utf-8")) or {}
     out: dict[str, str] = {}
     for rule in doc.get("inhibit_rules") or []:

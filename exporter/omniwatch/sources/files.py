@@ -22,6 +22,7 @@ from ..model import RunStore
 from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
 from ..planned import total_steps_in
 from ..redact import looks_like_credential, redact
+from .layout import run_labels
 from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, escapes
 
 log = logging.getLogger(__name__)
@@ -29,16 +30,6 @@ log = logging.getLogger(__name__)
 RESCAN_SECONDS = 2.0
 IDLE_AFTER_POLLS = 60  # unchanged this many polls in a row (30 s at the default 0.5 s) ...
 IDLE_EVERY = 4         # ... then looked at every 4th poll
-
-
-def run_labels(path: str) -> tuple[str, str]:
-    p = Path(path)
-    name = p.name
-    for suffix in (".console.log", ".jsonl", ".log", ".txt"):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
-            break
-    return (p.parent.name or "default"), name
 
 
 class FileSource:

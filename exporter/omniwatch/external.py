@@ -2,7 +2,8 @@
 
 Taken from shared/reference/endpoints.md (vLLM-Omni ``vllm_omni:`` families, upstream vLLM V1 ``vllm:``
 families, TransferQueue 0.1.11 controller and storage units, dcgm-exporter default counters, Ray 2.60 node GPU metrics).
-The dashboards and ``demo_endpoints`` both import these, so the demo can only serve what the panels query.
+The dashboards, the endpoint rules (``alerting/endpoints.py``) and ``demo_endpoints`` import these, so the demo
+can only serve what the panels and rules query.
 
 Unit quirks kept here, next to the names: ``DCGM_FI_DEV_FB_*`` and Ray ``ray_node_gram_*`` are MiB,
 DCGM ``*_UTIL`` and Ray ``ray_node_gpus_utilization`` are percent (0-100), Ray power is milliwatts.
