@@ -71,6 +71,7 @@ generate: install
 	$(OW) docs
 	$(OW) compose render
 	$(OW) export k8s
+	$(PY) benchmarks/run.py --docs
 
 check: install
 	$(OW) rules generate --check
@@ -78,6 +79,7 @@ check: install
 	$(OW) docs --check
 	$(OW) compose check
 	$(OW) export k8s --check
+	$(PY) benchmarks/run.py --docs --check
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration and not long" $(PYTEST_ARGS)

@@ -463,8 +463,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="fail on drift instead of writing")
     a = ap.parse_args(argv)
     results = json.loads(Path(a.results).read_text())
+    try:
+        rendered = render_all(results, Path(a.root))
+    except ValueError as e:  # a block missing, repeated or unknown: say which, no traceback
+        print(f"benchmarks/docs.py: {e}", file=sys.stderr)
+        return 2
     drift = []
-    for path, new in render_all(results, Path(a.root)).items():
+    for path, new in rendered.items():
         old = path.read_text()
         if old == new:
             continue
