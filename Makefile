@@ -64,22 +64,13 @@ test: install deps check
 	$(PY) -m pytest -q -m "not long" $(PYTEST_ARGS)
 
 # Every generated file, from its one source: alerts/ and its tests + the thresholds table of docs/alerts.md
-# (exporter/omniwatch/alerting/), dashboards/*.json, docs/metrics.md, deploy/compose/, deploy/k8s/.
+# (exporter/omniwatch/alerting/), dashboards/*.json, docs/metrics.md, deploy/compose/, deploy/k8s/, the benchmark
+# figures of docs/ (benchmarks/results.json): omniwatch/generated.py lists them.
 generate: install
-	$(OW) rules generate
-	$(OW) dashboards generate
-	$(OW) docs
-	$(OW) compose render
-	$(OW) export k8s
-	$(PY) benchmarks/run.py --docs
+	$(OW) generate
 
 check: install
-	$(OW) rules generate --check
-	$(OW) dashboards check
-	$(OW) docs --check
-	$(OW) compose check
-	$(OW) export k8s --check
-	$(PY) benchmarks/run.py --docs --check
+	$(OW) generate --check
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration and not long" $(PYTEST_ARGS)

@@ -6,8 +6,8 @@ import argparse
 import logging
 import sys
 
-from . import (__version__, agents, backtest, compose, dashboards, demo, discovery, docsgen, export, relay, report,
-               rules, server, stack)
+from . import (__version__, agents, backtest, compose, dashboards, demo, discovery, docsgen, export, generated, relay,
+               report, rules, server, stack)
 from .redact import install_log_redaction
 
 AREAS = (
@@ -24,6 +24,7 @@ AREAS = (
     agents,      # agent, agents start|status|stop
     export,      # export rules|dashboards|k8s
     compose,     # compose render|check|secrets
+    generated,   # generate [--check]: every generated file at once
 )
 
 

@@ -91,14 +91,7 @@ def rendered() -> dict[str, str]:
 
 def render(out: Path) -> list[Path]:
     """Write the files that differ; return those written."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in rendered().items():
-        p = out / name
-        if not p.is_file() or p.read_text() != text:
-            p.write_text(text)
-            written.append(p)
-    return written
+    return paths.sync({out / n: t for n, t in rendered().items()}, check=False)
 
 
 def check(out: Path) -> list[str]:

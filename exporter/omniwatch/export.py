@@ -134,15 +134,7 @@ def k8s_dir() -> Path:
 def write_k8s(out: Path | None = None, check: bool = False) -> list[str]:
     """Write the manifests (or, with ``check``, only compare); returns the files that differ."""
     out = Path(out or k8s_dir())
-    drift = []
-    for name, text in k8s_manifests().items():
-        p = out / name
-        if not p.is_file() or p.read_text(encoding="utf-8") != text:
-            drift.append(str(p))
-            if not check:
-                out.mkdir(parents=True, exist_ok=True)
-                p.write_text(text, encoding="utf-8")
-    return drift
+    return [str(p) for p in paths.sync({out / n: t for n, t in k8s_manifests().items()}, check)]
 
 
 # --- CLI -----------------------------------------------------------------------------------------

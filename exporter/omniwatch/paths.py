@@ -31,3 +31,17 @@ def docs_file(name: str) -> Path:
     """A page of docs/ (the runbooks the exporter serves): the checkout's, else the packaged copy."""
     repo = repo_dir() / "docs" / name
     return repo if repo.is_file() else _PKG / "_data" / "docs" / name
+
+
+def sync(files: dict[Path, str], check: bool) -> list[Path]:
+    """Write (or with ``check`` only compare) ``files``; returns the paths whose text differs."""
+    drift = []
+    for path, text in files.items():
+        have = path.read_text(encoding="utf-8") if path.is_file() else None
+        if have == text:
+            continue
+        drift.append(path)
+        if not check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    return drift

@@ -109,17 +109,7 @@ def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path,
 def generate(cfg: Config = config_mod.DEFAULT, alerts_dir: Path | None = None, docs_file: Path | None = None,
              check: bool = False) -> list[Path]:
     """Write (or with ``check`` compare) every generated file; returns the paths that differ."""
-    alerts_dir = alerts_dir or paths.alerts_dir()
-    drift = []
-    for path, text in outputs(cfg, alerts_dir, docs_file).items():
-        have = path.read_text() if path.exists() else None
-        if have == text:
-            continue
-        drift.append(path)
-        if not check:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    return drift
+    return paths.sync(outputs(cfg, alerts_dir or paths.alerts_dir(), docs_file), check)
 
 
 def cmd_generate(args) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import paths
 from .catalog import DASHBOARDS
 from .factory import to_json
 
@@ -26,14 +27,7 @@ def rendered(dashboards=DASHBOARDS) -> dict[str, str]:
 
 def generate(out: Path, dashboards=DASHBOARDS) -> list[Path]:
     """Write every dashboard whose text changed; returns the files written."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in rendered(dashboards).items():
-        path = out / name
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
-            written.append(path)
-    return written
+    return paths.sync({out / n: t for n, t in rendered(dashboards).items()}, check=False)
 
 
 def check(out: Path, dashboards=DASHBOARDS) -> list[str]:
