@@ -92,7 +92,7 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
                     f"server {_f(r['server_cpu_ms_per_request'], ' ms CPU/req', 2)}", f"{r['target_rate_per_s']:.0f}/s"))
     if (r := results.get("alert")) and "error" not in r:
         for name, v in r.items():
-            if isinstance(v, dict):
+            if isinstance(v, dict) and "median_s" in v:  # (not the section's meta)
                 out.append((f"alert latency {name}", f"median {_f(v['median_s'], ' s')}, max {_f(v['max_s'], ' s')}"
                             + (f", missed {v['missed']}" if v["missed"] else ""), f"{r['trials']} trial(s), default intervals"))
     if (r := results.get("files")) and "error" not in r:
@@ -183,6 +183,16 @@ def main(argv=None) -> int:
     con = Console()
     run_argv = list(sys.argv[1:] if argv is None else argv)
     results: dict = {"meta": where(run_argv)}
+    try:  # sections not run this time keep their last results
+        kept = {k: v for k, v in json.loads(Path(args.out).read_text()).items() if k not in chosen and k != "meta"}
+    except (OSError, ValueError):
+        kept = {}
+
+    def save() -> None:  # after every section: a later failure (or Ctrl-C) never loses what was measured
+        merged = {**kept, **results}
+        Path(args.out).write_text(json.dumps({k: merged[k] for k in sorted(merged, key=_order)}, indent=2,
+                                             default=str) + "\n")
+
     for name in chosen:
         con.print(f"[bold]running {name}[/] ...")
         meta = where(run_argv)
@@ -192,10 +202,14 @@ def main(argv=None) -> int:
         except Exception as e:  # one broken section must not hide the others
             results[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
         results[name]["meta"] = {**meta, "section_wall_s": round(time.perf_counter() - t0, 1)}
+        save()
+    con.print(f"results written to {args.out}")
+    if Path(args.out).resolve() == RESULTS:  # the committed results: the docs quote them
+        docs.main(["--results", args.out])
     table = Table(title=f"omniwatch benchmarks ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
     for col in ("benchmark", "measured", "target / baseline"):
         table.add_column(col)
-    for row in rows(results):
+    for row in rows({**kept, **results}):
         table.add_row(*row)
     con.print(table)
     if (r := results.get("ingest")) and r.get("profile_top"):
@@ -205,15 +219,6 @@ def main(argv=None) -> int:
         for x in r["profile_top"]:
             prof.add_row(x["function"], str(x["calls"]), f"{x['tottime_s']:.3f}", f"{x['cumtime_s']:.3f}", f"{x['share_of_total']:.0%}")
         con.print(prof)
-    try:  # sections not run this time keep their last results
-        kept = {k: v for k, v in json.loads(Path(args.out).read_text()).items() if k not in results}
-    except (OSError, ValueError):
-        kept = {}
-    merged = {**results, **kept}
-    Path(args.out).write_text(json.dumps({k: merged[k] for k in sorted(merged, key=_order)}, indent=2, default=str) + "\n")
-    con.print(f"results written to {args.out}")
-    if Path(args.out).resolve() == RESULTS:  # the committed results: the docs quote them
-        docs.main(["--results", args.out])
     return 1 if any(isinstance(r, dict) and "error" in r for r in results.values()) else 0
 
 
