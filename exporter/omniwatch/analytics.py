@@ -95,7 +95,8 @@ def phase_of(key: str) -> str | None:
 
 
 _VALIDATION = "\x00validation"
-_KEY_KIND: dict[str, str] = {}  # key -> phase name, _VALIDATION, or "" (neither); bounded
+_OFF_POLICY = "\x00off_policy"  # training/off_policy/*: only the V1 trainer logs these
+_KEY_KIND: dict[str, str] = {}  # key -> phase name, _VALIDATION, _OFF_POLICY, or "" (none); bounded
 
 
 def is_validation_key(key: str) -> bool:
@@ -104,7 +105,8 @@ def is_validation_key(key: str) -> bool:
 
 
 def _classify(key: str) -> str:
-    k = phase_of(key) or (_VALIDATION if key == K_TESTING or key.startswith(("val-", "val/")) else "")
+    k = phase_of(key) or (_VALIDATION if key == K_TESTING or key.startswith(("val-", "val/")) else
+                          _OFF_POLICY if key.startswith("training/off_policy/") else "")
     if len(_KEY_KIND) < 1 << 16:
         _KEY_KIND[key] = k
     return k
@@ -141,14 +143,17 @@ class StepRecord:
         return not self.flags
 
 
-def step_modes(values: dict[str, float]) -> dict[str, str]:
+def step_modes(values: dict[str, float], off_policy: bool | None = None) -> dict[str, str]:
     """The layout one step's keys reveal (reference verl_omni_metrics.md 2.3, 2.8, 2.11; docs/verl-source.md):
     V1 logs ``timing_s/feed`` and ``training/off_policy/*`` and no agent-loop keys; streamed reward shows as
     ``agent_loop/compute_score`` > 0 (legacy), a colocated reward model as a real ``timing_s/reward``
     (in V1 that timer exists only for a colocated reward model); separate_async trajectories are stale
-    (staleness >= 0; on-policy sync is -1) or dropped."""
+    (staleness >= 0; on-policy sync is -1) or dropped. ``off_policy``: whether a ``training/off_policy/*`` key
+    is present, when the caller already knows (the key pass of ``analyze_step``)."""
     modes: dict[str, str] = {}
-    v1 = K_FEED in values or any(k.startswith("training/off_policy/") for k in values)
+    if off_policy is None:
+        off_policy = any(k.startswith("training/off_policy/") for k in values)
+    v1 = K_FEED in values or off_policy
     legacy = not v1 and (K_GEN_SEQ_MAX in values or "perf/mfu/actor_infer" in values)
     if v1 or legacy:
         modes["trainer"] = "v1" if v1 else "legacy"
@@ -187,15 +192,17 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
     if duration is not None and duration <= 0:
         duration = None
     phases: dict[str, float] = {}
-    validation = False
+    validation = off_policy = False
     kind = _KEY_KIND.get
-    for key, v in values.items():  # one pass: phase timers and validation keys
+    for key, v in values.items():  # one pass: phase timers, validation keys, V1's off-policy keys
         k = kind(key)
         if k is None:
             k = _classify(key)
         if k:
             if k is _VALIDATION:
                 validation = True
+            elif k is _OFF_POLICY:
+                off_policy = True
             elif v >= 0:
                 phases[k] = v
     residual = None
@@ -235,7 +242,7 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
     if values.get(K_SAVE, 0) > 0:
         flags.add("checkpoint")
     rec = StepRecord(step, arrival, duration, phases, rb, critical, idle, mfu,
-                     values.get(K_THROUGHPUT), frozenset(flags), values, step_modes(values), share,
+                     values.get(K_THROUGHPUT), frozenset(flags), values, step_modes(values, off_policy), share,
                      _causes(phases, critical) if duration is not None else {})
     _signals(rec, values, non_finite, residual)
     return rec
@@ -338,12 +345,15 @@ class RunWindow:
         """A new trainer incarnation: nothing of the old one is compared with the new one."""
         self.normal.clear()
 
+    def typical_step(self) -> float | None:
+        """The median duration of the last ``n`` normal steps (cheap: read on every ingested step)."""
+        durs = [r.duration for r in self.normal if r.duration is not None]
+        return statistics.median(durs[-self.n:]) if durs else None
+
     def stats(self) -> WindowStats:
         recs = list(self.normal)
         out = WindowStats(steps=min(len(recs), self.k))
-        durs_all = [r.duration for r in recs if r.duration is not None]
-        if durs_all:
-            out.typical_step = statistics.median(durs_all[-self.n:])
+        out.typical_step = self.typical_step()
         if len(recs) < self.k:
             return out
         win, base = recs[-self.k:], recs[:-self.k]

@@ -180,9 +180,10 @@ class Run:
         appended console log)."""
         if self.last_arrival is None or not rec.normal:
             return False
+        typical = self.window.typical_step()
+        if not typical or arrival - self.last_arrival <= PAUSE_STEPS * typical:
+            return False  # no pause: the window statistics are not computed for every ingested step
         st = self.stats
-        if not st.typical_step or arrival - self.last_arrival <= PAUSE_STEPS * st.typical_step:
-            return False
         pairs = [(rec.mfu.get(role), base) for role, base in st.mfu_baseline.items()]
         pairs.append((rec.duration, st.duration_baseline))
         return any(v and b and max(v / b, b / v) > LEVEL_SHIFT for v, b in pairs)
@@ -364,8 +365,8 @@ class RunStore:
                     run.grad_nonfinite_total += 1
             self._account(run, rec, arrival, backlog)
             run.digests[step] = (feed, digest)
-            if len(run.digests) > DIGESTS_KEPT:
-                del run.digests[min(run.digests)]
+            if len(run.digests) > DIGESTS_KEPT:  # the oldest remembered (insertion order: no scan per step)
+                del run.digests[next(iter(run.digests))]
             run.window.add(rec)
             run.planned.observe(step, parsed.values)
             run.stats_dirty = True
