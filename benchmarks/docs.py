@@ -324,8 +324,7 @@ def queries(r: dict) -> list[str]:
         [f"{r['resolution_s']} s", f"{r['samples'] / 1e6:,.2f} M", num(r["create_blocks_s"], 0, " s"), num(r["range_total_s"], 1, " s"),
          f"{num(slow[0][0], 2, ' s')} ({slow[0][2]})" if slow else "n/a", str(r["range_query_errors"])]]),
         "", f"Range step {r['range_step_s']} s over {num(r['hours'], 0, ' h')} of {r['gpus']} GPUs x {r['runs']} runs; "
-            f"`dashboards.verify()` (every panel as an instant query) {num(r['verify_instant_s'], 1, ' s')}, "
-            f"{r['verify_failures']} failure(s); Prometheus RSS after the queries {mib(r['rss_bytes_after'])}."]
+            f"Prometheus RSS after the queries {mib(r['rss_bytes_after'])}."]
 
 
 # --- the overview: one line per section ---------------------------------------------------------------------
