@@ -13,7 +13,7 @@ help:
 	@echo "make test        unit tests, promtool rule checks/tests, integration tests on loopback"
 	@echo "make test-ray    install Ray + TransferQueue (CPU torch) into .venv and run the tests that need them"
 	@echo "make up|down|status   the monitoring stack (docker compose if an engine answers, else native)"
-	@echo "make generate    regenerate every generated file (rules + their tests, dashboards, docs, compose, k8s)"
+	@echo "make generate    regenerate every generated file (rules + their tests, dashboards, docs, compose, k8s, benchmark figures)"
 	@echo "make check       fail on any drift between the generated files and their sources (make test runs it)"
 	@echo "make backtest RUN=path/to/run.jsonl   which alerts would have fired, at which steps"
 	@echo "make report RUN=run.jsonl|LOG_ROOT [OUT=run.html]   a shareable HTML report (GPU-hours ledger, verdict, charts)"
