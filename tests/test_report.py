@@ -19,8 +19,8 @@ from omniwatch import ledger
 from omniwatch.alerting import remedies
 from omniwatch.alerting.prose import Ctx
 from omniwatch.backtest.backtest import backtest
-from omniwatch.backtest.multi import FamilyRender, backtest_many, write_sparse
-from omniwatch.backtest.openmetrics import SampleGrid
+from omniwatch.backtest.multi import backtest_many, write_sparse
+from omniwatch.backtest.openmetrics import FamilyRender, SampleGrid
 from omniwatch.backtest.runfile import load_run
 from omniwatch.backtest.timeline import Timeline
 from omniwatch.exposition import make_registry
@@ -143,7 +143,6 @@ def test_report_agrees_with_a_live_runstore_fed_the_same_lines(name):
 def test_family_render_is_generate_latest_byte_for_byte():
     """The exporter's registry rendered by FamilyRender is generate_latest's text, and its samples land in
     the grid as the parsed text would."""
-    from omniwatch.backtest.multi import add_families
     for name in ("flowgrpo_async_reward_tail", "v1_transfer_idle"):
         run = load_run(str(fixture_path(name)))
         st = RunStore(clock=lambda: 0.0)
@@ -154,7 +153,7 @@ def test_family_render_is_generate_latest_byte_for_byte():
             ours, theirs = fr.text(), generate_latest(reg).decode()
             assert _no_render_time(ours) == _no_render_time(theirs)
             a.add_render(ours, 2 * i, 2 * i + 2)
-            add_families(b, fr.families(), 2 * i, 2 * i + 2)
+            b.add_families(fr.families(), 2 * i, 2 * i + 2)
         assert {k: (f.meta, f.series) for k, f in a.families.items()} == \
             {k: (f.meta, f.series) for k, f in b.families.items() if k != "omniwatch_scrape_duration_seconds"} | \
             {"omniwatch_scrape_duration_seconds": (a.families["omniwatch_scrape_duration_seconds"].meta,

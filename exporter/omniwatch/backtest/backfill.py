@@ -16,9 +16,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..exposition import make_registry
 from ..model import RunStore
-from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, SampleGrid
+from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, FamilyRender, SampleGrid
 from .ruleset import RecordingRule, levels, write_rule_file
 from .runfile import RecordedRun
 from .timeline import Timeline
@@ -72,7 +71,7 @@ def render_run(run: RecordedRun, timeline: Timeline, times_ms: list[int], *, job
     now = [timeline.arrivals[0]]
     store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
     store.set_source_up(run.kind, run.path, True)  # as the live file source reports its watch spec
-    registry = make_registry(store)
+    render = FamilyRender(store)  # the registry's text, without prometheus_client's per-character escaping
     grid = SampleGrid(times_ms, job, instance)
     arrivals_ms = [round(a * 1000) for a in timeline.arrivals]
     progress.phase("ingest + render", len(run.entries))
@@ -81,7 +80,8 @@ def render_run(run: RecordedRun, timeline: Timeline, times_ms: list[int], *, job
         store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
         lo = bisect.bisect_left(times_ms, arrivals_ms[i])
         hi = bisect.bisect_left(times_ms, arrivals_ms[i + 1]) if i + 1 < len(run.entries) else len(times_ms)
-        grid.add_render_of(registry, lo, hi)  # a step overtaken before the next scrape is never seen
+        if hi > lo:  # a step overtaken before the next scrape is never seen
+            grid.add_families(render.families(), lo, hi)
         progress.advance()
     return grid
 

@@ -37,12 +37,11 @@ from typing import Callable, Iterable
 
 from prometheus_client.utils import floatToGoString
 
-from ..exposition import OWNED, RunCollector, make_registry
 from ..model import RunStore
 from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
 from .backtest import AlertHit, BacktestResult, _hit, eval_times, tail_for
 from .evaluate import Firing, alert_labels, firing_intervals
-from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, SampleGrid, _Family
+from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, FamilyRender, SampleGrid, label_value
 from .ruleset import RuleSet, _IDENT, levels, load
 from .runfile import RecordedRun
 from .timeline import Timeline
@@ -53,7 +52,6 @@ from .annotations import TIMEOUT, Request, build_tests, parse_got
 EVAL_THREADS = 4
 LOOKBACK = 300.0  # TempPrometheus' --query.lookback-delta (5m)
 _RANGE = re.compile(r"([a-zA-Z_:][\w:]*)\s*(?:\{[^}]*\})?\s*\[")
-OWNED_NAMES = {(m[: -len("_total")] if m.endswith("_total") else m) for m in OWNED}
 
 
 def rule_families(rules: RuleSet, alerts=None) -> set[str]:
@@ -181,94 +179,6 @@ def _balanced(t: str) -> bool:
         if depth < 0:
             return False
     return depth == 0
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-class FamilyRender:
-    """The store's registry (``exposition.make_registry``: every collector the exporter registers for
-    runs) as OpenMetrics text — what ``generate_latest`` writes — restricted to the families in ``keep``
-    (None: all). The exporter's own collectors build the families; only the formatting is done here,
-    without the per-character escaping that makes ``generate_latest`` the slowest part of a long
-    backfill."""
-
-    def __init__(self, store: RunStore, keep: set[str] | None = None):
-        reg = make_registry(store)
-        # the registry's collectors, in registration order (prometheus_client keeps them in this dict)
-        self.collectors = list(getattr(reg, "_collector_to_names", {})) or [reg]
-        self.keep = keep
-        # owned families to find before the run collector can stop (passthrough verl_* families come after)
-        self._owned_wanted = None if keep is None or any(k.startswith("verl_") for k in keep) \
-            else OWNED_NAMES & keep
-        self._labels: dict[tuple, str] = {}   # (sample name, label items) -> series text, bounded
-        self._metas: dict[tuple, str] = {}    # (family, help) -> HELP/TYPE lines
-
-    def families(self) -> list[tuple[str, str, list[tuple[str, str]]]]:
-        """(family name, its HELP/TYPE/UNIT lines, [(series, value text)]) of the kept families."""
-        out = []
-        labels, metas = self._labels, self._metas
-        for col in self.collectors:
-            stop = self._owned_wanted if isinstance(col, RunCollector) else None
-            seen = 0
-            gen = col.collect()
-            for fam in gen:
-                name = fam.name
-                if self.keep is not None and name not in self.keep:
-                    continue
-                meta = metas.get((name, fam.documentation))
-                if meta is None:
-                    meta = metas[(name, fam.documentation)] = (
-                        f"# HELP {name} {_escape(fam.documentation)}\n# TYPE {name} {fam.type}\n"
-                        + (f"# UNIT {name} {fam.unit}\n" if fam.unit else ""))
-                samples = []
-                for s in fam.samples:
-                    key = (s.name, tuple(s.labels.items()))
-                    series = labels.get(key)
-                    if series is None:
-                        if s.labels:
-                            lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
-                            series = f"{s.name}{{{lab}}}"
-                        else:
-                            series = s.name
-                        if len(labels) < 1 << 16:
-                            labels[key] = series
-                    samples.append((series, floatToGoString(s.value)))
-                out.append((name, meta, samples))
-                if stop is not None:
-                    seen += 1
-                    if seen >= len(stop):
-                        gen.close()  # what the rules read is rendered; skip the passthrough families
-                        break
-        return out
-
-    def text(self) -> str:
-        parts = []
-        for _name, meta, samples in self.families():
-            parts.append(meta)
-            parts.extend(f"{series} {value}\n" for series, value in samples)
-        parts.append("# EOF\n")
-        return "".join(parts)
-
-
-def add_families(grid: SampleGrid, fams, lo: int, hi: int) -> None:
-    """``SampleGrid.add_render`` for :meth:`FamilyRender.families` (no text to parse): the samples hold
-    for scrapes [lo, hi)."""
-    if hi <= lo:
-        return
-    for name, meta, samples in fams:
-        fam = grid.families.get(name)
-        if fam is None:
-            fam = grid.families[name] = _Family([])
-        if not fam.meta and not fam.series:
-            fam.meta.extend(meta.rstrip("\n").split("\n"))
-        for series, value in samples:
-            runs = fam.series.setdefault(grid._with_target(series), [])
-            if runs and runs[-1][1] == lo and runs[-1][2] == value:
-                runs[-1][1] = hi
-            else:
-                runs.append([lo, hi, value])
 
 
 def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | None = None,
@@ -493,7 +403,7 @@ def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], fami
         lo = max(p.lo, bisect.bisect_left(times, arrivals_ms[i]))
         hi = min(p.hi, bisect.bisect_left(times, arrivals_ms[i + 1])) if i + 1 < n else p.hi
         if hi > lo:  # a step overtaken before the next scrape is never seen
-            add_families(grid, render.families(), lo, hi)
+            grid.add_families(render.families(), lo, hi)
         progress.advance()
 
 
@@ -540,8 +450,8 @@ def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable
 def _run_grid(grid: SampleGrid, run: RecordedRun) -> SampleGrid:
     """The part of the shared grid that is one run's: its labelled series, its file's source series, and
     series of no run."""
-    mine = (f'experiment="{_escape(run.experiment)}"', f'project="{_escape(run.project)}"')
-    target = f'target="{_escape(run.path)}"'
+    mine = (f'experiment="{label_value(run.experiment)}"', f'project="{label_value(run.project)}"')
+    target = f'target="{label_value(run.path)}"'
     sub = SampleGrid(grid.times_ms, grid.job, grid.instance)
     for name, fam in grid.families.items():
         keep = {}

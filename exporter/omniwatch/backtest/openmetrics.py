@@ -2,8 +2,9 @@
 timestamps that ``promtool tsdb create-blocks-from openmetrics`` turns into TSDB blocks.
 
 The exporter's state only changes when a step is ingested, so the registry is rendered once per step
-(prometheus_client's own OpenMetrics exposition: same escaping and float formatting as live) and the
-samples are repeated at every scrape timestamp until the next step: exactly what live scraping of an
+(:class:`FamilyRender`: the exporter's own collectors, formatted as prometheus_client's OpenMetrics
+exposition writes them — byte for byte, tested — without its per-character escaping) and the samples are
+repeated at every scrape timestamp until the next step: exactly what live scraping of an
 unchanged exporter records. The writer groups samples per family and per series (OpenMetrics wants a
 family's samples together and each series' points in time order) and adds what Prometheus attaches to
 every scraped sample: the target labels ``job``/``instance`` and the synthetic ``up`` series.
@@ -13,14 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import IO
 
-from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
+
+from ..exposition import OWNED, RunCollector, make_registry
+from ..model import RunStore
 
 DEFAULT_JOB = "omniwatch"  # the scrape job of the native stack (alerts use up{job="omniwatch"})
 DEFAULT_INSTANCE = "backfill"  # distinct from any live target, so a backfill never collides with it
+OWNED_NAMES = {(m[: -len("_total")] if m.endswith("_total") else m) for m in OWNED}
 
 
-def _label_value(v: str) -> str:
+def label_value(v: str) -> str:
+    """A label value escaped as the exposition formats write it."""
     return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
@@ -37,7 +42,7 @@ class SampleGrid:
     def __init__(self, times_ms: list[int], job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE):
         self.times_ms = times_ms
         self.families: dict[str, _Family] = {}
-        self._target = f'instance="{_label_value(instance)}",job="{_label_value(job)}"'
+        self._target = f'instance="{label_value(instance)}",job="{label_value(job)}"'
         self.job, self.instance = job, instance
 
     def _with_target(self, prefix: str) -> str:
@@ -73,9 +78,23 @@ class SampleGrid:
             else:
                 runs.append([lo, hi, value])
 
-    def add_render_of(self, registry, lo: int, hi: int) -> None:
-        if hi > lo:
-            self.add_render(generate_latest(registry).decode("utf-8"), lo, hi)
+    def add_families(self, fams, lo: int, hi: int) -> None:
+        """``add_render`` for :meth:`FamilyRender.families` (no text to parse): the samples hold for scrapes
+        [lo, hi)."""
+        if hi <= lo:
+            return
+        for name, meta, samples in fams:
+            fam = self.families.get(name)
+            if fam is None:
+                fam = self.families[name] = _Family([])
+            if not fam.meta and not fam.series:
+                fam.meta.extend(meta.rstrip("\n").split("\n"))
+            for series, value in samples:
+                runs = fam.series.setdefault(self._with_target(series), [])
+                if runs and runs[-1][1] == lo and runs[-1][2] == value:
+                    runs[-1][1] = hi
+                else:
+                    runs.append([lo, hi, value])
 
     def write(self, out: IO[str], up_range: tuple[int, int] | None = None) -> int:
         """Write the whole grid as one OpenMetrics document; returns the number of samples."""
@@ -98,3 +117,68 @@ class SampleGrid:
                     n += hi - lo
         out.write("# EOF\n")
         return n
+
+
+class FamilyRender:
+    """The store's registry (``exposition.make_registry``: every collector the exporter registers for
+    runs) as OpenMetrics text — what ``generate_latest`` writes — restricted to the families in ``keep``
+    (None: all). The exporter's own collectors build the families; only the formatting is done here,
+    without the per-character escaping that makes ``generate_latest`` the slowest part of a long
+    backfill."""
+
+    def __init__(self, store: RunStore, keep: set[str] | None = None):
+        reg = make_registry(store)
+        # the registry's collectors, in registration order (prometheus_client keeps them in this dict)
+        self.collectors = list(getattr(reg, "_collector_to_names", {})) or [reg]
+        self.keep = keep
+        # owned families to find before the run collector can stop (passthrough verl_* families come after)
+        self._owned_wanted = None if keep is None or any(k.startswith("verl_") for k in keep) \
+            else OWNED_NAMES & keep
+        self._labels: dict[tuple, str] = {}   # (sample name, label items) -> series text, bounded
+        self._metas: dict[tuple, str] = {}    # (family, help) -> HELP/TYPE lines
+
+    def families(self) -> list[tuple[str, str, list[tuple[str, str]]]]:
+        """(family name, its HELP/TYPE/UNIT lines, [(series, value text)]) of the kept families."""
+        out = []
+        labels, metas = self._labels, self._metas
+        for col in self.collectors:
+            stop = self._owned_wanted if isinstance(col, RunCollector) else None
+            seen = 0
+            gen = col.collect()
+            for fam in gen:
+                name = fam.name
+                if self.keep is not None and name not in self.keep:
+                    continue
+                meta = metas.get((name, fam.documentation))
+                if meta is None:
+                    meta = metas[(name, fam.documentation)] = (
+                        f"# HELP {name} {label_value(fam.documentation)}\n# TYPE {name} {fam.type}\n"
+                        + (f"# UNIT {name} {fam.unit}\n" if fam.unit else ""))
+                samples = []
+                for s in fam.samples:
+                    key = (s.name, tuple(s.labels.items()))
+                    series = labels.get(key)
+                    if series is None:
+                        if s.labels:
+                            lab = ",".join(f'{k}="{label_value(v)}"' for k, v in sorted(s.labels.items()))
+                            series = f"{s.name}{{{lab}}}"
+                        else:
+                            series = s.name
+                        if len(labels) < 1 << 16:
+                            labels[key] = series
+                    samples.append((series, floatToGoString(s.value)))
+                out.append((name, meta, samples))
+                if stop is not None:
+                    seen += 1
+                    if seen >= len(stop):
+                        gen.close()  # what the rules read is rendered; skip the passthrough families
+                        break
+        return out
+
+    def text(self) -> str:
+        parts = []
+        for _name, meta, samples in self.families():
+            parts.append(meta)
+            parts.extend(f"{series} {value}\n" for series, value in samples)
+        parts.append("# EOF\n")
+        return "".join(parts)
