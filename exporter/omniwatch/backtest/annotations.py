@@ -203,7 +203,13 @@ def render(grid: SampleGrid, requests: list[Request], scrape_interval: float, ev
     """Request index -> the alerts of that name firing at its time, (labels, annotations) each."""
     if not requests:
         return {}
-    doc = build_tests(grid, requests, scrape_interval, eval_interval, rule_files)
+    got = run_tests(build_tests(grid, requests, scrape_interval, eval_interval, rule_files))
+    return {int(name[1:]): alerts for name, alerts in got.items()}
+
+
+def run_tests(doc: dict) -> dict[str, list[tuple[dict[str, str], dict[str, str]]]]:
+    """Run a promtool test document built to fail (it expects no alerts) and read what promtool rendered:
+    test name -> (labels, annotations) of the alerts firing there; {} when nothing fired."""
     with tempfile.TemporaryDirectory(prefix="omniwatch-annotations-") as tmp:
         path = Path(tmp) / "annotations.test.yml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False, width=10**9), encoding="utf-8")
@@ -222,4 +228,4 @@ def render(grid: SampleGrid, requests: list[Request], scrape_interval: float, ev
         got = parse_got(text)
     except (ValueError, IndexError) as e:
         raise ToolError(f"cannot read promtool's rendered alerts: {e}") from None
-    return {int(name[1:]): alerts for name, alerts in got.items()}
+    return got

@@ -71,8 +71,9 @@ class Firing:
     last_t: float
 
 
-def evaluate_rule(prom, rule: AlertRule, times: list[float]) -> list[Firing]:
-    """Evaluate one alerting rule at every timestamp of ``times`` (an even grid)."""
+def true_at(prom, rule: AlertRule, times: list[float]) -> list[tuple[dict, list[bool]]]:
+    """One range query of the rule's condition over ``times`` (an even grid): per alert label set, whether
+    it held at each timestamp."""
     if not times:
         return []
     step = times[1] - times[0] if len(times) > 1 else 15.0
@@ -86,8 +87,13 @@ def evaluate_rule(prom, rule: AlertRule, times: list[float]) -> list[Firing]:
             k = index.get(round(float(ts) * 1000))
             if k is not None:
                 flags[k] = True
+    return list(truth.values())
+
+
+def evaluate_rule(prom, rule: AlertRule, times: list[float]) -> list[Firing]:
+    """Evaluate one alerting rule at every timestamp of ``times`` (an even grid)."""
     out = []
-    for labels, flags in truth.values():
+    for labels, flags in true_at(prom, rule, times):
         for iv in firing_intervals(flags, times, rule.hold, rule.keep_firing_for):
             out.append(Firing(rule, labels, times[iv.first], times[iv.last]))
     return out

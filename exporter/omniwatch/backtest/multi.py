@@ -35,19 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from prometheus_client.utils import floatToGoString
-
 from ..model import RunStore
 from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
 from .backtest import AlertHit, BacktestResult, _hit, eval_times, tail_for
-from .evaluate import Firing, alert_labels, firing_intervals
+from .evaluate import Firing, firing_intervals, true_at
 from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, FamilyRender, SampleGrid, label_value
 from .ruleset import RuleSet, _IDENT, levels, load
 from .runfile import RecordedRun
 from .timeline import Timeline
-from .tsdb import TempPrometheus, ToolError, create_blocks_from_openmetrics, promtool
+from .tsdb import TempPrometheus, create_blocks_from_openmetrics
 from ..rules import load_rule_file
-from .annotations import TIMEOUT, Request, build_tests, parse_got
+from .annotations import Request, build_tests, run_tests
 
 EVAL_THREADS = 4
 LOOKBACK = 300.0  # TempPrometheus' --query.lookback-delta (5m)
@@ -186,14 +184,8 @@ def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | 
     """Like ``SampleGrid.write`` but a run of one value over scrapes [lo, hi) is written at lo, every
     ``every`` scrapes after it and at hi - 1 (instant queries see the same value at every time: a
     sample stays visible for the lookback, and ``every`` scrapes are less than that). ``up`` is dense."""
-    ts = [f"{t // 1000}.{t % 1000:03d}" for t in grid.times_ms]
-    n = 0
-    lo_up, hi_up = up_range or (0, len(ts))
-    if hi_up > lo_up:
-        out.write("# HELP up 1 if the target was scraped (backfilled: the exporter was up).\n# TYPE up gauge\n")
-        prefix = "up{" + grid._target + "} " + floatToGoString(1.0) + " "
-        out.write("".join(prefix + ts[k] + "\n" for k in range(lo_up, hi_up)))
-        n += hi_up - lo_up
+    ts = grid.timestamps()
+    n = grid.write_up(out, ts, up_range)
     for name, fam in grid.families.items():
         if not fam.series:
             continue
@@ -421,21 +413,8 @@ def _owner(labels: dict[str, str], plans: list[RunPlan], by_key: dict) -> list[i
 def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable[tuple[int, AlertHit]]:
     """The rule at every timestamp, then per label set and per owning run Prometheus' state machine over
     that run's own evaluation timestamps (as its own backtest evaluates it)."""
-    if not etimes:
-        return
-    step = etimes[1] - etimes[0] if len(etimes) > 1 else 15.0
-    index = {round(t * 1000): k for k, t in enumerate(etimes)}
-    truth: dict[tuple, tuple[dict, list[bool]]] = {}
-    for series in prom.query_range(rule.eval_expr, etimes[0], etimes[-1], step):
-        labels = alert_labels(rule, series["metric"])
-        key = tuple(sorted(labels.items()))
-        _, flags = truth.setdefault(key, (labels, [False] * len(etimes)))
-        for ts, _v in series["values"]:
-            k = index.get(round(float(ts) * 1000))
-            if k is not None:
-                flags[k] = True
     by_key = {(p.run.project, p.run.experiment): i for i, p in enumerate(plans)}
-    for labels, flags in truth.values():
+    for labels, flags in true_at(prom, rule, etimes):
         for ri in _owner(labels, plans, by_key):
             p = plans[ri]
             k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
@@ -471,10 +450,6 @@ def _annotate_many(plans: list[RunPlan], grid: SampleGrid, hits: list[list[Alert
                    scrape_interval: float, eval_interval: float) -> None:
     """Every run's alert annotations (as ``backtest._annotate``), in one ``promtool test rules`` run: one
     test per (alert, first firing time) of a run, fed that run's series only."""
-    import subprocess
-
-    import yaml
-
     tests, owners, doc = [], [], None
     for ri, hs in enumerate(hits):
         if not hs:
@@ -492,24 +467,7 @@ def _annotate_many(plans: list[RunPlan], grid: SampleGrid, hits: list[list[Alert
     if doc is None:
         return
     doc["tests"] = tests
-    with tempfile.TemporaryDirectory(prefix="omniwatch-annotations-") as tmp:
-        path = Path(tmp) / "annotations.test.yml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=10**9), encoding="utf-8")
-        try:
-            p = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True,
-                               timeout=TIMEOUT, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            raise ToolError(f"promtool test rules (annotations) took longer than {TIMEOUT:.0f} s") from None
-    text = p.stdout + "\n" + p.stderr
-    if p.returncode == 0:
-        return
-    if "got:[" not in text:
-        tail = " | ".join(text.strip().splitlines()[-5:])
-        raise ToolError(f"promtool test rules (annotations) failed (exit {p.returncode}): {tail}")
-    try:
-        got = parse_got(text)
-    except (ValueError, IndexError) as e:
-        raise ToolError(f"cannot read promtool's rendered alerts: {e}") from None
+    got = run_tests(doc)
     for name, alerts in got.items():
         ri, key = owners[int(name[1:])]
         for h in hits[ri]:

@@ -96,16 +96,24 @@ class SampleGrid:
                 else:
                     runs.append([lo, hi, value])
 
+    def timestamps(self) -> list[str]:
+        """The grid's times as OpenMetrics timestamps (seconds, millisecond precision)."""
+        return [f"{t // 1000}.{t % 1000:03d}" for t in self.times_ms]
+
+    def write_up(self, out: IO[str], ts: list[str], up_range: tuple[int, int] | None = None) -> int:
+        """The synthetic ``up`` series (1 at every scrape of ``up_range``, default all); returns its samples."""
+        lo_up, hi_up = up_range or (0, len(ts))
+        if hi_up <= lo_up:
+            return 0
+        out.write("# HELP up 1 if the target was scraped (backfilled: the exporter was up).\n# TYPE up gauge\n")
+        prefix = "up{" + self._target + "} " + floatToGoString(1.0) + " "
+        out.write("".join(prefix + ts[k] + "\n" for k in range(lo_up, hi_up)))
+        return hi_up - lo_up
+
     def write(self, out: IO[str], up_range: tuple[int, int] | None = None) -> int:
         """Write the whole grid as one OpenMetrics document; returns the number of samples."""
-        ts = [f"{t // 1000}.{t % 1000:03d}" for t in self.times_ms]
-        n = 0
-        lo_up, hi_up = up_range or (0, len(ts))
-        if hi_up > lo_up:
-            out.write("# HELP up 1 if the target was scraped (backfilled: the exporter was up).\n# TYPE up gauge\n")
-            prefix = "up{" + self._target + "} " + floatToGoString(1.0) + " "
-            out.write("".join(prefix + ts[k] + "\n" for k in range(lo_up, hi_up)))
-            n += hi_up - lo_up
+        ts = self.timestamps()
+        n = self.write_up(out, ts, up_range)
         for fam in self.families.values():
             if not fam.series:
                 continue
