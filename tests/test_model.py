@@ -96,12 +96,13 @@ def test_ten_thousand_distinct_keys_are_capped_and_counted():
     assert value(st, names.INGEST_ERRORS, source="jsonl", reason="cardinality_cap") == 10_000 + 2 - 100  # timing_s/gen, timing_s/reward pass through; timing_s/step is a contract key
 
 
-def test_too_many_runs_are_refused_and_counted():
-    st = RunStore(max_runs=3)
+def test_too_many_runs_evict_the_least_recently_active_and_are_counted():
+    clock = iter(range(100, 200)).__next__
+    st = RunStore(max_runs=3, clock=lambda: float(clock()))
     for i in range(5):
         st.ingest("p", f"e{i}", step(1), "push")
-    assert len(st.runs) == 3
-    assert value(st, names.INGEST_ERRORS, source="push", reason="too_many_runs") == 2
+    assert len(st.runs) == 3 and set(st.runs) == {("p", "e2"), ("p", "e3"), ("p", "e4")}
+    assert value(st, names.RUNS_EVICTED_TOTAL) == 2  # issue 25 item 1: a new run is never locked out
 
 
 def test_memory_stays_bounded_over_many_steps():

@@ -16,7 +16,7 @@ from .planned import PlannedCollector
 
 # The families this collector renders; other collectors (GPU sampler, relay) own theirs.
 OWNED = (
-    n.BUILD_INFO, n.RUNS, n.SOURCE_UP, n.INGEST_ERRORS, n.ALERT_NOTIFICATIONS_TOTAL, n.STEPS_TOTAL,
+    n.BUILD_INFO, n.RUNS, n.MAX_RUNS, n.RUNS_EVICTED_TOTAL, n.SOURCE_UP, n.INGEST_ERRORS, n.ALERT_NOTIFICATIONS_TOTAL, n.STEPS_TOTAL,
     n.STEPS_REPLAYED_TOTAL, n.TRAINER_RESTARTS_TOTAL, n.STAGE_SECONDS_TOTAL, n.FLAGGED_STEPS_TOTAL,
     n.PASSTHROUGH_KEYS, n.STEP, n.LAST_STEP_TS, n.STEP_DURATION, n.STAGE_DURATION, n.REWARD_BOUND_RATIO,
     n.REWARD_CRITICAL_PATH, n.INTER_STAGE_IDLE_RATIO, n.MFU, n.THROUGHPUT, n.STEP_FLAG, n.WINDOW_STEPS,
@@ -46,6 +46,8 @@ class RunCollector(Collector):
         with s.lock:
             fams[n.BUILD_INFO].add_metric([__version__], 1)
             fams[n.RUNS].add_metric([], sum(1 for r in s.runs.values() if not s.hidden(r)))
+            fams[n.MAX_RUNS].add_metric([], s.max_runs)
+            fams[n.RUNS_EVICTED_TOTAL].add_metric([], s.evicted_total)
             for (src, target), up in sorted(s.sources.items()):
                 fams[n.SOURCE_UP].add_metric([src, target], up)
             for (src, reason), cnt in sorted(s.errors.items()):

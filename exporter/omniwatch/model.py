@@ -7,7 +7,9 @@ a re-run after a trainer restart — it replaces the stored step but never incre
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+from array import array
 from functools import lru_cache
 import re
 import threading
@@ -22,6 +24,7 @@ from .analytics import (
 )
 from . import ledger
 from .parse import ParsedStep
+import orjson
 from .planned import OPEN, UNKNOWN, PlannedWork
 
 DEFAULT_MAX_RUNS = 64
@@ -30,6 +33,9 @@ DEFAULT_RUN_EXPIRY = 6 * 3600.0  # a run without a step for this long leaves /me
 # one whose log a live process still holds open for writing never expires (planned.py).
 DEFAULT_STALLED_EXPIRY = 3 * 24 * 3600.0
 DEFAULT_MAX_KEYS = 512
+# Distinct in-step phases (timing_s/<name>, the untracked rest included) per run: each is a series in
+# omniwatch_stage_seconds_total, _stage_duration_seconds and _gpu_seconds_total. verl logs about a dozen.
+DEFAULT_MAX_PHASES = 64
 MAX_LABEL_CHARS = 128
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -72,10 +78,67 @@ class SeenSteps:
             self.ranges.insert(i, [s, s])
 
 
-DIGESTS_KEPT = 256   # recent steps whose content is remembered: a retried push is not a re-run
+DIGESTS_KEPT = 1031  # recent steps whose content is remembered (a prime >= push.MAX_STEPS_PER_BODY): a retried
+                     # push of a whole body is not a re-run
 WARM_KEPT = 64       # warm-up records of the current incarnation a late, lower step can make normal
 LEVEL_SHIFT = 3.0    # a step after a pause whose MFU / step time moved this many times: a new incarnation
 PAUSE_STEPS = 3.0    # ... where a pause is longer than this many typical steps
+
+
+def step_digest(values: dict[str, float]) -> int:
+    """The content of a step as a signed 64-bit integer, the same in every process (Python's ``hash()`` of a
+    str is salted per process, and digests are checkpointed: an exporter restart must still recognise a
+    re-sent step)."""
+    raw = hashlib.blake2b(orjson.dumps(values, option=orjson.OPT_SORT_KEYS), digest_size=8).digest()
+    return int.from_bytes(raw, "big", signed=True)
+
+
+_EMPTY = -(1 << 63)
+
+
+class StepDigests:
+    """(feed, content digest) of the last DIGESTS_KEPT distinct steps of a run, in fixed memory: three arrays
+    indexed by ``step % DIGESTS_KEPT`` (a prime, so any stride of step numbers but its multiples uses every
+    slot; a newer step takes its slot from an older one). 18 KiB per run, allocated at the first step."""
+
+    __slots__ = ("steps", "hashes", "feed_of", "feeds", "_feed_ids")
+
+    def __init__(self) -> None:
+        self.steps: array | None = None
+        self.hashes: array | None = None
+        self.feed_of: array | None = None
+        self.feeds: list[str] = []
+        self._feed_ids: dict[str, int] = {}
+
+    def get(self, step: int) -> tuple[str, int] | None:
+        if self.steps is None:
+            return None
+        i = step % DIGESTS_KEPT
+        return (self.feeds[self.feed_of[i]], self.hashes[i]) if self.steps[i] == step else None
+
+    def put(self, step: int, feed: str, digest: int) -> None:
+        if self.steps is None:
+            self.steps = array("q", [_EMPTY]) * DIGESTS_KEPT
+            self.hashes = array("q", [0]) * DIGESTS_KEPT
+            self.feed_of = array("I", [0]) * DIGESTS_KEPT
+        fid = self._feed_ids.get(feed)
+        if fid is None:
+            if len(self.feeds) >= DIGESTS_KEPT:  # feeds are a few per run; bounded whatever comes
+                self.__init__()
+                return self.put(step, feed, digest)
+            fid = self._feed_ids[feed] = len(self.feeds)
+            self.feeds.append(feed)
+        i = step % DIGESTS_KEPT
+        self.steps[i], self.hashes[i], self.feed_of[i] = step, ((digest + (1 << 63)) % (1 << 64)) - (1 << 63), fid
+
+    def items(self):
+        """(step, feed, digest) of every remembered step, by step."""
+        if self.steps is None:
+            return []
+        return sorted((s, self.feeds[self.feed_of[i]], self.hashes[i]) for i, s in enumerate(self.steps) if s != _EMPTY)
+
+    def __len__(self) -> int:
+        return 0 if self.steps is None else sum(1 for s in self.steps if s != _EMPTY)
 
 
 @dataclass
@@ -106,7 +169,7 @@ class Run:
     warm: list[StepRecord] = field(default_factory=list)
     new_incarnation: bool = False        # the next applied step becomes `last`, whatever its number
     replay_from: int | None = None       # re-running after a restart: a seen step at/after this continues it
-    digests: dict[int, tuple[str, int]] = field(default_factory=dict)  # step -> (feed, content hash)
+    digests: StepDigests = field(default_factory=StepDigests)  # step -> (feed, content digest), the last 1031
     modes: dict[str, str] = field(default_factory=dict)  # detected layout of the current incarnation
     gpu_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # ledger bucket -> GPU s
     gpus: ledger.Gpus | None = None      # the run's GPUs (from its keys, else --gpus)
@@ -118,6 +181,7 @@ class Run:
     overlap_logged: bool = False         # the "timers exceed the step" line was logged for this run
     # Checkpoint / validation durations and cadence, the announced total, the log writer (planned.py).
     planned: PlannedWork = field(default_factory=PlannedWork)
+    phase_names: set[str] = field(default_factory=set)  # distinct phases (timing_s/<name>) so far, <= max_phases
 
     def passthrough_count(self) -> int:
         """Keys held for the verl_* prefix (the contract keys have their own series), toward --max-keys;
@@ -192,9 +256,11 @@ class RunStore:
     def __init__(self, *, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
                  warmup: int = DEFAULT_WARMUP_STEPS, max_runs: int = DEFAULT_MAX_RUNS,
                  max_keys: int = DEFAULT_MAX_KEYS, run_expiry: float = DEFAULT_RUN_EXPIRY, clock=time.time,
-                 stalled_expiry: float = DEFAULT_STALLED_EXPIRY, gpus: int | None = None):
+                 stalled_expiry: float = DEFAULT_STALLED_EXPIRY, gpus: int | None = None,
+                 max_phases: int = DEFAULT_MAX_PHASES):
         self.window, self.baseline, self.warmup = window, baseline, warmup
         self.max_runs, self.max_keys, self.run_expiry = max_runs, max_keys, run_expiry
+        self.max_phases = max_phases
         self.clock = clock
         self.stalled_expiry = stalled_expiry
         self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
@@ -203,6 +269,8 @@ class RunStore:
         self.errors: dict[tuple[str, str], int] = defaultdict(int)  # (source, reason) -> count
         self.sources: dict[tuple[str, str], int] = {}  # (source, target) -> up
         self.notifications: dict[str, int] = defaultdict(int)
+        self.evicted_total = 0       # runs dropped at the run cap to make room for a new one
+        self.cap_logged = False      # the run-cap line was logged (again once the runs fall below the cap)
         # Called as fn(run, record) after every applied step, outside the lock (GPU attribution, ...).
         self.listeners: list = []
 
@@ -224,10 +292,14 @@ class RunStore:
         run = self.runs.get(key)
         if run is None:
             if len(self.runs) >= self.max_runs and not self._evict_expired():
-                self.errors[(source, "too_many_runs")] += 1
-                return None
+                if self.max_runs <= 0:
+                    self.errors[(source, "too_many_runs")] += 1
+                    return None
+                self._evict_least_active(key, source)
             run = Run(key[0], key[1], RunWindow(self.window, self.baseline), self.warmup)
             self.runs[key] = run
+            if self.cap_logged and len(self.runs) < self.max_runs:
+                self.cap_logged = False
         return run
 
     def expired(self, run: Run, now: float | None = None) -> bool:
@@ -284,6 +356,25 @@ class RunStore:
         del self.runs[stale[0]]
         return True
 
+    def _evict_least_active(self, newcomer: tuple[str, str], source: str) -> None:
+        """The run cap is full and no run has expired: the run with the oldest latest step (a run with no step
+        yet first, a restored one not produced by any current source before a visible one) makes room, so a
+        live run always gets in over stale ones. Counted (``omniwatch_runs_evicted_total``, alert
+        RunCapReached); logged once until the number of runs falls below the cap again."""
+        victim = min(self.runs, key=lambda k: (self.runs[k].visible, self.runs[k].last_arrival or 0.0))
+        old = self.runs.pop(victim)
+        self.evicted_total += 1
+        if not self.cap_logged:
+            self.cap_logged = True
+            logging.getLogger(__name__).warning(
+                "run cap reached (--max-runs %d): run %s/%s (latest step %s, observed %s) was dropped to make room "
+                "for %s/%s from %s; the least recently active run makes room for each new one from now on "
+                "(omniwatch_runs_evicted_total, alert RunCapReached). Raise --max-runs or watch fewer runs. "
+                "Logged once until the runs fall below the cap.",
+                self.max_runs, old.project, old.experiment, old.last.step if old.last else None,
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old.last_arrival)) if old.last_arrival else "never",
+                newcomer[0], newcomer[1], source)
+
     def reveal(self, project: str, experiment: str) -> None:
         """A current source produces this restored run (its file is watched now)."""
         with self.lock:
@@ -326,7 +417,7 @@ class RunStore:
                 return None
             run.visible = True
             step = parsed.step
-            digest = hash(frozenset(parsed.values.items()))
+            digest = step_digest(parsed.values)
             seen = step in run.seen
             if seen:
                 known = run.digests.get(step)
@@ -342,6 +433,9 @@ class RunStore:
             run.feeds[feed] = step
             warm = self._place(run, step)
             rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
+            if rec.phases.keys() - run.phase_names and (capped := self._cap_phases(run, rec, parsed, source)):
+                parsed = capped
+                rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
             if not seen and run.level_shift(rec, arrival):
                 run.restart()
                 warm = self._place(run, step)
@@ -364,9 +458,7 @@ class RunStore:
                 if rec.grad_norm_nonfinite:
                     run.grad_nonfinite_total += 1
             self._account(run, rec, arrival, backlog)
-            run.digests[step] = (feed, digest)
-            if len(run.digests) > DIGESTS_KEPT:  # the oldest remembered (insertion order: no scan per step)
-                del run.digests[next(iter(run.digests))]
+            run.digests.put(step, feed, digest)
             run.window.add(rec)
             run.planned.observe(step, parsed.values)
             run.stats_dirty = True
@@ -390,6 +482,24 @@ class RunStore:
             self._keep_keys(run, rec, vals)
             self._timers_exceed_step(run, rec)
             return rec
+
+    def _cap_phases(self, run: Run, rec: StepRecord, parsed: ParsedStep, source: str) -> ParsedStep | None:
+        """At most ``max_phases`` distinct phases per run (the untracked rest included): the step's new
+        phases join ``run.phase_names`` while there is room; a timer beyond the cap is dropped from the step
+        and counted (``phase_cap``), so its time stays in the step's untracked rest instead of becoming
+        series of its own. Returns the step without those timers, or None when nothing was dropped."""
+        over = []
+        for ph in rec.phases.keys() - run.phase_names:
+            if ph == names.UNTRACKED_PHASE or len(run.phase_names) < self.max_phases:
+                run.phase_names.add(ph)
+            else:
+                over.append(ph)
+        if not over:
+            return None
+        self.errors[(source, "phase_cap")] += len(over)
+        drop = {"timing_s/" + ph for ph in over}
+        return ParsedStep(parsed.step, {k: v for k, v in parsed.values.items() if k not in drop}, parsed.dropped,
+                          parsed.non_finite)
 
     def _account(self, run: Run, rec: StepRecord, arrival: float, backlog: bool) -> None:
         """Add the step's interval to the GPU-hours ledger (ledger.split: the one implementation)."""

@@ -147,6 +147,10 @@ PASSTHROUGH_KEYS = _m("omniwatch_passthrough_keys", "gauge",
                       "Distinct verl keys the run has logged that omniwatch holds for the verl_ prefix (capped by "
                       "--max-keys); of those, the keys the latest step carried and the validation keys are exported.", R)
 RUNS = _m("omniwatch_runs", "gauge", "Runs (project, experiment) held in memory.")
+MAX_RUNS = _m("omniwatch_max_runs", "gauge", "The run cap (--max-runs): runs held in memory at most.")
+RUNS_EVICTED_TOTAL = _m("omniwatch_runs_evicted_total", "counter",
+                        "Runs dropped at the run cap (--max-runs) to make room for a new run: the least recently active "
+                        "goes (alert RunCapReached).")
 BUILD_INFO = _m("omniwatch_build_info", "gauge", "Always 1; the omniwatch version as a label.", ("version",))
 SCRAPE_DURATION = _m("omniwatch_scrape_duration_seconds", "gauge", "Seconds the previous /metrics render took.", (), "seconds")
 
@@ -349,6 +353,7 @@ ALERT_GRAD_NONFINITE = "GradNormNonFinite"
 ALERT_RS_REJECTION = "RolloutRejectionHigh"
 ALERT_OUTSIDE_STEP = "TimeOutsideStep"
 ALERT_TIMERS_EXCEED = "TimersExceedStep"
+ALERT_RUN_CAP = "RunCapReached"
 CORE_ALERTS = (ALERT_REWARD_BOUND, ALERT_IDLE, ALERT_MFU_IMPOSSIBLE, ALERT_MFU_DROP, ALERT_STALLED)
 
 # Fault kinds of tests/fixtures/verl/*.truth.json -> the alert each must raise.

@@ -23,7 +23,7 @@ import orjson
 from . import statefile
 from .analytics import WINDOW_VALUE_KEYS, StepRecord
 from .ledger import Gpus
-from .model import RunStore, SeenSteps
+from .model import RunStore, SeenSteps, StepDigests
 from .planned import PlannedWork
 from .sources.layout import run_labels
 
@@ -70,7 +70,7 @@ def snapshot_store(store: RunStore) -> dict:
             "incarnation": {"low": run.inc_low, "steps": run.inc_steps, "warmup_done": run.warmup_done,
                             "warm": [_rec_to(r) for r in run.warm], "new": run.new_incarnation,
                             "replay_from": run.replay_from},
-            "digests": [[k, f, h] for k, (f, h) in run.digests.items()], "modes": run.modes,
+            "digests": [[k, f, h] for k, f, h in run.digests.items()], "modes": run.modes,
             "gpu_seconds": dict(run.gpu_seconds), "live_arrival": run.live_arrival,
             "gpus": [run.gpus.count, run.gpus.source] if run.gpus else None,
             "key_steps": run.key_steps, "grad_nonfinite_total": run.grad_nonfinite_total,
@@ -92,7 +92,9 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.inc_low, run.inc_steps, run.warmup_done = inc["low"], inc["steps"], inc["warmup_done"]
             run.warm = [_rec_from(x) for x in inc["warm"]]
             run.new_incarnation, run.replay_from = inc["new"], inc["replay_from"]
-            run.digests = {k: (f, h) for k, f, h in d["digests"]}
+            run.digests = StepDigests()
+            for k, f, h in d["digests"]:
+                run.digests.put(k, f, h)
             run.modes = dict(d["modes"])
             run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
             run.last_arrival = d["last_arrival"]
@@ -116,6 +118,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             if run.last and w and (w[-1].step, w[-1].arrival) == (run.last.step, run.last.arrival):
                 run.last = w[-1]  # one object again, as before the snapshot (later steps may amend it)
             run.stats = run.window.stats()
+            run.phase_names = set(run.stage_seconds_total) | set(run.last.phases if run.last else ())
         for s, r, n in data.get("errors", []):
             store.errors[(s, r)] = n
         for status, n in data.get("notifications", {}).items():

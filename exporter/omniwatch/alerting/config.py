@@ -113,6 +113,13 @@ class SourceDown(_Part):
         "flapping; 8 failed scrapes at 15 s."))
 
 
+class RunCap(_Part):
+    window: str = Field("1h", description=(
+        "RunCapReached fires while a run was dropped at the run cap (--max-runs) within this range: the exporter "
+        "made room for a new run by dropping the least recently active one, whose series ended. An hour keeps "
+        "one eviction visible past a sweep's start; the next eviction keeps it firing."))
+
+
 class RolloutQueue(_Part):
     """RolloutQueueSaturated: a vLLM-Omni rollout (or vLLM reward) server replica keeps requests waiting
     with every slot running, while the training step waits on that server (issue 13 item 10)."""
@@ -246,6 +253,7 @@ class Config(_Part):
     stall: Stall = Stall()
     gpu_memory: GPUMemory = GPUMemory()
     source_down: SourceDown = SourceDown()
+    run_cap: RunCap = RunCap()
     rollout_queue: RolloutQueue = RolloutQueue()
     reward_server: RewardServer = RewardServer()
     transferqueue: TransferQueue = TransferQueue()

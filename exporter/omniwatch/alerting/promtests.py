@@ -384,6 +384,15 @@ def health_cases(cfg: Config) -> list[Case]:
         Series("up", JOB, f"1x3 0x{blip} 1x20"),
         Series(n.SOURCE_UP, {**JOB, "source": "jsonl", "target": "/runs/a.jsonl"}, f"1x3 0x{blip} 1x20"),
     ]))
+    # RunCapReached: a run dropped at the cap (the counter moves from 0 to 1 at 60 s).
+    out.append(Case(f"{n.ALERT_RUN_CAP} warns as soon as a run is dropped at the run cap", [
+        Series(n.RUNS_EVICTED_TOTAL, JOB, "0x3 1x20"),
+    ], [Check(ONSET - INTERVAL, n.ALERT_RUN_CAP),
+        Check(ONSET + INTERVAL, n.ALERT_RUN_CAP, [Expect({"severity": "warning", **JOB}, Ctx(JOB))])]))
+    out.append(quiet(n.ALERT_RUN_CAP, f"{n.ALERT_RUN_CAP} stays quiet while no run is dropped (at the cap or not)", [
+        Series(n.RUNS_EVICTED_TOTAL, JOB, "0x40"),
+        Series(n.MAX_RUNS, JOB, "64x40"),
+    ]))
     out.append(Case("Watchdog always fires", [], [Check(0, "Watchdog", [Expect({"severity": "none"}, Ctx({}))])]))
     return out
 

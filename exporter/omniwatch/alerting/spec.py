@@ -310,6 +310,11 @@ def health(cfg: Config) -> Group:
               "critical", "Prometheus cannot scrape the omniwatch exporter.",
               P("The omniwatch exporter ", LabelIf("instance", "at ", " "), f"has been down or missing from Prometheus' targets for {c.source_down.for_}; "
                 "no training alert can fire until it is back."), c.source_down.for_),
+        Alert(n.ALERT_RUN_CAP, f"increase({sel(c, n.RUNS_EVICTED_TOTAL)}[{c.run_cap.window}]) > 0", "warning",
+              "The exporter dropped a run at its run cap (--max-runs).",
+              P("The omniwatch exporter ", LabelIf("instance", "at ", " "), "holds as many runs as --max-runs allows and "
+                f"dropped the least recently active run to make room for a new one within the last {c.run_cap.window}; "
+                "the dropped run's series ended and its alerts resolved. Raise --max-runs or watch fewer runs.")),
         Alert("Watchdog", "vector(1)", "none", "The alerting pipeline is alive.",
               P("Always firing. If its notifications stop arriving, Prometheus, Alertmanager or the route to the "
                 "omniwatch receiver is broken.")),
