@@ -24,6 +24,7 @@ from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_liste
 from .sources.files import FileSource, FilesCollector
 from .planned import CheckpointWatch, LogWriterWatch
 from .state import Checkpointer
+from .statelock import StateDirBusy, StateDirLock
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +38,28 @@ class Exporter:
     checkpointer: object = None
     writers: object = None  # planned.LogWriterWatch: is a trainer still holding each log open?
     checkpoints: object = None  # planned.CheckpointWatch (--checkpoint-root): is the next checkpoint being written?
+    lock: object = None  # statelock.StateDirLock: one exporter per --state-dir
 
     @classmethod
     def build(cls, settings: Settings) -> "Exporter":
+        """Raises statelock.StateDirBusy when another exporter holds ``settings.state_dir``."""
+        lock = StateDirLock(settings.state_dir).acquire() if settings.state_dir else None
+        try:
+            return cls._build(settings, lock)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+
+    @classmethod
+    def _build(cls, settings: Settings, lock) -> "Exporter":
         store = RunStore(window=settings.window_steps, baseline=settings.baseline_steps,
                          warmup=settings.warmup_steps, max_runs=settings.max_runs, max_keys=settings.max_keys,
                          run_expiry=settings.run_expiry_seconds, stalled_expiry=settings.stalled_expiry_seconds,
                          gpus=settings.gpus)
         registry = make_registry(store)
         app = create_app(store, registry, settings)
-        ex = cls(settings, store, registry, app)
+        ex = cls(settings, store, registry, app, lock=lock)
         files = dict(poll_seconds=settings.poll_seconds, max_line=settings.max_line_bytes,
                      max_open=settings.max_open_files, follow_symlinks=settings.follow_symlinks)
         if settings.watch:
@@ -84,6 +97,9 @@ class Exporter:
                 log.exception("stopping %s", s)
         if self.checkpointer is not None:
             self.checkpointer.stop()  # the final checkpoint, after the sources stopped reading
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 def add_exporter_args(p: argparse.ArgumentParser) -> None:
@@ -184,7 +200,12 @@ SHUTDOWN_GRACE_SECONDS = 1  # requests in flight at SIGTERM get this long; the w
 
 def serve(args) -> int:
     settings = settings_from_args(args)
-    ex = Exporter.build(settings)
+    try:
+        ex = Exporter.build(settings)
+    except StateDirBusy as e:
+        log.error("%s", e)
+        print(f"omniwatch serve: {e}", file=sys.stderr)
+        return 2
     stats = httpguard.GuardStats()
     ex.registry.register(httpguard.GuardCollector(stats))
     config = server_config(ex.app, settings, stats, sources=len(ex.sources))

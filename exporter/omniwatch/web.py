@@ -9,7 +9,6 @@ import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException, Request
-from prometheus_client import make_asgi_app
 from prometheus_client.registry import CollectorRegistry
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
@@ -115,13 +114,27 @@ def on_lifespan(app: FastAPI, start, stop) -> None:
 
 class _MetricsApp:
     """client_python's ASGI app for the private registry (gzip and OpenMetrics negotiation included),
-    as a plain route at ``/metrics`` (a Starlette mount would redirect ``/metrics`` to ``/metrics/``)."""
+    as a plain route at ``/metrics`` (a Starlette mount would redirect ``/metrics`` to ``/metrics/``).
+    client_python renders inside the event loop; here the render runs in a worker thread, so a collector
+    that waits (a lock held by a long ingest, a slow source) never holds up /healthz, push or the webhook."""
 
     def __init__(self, registry: CollectorRegistry):
-        self.app = make_asgi_app(registry)
+        self.registry = registry
 
     async def __call__(self, scope, receive, send):
-        await self.app(scope, receive, send)
+        from prometheus_client.exposition import _bake_output
+        from starlette.concurrency import run_in_threadpool
+        from urllib.parse import parse_qs
+
+        params = parse_qs(scope.get("query_string", b"").decode("utf8"))
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        status, out_headers, output = await run_in_threadpool(
+            _bake_output, self.registry, headers.get("accept", ""), headers.get("accept-encoding", ""), params, False)
+        payload = await receive()
+        if payload.get("type") == "http.request":
+            await send({"type": "http.response.start", "status": int(status.split(" ")[0]),
+                        "headers": [tuple(x.encode("utf8") for x in h) for h in out_headers]})
+            await send({"type": "http.response.body", "body": output})
 
 
 def base_app(store: RunStore, registry: CollectorRegistry, settings: Settings, title: str,
@@ -132,7 +145,7 @@ def base_app(store: RunStore, registry: CollectorRegistry, settings: Settings, t
     app.router.routes.append(Route("/metrics", _MetricsApp(registry), methods=["GET", "HEAD"]))
 
     @app.get("/healthz")
-    def healthz():
+    async def healthz():  # in the event loop on purpose: it answers while worker threads wait
         return {"status": "ok", "version": __version__, **(health or {})}
 
     return app

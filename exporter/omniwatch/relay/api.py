@@ -59,7 +59,8 @@ async def alertmanager_webhook(request: Request):
         set_storage_up(st.store, relay, False)
         log.error("webhook: could not store notification: %s: %s", type(e).__name__, e)
         raise HTTPException(503, "could not store the notification; Alertmanager will retry") from None
-    set_storage_up(st.store, relay, relay.storage_error is None)
+    await run_in_threadpool(relay.refresh_pending)  # /metrics reads this copy, never SQLite
+    set_storage_up(st.store, relay, relay.storage_ok)
     if not new:
         st.store.count_error(SOURCE, "duplicate_notification")
     for _ in range(dropped):
@@ -131,6 +132,7 @@ def init(app) -> None:
         db = AlertDB(None, keep=keep)
     relay = Relay(db, cfg.load(config_path(settings), settings.grafana_url))
     relay.storage_error = storage_error
+    relay.on_storage = lambda ok: set_storage_up(app.state.store, relay, ok)
     set_storage_up(app.state.store, relay, storage_error is None)
     app.state.relay = relay
     app.state.registry.register(RelayCollector(relay))

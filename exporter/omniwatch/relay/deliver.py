@@ -2,10 +2,17 @@
 order, marks a row delivered only after a 2xx, and backs off (exponential, capped, jittered) while
 the destination is down. Rows live in SQLite, so what an exporter restart interrupted is sent by the
 next process. Every error string is redacted before it is logged or stored.
+
+A delivery whose outcome cannot be written (``database or disk is full``, a database another process keeps
+locked) is settled in memory: it is not sent again, the rows behind it go on, the storage error shows in
+``/api/v1/relay/status`` and as ``omniwatch_source_up{source="relay",target="storage"} 0``, and each step
+tries to write the outcomes again (an exporter restart before that sends those rows again, with the same
+delivery id). ``/metrics`` reads the outbox depth this thread last read, never SQLite.
 """
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import defaultdict
@@ -24,6 +31,11 @@ log = logging.getLogger(__name__)
 RESULT_OK, RESULT_RETRY, RESULT_FAILED = "ok", "retry", "failed"
 RESULTS = (RESULT_OK, RESULT_RETRY, RESULT_FAILED)
 RETRYABLE_4XX = (408, 425, 429)
+# Feishu/Lark answer HTTP 200 with a non-zero ``code`` when they refuse a message. Only these codes are rate
+# limits worth retrying (11232: the bot's frequency limit, 100/min and 5/s; 230020: the chat's); any other
+# code (19021 bad signature, 19024 keyword not found, 9499 bad request, ...) refuses this message for good,
+# and retrying it would hold every later alert of the receiver behind it.
+FEISHU_RATE_LIMIT_CODES = frozenset({11232, 230020})
 IDLE_WAIT_SECONDS = 5.0        # re-check the outbox this often even without a wake-up
 DELIVERY_HEADER = "X-Omniwatch-Delivery-Id"
 
@@ -69,12 +81,70 @@ class Relay:
         self._wake = {r.name: threading.Event() for r in self.active}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.storage_error: str | None = None
+        self.storage_error: str | None = None   # the configured store is unusable (memory fallback, at start)
+        self.write_error: str | None = None     # outcomes could not be written (disk full, locked), cleared on success
+        self.on_storage = None                  # fn(ok) when storage health changes (omniwatch_source_up)
+        # receiver -> delivery id -> (state, error, next_attempt_at) settled but not written yet
+        self._unwritten: dict[str, dict[str, tuple]] = {r.name: {} for r in self.active}
+        self.pending_cache: dict[str, int] = {}  # what /metrics shows (read by the delivery threads)
+        self.refresh_pending()
         for r in config.receivers:
             if r.error:
                 log.error("relay receiver %s disabled: %s", r.name, redact(r.error, self.secrets))
         if config.error:
             log.error("relay config %s not loaded: %s", config.path, config.error)
+
+    # -- storage health -------------------------------------------------------------------------
+    @property
+    def storage_ok(self) -> bool:
+        return self.storage_error is None and self.write_error is None
+
+    def refresh_pending(self) -> None:
+        """Read the outbox depth for /metrics (off the event loop: delivery threads, the webhook's thread)."""
+        try:
+            counts = self.db.pending_counts()
+        except (sqlite3.Error, OSError):
+            return  # keep the last value; the write path reports the storage error
+        unwritten = {name: sum(1 for st, *_ in list(rows.values()) if st != PENDING)
+                     for name, rows in list(self._unwritten.items())}
+        self.pending_cache = {k: max(0, v - unwritten.get(k, 0)) for k, v in counts.items()}
+
+    def _set_write_error(self, error: str | None) -> None:
+        if error == self.write_error:
+            return
+        was_ok = self.storage_ok
+        if error is None:
+            log.info("relay: delivery outcomes are written to %s again", self.db.path)
+        elif self.write_error is None:
+            log.error("relay: cannot write delivery outcomes to %s (%s); delivered notifications are remembered "
+                      "in memory and not sent again; retrying the write every step", self.db.path, error)
+        self.write_error = error
+        if was_ok != self.storage_ok and self.on_storage is not None:
+            self.on_storage(self.storage_ok)
+
+    def _mark(self, rcv: str, did: str, state: str, error: str | None = None, next_attempt_at: float = 0.0) -> None:
+        """Write a delivery's outcome; when it cannot be written, keep it in memory (see the module doc)."""
+        try:
+            self.db.mark(did, state, error, next_attempt_at)
+        except (sqlite3.Error, OSError) as e:
+            self._unwritten.setdefault(rcv, {})[did] = (state, error, next_attempt_at)
+            self._set_write_error(f"{type(e).__name__}: {e}")
+        else:
+            self._unwritten.get(rcv, {}).pop(did, None)  # an older outcome of it must not be written over this one
+
+    def _flush(self, rcv: str) -> None:
+        """Write the outcomes a storage error kept in memory, oldest first; stop at the first failure."""
+        rows = self._unwritten.get(rcv)
+        while rows:
+            did, (state, error, nxt) = next(iter(rows.items()))
+            try:
+                self.db.mark(did, state, error, nxt)
+            except (sqlite3.Error, OSError) as e:
+                self._set_write_error(f"{type(e).__name__}: {e}")
+                return
+            del rows[did]
+        if not any(self._unwritten.values()):
+            self._set_write_error(None)
 
     # -- intake ---------------------------------------------------------------------------------
     def targets(self, status: str, labels: dict[str, str]) -> list[str]:
@@ -130,27 +200,35 @@ class Relay:
 
     def _step(self, rcv: Receiver, client: httpx.Client) -> float:
         """Try the head of this receiver's queue once; return how long to wait before the next try."""
-        row = self.db.head(rcv.name)
+        unwritten = self._unwritten.setdefault(rcv.name, {})
+        if unwritten:
+            self._flush(rcv.name)
+        settled = tuple(d for d, (st, *_) in unwritten.items() if st != PENDING)
+        row = self.db.head(rcv.name, settled)
+        self.refresh_pending()
         if row is None:
             return IDLE_WAIT_SECONDS
+        if row.delivery_id in unwritten:  # a retry whose schedule is only in memory
+            _, _, row.next_attempt_at = unwritten[row.delivery_id]
+            row.attempts += 1
         now = self.clock()
         if row.next_attempt_at > now:
             return min(row.next_attempt_at - now, IDLE_WAIT_SECONDS)
         retry = self.config.retry
         if row.attempts and now - row.first_seen > retry.give_up_after_seconds:
-            self.db.mark(row.delivery_id, FAILED, f"gave up after {row.attempts} attempts")
+            self._mark(rcv.name, row.delivery_id, FAILED, f"gave up after {row.attempts} attempts")
             self._count(rcv.name, RESULT_FAILED)
             return 0
         out = self.send(rcv, row, client)
         if out.result == RESULT_OK:
-            self.db.mark(row.delivery_id, DELIVERED)
+            self._mark(rcv.name, row.delivery_id, DELIVERED)
             log.info("relay %s: delivered %s", rcv.name, row.delivery_id[:12])
         elif out.result == RESULT_FAILED:
-            self.db.mark(row.delivery_id, FAILED, out.error)
+            self._mark(rcv.name, row.delivery_id, FAILED, out.error)
             log.error("relay %s: delivery %s failed permanently: %s", rcv.name, row.delivery_id[:12], out.error)
         else:
             delay = max(backoff.delay(row.attempts, retry.initial_seconds, retry.max_seconds, jitter=True), min(out.retry_after or 0, retry.max_seconds))
-            self.db.mark(row.delivery_id, PENDING, out.error, next_attempt_at=now + delay)
+            self._mark(rcv.name, row.delivery_id, PENDING, out.error, next_attempt_at=now + delay)
             log.warning("relay %s: delivery %s attempt %d failed (%s); retrying in %.1fs",
                         rcv.name, row.delivery_id[:12], row.attempts + 1, out.error, delay)
         self._count(rcv.name, out.result)
@@ -183,7 +261,9 @@ class Relay:
                     data = {}
                 fc = data.get("code", data.get("StatusCode", 0)) if isinstance(data, dict) else 0
                 if fc:
-                    return Outcome(RESULT_RETRY, redact(f"feishu code {fc}: {str(data.get('msg', ''))[:200]}", self.secrets))
+                    err = redact(f"feishu code {fc}: {str(data.get('msg', data.get('StatusMessage', '')))[:200]}",
+                                 self.secrets)
+                    return Outcome(RESULT_RETRY if fc in FEISHU_RATE_LIMIT_CODES else RESULT_FAILED, err)
             return Outcome(RESULT_OK)
         err = redact(f"HTTP {code}: {resp.text[:200]}", self.secrets)
         if code >= 500 or code in RETRYABLE_4XX:
@@ -215,7 +295,9 @@ class Relay:
                 "deliveries_since_start": {res: deliveries.get((name, res), 0)
                                            for res in RESULTS},
             })
-        return {"config": self.config.path, "config_error": self.config.error, "storage_error": self.storage_error,
+        return {"config": self.config.path, "config_error": self.config.error,
+                "storage_error": self.storage_error or self.write_error,
+                "unwritten_outcomes": sum(len(rows) for rows in self._unwritten.values()),
                 "storage": "memory" if self.db.path == ":memory:" else "sqlite", "running": self.running,
                 **self.db.counts(), "receivers": out}
 
@@ -237,7 +319,7 @@ class RelayCollector(Collector):
         for labels, v in sorted(self.relay.delivery_counts().items()):
             total.add_metric(list(labels), v)
         pending = n.family(n.RELAY_PENDING)
-        counts = {r.name: 0 for r in self.relay.active} | self.relay.db.pending_counts()
+        counts = {r.name: 0 for r in self.relay.active} | self.relay.pending_cache  # never SQLite at scrape time
         for rcv, v in sorted(counts.items()):
             pending.add_metric([rcv], v)
         yield total

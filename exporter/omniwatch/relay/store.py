@@ -2,8 +2,10 @@
 
 Why SQLite: a webhook is acknowledged to Alertmanager only after the notification and its outbox rows
 are committed, so an exporter crash after the 200 loses nothing, and a restart delivers what was left.
-One connection guarded by a lock (alert traffic is tiny; this keeps the in-memory mode, used when no
-state dir is configured, a single shared database).
+One connection for writes guarded by a lock (alert traffic is tiny; this keeps the in-memory mode, used
+when no state dir is configured, a single shared database). On disk, reads go through a second connection
+with its own lock: a write waiting for SQLite's busy timeout (another process holding the write lock: a
+backup, a stray second process) never holds up a read — WAL readers do not wait for writers.
 """
 from __future__ import annotations
 
@@ -77,10 +79,19 @@ class AlertDB:
                 self.db.execute("PRAGMA synchronous=FULL")  # the 200 to Alertmanager means "on disk"
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.executescript(_SCHEMA)
+        if self.path == ":memory:":
+            self.rdb, self.rlock = self.db, self.lock
+        else:
+            self.rdb = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+            self.rdb.row_factory = sqlite3.Row
+            self.rlock = threading.Lock()
 
     def close(self) -> None:
         with self.lock:
             self.db.close()
+        if self.rdb is not self.db:
+            with self.rlock:
+                self.rdb.close()
 
     # -- intake ---------------------------------------------------------------------------------
     def add(self, nid: str, status: str, group_key: str, receiver: str, body: dict,
@@ -111,14 +122,17 @@ class AlertDB:
         return dropped
 
     # -- delivery -------------------------------------------------------------------------------
-    def head(self, receiver: str) -> OutboxRow | None:
+    def head(self, receiver: str, skip: tuple[str, ...] = ()) -> OutboxRow | None:
         """Oldest undelivered row of a receiver: deliveries go out in arrival order (firing before
-        its resolved), so a down receiver holds its queue instead of reordering it."""
-        with self.lock:
-            r = self.db.execute(
+        its resolved), so a down receiver holds its queue instead of reordering it. ``skip``: delivery ids
+        already settled whose new state could not be written yet (a full disk): never sent again."""
+        not_in = f" AND o.delivery_id NOT IN ({','.join('?' * len(skip))})" if skip else ""
+        with self.rlock:
+            r = self.rdb.execute(
                 "SELECT o.delivery_id, o.seq, o.receiver, o.attempts, o.next_attempt_at, n.received_at, n.body "
                 "FROM outbox o JOIN notifications n ON n.seq = o.seq "
-                "WHERE o.receiver = ? AND o.state = ? ORDER BY o.seq LIMIT 1", (receiver, PENDING)).fetchone()
+                f"WHERE o.receiver = ? AND o.state = ?{not_in} ORDER BY o.seq LIMIT 1",
+                (receiver, PENDING, *skip)).fetchone()
         if r is None:
             return None
         return OutboxRow(r["delivery_id"], r["seq"], r["receiver"], r["attempts"], r["next_attempt_at"],
@@ -133,15 +147,15 @@ class AlertDB:
 
     # -- reading --------------------------------------------------------------------------------
     def pending_counts(self) -> dict[str, int]:
-        with self.lock:
-            rows = self.db.execute("SELECT receiver, COUNT(*) FROM outbox WHERE state = ? GROUP BY receiver",
+        with self.rlock:
+            rows = self.rdb.execute("SELECT receiver, COUNT(*) FROM outbox WHERE state = ? GROUP BY receiver",
                                    (PENDING,)).fetchall()
         return {r[0]: r[1] for r in rows}
 
     def receiver_status(self) -> dict[str, dict]:
-        with self.lock:
-            rows = self.db.execute("SELECT receiver, state, COUNT(*) AS n FROM outbox GROUP BY receiver, state").fetchall()
-            errs = self.db.execute(
+        with self.rlock:
+            rows = self.rdb.execute("SELECT receiver, state, COUNT(*) AS n FROM outbox GROUP BY receiver, state").fetchall()
+            errs = self.rdb.execute(
                 "SELECT receiver, last_error, MAX(updated_at) AS at FROM outbox WHERE last_error IS NOT NULL "
                 "GROUP BY receiver").fetchall()
         out: dict[str, dict] = {}
@@ -154,16 +168,16 @@ class AlertDB:
         return out
 
     def counts(self) -> dict[str, int]:
-        with self.lock:
-            n, dup = self.db.execute("SELECT COUNT(*), COALESCE(SUM(duplicates), 0) FROM notifications").fetchone()
+        with self.rlock:
+            n, dup = self.rdb.execute("SELECT COUNT(*), COALESCE(SUM(duplicates), 0) FROM notifications").fetchone()
         return {"notifications": n, "duplicates": dup}
 
     def recent(self, page: int = 200):
         """Yield (received_at, body) newest first, a page at a time; the caller stops at its limit."""
         before = None
         while True:
-            with self.lock:
-                rows = self.db.execute(
+            with self.rlock:
+                rows = self.rdb.execute(
                     "SELECT seq, received_at, body FROM notifications WHERE seq < COALESCE(?, 9223372036854775807) "
                     "ORDER BY seq DESC LIMIT ?", (before, page)).fetchall()
             for r in rows:
