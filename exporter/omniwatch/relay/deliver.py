@@ -84,7 +84,7 @@ class Relay:
         self.storage_error: str | None = None   # the configured store is unusable (memory fallback, at start)
         self.write_error: str | None = None     # outcomes could not be written (disk full, locked), cleared on success
         self.on_storage = None                  # fn(ok) when storage health changes (omniwatch_source_up)
-        # receiver -> delivery id -> (state, error, next_attempt_at) settled but not written yet
+        # receiver -> delivery id -> (state, error, next_attempt_at, attempts) settled but not written yet
         self._unwritten: dict[str, dict[str, tuple]] = {r.name: {} for r in self.active}
         self.pending_cache: dict[str, int] = {}  # what /metrics shows (read by the delivery threads)
         self.refresh_pending()
@@ -127,7 +127,9 @@ class Relay:
         try:
             self.db.mark(did, state, error, next_attempt_at)
         except (sqlite3.Error, OSError) as e:
-            self._unwritten.setdefault(rcv, {})[did] = (state, error, next_attempt_at)
+            rows = self._unwritten.setdefault(rcv, {})
+            tries = rows[did][3] + 1 if did in rows else 1  # attempts not written yet (the backoff keeps growing)
+            rows[did] = (state, error, next_attempt_at, tries)
             self._set_write_error(f"{type(e).__name__}: {e}")
         else:
             self._unwritten.get(rcv, {}).pop(did, None)  # an older outcome of it must not be written over this one
@@ -136,7 +138,7 @@ class Relay:
         """Write the outcomes a storage error kept in memory, oldest first; stop at the first failure."""
         rows = self._unwritten.get(rcv)
         while rows:
-            did, (state, error, nxt) = next(iter(rows.items()))
+            did, (state, error, nxt, _) = next(iter(rows.items()))
             try:
                 self.db.mark(did, state, error, nxt)
             except (sqlite3.Error, OSError) as e:
@@ -209,8 +211,8 @@ class Relay:
         if row is None:
             return IDLE_WAIT_SECONDS
         if row.delivery_id in unwritten:  # a retry whose schedule is only in memory
-            _, _, row.next_attempt_at = unwritten[row.delivery_id]
-            row.attempts += 1
+            _, _, row.next_attempt_at, tries = unwritten[row.delivery_id]
+            row.attempts += tries
         now = self.clock()
         if row.next_attempt_at > now:
             return min(row.next_attempt_at - now, IDLE_WAIT_SECONDS)
