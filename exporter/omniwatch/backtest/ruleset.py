@@ -30,6 +30,7 @@ from .timeline import parse_duration
 LIVE_ONLY = {
     names.ALERT_OUTSIDE_STEP: "live-only: arrivals are rebuilt from the timers, so the time outside them is 0 by "
                               "construction (it fires on a live run's real gaps between steps)",
+    names.ALERT_RUN_CAP: "live-only: the exporter's run cap (--max-runs); a backtest replays each run in a store of its own",
 }
 # Alerts judged only while the run ran: over every gap between two steps, at evaluation times up to the
 # last step's arrival (a finished file is no stall after its last line; a long gap mid-run may be one).
