@@ -113,7 +113,8 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-steps", type=int, default=None, help="N: normal steps in the MFU/step-time baseline (default 20)")
     p.add_argument("--warmup-steps", type=int, default=None, help="steps after each (re)start treated as warm-up (default 2)")
     p.add_argument("--max-keys", type=int, default=None, help="cap on passthrough verl keys per run (default 512)")
-    p.add_argument("--max-runs", type=int, default=None, help="cap on runs held (default 64)")
+    p.add_argument("--max-runs", type=int, default=None, help="cap on runs held (default 64); at the cap a new run takes "
+                   "the place of the least recently active (logged once, alert RunCapReached)")
     p.add_argument("--run-expiry", type=float, default=None, metavar="SECONDS",
                    help="a run without a new step for this long leaves /metrics, so a finished run stops "
                         "alerting (default 21600 = 6 h; 0 = never). Applies to runs that look finished: the "
