@@ -28,6 +28,8 @@ the mapping cannot merge keys. Keys already represented by the series above are 
 {contract}. Values hold the last step that carried the key (sparse keys such as `val-*` keep their
 last value; absent is not zero). Per run at most `--max-keys` (default 512) keys are exported; keys beyond
 the cap are counted in `omniwatch_ingest_errors_total{{reason="cardinality_cap"}}`, never exported.
+Likewise at most 64 distinct phases (`timing_s/<name>`, the `phase` label) per run: a timer beyond them is
+dropped from its step (its time stays in the untracked rest) and counted (`reason="phase_cap"`).
 NaN/Inf (written as `null` by verl's orjson), strings and lists are skipped and counted
 (`reason="non_finite"`, `"non_numeric"`).
 """
