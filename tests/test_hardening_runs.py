@@ -154,6 +154,8 @@ def test_one_new_phase_name_per_step_is_capped_and_counted():
     stage = {lab for (name, lab) in s if name == names.STAGE_SECONDS_TOTAL + "_total" or name == names.STAGE_SECONDS_TOTAL}
     gpu = {lab for (name, lab) in s if name == names.GPU_SECONDS_TOTAL}
     assert len(stage) == 16, len(stage)  # gen, reward, untracked and the first 13 new names
+    phases = {dict(lab)["phase"] for lab in stage}
+    assert "phase_13" in phases and "phase_14" not in phases and "untracked" in phases
     assert len(gpu) <= 16
     assert value(st, names.INGEST_ERRORS, source="jsonl", reason="phase_cap") == 3000 - 13
     # a dropped timer's time stays in the step's untracked rest: the step still sums to its duration

@@ -17,6 +17,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import orjson
+
 from . import names
 from .analytics import (
     CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, TIMER_OVERLAP_LOG_SHARE,
@@ -24,7 +26,6 @@ from .analytics import (
 )
 from . import ledger
 from .parse import ParsedStep
-import orjson
 from .planned import OPEN, UNKNOWN, PlannedWork
 
 DEFAULT_MAX_RUNS = 64
@@ -489,7 +490,7 @@ class RunStore:
         and counted (``phase_cap``), so its time stays in the step's untracked rest instead of becoming
         series of its own. Returns the step without those timers, or None when nothing was dropped."""
         over = []
-        for ph in rec.phases.keys() - run.phase_names:
+        for ph in [p for p in rec.phases if p not in run.phase_names]:  # in the step's order: deterministic
             if ph == names.UNTRACKED_PHASE or len(run.phase_names) < self.max_phases:
                 run.phase_names.add(ph)
             else:
