@@ -182,6 +182,8 @@ BROKEN = {
     "head not hex": lambda d: next(iter(d["files"]["jsonl"].values())).update(head="zz") or d,
     "errors entry of two": lambda d: d["model"].update(errors=[["jsonl", "x"]]) or d,
     "wrong version": lambda d: d.update(version=7) or d,
+    "digest row past the feeds": lambda d: _run(d)["digest_table"].update(rows=[[1, 5, 7]]) or d,
+    "digest as a float": lambda d: _run(d)["digest_table"]["rows"][0].__setitem__(2, 1.5) or d,
 }
 
 

@@ -134,9 +134,13 @@ class StepDigests:
 
     def items(self):
         """(step, feed, digest) of every remembered step, by step."""
+        return [(s, self.feeds[f], h) for s, f, h in self.rows()]
+
+    def rows(self) -> list[tuple[int, int, int]]:
+        """(step, index in ``feeds``, digest) of every remembered step, by step (the checkpoint's table)."""
         if self.steps is None:
             return []
-        return sorted((s, self.feeds[self.feed_of[i]], self.hashes[i]) for i, s in enumerate(self.steps) if s != _EMPTY)
+        return sorted((s, self.feed_of[i], self.hashes[i]) for i, s in enumerate(self.steps) if s != _EMPTY)
 
     def __len__(self) -> int:
         return 0 if self.steps is None else sum(1 for s in self.steps if s != _EMPTY)

@@ -70,7 +70,9 @@ def snapshot_store(store: RunStore) -> dict:
             "incarnation": {"low": run.inc_low, "steps": run.inc_steps, "warmup_done": run.warmup_done,
                             "warm": [_rec_to(r) for r in run.warm], "new": run.new_incarnation,
                             "replay_from": run.replay_from},
-            "digests": [[k, f, h] for k, f, h in run.digests.items()], "modes": run.modes,
+            # the digests as a table: each feed (a file path, a push feed) once, not once per step
+            "digests": [], "digest_table": {"feeds": list(run.digests.feeds), "rows": run.digests.rows()},
+            "modes": run.modes,
             "gpu_seconds": dict(run.gpu_seconds), "live_arrival": run.live_arrival,
             "gpus": [run.gpus.count, run.gpus.source] if run.gpus else None,
             "key_steps": run.key_steps, "grad_nonfinite_total": run.grad_nonfinite_total,
@@ -93,8 +95,11 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.warm = [_rec_from(x) for x in inc["warm"]]
             run.new_incarnation, run.replay_from = inc["new"], inc["replay_from"]
             run.digests = StepDigests()
-            for k, f, h in d["digests"]:
+            for k, f, h in d["digests"]:  # a checkpoint written before the table
                 run.digests.put(k, f, h)
+            table = d.get("digest_table") or {"feeds": [], "rows": []}
+            for k, fid, h in table["rows"]:
+                run.digests.put(k, table["feeds"][fid], h)
             run.modes = dict(d["modes"])
             run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
             run.last_arrival = d["last_arrival"]

@@ -66,6 +66,20 @@ class Incarnation(_Open):
     replay_from: Annotated[StrictInt, Field(ge=-1, le=MAX_STEP)] | None
 
 
+class DigestTable(_Open):
+    """Step digests of a run: each feed once, then (step, feed index, digest) rows."""
+    feeds: list[str]
+    rows: list[tuple[Step, Count, StrictInt]]
+
+    @field_validator("rows")
+    @classmethod
+    def _feed_index(cls, v: list[tuple[int, int, int]], info) -> list[tuple[int, int, int]]:
+        n = len(info.data.get("feeds") or [])
+        if any(f >= n for _, f, _ in v):
+            raise ValueError("a digest row names a feed index past the feeds")
+        return v
+
+
 class RunState(_Open):
     project: Label
     experiment: Label
@@ -82,6 +96,7 @@ class RunState(_Open):
     last_arrival: Finite | None
     window: list[Record]
     digests: list[tuple[Step, str, StrictInt]]
+    digest_table: DigestTable | None = None
     modes: dict[str, str]
     gpu_seconds: dict[str, NonNegFinite]
     live_arrival: Finite | None
