@@ -22,7 +22,8 @@ from ..model import RunStore
 from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
 from ..planned import total_steps_in
 from ..redact import looks_like_credential, redact
-from .layout import run_labels
+from ..runlabel import shortened
+from .layout import raw_run_labels, run_labels
 from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, escapes
 
 log = logging.getLogger(__name__)
@@ -169,11 +170,21 @@ class FileSource:
                         tail.resume_from(self._resume.pop(path))
                     self.tails[path] = tail
                     self._labels[path] = labels
+                    self._say_shortened(path, labels)
                 self.store.set_source_up(self.kind, redact(spec), True)
             except OSError as e:
                 log.warning("%s source cannot list %s: %s", self.kind, redact(spec), redact(str(e)))
                 self.store.set_source_up(self.kind, redact(spec), False)
         self._last_scan = self.clock()
+
+    def _say_shortened(self, path: str, labels: tuple[str, str]) -> None:
+        """Once per file: how its directory or file name became its run's labels (control characters
+        stripped, a long name made a unique 128-character label)."""
+        notes = [f"{what} {n}" for what, raw in zip(("project:", "experiment:"), raw_run_labels(path))
+                 if (n := shortened(raw))]
+        if notes:
+            log.info("%s source: %s is run %s/%s (%s)", self.kind, redact(ascii(path)), redact(labels[0]),
+                     redact(labels[1]), "; ".join(notes))
 
     # -- checkpoint support ----------------------------------------------------------------------
     def offsets(self) -> dict[str, dict]:
