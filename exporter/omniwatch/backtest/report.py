@@ -58,7 +58,7 @@ def _label_text(labels: dict[str, str]) -> str:
 
 def print_result(res: BacktestResult, console: Console) -> None:
     run = res.run
-    console.print(f"[bold]{escape(run.project)}/{escape(run.experiment)}[/]  {escape(run.path)}")
+    console.print(f"[bold]{escape(f'{run.project}/{run.experiment}')}[/]  {escape(run.path)}")
     console.print(f"{res.steps} steps, {len(run.entries)} step lines"
                   + (f", skipped lines: {run.skipped}" if run.skipped else "")
                   + f"; {len(res.evaluated)} alerting rules evaluated at {res.eval_points} timestamps", markup=False)

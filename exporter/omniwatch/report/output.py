@@ -35,7 +35,7 @@ def facts_json(f: RunFacts, bs: list[Bottleneck]) -> dict:
 
 
 def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
-    con.print(f"[bold]{escape(f.project)}/{escape(f.experiment)}[/]  {escape(f.run)}", highlight=False)
+    con.print(f"[bold]{escape(f'{f.project}/{f.experiment}')}[/]  {escape(f.run)}", highlight=False)
     gpus = f"{f.gpus} GPUs ({f.gpus_source})" if f.gpus else "GPUs unknown (--gpus N): GPU-hours per GPU"
     m = f.modes
     med = f"{f.median_step_seconds:.1f} s" if f.median_step_seconds else "-"
