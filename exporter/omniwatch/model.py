@@ -214,11 +214,11 @@ class RunStore:
 
     def set_source_up(self, source: str, target: str, up: bool) -> None:
         with self.lock:
-            self.sources[(source, target[:MAX_LABEL_CHARS])] = 1 if up else 0
+            self.sources[(source, fit_label(target))] = 1 if up else 0
 
     def remove_source(self, source: str, target: str) -> None:
         with self.lock:
-            self.sources.pop((source, target[:MAX_LABEL_CHARS]), None)
+            self.sources.pop((source, fit_label(target)), None)
 
     def _run(self, project: str, experiment: str, source: str) -> Run | None:
         key = (fit_label(project), fit_label(experiment))
