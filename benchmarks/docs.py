@@ -225,6 +225,23 @@ def tail(r: dict) -> list[str]:
         ["descriptors held", f"{b['descriptors']:,}", f"{a['descriptors']:,}", ratio(a["descriptors"], b["descriptors"], 3)]])
 
 
+def idle(r: dict) -> list[str]:
+    a, b = r["now"], r["before"].get("large") or {}
+    small, large = a["small"], a["large"]
+    before = f"before issue 25 ({r.get('before_rev', '?')}), {r['large_files']:,} files"
+    return table([f"one `FileSource`, idle one-line files, 0.5 s poll", f"{r['small_files']:,} files",
+                  f"{r['large_files']:,} files", f"{r['large_files']:,} / {r['small_files']:,}", before], [
+        ["CPU, idle 30 s (looked at every 4th poll)", f"{num(100 * small['cpu_share_idle'], 2)} % of a core",
+         f"{num(100 * large['cpu_share_idle'], 1)} %", ratio(large["cpu_share_idle"], small["cpu_share_idle"], 0),
+         f"{num(100 * b.get('cpu_share_idle', float('nan')), 1)} %"],
+        ["CPU, idle 2.5 min (every 16th poll)", f"{num(100 * small['cpu_share_long_idle'], 2)} % of a core",
+         f"**{num(100 * large['cpu_share_long_idle'], 1)} %**",
+         f"**{ratio(large['cpu_share_long_idle'], small['cpu_share_long_idle'], 0)}**",
+         f"{num(100 * b.get('cpu_share_long_idle', float('nan')), 1)} % (no second tier)"],
+        ["first pass (everything read), CPU", num(small["first_pass_cpu_s"], 2, " s"), num(large["first_pass_cpu_s"], 1, " s"),
+         ratio(large["first_pass_cpu_s"], small["first_pass_cpu_s"], 0), num(b.get("first_pass_cpu_s"), 1, " s")]])
+
+
 def connections(r: dict) -> list[str]:
     closed = r.get("closed_by_guard") or {}
     why = ", ".join(f"{k} {v:,.0f}" for k, v in closed.items() if _ok(v) and v)
@@ -359,6 +376,12 @@ def _summary_row(name: str, r: dict) -> list[str] | None:
     if name == "tail":
         return [f"idle poll {num(r['now']['idle_poll_cpu_ms'], 1, ' ms')} CPU", f"before issue 14: {num(r['before']['idle_poll_cpu_ms'], 1, ' ms')}",
                 ratio(r["now"]["idle_poll_cpu_ms"], r["before"]["idle_poll_cpu_ms"])]
+    if name == "idle":
+        a, b = r["now"]["large"], r["before"].get("large") or {}
+        return [f"{r['large_files']:,} idle files: {num(100 * a['cpu_share_long_idle'], 1)} % of a core "
+                f"({num(100 * a['cpu_share_idle'], 1)} % the first 2.5 min)",
+                f"before issue 25: {num(100 * b.get('cpu_share_idle', float('nan')), 1)} %",
+                ratio(a["cpu_share_long_idle"], b.get("cpu_share_idle"))]
     if name == "connections":
         return [f"/metrics p50 {num(r['loaded_p50_ms'], 1, ' ms')} under {r['idle_connections_opened']:,} idle connections",
                 f"no load: {num(r['baseline_p50_ms'], 1, ' ms')}", ratio(r["loaded_p50_ms"], r["baseline_p50_ms"])]
@@ -374,7 +397,7 @@ def _summary_row(name: str, r: dict) -> list[str] | None:
     return None
 
 
-SUMMARY_ORDER = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "connections",
+SUMMARY_ORDER = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "idle", "connections",
                  "gpu_idle", "prometheus", "queries")
 
 
@@ -405,6 +428,7 @@ SECTION_BLOCKS: dict[str, tuple[str, str, Callable[[dict], list[str]]]] = {
     "alert": ("docs/benchmarks.md", "alert", alert),
     "files": ("docs/benchmarks.md", "files", files),
     "tail": ("docs/benchmarks.md", "tail", tail),
+    "idle": ("docs/benchmarks.md", "idle", idle),
     "connections": ("docs/benchmarks.md", "connections", connections),
     "gpu_idle": ("docs/benchmarks.md", "gpu_idle", gpu_idle),
     "prometheus-series": ("docs/scaling.md", "prometheus", prometheus_series),

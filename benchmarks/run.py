@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "connections",
+SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "idle", "connections",
             "prometheus", "queries")
 RESULTS = HERE / "results.json"
 
@@ -110,6 +110,13 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
                     f"idle poll {_f(a['idle_poll_cpu_ms'], ' ms CPU')}, first pass {_f(a['first_pass_cpu_ms'], ' ms', 0)}, "
                     f"{a['descriptors']} fds", f"before issue 14 ({r['before_rev']}): {_f(b['idle_poll_cpu_ms'], ' ms CPU')} "
                     f"(ratio {r['idle_poll_ratio']:.2f})"))
+    if (r := results.get("idle")) and "error" not in r and r.get("status") == "ok":
+        a, b = r["now"], r["before"].get("large", {})
+        out.append((f"--watch over {r['large_files']:,} idle files (in-process)",
+                    f"{_f(100 * a['large']['cpu_share_idle'], ' %')} of a core idle 30 s, "
+                    f"{_f(100 * a['large']['cpu_share_long_idle'], ' %')} idle 2.5 min; "
+                    f"x{r['ratio_large_small_long_idle']:.0f} the {r['small_files']:,}-file cost",
+                    f"before issue 25: {_f(100 * b.get('cpu_share_idle', float('nan')), ' %')}"))
     if (r := results.get("connections")) and "error" not in r:
         out.append((f"/metrics with {r['idle_connections_opened']:,} idle connections (nofile=1024)",
                     f"p50 {_f(r['loaded_p50_ms'], ' ms', 2)}, p99 {_f(r['loaded_p99_ms'], ' ms', 2)}; "
@@ -165,7 +172,7 @@ def main(argv=None) -> int:
         return docs.main(["--results", args.out] + (["--check"] if args.check else []))
     chosen = [s for s in (args.only or SECTIONS) if s not in args.skip]
 
-    import alert_latency, backtest_bench, ingest, load_prometheus, memory, pressure, push_load, render, report_bench, tail_idle_poll  # noqa: E401
+    import alert_latency, backtest_bench, idle_files, ingest, load_prometheus, memory, pressure, push_load, render, report_bench, tail_idle_poll  # noqa: E401
     runners = {
         "ingest": lambda: ingest.run(args.ingest_steps),
         "render": lambda: render.run(args.render_iterations),
@@ -176,6 +183,7 @@ def main(argv=None) -> int:
         "alert": lambda: alert_latency.run(args.alert_trials, args.alert_timeout),
         "files": lambda: pressure.files(args.files),
         "tail": lambda: tail_idle_poll.compare(args.files),
+        "idle": lambda: idle_files.compare(),
         "connections": lambda: pressure.connections(args.idle_connections),
         "prometheus": lambda: load_prometheus.sizing(args.prometheus_seconds),
         "queries": lambda: load_prometheus.queries(),

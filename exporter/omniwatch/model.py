@@ -27,6 +27,7 @@ from .analytics import (
 from . import ledger
 from .parse import ParsedStep
 from .planned import OPEN, UNKNOWN, PlannedWork
+from .runlabel import fit_label
 
 DEFAULT_MAX_RUNS = 64
 DEFAULT_RUN_EXPIRY = 6 * 3600.0  # a run without a step for this long leaves /metrics (a finished run)
@@ -286,14 +287,14 @@ class RunStore:
 
     def set_source_up(self, source: str, target: str, up: bool) -> None:
         with self.lock:
-            self.sources[(source, target[:MAX_LABEL_CHARS])] = 1 if up else 0
+            self.sources[(source, fit_label(target))] = 1 if up else 0
 
     def remove_source(self, source: str, target: str) -> None:
         with self.lock:
-            self.sources.pop((source, target[:MAX_LABEL_CHARS]), None)
+            self.sources.pop((source, fit_label(target)), None)
 
     def _run(self, project: str, experiment: str, source: str) -> Run | None:
-        key = (project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS])
+        key = (fit_label(project), fit_label(experiment))
         run = self.runs.get(key)
         if run is None:
             if len(self.runs) >= self.max_runs and not self._evict_expired():
@@ -335,7 +336,7 @@ class RunStore:
     def set_checkpoint_write(self, project: str, experiment: str, step: int, newest: float) -> None:
         """The checkpoint directory of ``step`` was last written at ``newest`` (--checkpoint-root)."""
         with self.lock:
-            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
             if run is not None:
                 run.planned.ckpt_write = (step, newest)
 
@@ -343,7 +344,7 @@ class RunStore:
         """A process holds the run's log open for writing now (or not). Not seen open yet and not open
         now stays unknown: a log written on another node is never seen open here."""
         with self.lock:
-            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
             if run is not None and (is_open or run.planned.log_open is not None):
                 run.planned.log_open = is_open
 
@@ -383,7 +384,7 @@ class RunStore:
     def reveal(self, project: str, experiment: str) -> None:
         """A current source produces this restored run (its file is watched now)."""
         with self.lock:
-            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
             if run is not None:
                 run.visible = True
 
@@ -403,7 +404,7 @@ class RunStore:
         as a skip, not applied twice."""
         rec = self._ingest(project, experiment, parsed, source, arrival, feed, backlog)
         if rec is not None:
-            run = self.runs.get((project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS]))
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
             for fn in list(self.listeners):
                 try:
                     fn(run, rec)

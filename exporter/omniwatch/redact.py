@@ -11,10 +11,16 @@ state file):
   not ``groupKey``) or a word like ``secret``/``password`` anywhere counts;
 - **values** that look like a credential whatever their name (:data:`CREDENTIAL`): Hugging Face
   (``hf_…``), GitHub (``ghp_…``, ``github_pat_…``), OpenAI-style (``sk-…``), Slack tokens (``xox?-…``),
-  AWS access key ids (``AKIA…``), JWTs (``eyJ….eyJ….…``), ``Bearer <token>``, Slack/Feishu/Lark/Discord
-  webhook URLs and passwords in URLs (``https://user:pass@host``);
+  AWS access key ids (``AKIA…``), JWTs (``eyJ….eyJ….…``), ``Bearer <token>``, Google API keys (``AIza…``),
+  GitLab (``glpat-…``), npm (``npm_…``), Stripe (``sk_live_…``, ``rk_live_…``, ``whsec_…``), PEM private
+  keys (``-----BEGIN … PRIVATE KEY-----`` to its end), Slack/Feishu/Lark/Discord/WeCom/MS Teams/Power
+  Automate webhook URLs, Azure SAS signatures (``?…&sig=…``) and passwords in URLs
+  (``https://user:pass@host``); percent-encoded text (``https%3A%2F%2Fhooks.slack.com…``) is decoded
+  (twice: double encoding) and judged as decoded;
 - **assignments** in free text: ``NAME=value``, ``NAME = value``, ``NAME: value``, ``"NAME": "value"``,
-  ``'NAME': 'value'``, quoted or not, where NAME is a secret name (:func:`redact`).
+  ``'NAME': 'value'``, quoted or not, where NAME is a secret name (:func:`redact`); the unquoted value of
+  a password-like name (``password``, ``passphrase``, ``passwd``, ``pwd``) runs to the end of its phrase
+  (``password: correct horse battery staple`` — a passphrase has spaces; a token does not).
 
 :func:`redact_tree` applies all of it to a JSON-like tree (a value under a secret-named key is
 replaced whole); :class:`RedactingFilter` to every log record.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import logging
 import re
 from functools import lru_cache
+from urllib.parse import unquote
 
 REDACTED = "[redacted]"
 MAX_TREE_DEPTH = 64
@@ -75,8 +82,26 @@ CREDENTIAL = re.compile(
     r"|" + _B + r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"
     r"|https?://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+"
     r"|https?://(?:open\.feishu\.cn|open\.larksuite\.com)/open-apis/bot/v2/hook/[A-Za-z0-9_-]+"
-    r"|https?://(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]+",
+    r"|https?://(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]+"
+    r"|" + _B + r"AIza[0-9A-Za-z_-]{30,}"
+    r"|" + _B + r"gl(?:pat|dt|rt|ptt|cbt|soat|ffct|oas|imt|agent)-[A-Za-z0-9_-]{20,}"
+    r"|" + _B + r"npm_[A-Za-z0-9]{30,}"
+    r"|" + _B + r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"
+    r"|" + _B + r"whsec_[A-Za-z0-9+/=]{20,}"
+    r"|-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+    r"|[A-Za-z0-9+/=\s\\:,.-]*)"
+    r"|https?://qyapi\.weixin\.qq\.com/cgi-bin/webhook/send\?key=[A-Za-z0-9_-]+"
+    r"|https?://[A-Za-z0-9.-]*\.webhook\.office\.com/webhookb?2?/[^\s\"'<>]+"
+    r"|https?://outlook\.office(?:365)?\.com/webhook/[^\s\"'<>]+"
+    r"|https?://[A-Za-z0-9.-]+\.logic\.azure\.com(?::[0-9]+)?/workflows/[^\s\"'<>]+"
+    r"|https?://[A-Za-z0-9.-]+\.api\.powerplatform\.com(?::[0-9]+)?/[^\s\"'<>]*workflows/[^\s\"'<>]+",
+    re.DOTALL,
 )
+# Azure shared access signatures (blob/queue URLs, Power Automate triggers): the signature goes, the rest stays.
+_SAS_SIG = re.compile(r"(?i)([?&]sig=)([A-Za-z0-9%+/=_-]{10,})")
+# A run of URL-ish text with a percent escape in it: decoded and judged as decoded (:func:`_decoded`).
+_PCT_RUN = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
+_PASSWORDISH = re.compile(r"(?i)pass(?:w(?:or)?d|phrase)|pwd")
 _BEARER = re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9._~+/=-]{8,})")
 _URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)(@)")
 # name <sep> value, the name possibly quoted (JSON, Python repr), the value quoted or bare. The regex only
@@ -86,7 +111,8 @@ _ASSIGN = re.compile(
     r"""(?P<q>["']?)(?P<name>[A-Za-z0-9_.\-]*(?:token|key|secret|passw|passphrase|pwd|auth|cookie|credential)"""
     r"""[A-Za-z0-9_.\-]*)(?P=q)(?P<sep>\s*[:=]\s*)"""
     r"""(?P<scheme>(?:bearer|basic|token)\s+)?"""
-    r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s"',;&}\])]+)""", re.IGNORECASE)
+    r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s"',;&}\])]+)"""
+    r"""(?P<phrase>(?:[ \t]+[^\s"',;&}\])=:]+(?=[\s"',;&}\])]|$)(?![ \t]*[:=]))*)""", re.IGNORECASE)
 
 
 def looks_like_credential(text: str) -> bool:
@@ -108,14 +134,36 @@ def _assignment(m: re.Match) -> str:
     if v.startswith(REDACTED[:-1]):
         return m.group(0)  # already redacted as a credential shape
     q = v[0] if v[:1] in ("'", '"') else ""
-    return f"{m.group('q')}{m.group('name')}{m.group('q')}{m.group('sep')}{m.group('scheme') or ''}{q}{REDACTED}{q}"
+    # The words after an unquoted value belong to it when the name says password (a passphrase); after a
+    # token or key they are the rest of the sentence and stay.
+    rest = m.group("phrase") if q or not _PASSWORDISH.search(m.group("name")) else ""
+    return (f"{m.group('q')}{m.group('name')}{m.group('q')}{m.group('sep')}{m.group('scheme') or ''}{q}{REDACTED}{q}"
+            f"{rest}")
+
+
+def _decoded(m: re.Match) -> str:
+    """A percent-encoded run (``https%3A%2F%2Fhooks.slack.com%2F…``, a form body) judged as decoded: left
+    as it was when decoding reveals no secret, else replaced by its redacted decoded form."""
+    raw = m.group(0)
+    dec = unquote(unquote(raw))
+    if dec == raw:
+        return raw
+    red = _redact_plain(dec)
+    return raw if red == dec else red
 
 
 def redact(text: str) -> str:
-    """``text`` with every credential shape and every secret assignment replaced by ``[redacted]``."""
+    """``text`` with every credential shape and every secret assignment replaced by ``[redacted]``
+    (percent-encoded text judged as decoded)."""
     if not text:
         return text
+    text = _redact_plain(text)
+    return _PCT_RUN.sub(_decoded, text) if "%" in text else text
+
+
+def _redact_plain(text: str) -> str:
     text = CREDENTIAL.sub(REDACTED, text)
+    text = _SAS_SIG.sub(lambda m: m.group(1) + REDACTED, text)
     text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
     text = _ASSIGN.sub(_assignment, text)
     return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)

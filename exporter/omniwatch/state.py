@@ -130,6 +130,27 @@ def restore_store(store: RunStore, data: dict) -> None:
             store.notifications[status] = n
 
 
+MAX_CORRUPT_COPIES = 10
+
+
+def corrupt_copy_path(path: Path) -> Path:
+    """Where an unusable state file is set aside: ``<name>.corrupt``, else the first free
+    ``<name>.corrupt.2`` … ``.corrupt.10`` — a second corrupt file never overwrites the first saved copy
+    (the evidence of the first failure). All ten taken: the oldest is reused (bounded disk)."""
+    first = path.with_suffix(".corrupt")
+    names = [first] + [first.with_name(f"{first.name}.{n}") for n in range(2, MAX_CORRUPT_COPIES + 1)]
+    for p in names:
+        if not os.path.lexists(p):
+            return p
+
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+    return min(names, key=mtime)
+
+
 class Checkpointer:
     def __init__(self, store: RunStore, sources: list, state_dir: str, interval: float = 2.0):
         self.store, self.sources, self.interval = store, sources, interval
@@ -162,7 +183,7 @@ class Checkpointer:
                     src.restore_offsets(data.get("files", {}).get(src.kind, {}))
             self._reveal_watched(data)
         except (ValueError, KeyError, TypeError) as e:
-            bad = self.path.with_suffix(".corrupt")
+            bad = corrupt_copy_path(self.path)
             log.error("exporter state %s is unusable (%s); moved to %s, starting fresh", self.path, e, bad)
             with self.store.lock:
                 self.store.runs.clear()  # nothing half-restored survives

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..rules import RulesError
 from .backfill import DEFAULT_SCRAPE_INTERVAL, DEFAULT_TAIL, backfill
@@ -72,7 +73,7 @@ def _guarded(fn):
         try:
             return fn(args)
         except (RunFileError, RulesError, ToolError, PromError, ValueError, OSError) as e:
-            err.print(f"[red]error:[/] {e}", highlight=False)
+            err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
             return 1
         except KeyboardInterrupt:
             err.print("interrupted; cleaned up")
@@ -96,7 +97,7 @@ def cmd_replay(args) -> int:
             stats = replay_to_push(run, args.push, args.speed, prog, pace=args.pace)
             where = push_url(args.push)
     err.print(f"replayed {stats.sent}/{len(run.entries)} steps of {run.project}/{run.experiment} to {where}"
-              + (f"; failed: {stats.failed}" if stats.failed else ""), highlight=False)
+              + (f"; failed: {stats.failed}" if stats.failed else ""), highlight=False, markup=False)
     return 1 if stats.failed else 0
 
 
@@ -121,11 +122,11 @@ def cmd_backfill(args) -> int:
     err.print(f"{run.project}/{run.experiment}: {len(run.entries)} step lines, {bf.samples} samples from "
               f"{time.strftime(fmt, time.gmtime(bf.first))} to {time.strftime(fmt, time.gmtime(bf.last))}"
               + (f", {sum(map(len, bf.recorded_levels))} recording rules" if bf.recorded_levels else "")
-              + (f"; skipped lines: {run.skipped}" if run.skipped else ""), highlight=False)
+              + (f"; skipped lines: {run.skipped}" if run.skipped else ""), highlight=False, markup=False)
     err.print(f"OpenMetrics: {bf.om_file}\nTSDB blocks: {data_dir}"
               + ("" if args.prometheus_data else f"  (prometheus --storage.tsdb.path={data_dir} "
                  "--storage.tsdb.retention.time=100y, or move the block directories into a Prometheus data dir)"),
-              highlight=False)
+              highlight=False, markup=False)
     return 0
 
 

@@ -3,6 +3,7 @@ backtest's table and per-step timeline (or one JSON object with ``--json``)."""
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -57,24 +58,25 @@ def _label_text(labels: dict[str, str]) -> str:
 
 def print_result(res: BacktestResult, console: Console) -> None:
     run = res.run
-    console.print(f"[bold]{run.project}/{run.experiment}[/]  {run.path}")
+    console.print(f"[bold]{escape(f'{run.project}/{run.experiment}')}[/]  {escape(run.path)}")
     console.print(f"{res.steps} steps, {len(run.entries)} step lines"
                   + (f", skipped lines: {run.skipped}" if run.skipped else "")
-                  + f"; {len(res.evaluated)} alerting rules evaluated at {res.eval_points} timestamps")
+                  + f"; {len(res.evaluated)} alerting rules evaluated at {res.eval_points} timestamps", markup=False)
     if res.alerts:
         table = Table(title="Alerts that would have fired", title_justify="left")
         for col in ("alert", "severity", "first step", "last step", "labels"):
             table.add_column(col, justify="right" if "step" in col else "left")
         for a in res.alerts:
-            table.add_row(a.alertname, a.severity, str(a.first_step), str(a.last_step), _label_text(a.labels) or "-")
+            table.add_row(Text(a.alertname), Text(a.severity), str(a.first_step), str(a.last_step),
+                          Text(_label_text(a.labels) or "-"))
         console.print(table)
         print_timeline(res, console)
     else:
         console.print("[green]No alert would have fired.[/]")
     for name, why in sorted(res.as_json()["gaps_only"].items()):
-        console.print(f"{name}: {why}")
+        console.print(f"{name}: {why}", markup=False)
     for name, why in sorted(res.not_evaluated.items()):
-        console.print(f"[yellow]not evaluated[/] {name}: {why}")
+        console.print(f"[yellow]not evaluated[/] {escape(name)}: {escape(str(why))}")
 
 
 def print_timeline(res: BacktestResult, console: Console) -> None:

@@ -15,7 +15,8 @@ import orjson
 from ..analytics import K_STEP, K_TESTING, K_TIME_PER_STEP
 from ..parse import LineError, ParsedStep, parse_console_line, parse_record
 from ..settings import DEFAULT_MAX_LINE
-from ..sources.layout import run_labels
+from ..runlabel import fit_label, shortened
+from ..sources.layout import raw_run_labels
 
 DEFAULT_STEP_SECONDS = 60.0  # wall time of a step when the whole run carries no timer at all
 
@@ -58,6 +59,7 @@ class RecordedRun:
     entries: list[Entry]
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> lines skipped
     mtime: float = 0.0
+    label_note: str = ""  # how the names on disk became the labels (shortened, renamed), for the reports
 
     @property
     def feed(self) -> str:
@@ -99,6 +101,44 @@ def _console_entry(line: bytes) -> Entry:
     return Entry(parsed, {"step": parsed.step, "data": dict(parsed.values)})
 
 
+READ_CHUNK = 1 << 20
+
+
+def stream_lines(f, max_line: int, skipped: dict[str, int]):
+    """The lines of binary file ``f`` (without their ends, ``\\n``, ``\\r\\n`` or ``\\r`` as
+    ``bytes.splitlines``), read in 1 MiB chunks: memory stays within ``max_line`` + a chunk whatever the
+    file's size. A line longer than ``max_line`` is skipped unread and counted (``line_too_long``)."""
+    buf = bytearray()
+    skipping = False
+    while True:
+        chunk = f.read(READ_CHUNK)
+        if not chunk:
+            break
+        buf += chunk
+        lines = buf.splitlines(keepends=True)
+        buf = bytearray(lines.pop()) if lines and not lines[-1].endswith((b"\n", b"\r")) else bytearray()
+        for raw in lines:
+            if skipping:
+                skipping = False
+                continue  # the end of a line already counted as too long
+            line = raw.rstrip(b"\r\n")
+            if len(line) > max_line:
+                _count(skipped, "line_too_long")
+                continue
+            yield bytes(line)
+        if len(buf) > max_line:
+            if not skipping:
+                _count(skipped, "line_too_long")
+            skipping = True
+            buf = bytearray()
+    if buf and not skipping:
+        line = bytes(buf).rstrip(b"\r\n")
+        if len(line) > max_line:
+            _count(skipped, "line_too_long")
+        else:
+            yield line
+
+
 def load_run(path: str, kind: str | None = None, project: str | None = None,
              experiment: str | None = None, max_line: int = DEFAULT_MAX_LINE) -> RecordedRun:
     """Every step line of ``path`` in file order (restarts and re-runs kept as written)."""
@@ -107,24 +147,27 @@ def load_run(path: str, kind: str | None = None, project: str | None = None,
         raise RunFileError(f"unknown run file kind {kind!r} (jsonl or console)")
     try:
         st = os.stat(path)
-        with open(path, "rb") as f:
-            data = f.read()
+        f = open(path, "rb")
     except OSError as e:
         raise RunFileError(f"cannot read {path}: {e.strerror or e}") from None
-    p, x = run_labels(path)
-    run = RecordedRun(os.path.abspath(path), kind, project or p, experiment or x, [], mtime=st.st_mtime)
+    raw = raw_run_labels(path)
+    p, x = project or raw[0], experiment or raw[1]
+    notes = [f"{what} {n}" for what, name in (("project:", p), ("experiment:", x)) if (n := shortened(name))]
+    run = RecordedRun(os.path.abspath(path), kind, fit_label(p), fit_label(x), [], mtime=st.st_mtime,
+                      label_note="; ".join(notes))
     make = _jsonl_entry if kind == "jsonl" else _console_entry
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        if len(line) > max_line:
-            _count(run.skipped, "line_too_long")
-            continue
+    with f:
         try:
-            run.entries.append(make(line))
-        except LineError as e:
-            if e.reason != "not_a_step_line":  # console logs carry other output
-                _count(run.skipped, e.reason)
+            for line in stream_lines(f, max_line, run.skipped):
+                if not line.strip():
+                    continue
+                try:
+                    run.entries.append(make(line))
+                except LineError as e:
+                    if e.reason != "not_a_step_line":  # console logs carry other output
+                        _count(run.skipped, e.reason)
+        except OSError as e:
+            raise RunFileError(f"cannot read {path}: {e.strerror or e}") from None
     if not run.entries:
         detail = ", ".join(f"{k}={v}" for k, v in sorted(run.skipped.items())) or "no lines"
         raise RunFileError(f"{path}: no verl step line found ({detail})")

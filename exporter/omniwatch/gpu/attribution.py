@@ -37,6 +37,7 @@ from .. import names
 from ..analytics import DEFAULT_WINDOW_STEPS, PHASE_ORDER
 from .accounting import overlap_seconds
 from .window import InterStageWindows
+from ..runlabel import fit_label
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ MAX_OPEN_SPANS_PER_RUN = 512
 EXPIRE_S = 600.0           # a span some GPU cannot attribute this long (in sample time) after its end is given up
 CONTINUITY_S = 600.0       # a pushed-span gap longer than this between steps is not inter_stage
 CLIP_TOLERANCE_S = 2.0     # a timing layout clipped by more than this is not GPU inter-stage evidence
-MAX_LABEL_CHARS = 128      # the run-label cap of model.RunStore (not imported: keeps this module light)
 
 
 @dataclass(eq=False)
@@ -126,7 +126,7 @@ class Attributor:
     def add_span(self, project: str, experiment: str, phase: str, start: float, end: float,
                  gpus: frozenset[str] | None = None) -> Span:
         """An exact span pushed by the trainer (validated by the caller)."""
-        run = (project[:MAX_LABEL_CHARS], experiment[:MAX_LABEL_CHARS])
+        run = (fit_label(project), fit_label(experiment))  # the RunStore's key of the run
         span = Span(run, phase, start, end, gpus)
         with self.lock:
             q = self.open_spans[run]

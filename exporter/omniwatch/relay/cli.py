@@ -27,7 +27,9 @@ def fetch(url: str, limit: int, status: str | None = None, timeout: float = 10.0
 
 
 def render(alerts: list, status: dict, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=f"Recent alerts ({len(alerts)})")
     for col in ("received", "status", "alert", "run", "step", "summary", "ends"):
@@ -36,18 +38,21 @@ def render(alerts: list, status: dict, console) -> None:
         lab, ann = a.get("labels", {}), a.get("annotations", {})
         run = "/".join(x for x in (lab.get("project"), lab.get("experiment")) if x) or lab.get("instance", "-")
         color = "red" if a.get("status") == "firing" else "green"
-        t.add_row(_ts(a.get("receivedAt")), f"[{color}]{a.get('status')}[/{color}]", lab.get("alertname", "-"), run,
-                  ann.get("step", "-"), ann.get("summary", "")[:80], _ts(a.get("endsAt")))
+        # every cell from the alert is text, never console markup (a run named "a[/]b" must not crash this)
+        t.add_row(_ts(a.get("receivedAt")), Text(str(a.get("status")), style=color), Text(str(lab.get("alertname", "-"))),
+                  Text(str(run)), Text(str(ann.get("step", "-"))), Text(str(ann.get("summary", ""))[:80]),
+                  _ts(a.get("endsAt")))
     console.print(t)
     r = Table(title=f"Relay (notifications {status.get('notifications', 0)}, duplicates {status.get('duplicates', 0)})")
     for col in ("receiver", "type", "enabled", "pending", "delivered", "failed", "last error"):
         r.add_column(col, overflow="fold")
     for x in status.get("receivers", []):
-        r.add_row(x["name"], x.get("type") or "-", "yes" if x.get("enabled") else f"no: {x.get('config_error')}",
-                  str(x["pending"]), str(x["delivered"]), str(x["failed"]), (x.get("last_error") or "")[:80])
+        r.add_row(Text(str(x["name"])), Text(str(x.get("type") or "-")),
+                  "yes" if x.get("enabled") else Text(f"no: {x.get('config_error')}"),
+                  str(x["pending"]), str(x["delivered"]), str(x["failed"]), Text((x.get("last_error") or "")[:80]))
     console.print(r)
     if status.get("config_error"):
-        console.print(f"[red]relay config error:[/red] {status['config_error']}")
+        console.print(f"[red]relay config error:[/red] {escape(str(status['config_error']))}")
 
 
 def cmd_alerts(args) -> int:

@@ -3,6 +3,12 @@
 then render it for a generic webhook, Slack (incoming webhook, attachments) or Feishu/Lark
 (custom bot, ``interactive`` card or ``post``, optionally signed).
 
+Everything in a notification is user-controlled (run names come from directory and file names, labels
+and annotations from whoever can post to Alertmanager): every label and annotation value is made one line
+(control characters and line breaks become a space) before it is rendered, so a file name cannot plant a
+fake line; Slack text is escaped (``&<>``); Feishu gets plain text only (``plain_text`` card elements,
+``text`` post elements, and ``<`` followed by a zero-width space, so nothing parses as ``<at id=all>``).
+
 Annotations read (see docs/relay.md): ``summary``, ``description`` (the numbers), ``remedy``
 (or ``action``), ``step``, ``value``, ``runbook_url``, ``dashboard_url`` (absolute, or a path joined
 to ``OMNIWATCH_GRAFANA_URL``).
@@ -12,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
@@ -66,8 +73,21 @@ def _dashboard(ann: dict, labels: dict, grafana: str | None) -> str | None:
     return base + DEFAULT_DASHBOARD_PATH + ("&" + urlencode(q) if q else "")
 
 
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]+")
+
+
+def one_line(value) -> str:
+    """``value`` as one line of text: control characters, line breaks and direction overrides become one
+    space (a run named ``x\\nResolved at …`` cannot add a line to a message)."""
+    return _BREAKS.sub(" ", value if isinstance(value, str) else str(value))
+
+
+def _one_line_map(d) -> dict:
+    return {one_line(k): one_line(v) for k, v in d.items()} if isinstance(d, dict) else {}
+
+
 def _view(a: dict, grafana: str | None) -> AlertView:
-    labels, ann = a.get("labels") or {}, a.get("annotations") or {}
+    labels, ann = _one_line_map(a.get("labels")), _one_line_map(a.get("annotations"))
     project, experiment = labels.get("project"), labels.get("experiment")
     run = "/".join(x for x in (project, experiment) if x) or labels.get("instance") or labels.get("job")
     numbers = ann.get("description", "")
@@ -90,8 +110,8 @@ def build(body: dict, grafana: str | None = None) -> Message:
     n_firing = sum(1 for a in alerts if a.get("status") == "firing")
     head = f"[FIRING:{n_firing}]" if status == "firing" else "[RESOLVED]"
     title = f"{head} {', '.join(names)}" + (f" — {', '.join(runs[:3])}" if runs else "") + ("…" if len(runs) > 3 else "")
-    return Message(status, title, views, max(0, len(alerts) - len(views)), body.get("externalURL", ""),
-                   body.get("groupKey", ""))
+    return Message(one_line(status), one_line(title), views, max(0, len(alerts) - len(views)),
+                   one_line(body.get("externalURL", "")), one_line(body.get("groupKey", "")))
 
 
 def _lines(v: AlertView) -> list[str]:
@@ -137,16 +157,21 @@ def _slack_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _slack_url(u: str) -> str:
+    """A URL inside Slack's ``<url|text>``: the characters that would end it percent-encoded."""
+    return u.replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
+
+
 def render_slack(msg: Message, channel: str | None = None) -> dict:
     atts = []
     for v in msg.alerts:
         lines = [_slack_escape(x) for x in _lines(v)[1:]]
-        links = " | ".join(f"<{u}|{t}>" for t, u in _links(v))
+        links = " | ".join(f"<{_slack_url(u)}|{t}>" for t, u in _links(v))
         fields = [{"title": t, "value": _slack_escape(x), "short": True} for t, x in (("Run", v.run), ("Step", v.step)) if x]
         att = {
-            "color": "danger" if v.status == "firing" else "good", "title": f"{v.name} ({v.status})",
+            "color": "danger" if v.status == "firing" else "good", "title": _slack_escape(f"{v.name} ({v.status})"),
             "text": "\n".join(lines + ([links] if links else [])), "fields": fields,
-            "fallback": f"{msg.title}: {v.summary or v.name}", "mrkdwn_in": ["text"],
+            "fallback": _slack_escape(f"{msg.title}: {v.summary or v.name}"), "mrkdwn_in": ["text"],
         }
         if v.runbook_url or v.dashboard_url:
             att["title_link"] = v.runbook_url or v.dashboard_url
@@ -159,23 +184,31 @@ def render_slack(msg: Message, channel: str | None = None) -> dict:
     return out
 
 
+def feishu_literal(s: str) -> str:
+    """Text Feishu shows as written: ``<`` followed by a zero-width space, so no ``<at id=all>``,
+    ``<at user_id=…>`` or other tag can form (Feishu has no escape for plain text; the character is
+    invisible)."""
+    return s.replace("<", "<\u200b")
+
+
 def render_feishu(msg: Message, fmt: str = "interactive") -> dict:
+    """Every user-controlled text goes as plain text: ``text`` post elements, ``plain_text`` card elements
+    (``lark_md`` would turn a run named ``<at id=all></at>`` into an @-mention of everyone)."""
     if fmt == "post":
         content = []
         for v in msg.alerts:
-            content += [[{"tag": "text", "text": x}] for x in _lines(v)]
+            content += [[{"tag": "text", "text": feishu_literal(x)}] for x in _lines(v)]
             if _links(v):
                 content.append([{"tag": "a", "text": t + " ", "href": u} for t, u in _links(v)])
         if msg.more:
             content.append([{"tag": "text", "text": f"… and {msg.more} more alerts"}])
-        return {"msg_type": "post", "content": {"post": {"zh_cn": {"title": msg.title, "content": content}}}}
+        return {"msg_type": "post", "content": {"post": {"zh_cn": {"title": feishu_literal(msg.title), "content": content}}}}
     elements: list[dict] = []
     for i, v in enumerate(msg.alerts):
         if i:
             elements.append({"tag": "hr"})
-        lines = _lines(v)
-        md = "\n".join([f"**{lines[0]}**"] + lines[1:])
-        elements.append({"tag": "div", "text": {"tag": "lark_md", "content": md}})
+        lines = [feishu_literal(x) for x in _lines(v)]
+        elements.append({"tag": "div", "text": {"tag": "plain_text", "content": "\n".join(lines)}})
         if _links(v):
             elements.append({"tag": "action", "actions": [
                 {"tag": "button", "text": {"tag": "plain_text", "content": t}, "url": u, "type": "default"}
@@ -184,7 +217,8 @@ def render_feishu(msg: Message, fmt: str = "interactive") -> dict:
         elements.append({"tag": "div", "text": {"tag": "plain_text", "content": f"… and {msg.more} more alerts"}})
     return {"msg_type": "interactive", "card": {
         "config": {"wide_screen_mode": True},
-        "header": {"title": {"tag": "plain_text", "content": msg.title}, "template": "red" if msg.firing else "green"},
+        "header": {"title": {"tag": "plain_text", "content": feishu_literal(msg.title)},
+                   "template": "red" if msg.firing else "green"},
         "elements": elements}}
 
 

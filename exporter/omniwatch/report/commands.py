@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..backtest.commands import _duration, _guarded, _time
 from ..backtest.report import progress_for
@@ -82,7 +83,7 @@ def cmd_report(args) -> int:
     else:
         print_facts(facts, bs, out)
     if dest is not None:
-        err.print(f"report: {dest.resolve()} ({dest.stat().st_size / 1e6:.2f} MB)", highlight=False)
+        err.print(f"report: {escape(str(dest.resolve()))} ({dest.stat().st_size / 1e6:.2f} MB)", highlight=False)
     return 0
 
 
@@ -90,9 +91,13 @@ def _index(args, root: Path, err: Console, out: Console) -> int:
     from ..backtest.runfile import RunFileError, load_run
     from .index import build_index, find_runs
     from .gather import facts_of_runs
-    files = find_runs(root)
+    refused: list[Path] = []
+    files = find_runs(root, refused)
+    for p in refused:
+        err.print(f"[yellow]not followed[/] {escape(str(p))}: it resolves (symlink) outside {escape(str(root))}",
+                  highlight=False)
     if not files:
-        raise ValueError(f"no *.jsonl run under {root}")
+        raise ValueError(f"no *.jsonl run under {root}" + (f" ({len(refused)} symlinked out of it)" if refused else ""))
     dest = Path(args.out or DEFAULT_INDEX)
     runs, skipped = [], {}
     for p in files:  # a file that is not a run (empty, not verl's) is named and left out, not fatal
@@ -100,7 +105,7 @@ def _index(args, root: Path, err: Console, out: Console) -> int:
             runs.append(load_run(str(p)))
         except RunFileError as e:
             skipped[str(p)] = str(e)
-            err.print(f"[yellow]skipped[/] {e}", highlight=False)
+            err.print(f"[yellow]skipped[/] {escape(str(e))}", highlight=False)
     if not runs:
         raise ValueError(f"no readable run under {root}")
     with progress_for(err, args.quiet or args.json) as prog:
@@ -119,9 +124,9 @@ def _index(args, root: Path, err: Console, out: Console) -> int:
         for c in ("run", "steps", "GPU-h", "lost GPU-h", "top bottleneck"):
             t.add_column(c, justify="right" if "GPU" in c or c == "steps" else "left")
         for r in rows[:20]:
-            t.add_row(r["name"], str(r["steps"]), f"{r['gpu_hours']:.1f}", f"{r['lost']:.1f}", r["top"] or "-")
+            t.add_row(escape(r["name"]), str(r["steps"]), f"{r['gpu_hours']:.1f}", f"{r['lost']:.1f}", r["top"] or "-")
         out.print(t)
-    err.print(f"index: {dest.resolve()}", highlight=False)
+    err.print(f"index: {escape(str(dest.resolve()))}", highlight=False)
     return 0
 
 
@@ -150,7 +155,7 @@ def cmd_compare(args) -> int:
     else:
         print_comparison(c, out)
     if args.out:
-        err.print(f"comparison: {Path(args.out).resolve()}", highlight=False)
+        err.print(f"comparison: {escape(str(Path(args.out).resolve()))}", highlight=False)
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .. import ledger
@@ -104,7 +105,8 @@ def name(f: RunFacts) -> str:
 
 
 def print_comparison(c: Comparison, con: Console) -> None:
-    con.print(f"[bold]A[/] {name(c.a)}  {c.a.run}\n[bold]B[/] {name(c.b)}  {c.b.run}", highlight=False)
+    con.print(f"[bold]A[/] {escape(name(c.a))}  {escape(c.a.run)}\n[bold]B[/] {escape(name(c.b))}  {escape(c.b.run)}",
+              highlight=False)
     t = Table(title="Median seconds per normal step, by ledger bucket", title_justify="left")
     for col in ("bucket", "A", "B", "change"):
         t.add_column(col, justify="left" if col == "bucket" else "right")
@@ -119,8 +121,8 @@ def print_comparison(c: Comparison, con: Console) -> None:
     con.print(t)
     al = c.alerts()
     con.print(f"alerts resolved: {', '.join(al['resolved']) or '-'}; new: {', '.join(al['new']) or '-'}; "
-              f"still firing: {', '.join(al['kept']) or '-'}", highlight=False)
-    con.print(f"[bold]{c.headline()}[/]", highlight=False)
+              f"still firing: {', '.join(al['kept']) or '-'}", highlight=False, markup=False)
+    con.print(f"[bold]{escape(c.headline())}[/]", highlight=False)
 
 
 def _s(v) -> str:

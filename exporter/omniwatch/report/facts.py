@@ -8,6 +8,7 @@ backtest scrapes, or by :mod:`.live` from the series a live exporter exposed.
 """
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass, field
 
@@ -78,6 +79,16 @@ class RunFacts:
     gpu_phases: dict[str, dict[str, float]] = field(default_factory=dict)  # phase -> {busy, idle} GPU-seconds
     series: dict[str, float] = field(default_factory=dict)  # run series for the remedy prose (device peak)
     skipped: dict[str, int] = field(default_factory=dict)
+    label_note: str = ""             # how the names on disk became the run's labels (shortened, renamed)
+    source_name: str = ""            # the file as a shared page names it (relative to the root; never absolute)
+
+    @property
+    def shown_source(self) -> str:
+        """The run's source for a page that is shared: a file by its path under the log root (or its
+        name), never by the absolute path of the machine that built the page; a Prometheus run as is."""
+        if self.source not in ("jsonl", "console"):
+            return self.run
+        return self.source_name or os.path.basename(self.run)
 
     # -- header -------------------------------------------------------------------------------------
     @property

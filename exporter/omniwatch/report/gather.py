@@ -15,6 +15,7 @@ from .. import ledger
 from ..backtest.multi import backtest_many
 from ..backtest.runfile import RecordedRun, load_run
 from ..model import MAX_LABEL_CHARS, RunStore
+from ..runlabel import fit_label
 from .facts import AlertSpan, RunFacts, StepPoint
 
 
@@ -67,15 +68,31 @@ class RunSummary:
 
 
 def unique_labels(runs: list[RecordedRun]) -> None:
-    """Runs under one root that map to the same (project, experiment) get ``experiment~2``, ``~3``..."""
-    seen: dict[tuple[str, str], int] = {}
+    """Every run gets its own (project, experiment) label, of at most 128 characters (the live exporter's
+    :func:`~omniwatch.runlabel.fit_label`): runs under one root that map to the same labels (``q/p/e`` and
+    ``p/e``, two long names) get ``experiment~2``, ``~3``... — a suffix no other run's label has (a run
+    named ``e~2`` keeps its name). How a run's label was made is its ``label_note``."""
     for r in runs:
-        k = (r.project[:MAX_LABEL_CHARS], r.experiment[:MAX_LABEL_CHARS])
-        if k in seen:
-            seen[k] += 1
-            r.experiment = f"{r.experiment[:MAX_LABEL_CHARS - 6]}~{seen[k]}"
-        else:
-            seen[k] = 1
+        r.project, r.experiment = fit_label(r.project), fit_label(r.experiment)
+    taken = {(r.project, r.experiment) for r in runs}
+    seen: set[tuple[str, str]] = set()
+    for r in runs:
+        k = (r.project, r.experiment)
+        if k not in seen:
+            seen.add(k)
+            continue
+        n = 2
+        while True:
+            tail = f"~{n}"
+            new = (r.project, r.experiment[:MAX_LABEL_CHARS - len(tail)] + tail)
+            if new not in taken:
+                break
+            n += 1
+        taken.add(new)
+        seen.add(new)
+        note = f"experiment label {new[1]!r}: {r.experiment!r} is the label of another run under the root"
+        r.label_note = "; ".join(x for x in (r.label_note, note) if x)
+        r.experiment = new[1]
 
 
 def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir=None, progress=None,
@@ -106,7 +123,7 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
             modes=dict(run.modes) if run is not None else {},
             alerts=[AlertSpan(a.alertname, a.severity, a.first_step, a.last_step, a.labels, a.first_index,
                               a.last_index, dict(a.annotations)) for a in res.alerts],
-            not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped)))
+            not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped), label_note=r.label_note))
     return out
 
 

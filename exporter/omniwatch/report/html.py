@@ -273,7 +273,8 @@ def header_rows(f: RunFacts) -> list[tuple[str, str]]:
     modes = f.modes
     gpus = f"{f.gpus} ({'derived from the run: perf/total_num_images / (perf/throughput x perf/time_per_step)' if f.gpus_source == 'log' else 'from --gpus'})" \
         if f.gpus else "unknown (the log cannot tell; pass --gpus N): GPU-hours are per GPU"
-    return [("run", f"{f.project}/{f.experiment}"), ("source", f"{f.source}: {f.run}"),
+    named = [("run label", f.label_note)] if f.label_note else []
+    return [("run", f"{f.project}/{f.experiment}"), *named, ("source", f"{f.source}: {f.shown_source}"),
             ("trainer", modes.get("trainer", "unknown")), ("reward", modes.get("reward", "unknown")),
             ("async mode", modes.get("async_mode", "unknown")), ("GPUs", gpus), ("steps", str(f.n_steps)),
             ("median step time", _fmt(f.median_step_seconds, 1, " s")),
@@ -377,7 +378,7 @@ def compare_page(c) -> str:
         return f"<table>{head}{body}</table>"
     al = c.alerts()
     body = ["<h1>Run comparison</h1>",
-            _table([("A", f"{la} ({c.a.source}: {c.a.run})"), ("B", f"{lb} ({c.b.source}: {c.b.run})"),
+            _table([("A", f"{la} ({c.a.source}: {c.a.shown_source})"), ("B", f"{lb} ({c.b.source}: {c.b.shown_source})"),
                     ("GPUs", f"A {c.a.gpus or 'unknown'} ({c.a.gpus_source}), B {c.b.gpus or 'unknown'} ({c.b.gpus_source})"),
                     ("steps", f"A {c.a.n_steps}, B {c.b.n_steps}")]),
             f"<h2>Did it pay off?</h2><p><b>{html.escape(c.headline())}</b></p>",
@@ -415,7 +416,8 @@ def index_page(rows: list[dict], root: str) -> str:
     trs = []
     for k, r in enumerate(rows, 1):
         share = f"{r['lost'] / r['gpu_hours'] * 100:.1f}%" if r["gpu_hours"] else "–"
-        trs.append(f"<tr><td>{k}</td><td><a href=\"{html.escape(r['href'])}\">{html.escape(r['name'])}</a></td>"
+        note = f" <small class=\"muted\">({html.escape(r['note'])})</small>" if r.get("note") else ""
+        trs.append(f"<tr><td>{k}</td><td><a href=\"{html.escape(r['href'])}\">{html.escape(r['name'])}</a>{note}</td>"
                    f"<td class=\"n\">{r['steps']}</td><td class=\"n\">{r['gpus'] or '?'}</td>"
                    f"<td class=\"n\">{r['gpu_hours']:,.2f}</td><td class=\"n\">{r['lost']:,.2f}</td><td class=\"n\">{share}</td>"
                    f"<td>{html.escape(r['top'] or '–')}</td><td>{html.escape(', '.join(r['alerts']) or '–')}</td></tr>")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .facts import HOUR, RunFacts
@@ -34,13 +35,13 @@ def facts_json(f: RunFacts, bs: list[Bottleneck]) -> dict:
 
 
 def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
-    con.print(f"[bold]{f.project}/{f.experiment}[/]  {f.run}", highlight=False)
+    con.print(f"[bold]{escape(f'{f.project}/{f.experiment}')}[/]  {escape(f.run)}", highlight=False)
     gpus = f"{f.gpus} GPUs ({f.gpus_source})" if f.gpus else "GPUs unknown (--gpus N): GPU-hours per GPU"
     m = f.modes
     med = f"{f.median_step_seconds:.1f} s" if f.median_step_seconds else "-"
     ips = f"{f.images_per_gpu_second:.3f}" if f.images_per_gpu_second else "-"
     con.print(f"trainer {m.get('trainer', '?')}, reward {m.get('reward', '?')}, {m.get('async_mode', '?')}; {gpus}; "
-              f"{f.n_steps} steps, median step {med}, {ips} images/GPU/s", highlight=False)
+              f"{f.n_steps} steps, median step {med}, {ips} images/GPU/s", highlight=False, markup=False)
     t = Table(title=f"Where the GPU-hours went ({f.total_gpu_seconds / HOUR:.2f} GPU-h)", title_justify="left")
     t.add_column("bucket")
     t.add_column("GPU-h", justify="right")
@@ -50,7 +51,7 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
         t.add_row(b, f"{h:.2f}", f"{h / total * 100:.1f}%")
     con.print(t)
     if "*" in f.not_evaluated:
-        con.print(f"No verdict: {f.not_evaluated['*']}.", highlight=False)
+        con.print(f"No verdict: {f.not_evaluated['*']}.", highlight=False, markup=False)
     elif not bs:
         con.print("[green]No bottleneck alert fired.[/]")
     for k, b in enumerate(bs, 1):
@@ -58,5 +59,5 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
         cost = f"{b.gpu_hours:.2f} GPU-h" if b.gpu_seconds else (b.note or "0 GPU-h")
         if b.per_day:
             cost += f" (≈ {b.per_day:.1f} GPU-h/day at its last firing step's rate)"
-        con.print(f"{k}. [red]{b.alertname}[/] {cost}, steps {spans}", highlight=False)
+        con.print(f"{k}. [red]{escape(b.alertname)}[/] {escape(cost)}, steps {spans}", highlight=False)
         con.print(f"   {b.remedy}", highlight=False, markup=False)

@@ -22,7 +22,8 @@ from ..model import RunStore
 from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
 from ..planned import total_steps_in
 from ..redact import looks_like_credential, redact
-from .layout import run_labels
+from ..runlabel import shortened
+from .layout import raw_run_labels, run_labels
 from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, escapes
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 RESCAN_SECONDS = 2.0
 IDLE_AFTER_POLLS = 60  # unchanged this many polls in a row (30 s at the default 0.5 s) ...
 IDLE_EVERY = 4         # ... then looked at every 4th poll
+LONG_IDLE_AFTER_POLLS = 120  # unchanged at this many looks (2.5 min at the default poll: 60 polls, then 60 looks every 4th) ...
+LONG_IDLE_EVERY = 16         # ... then looked at every 16th poll (a run resumed after that is seen <= 8 s late)
+RACY_SECONDS = 3.0     # a directory modified this recently is listed again whatever its mtime says
 
 
 class FileSource:
@@ -58,7 +62,10 @@ class FileSource:
         self.poll_lock = threading.Lock()  # a checkpoint sees offsets and the model at one point
         self._resume: dict[str, dict] = {}
         self._last_scan = 0.0
+        self._listings: dict[str, tuple[int, list[str], list[str]]] = {}  # dir -> (mtime_ns, subdirs, files)
         self._pass = 0
+        self._active: dict[str, FileTail] = {}     # polled every pass (changed recently)
+        self._due: dict[int, list[str]] = {}       # pass -> idle files looked at in it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         for spec in self.specs:
@@ -81,21 +88,41 @@ class FileSource:
             return os.path.realpath(os.path.join(*parts)) if parts else os.path.realpath(".")
         return None
 
+    def _listing(self, d: str, now: float) -> tuple[list[str], list[str]]:
+        """(subdirectories, matching files) of directory ``d``, listed again only when its mtime moved
+        (a file created, removed or renamed in it) or it was modified within :data:`RACY_SECONDS` (an
+        mtime tick may hide a second change): a root of 100,000 idle files costs one ``stat`` per
+        project directory per rescan, not a listing of every file. scandir: the entry types come with
+        the listing, no stat per file."""
+        st = os.stat(d)
+        cached = self._listings.get(d)
+        if cached is not None and cached[0] == st.st_mtime_ns and now - st.st_mtime > RACY_SECONDS:
+            return cached[1], cached[2]
+        pat, dirs, found = self._pattern(), [], []
+        with os.scandir(d) as it:
+            for e in it:
+                try:
+                    if e.is_dir():
+                        dirs.append(e.path)
+                    elif fnmatch.fnmatchcase(e.name, pat) and e.is_file():
+                        found.append(e.path)
+                except OSError:
+                    continue
+        self._listings[d] = (st.st_mtime_ns, dirs, found)
+        return dirs, found
+
     def _expand(self, spec: str) -> list[str]:
         if os.path.isdir(spec):
-            # <root>/<project>/<experiment>.jsonl (VERL_FILE_LOGGER_ROOT), or files directly in it. scandir:
-            # the entry types come with the listing, no stat per file (a root may hold thousands).
-            pat, found = self._pattern(), []
-            with os.scandir(spec) as top:
-                for e in top:
-                    try:
-                        if e.is_dir():
-                            with os.scandir(e.path) as sub:
-                                found += [f.path for f in sub if fnmatch.fnmatchcase(f.name, pat) and f.is_file()]
-                        elif fnmatch.fnmatchcase(e.name, pat) and e.is_file():
-                            found.append(e.path)
-                    except OSError:
-                        continue  # a project dir removed or unreadable while listing
+            # <root>/<project>/<experiment>.jsonl (VERL_FILE_LOGGER_ROOT), or files directly in it.
+            now = time.time()  # file system times are wall-clock times, whatever self.clock is
+            dirs, found = self._listing(spec, now)
+            found = list(found)
+            for sub in dirs:
+                try:
+                    found += self._listing(sub, now)[1]
+                except OSError:
+                    self._listings.pop(sub, None)
+                    continue  # a project dir removed or unreadable while listing
             return sorted(found)
         if glob.has_magic(spec):
             return sorted(p for p in glob.glob(spec) if os.path.isfile(p))
@@ -167,13 +194,25 @@ class FileSource:
                                     checks=checks)
                     if path in self._resume:
                         tail.resume_from(self._resume.pop(path))
+                    tail.slot = len(self.tails)
                     self.tails[path] = tail
+                    self._active[path] = tail
                     self._labels[path] = labels
+                    self._say_shortened(path, labels)
                 self.store.set_source_up(self.kind, redact(spec), True)
             except OSError as e:
                 log.warning("%s source cannot list %s: %s", self.kind, redact(spec), redact(str(e)))
                 self.store.set_source_up(self.kind, redact(spec), False)
         self._last_scan = self.clock()
+
+    def _say_shortened(self, path: str, labels: tuple[str, str]) -> None:
+        """Once per file: how its directory or file name became its run's labels (control characters
+        stripped, a long name made a unique 128-character label)."""
+        notes = [f"{what} {n}" for what, raw in zip(("project:", "experiment:"), raw_run_labels(path))
+                 if (n := shortened(raw))]
+        if notes:
+            log.info("%s source: %s is run %s/%s (%s)", self.kind, redact(ascii(path)), redact(labels[0]),
+                     redact(labels[1]), "; ".join(notes))
 
     # -- checkpoint support ----------------------------------------------------------------------
     def offsets(self) -> dict[str, dict]:
@@ -194,50 +233,75 @@ class FileSource:
             self.scan()
         applied = 0
         self._pass += 1
-        problems = self._problems
-        for i, (path, tail) in enumerate(list(self.tails.items())):
+        # Files changed recently are polled every pass; a file unchanged for IDLE_AFTER_POLLS polls (a finished
+        # or stalled run) every IDLE_EVERY-th pass, one unchanged for LONG_IDLE_AFTER_POLLS looks every
+        # LONG_IDLE_EVERY-th, spread over the passes by a slot per file. Idle files wait in a calendar of
+        # passes, so a pass touches only the files due in it: 100,000 idle files cost a sixteenth of their
+        # stat()s and no Python work in between (docs/benchmarks.md); a run that resumes is seen at most
+        # IDLE_EVERY (LONG_IDLE_EVERY) polls late.
+        due = [(p, self.tails[p]) for p in self._due.pop(self._pass, ()) if p in self.tails]
+        batch = list(self._active.items()) + due
+        for i, (path, tail) in enumerate(batch):
             if not i & 255 and self._stop.is_set():
-                break  # shutting down: the checkpoint holds the offsets of what was read
-            # A file unchanged for IDLE_AFTER_POLLS polls (a finished or stalled run) is looked at every
-            # IDLE_EVERY-th poll, spread over the passes: thousands of idle files cost a quarter of the stat()s,
-            # and a run that resumes is seen at most IDLE_EVERY polls late.
-            if tail.unchanged_polls >= IDLE_AFTER_POLLS and (self._pass + i) % IDLE_EVERY:
-                continue
+                for p, t in batch[i:]:  # shutting down: the checkpoint holds the offsets of what was read
+                    self._schedule(p, t, self._pass + 1)
+                break
             try:
-                res = tail.poll()
-            except NotRegularFile as e:
-                self._report(path, "not_regular_file", str(e.strerror or e))
-                self.store.set_source_up(self.kind, redact(path), False)
-                continue
-            except OutsideRoot:
-                self._report(path, *self._refusal(path, tail.confine) or ("symlink_outside_root", "outside the root"))
-                self.store.set_source_up(self.kind, redact(path), False)
-                continue
-            except OSError as e:
-                self._report(path, "unreadable_file", f"{type(e).__name__}: {e.strerror or e}")
-                self.store.set_source_up(self.kind, redact(path), False)
-                continue
-            if problems and path in problems:
-                self._report(path, None)
-                self.store.set_source_up(self.kind, redact(path), True)
-            if res is UNCHANGED:
-                continue
-            project, experiment = self._labels[path]
-            if res.too_long:
-                self.store.count_error(self.kind, "line_too_long", res.too_long)
-            for ev in res.events:
-                if ev == "truncated":  # verl reopens its log with "wb": a restarted trainer
-                    log.info("%s: truncated (trainer restart)", redact(path))
-                    self.store.trainer_restarted(project, experiment, self.kind)
-                elif ev == "rotated":  # logrotate; a restart that also rotates shows as its step going back
-                    log.info("%s: rotated; following the new file", redact(path))
-            if not res.lines:
-                continue
-            backlog_arrival = tail.mtime or self.clock()
-            for i, line in enumerate(res.lines):
-                backlog = i < res.backlog
-                applied += self._apply(project, experiment, path, line, backlog_arrival if backlog else self.clock(),
-                                       backlog)
+                applied += self._poll_one(path, tail)
+            finally:
+                self._schedule(path, tail)
+        return applied
+
+    def _schedule(self, path: str, tail: FileTail, at: int | None = None) -> None:
+        """Keep ``path`` polled every pass while it changes, else put it in the calendar for its next look."""
+        u = tail.unchanged_polls
+        if at is None and u < IDLE_AFTER_POLLS:
+            self._active[path] = tail
+            return
+        self._active.pop(path, None)
+        if at is None:
+            period = IDLE_EVERY if u < LONG_IDLE_AFTER_POLLS else LONG_IDLE_EVERY
+            at = self._pass + period - (self._pass + tail.slot) % period
+        self._due.setdefault(at, []).append(path)
+
+    def _poll_one(self, path: str, tail: FileTail) -> int:
+        problems = self._problems
+        try:
+            res = tail.poll()
+        except NotRegularFile as e:
+            self._report(path, "not_regular_file", str(e.strerror or e))
+            self.store.set_source_up(self.kind, redact(path), False)
+            return 0
+        except OutsideRoot:
+            self._report(path, *self._refusal(path, tail.confine) or ("symlink_outside_root", "outside the root"))
+            self.store.set_source_up(self.kind, redact(path), False)
+            return 0
+        except OSError as e:
+            self._report(path, "unreadable_file", f"{type(e).__name__}: {e.strerror or e}")
+            self.store.set_source_up(self.kind, redact(path), False)
+            return 0
+        if problems and path in problems:
+            self._report(path, None)
+            self.store.set_source_up(self.kind, redact(path), True)
+        if res is UNCHANGED:
+            return 0
+        project, experiment = self._labels[path]
+        if res.too_long:
+            self.store.count_error(self.kind, "line_too_long", res.too_long)
+        for ev in res.events:
+            if ev == "truncated":  # verl reopens its log with "wb": a restarted trainer
+                log.info("%s: truncated (trainer restart)", redact(path))
+                self.store.trainer_restarted(project, experiment, self.kind)
+            elif ev == "rotated":  # logrotate; a restart that also rotates shows as its step going back
+                log.info("%s: rotated; following the new file", redact(path))
+        if not res.lines:
+            return 0
+        applied = 0
+        backlog_arrival = tail.mtime or self.clock()
+        for i, line in enumerate(res.lines):
+            backlog = i < res.backlog
+            applied += self._apply(project, experiment, path, line, backlog_arrival if backlog else self.clock(),
+                                   backlog)
         return applied
 
     def open_files(self) -> int:

@@ -132,6 +132,7 @@ class FileTail:
         self._seen: tuple[int, int] | None = None  # (size, mtime_ns) when last read to its end
         self._mtime: float | None = None
         self.unchanged_polls = 0  # polls in a row that found the file as it was (FileSource polls those less)
+        self.slot = 0  # FileSource's spread of idle looks over the passes
 
     # -- checkpoint support (state.py) ----------------------------------------------------------------
     def position(self) -> dict | None:
@@ -320,10 +321,10 @@ class FileTail:
             self._head = first[: nl + 1] if nl >= 0 else b""
 
     def poll(self) -> PollResult:
-        res = PollResult()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
+            res = PollResult()
             if self._ino is not None:
                 self._drain_old(res)  # moved away or deleted: finish what was written
                 self.close()
@@ -334,6 +335,10 @@ class FileTail:
             raise NotRegularFile(errno.EINVAL, f"{self.path} is not a regular file")
         self._mtime = st.st_mtime
         key = (st.st_size, st.st_mtime_ns)
+        if key == self._seen and self._ino is not None and (st.st_dev, st.st_ino) == self._ino:
+            self.unchanged_polls += 1
+            return UNCHANGED  # the common case of an idle file: one stat, nothing allocated
+        res = PollResult()
         if self._ino is None:
             if not self._open(res, "opened"):
                 res.events.append("missing")
