@@ -111,3 +111,27 @@ def test_a_run_whose_keys_cannot_tell_uses_the_flag_and_says_so():
     st2 = RunStore()
     st2.ingest("p", "e", ParsedStep(1, {"timing_s/step": 10.0, "timing_s/gen": 6.0}), "push")
     assert not st2.runs[("p", "e")].gpu_seconds  # unknown GPUs: nothing invented
+
+
+def test_the_ledger_does_not_depend_on_when_metrics_were_scraped():
+    """Issue 23: the stall tolerance read a typical step that only scrapes refreshed, so the same lines gave
+    a `stalled` bucket when /metrics was read after every step and none when it was never read. Steps of
+    ~250 s arriving 757 s apart (under the 3-typical-step pause that makes the model read its statistics
+    itself, over the 2-typical-step tolerance beyond the step): the same ledger either way, stalled > 0."""
+    lines = fixture_path("flowgrpo_healthy").read_bytes().splitlines()[:12]
+
+    def run(scrape: bool) -> dict[str, float]:
+        now = [1000.0]
+        st = RunStore(clock=lambda: now[0])
+        for i, line in enumerate(lines):
+            now[0] += 0.0 if i == 0 else 757.0
+            st.ingest("p", "e", parse_jsonl_line(line), "jsonl", feed="jsonl:f")
+            if scrape:
+                samples(st)
+        return dict(st.runs[("p", "e")].gpu_seconds)
+
+    scraped, unscraped = run(True), run(False)
+    assert scraped.keys() == unscraped.keys()
+    for bucket in scraped:
+        assert scraped[bucket] == pytest.approx(unscraped[bucket]), bucket
+    assert unscraped["stalled"] > 0  # the pauses beyond the tolerance are stalled time in both

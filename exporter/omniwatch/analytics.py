@@ -321,10 +321,13 @@ class RunWindow:
         self.k = window
         self.n = baseline
         self.normal: deque[StepRecord] = deque(maxlen=window + baseline)
+        self._typical: float | None = None  # typical_step(), cached until the window changes
+        self._typical_valid = False
 
     def add(self, rec: StepRecord) -> None:
         if not rec.normal:
             return
+        self._typical_valid = False
         q = self.normal
         if not q or rec.step > q[-1].step:
             q.append(rec)
@@ -344,11 +347,17 @@ class RunWindow:
     def reset(self) -> None:
         """A new trainer incarnation: nothing of the old one is compared with the new one."""
         self.normal.clear()
+        self._typical_valid = False
 
     def typical_step(self) -> float | None:
-        """The median duration of the last ``n`` normal steps (cheap: read on every ingested step)."""
-        durs = [r.duration for r in self.normal if r.duration is not None]
-        return statistics.median(durs[-self.n:]) if durs else None
+        """The median duration of the last ``n`` normal steps. Read on every ingested step (the ledger's
+        stall tolerance, the level-shift check), so it is cached until :meth:`add` or :meth:`reset`
+        changes the window."""
+        if not self._typical_valid:
+            durs = [r.duration for r in self.normal if r.duration is not None]
+            self._typical = statistics.median(durs[-self.n:]) if durs else None
+            self._typical_valid = True
+        return self._typical
 
     def stats(self) -> WindowStats:
         recs = list(self.normal)

@@ -521,7 +521,9 @@ class RunStore:
             run.live_arrival = arrival
         if run.gpus is None:
             return
-        for bucket, sec in ledger.split(rec, interval, run._stats.typical_step).items():
+        # The typical step of the steps before this one, read from the window itself (cached there): the
+        # scrape-time statistics would make the ledger depend on when /metrics was last read.
+        for bucket, sec in ledger.split(rec, interval, run.window.typical_step()).items():
             run.gpu_seconds[bucket] += sec * run.gpus.count
 
     @staticmethod

@@ -117,7 +117,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.seen = SeenSteps()
             run.seen.ranges = [list(x) for x in d["seen"]]
             run.last = _rec_from(d["last"]) if d["last"] else None
-            run.window.normal.clear()
+            run.window.reset()  # empties the window and its cached typical step
             run.window.normal.extend(_rec_from(x) for x in d["window"])
             w = run.window.normal
             if run.last and w and (w[-1].step, w[-1].arrival) == (run.last.step, run.last.arrival):
