@@ -285,10 +285,25 @@ _RQ_REWARD = (
     + key("reward.reward_model.rollout.gpu_memory_utilization") + ").")
 
 
+# A serial engine (engine="serial": one running request while others wait). vllm_omni_async_server.py clamps
+# max_num_seqs to 1 for a pipeline without request-level batching unless step_execution is on
+# (docs/verl-source.md C13), so "raise max_num_seqs" changes nothing there.
+_RQ_SERIAL = (
+    "This replica is a serial engine: it generates one request at a time. For a pipeline without request-level "
+    "batching VeRL-Omni clamps max_num_seqs to 1 unless step_execution is on, so raising max_num_seqs alone changes "
+    "nothing: set " + key("actor_rollout_ref.rollout.step_execution", "True")
+    + " (step-wise continuous batching: the pipeline must implement prepare_encode / denoise_step / step_scheduler "
+    "/ post_decode; the Qwen-Image example runs it with up to 256 concurrent requests). Published Qwen-Image LoRA: "
+    "gen 226 s serial, 106-108 s batched. A pipeline with neither batching mode stays serial: add rollout replicas (more "
+    "GPUs, or a lower " + key("actor_rollout_ref.rollout.tensor_model_parallel_size")
+    + " for more replicas on the same GPUs).")
+
+
 def rollout_saturated() -> Prose:
     by_layout = switch([({"async_mode": SEPARATE_ASYNC}, _RQ_SEPARATE_ASYNC), ({"async_mode": SYNC}, _RQ_SYNC)],
                        _RQ_DEFAULT)
-    return P(LabelSwitch("role", (("reward", P(_RQ_REWARD)),), by_layout))
+    return P(LabelSwitch("role", (("reward", P(_RQ_REWARD)),),
+                         P(LabelSwitch("engine", (("serial", P(_RQ_SERIAL)),), by_layout))))
 
 
 # --- TransferQueue (V1 only: legacy runs have no TransferQueue) ------------------------------------------------
