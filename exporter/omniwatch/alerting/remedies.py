@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import names
 from .prose import LabelSwitch, P, Prose, Query, switch
+from .records import REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO
 
 # Config keys the remedies name: key -> True when it must be added with a Hydra '+' (not in the
 # composed config), False when it exists there.
@@ -154,9 +155,39 @@ STEP_CAUSES = {
 }
 
 
+# V1 with streamed reward (a reward function, an HTTP scorer, or a reward-model pool): the agent loop scores each
+# sample before it writes it to TransferQueue, inside the trainer's timing_s/gen (docs/verl-source.md C14), and V1
+# logs no reward timer for it. A slower scorer then reads as cause=rollout: name the scorer first, with the
+# reward servers' latency and queueing omniwatch scrapes (endpoints rules), before rollout batching.
+GEN_INCLUDES_SCORING = ("timing_s/gen, which in V1 with streamed reward includes reward scoring: the agent loop "
+                        "scores every sample before writing it to TransferQueue, so generation or scoring grew")
+_ROLLOUT_V1_STREAMED = P(
+    "Generation grew, and in V1 timing_s/gen includes reward scoring: the agent loop scores every sample (reward "
+    "function, HTTP scorer or reward-model pool) before writing it to TransferQueue, and V1 logs no reward timer, "
+    "so a slower scorer shows as slower gen. Check the scorer before rollout batching: ",
+    Query(REC_REWARD_LATENCY, "f2", prefix="the reward servers answer in ", suffix=" s per request",
+          default="omniwatch scrapes no reward server for this run, so the scorer is a reward function or HTTP "
+                  "scorer whose time V1 does not log (time it, or let omniwatch discover its server)"),
+    Query(REC_REWARD_QUEUE_RATIO, "pct", prefix=" (", suffix=" of it queued)"),
+    ". A grown latency that is mostly queueing: add reward replicas (" + key("reward.reward_model.n_gpus_per_node")
+    + " x " + key("reward.reward_model.nnodes") + ", " + key("reward.num_workers") + "); a grown latency with "
+    "little queueing, or a slower reward function: the scorer itself got slower (a changed reward function, a "
+    "slower scorer service; see RewardBoundRollout's remedy). Only if scoring did not grow check rollout batching ("
+    + key("actor_rollout_ref.rollout.max_num_seqs") + ", " + key("actor_rollout_ref.rollout.step_execution")
+    + ") and the rollout servers' queue.")
+
+
+def gen_includes_scoring() -> Prose:
+    """The description's note after "most of the growth is in <cause>": only for cause=rollout of a V1 run with
+    streamed reward, where gen holds the scoring too."""
+    return P(LabelSwitch("cause", (("rollout", switch([({"trainer": V1, "reward": STREAMED},
+                                                         " (" + GEN_INCLUDES_SCORING + ")")], "")),), P()))
+
+
 def step_regression() -> Prose:
-    return P(LabelSwitch("cause", tuple((c, P(t)) for c, t in STEP_CAUSES.items()),
-                         P("Profile one step to find the phase that grew; see the stage-share panel.")))
+    cases = tuple((c, switch([({"trainer": V1, "reward": STREAMED}, _ROLLOUT_V1_STREAMED)], t) if c == "rollout"
+                   else P(t)) for c, t in STEP_CAUSES.items())
+    return P(LabelSwitch("cause", cases, P("Profile one step to find the phase that grew; see the stage-share panel.")))
 
 
 def reward_saturation() -> Prose:
