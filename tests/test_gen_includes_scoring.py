@@ -1,5 +1,5 @@
 """Issue 22 item 8: in V1 with streamed reward, scoring runs inside timing_s/gen (the agent loop scores every sample
-before writing it to TransferQueue; docs/verl-source.md C14), so a slower scorer must not be blamed on rollout
+before writing it to TransferQueue; docs/verl-source.md G2), so a slower scorer must not be blamed on rollout
 batching. The whole-run case v1_reward_slow (V1 sync, reward function ~30x slower from step 12) back-tested by the
 real Prometheus engine: StepTimeRegression still names the part of the step that grew (cause=rollout, i.e. gen),
 but says gen includes scoring and leads with the scorer (no reward server is scraped: it says so). The promtool

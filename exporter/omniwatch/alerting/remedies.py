@@ -42,7 +42,7 @@ def line(*pairs: tuple[str, str]) -> str:
 # docs/perf/profiler.md ("Lightweight profiling recipe"): the trainer.* overrides are not optional (the last step
 # force-saves and validates when save_freq / test_freq > 0, and a leftover checkpoint auto-resumes past the profiled
 # step); step 2, as step 1 carries the warm-up and the profiler's start-up (recipe 4a). V1 has no per-step profiling
-# lifecycle (main_diffusion_v1.py L58-71 only launches the TaskRunner under nsys; docs/verl-source.md C15).
+# lifecycle (main_diffusion_v1.py L58-71 only launches the TaskRunner under nsys; docs/verl-source.md G3).
 PROFILE_STEP = "2"
 _PROFILE_RUN = (("trainer.total_training_steps", PROFILE_STEP), ("trainer.resume_mode", "disable"),
                 ("trainer.save_freq", "-1"), ("trainer.test_freq", "-1"))
@@ -224,7 +224,7 @@ CAUSE_PROFILE = {"reward": "reward", "inter_stage_idle": "nsys", "actor": "actor
 
 
 # V1 with streamed reward (a reward function, an HTTP scorer, or a reward-model pool): the agent loop scores each
-# sample before it writes it to TransferQueue, inside the trainer's timing_s/gen (docs/verl-source.md C14), and V1
+# sample before it writes it to TransferQueue, inside the trainer's timing_s/gen (docs/verl-source.md G2), and V1
 # logs no reward timer for it. A slower scorer then reads as cause=rollout: name the scorer first, with the
 # reward servers' latency and queueing omniwatch scrapes (endpoints rules), before rollout batching.
 GEN_INCLUDES_SCORING = ("timing_s/gen, which in V1 with streamed reward includes reward scoring: the agent loop "
@@ -386,7 +386,7 @@ _RQ_REWARD = (
 
 # A serial engine (engine="serial": one running request while others wait). vllm_omni_async_server.py clamps
 # max_num_seqs to 1 for a pipeline without request-level batching unless step_execution is on
-# (docs/verl-source.md C13), so "raise max_num_seqs" changes nothing there.
+# (docs/verl-source.md G1), so "raise max_num_seqs" changes nothing there.
 _RQ_SERIAL = (
     "This replica is a serial engine: it generates one request at a time. For a pipeline without request-level "
     "batching VeRL-Omni clamps max_num_seqs to 1 unless step_execution is on, so raising max_num_seqs alone changes "
