@@ -59,7 +59,7 @@ PROFILE_TARGETS: dict[str, tuple[tuple[str, str], ...]] = {
              ("actor_rollout_ref.actor.profiler.all_ranks", "True"), ("actor_rollout_ref.actor.profiler.tool", "nsys")),
 }
 PROFILE_WHAT = {"actor": "the actor update", "rollout": "the rollout servers", "reward": "the reward-model servers",
-                "nsys": "the whole step on every rank (nsys)"}
+                "nsys": "every rank (an nsys timeline)"}
 
 
 def profile_line(target: str) -> str:
