@@ -1,6 +1,9 @@
 """Alert latency end to end on the real native stack with the DEFAULT intervals (15 s scrape and rule
-evaluation, Alertmanager group_wait 30 s): from the moment the condition becomes true in the trainer's
-log to the webhook POST stored by the exporter (``receivedAt`` at ``GET /api/v1/alerts``).
+evaluation, Alertmanager group_wait as alerts/alertmanager.yml ships it): from the moment the condition
+becomes true in the trainer's log to the webhook POST stored by the exporter (``receivedAt`` at
+``GET /api/v1/alerts``). Target (issue 22 item 10): at most 60 s for every alert, and no notification at
+the webhook for these runs besides the expected ones ("extra": e.g. a StepTimeRegression that the cause's
+alert must inhibit, reaching the webhook because it was flushed before its inhibitor arrived).
 
 Per trial, five simulated runs are written into the watched directory:
 
@@ -29,6 +32,8 @@ from omniwatch.simulate import RunSpec, step_dict
 from omniwatch.stack import Stack, StackConfig
 
 PREFIX, STALL_PACE = 25, 4.0
+TARGET_S = 60.0
+SETTLE_S = 45.0  # after the last expected alert, how long extra notifications may still arrive
 WINDOW_ALERTS = {"reward": names.ALERT_REWARD_BOUND, "idle": names.ALERT_IDLE,
                  "mfu_impossible": names.ALERT_MFU_IMPOSSIBLE, "mfu_drop": names.ALERT_MFU_DROP}
 
@@ -88,7 +93,21 @@ def _trial(stack: Stack, root: Path, trial: int, timeout: float) -> dict[str, fl
         wait_for(arrived, timeout, interval=0.5, what="every core alert at the webhook")
     except TimeoutError:
         pass
-    return {name: got[name] - t0[name] if name in got and name in t0 else float("nan") for name in want}
+    time.sleep(SETTLE_S)
+    ours = set(want.values())
+    extra = sorted({f"{a['labels'].get('alertname')}{{{a['labels'].get('cause', '')}}}@{a['labels'].get('experiment')}"
+                    for a in httpx.get(stack.cfg.exporter_url + "/api/v1/alerts", params={"limit": 1000},
+                                       timeout=5).json()
+                    if a["status"] == "firing" and a["labels"].get("experiment") in ours
+                    and want.get(a["labels"].get("alertname")) != a["labels"].get("experiment")})
+    lat = {name: got[name] - t0[name] if name in got and name in t0 else float("nan") for name in want}
+    return {"latency": lat, "extra": extra}
+
+
+def _group_wait() -> str:
+    import yaml
+    from omniwatch import paths
+    return str(yaml.safe_load((paths.alerts_dir() / "alertmanager.yml").read_text())["route"]["group_wait"])
 
 
 def run(trials: int = 1, timeout: float = 240) -> dict:
@@ -100,14 +119,18 @@ def run(trials: int = 1, timeout: float = 240) -> dict:
                           watch=[str(root.parent)])
         stack = Stack(cfg)
         per_alert: dict[str, list[float]] = {}
+        extra: list[str] = []
         try:
             stack.up()
             for t in range(trials):
-                for name, lat in _trial(stack, root, t, timeout).items():
+                res = _trial(stack, root, t, timeout)
+                extra += res["extra"]
+                for name, lat in res["latency"].items():
                     per_alert.setdefault(name, []).append(lat)
         finally:
             stack.down()
-    out = {"trials": trials, "profile": "default (scrape/eval 15s, group_wait 30s)"}
+    out = {"trials": trials, "profile": f"default (scrape/eval 15s, group_wait {_group_wait()})", "target_s": TARGET_S,
+           "extra_alerts": extra}
     for name, xs in sorted(per_alert.items()):
         ok = [x for x in xs if x == x]
         out[name] = {"median_s": median(ok), "max_s": max(ok) if ok else float("nan"),

@@ -193,8 +193,12 @@ def push(r: dict) -> list[str]:
 def alert(r: dict) -> list[str]:
     rows = [[f"`{name}`", num(v["median_s"], 1, " s"), num(v["max_s"], 1, " s"), str(v["missed"])]
             for name, v in sorted(r.items()) if isinstance(v, dict) and "median_s" in v]
-    return [f"{r['trials']} trial(s), profile {r.get('profile', 'default')}.", "",
-            *table(["alert", "median", "max", "missed"], rows)]
+    extra = r.get("extra_alerts")
+    tail = [] if extra is None else ["", f"Other notifications at the webhook for these runs (false or uninhibited "
+                                         f"alerts): {', '.join(f'`{e}`' for e in extra) if extra else 'none'}."]
+    target = f" Target: at most {r['target_s']:g} s." if "target_s" in r else ""
+    return [f"{r['trials']} trial(s), profile {r.get('profile', 'default')}.{target}", "",
+            *table(["alert", "median", "max", "missed"], rows), *tail]
 
 
 def files(r: dict) -> list[str]:
@@ -368,7 +372,10 @@ def _summary_row(name: str, r: dict) -> list[str] | None:
                 ratio(r["held_rate_per_s"], r["target_rate_per_s"])]
     if name == "alert":
         worst = max((v["max_s"] for v in r.values() if isinstance(v, dict) and _ok(v.get("max_s"))), default=None)
-        return [f"slowest alert to the webhook {num(worst, 1, ' s')}", "–", "–"]
+        if "target_s" not in r:
+            return [f"slowest alert to the webhook {num(worst, 1, ' s')}", "–", "–"]
+        return [f"slowest alert to the webhook {num(worst, 1, ' s')}", f"at most {r['target_s']:g} s",
+                ratio(worst, r["target_s"]) if worst is not None else "–"]
     if name == "files":
         a, b = r["pooled"], r["one_fd_per_file"]
         return [f"{a['fds_idle']:,} descriptors for {r['files']:,} files", f"one fd per file: {b['fds_idle']:,}",

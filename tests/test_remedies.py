@@ -127,6 +127,15 @@ def test_offload_advice_is_under_step_time_regression_not_mfu_drop():
     assert "param_offload=False" in actor
 
 
+def test_a_serial_engine_is_told_step_execution_not_max_num_seqs():
+    """Issue 22 item 7: VeRL-Omni clamps max_num_seqs to 1 without step_execution for a pipeline without request
+    batching (vllm_omni_async_server.py L311-329): raising max_num_seqs is no remedy there."""
+    text = _remedy(n.ALERT_ROLLOUT_SATURATED, {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"},
+                   role="rollout", engine="serial")
+    assert "serial engine" in text and "`actor_rollout_ref.rollout.step_execution=True`" in text
+    assert "raise `actor_rollout_ref.rollout.max_num_seqs`" not in text and "changes nothing" in text
+
+
 def test_algorithm_changes_are_labelled_as_such():
     text = _remedy(n.ALERT_REWARD_SATURATION, None)
     assert "rollout.n" in text and "Algorithm change" in text
@@ -144,7 +153,8 @@ def test_rollout_queue_saturated_advice_fits_the_role_and_layout_and_changes_no_
     separate = _remedy(n.ALERT_ROLLOUT_SATURATED, SEPARATE_ASYNC, role="rollout")
     reward = _remedy(n.ALERT_ROLLOUT_SATURATED, SEPARATE_ASYNC, role="reward")
     unknown = _remedy(n.ALERT_ROLLOUT_SATURATED, None, role="rollout")
-    assert legacy == sync and "whole batch" in legacy and "max_num_seqs" in legacy and "step_execution" in legacy
+    cut = lambda t: t.split(" Profile one step")[0]  # noqa: E731  (the profile line is per trainer: item 9)
+    assert cut(legacy) == cut(sync) and "whole batch" in legacy and "max_num_seqs" in legacy and "step_execution" in legacy
     assert "standalone rollout" in separate and "actor_rollout_ref.rollout.nnodes" in separate
     assert "reward.reward_model." in reward and "actor_rollout_ref" not in reward
     for text in (legacy, separate, reward, unknown):
@@ -163,3 +173,65 @@ def test_transferqueue_advice_bounds_rollout_only_where_it_runs_ahead():
     assert "max_off_policy" not in sync and "nobody clears" in sync
     assert "stopped clearing" in critical and "stopgap" not in critical
     assert "kv_clear" in _remedy(n.ALERT_TQ_SLOW_LEAK, None)
+
+
+# --- issue 22 item 9: remedies that work when pasted -----------------------------------------------------------
+PROFILED = {n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_MFU_DROP, n.ALERT_MFU_LOW, n.ALERT_STEP_REGRESSION,
+            n.ALERT_ROLLOUT_SATURATED, n.ALERT_STRAGGLER}
+REQUIRED = ("trainer.total_training_steps=2", "trainer.resume_mode=disable", "trainer.save_freq=-1",
+            "trainer.test_freq=-1", "global_profiler.tool=", "global_profiler.steps=[2]")
+
+
+def _rendered(alert, modes) -> list[str]:
+    out = []
+    for cause in (*remedies.STEP_CAUSES, "unknown"):
+        for role in ("rollout", "reward"):
+            for engine in ("", "serial"):
+                out.append(alert.remedy.expect(Ctx({"project": "p", "experiment": "e", "role": role, "cause": cause,
+                                                    "engine": engine}, 1.0, {}, modes)))
+    return out
+
+
+@pytest.mark.parametrize("trainer", ["legacy", "v1", None])
+def test_one_complete_layout_aware_profile_line_per_alert(trainer):
+    """Every alert that sends the user to a profiler carries exactly one "Profile one step" line: on legacy (and an
+    unknown trainer) one pasteable code span with the run-shaping overrides VeRL-Omni's profiler docs require and
+    the profiled step; on V1 the statement that it has no per-step profiling lifecycle."""
+    modes = {"trainer": trainer, "reward": "colocated", "async_mode": "sync"} if trainer else None
+    seen = set()
+    for a in spec.alerts(DEFAULT):
+        if a.name not in PROFILED or a.remedy is None:
+            continue
+        seen.add(a.name)
+        for text in _rendered(a, modes):
+            assert text.count("Profile one step") == 1, (a.name, text)
+            span = re.search(r"Profile one step[^`]*`([^`]+)`", text)
+            assert span, (a.name, text)
+            for req in REQUIRED:
+                assert req in span.group(1), (a.name, req, span.group(1))
+            if trainer == "v1":
+                assert "V1 has no per-step profiling lifecycle" in text, text
+            else:
+                assert "V1 has no per-step profiling lifecycle" not in text or trainer is None
+    assert seen == PROFILED
+
+
+def test_every_key_of_a_profile_line_is_a_real_key():
+    for target in remedies.PROFILE_TARGETS:
+        for tok in remedies.profile_line(target).strip("`").split():
+            path = tok.split("=", 1)[0]
+            assert path in KEYS, path
+
+
+def test_the_reward_pool_advice_states_the_break_even_and_the_example_settings():
+    text = remedies.reward_bound().expect(Ctx({"project": "p", "experiment": "e"}, 1.0, {},
+                                              {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}))
+    assert "exceeds P/(N+P)" in text and remedies.POOL_EXAMPLE in text
+    for setting in ("reward.reward_model.enable_resource_pool=True", "reward.reward_model.n_gpus_per_node=<P>",
+                    "reward.num_workers=<P/TP>", "reward.reward_model.rollout.free_cache_engine=False"):
+        assert setting in text, setting
+    # The break-even against VeRL-Omni's own numbers (docs/algo/performance.md): 1 GPU on 4, step 420 s -> 360 s.
+    n_gpus, pool, before, after = 4, 1, 420.0, 360.0
+    share = 1 - after / before
+    assert share < pool / (n_gpus + pool)                            # under the break-even ...
+    assert 1 / (after * (n_gpus + pool)) < 1 / (before * n_gpus)     # ... so throughput per GPU falls (0.305 -> 0.280)

@@ -113,10 +113,12 @@ class RolloutReplica(_Endpoint):
         self.images.labels(ROLLOUT_MODEL)
 
     def tick(self, t, dt, rng):
-        phase, _ = phase_at(t)
+        phase, progress = phase_at(t)
         busy = phase == "gen"
         self.running.labels(ROLLOUT_MODEL).set(self.max_num_seqs if busy else 0)
-        self.waiting.labels(ROLLOUT_MODEL).set(rng.randint(0, 6) if busy else 0)
+        # A healthy engine: the batch queues in the first waves and drains within gen (RolloutQueueSaturated
+        # measures saturation over generation time: a queue through all of gen is a fault, not the demo's baseline).
+        self.waiting.labels(ROLLOUT_MODEL).set(rng.randint(1, 6) if busy and progress < 0.4 else 0)
         if not busy:
             return
         for _ in range(rng.randint(1, 2)):  # requests finishing in this tick
@@ -160,7 +162,9 @@ class RewardServer(_Endpoint):
         phase, progress = phase_at(t)
         lv = (REWARD_MODEL, "0")
         scoring = phase in ("gen", "reward")  # async scoring starts during gen and drains after it
-        queue = int(12 * progress) if phase == "gen" else int(12 * (1 - progress))
+        # Healthy: a queue builds late in gen and drains early in reward (saturated for a third of the window at most).
+        queue = (int(12 * (progress - 0.7) / 0.3) if phase == "gen" and progress > 0.7
+                 else int(12 * (1 - progress / 0.3)) if phase == "reward" and progress < 0.3 else 0)
         self.running.labels(*lv).set(8 if scoring else 0)
         self.waiting.labels(*lv).set(queue if scoring else 0)
         self.kv.labels(*lv).set(min(1.0, 0.2 + 0.06 * queue + rng.uniform(0, 0.05)) if scoring else 0.02)

@@ -124,8 +124,10 @@ class RolloutQueue(_Part):
     """RolloutQueueSaturated: a vLLM-Omni rollout (or vLLM reward) server replica keeps requests waiting
     with every slot running, while the training step waits on that server (issue 13 item 10)."""
     saturated_share: float = Field(0.75, description=(
-        "Share of the last `window` a replica was saturated (waiting > 0 with every slot running). A "
-        "generation burst saturates part of every step; 75 % of 10 minutes is a server that cannot keep up."))
+        "Share of the time the server's phase ran (gen; gen + reward for reward servers) over the last `window` "
+        "that a replica was saturated (waiting > 0 with every slot running): generation time, not wall time, as a "
+        "colocated engine sleeps between gens. A burst that drains within gen stays under it; a queue through 75 % "
+        "of gen is a server that cannot keep up."))
     window: str = Field("10m", description=(
         "Range over which the saturated share is averaged and over which the step share below must hold."))
     ceiling_window: str = Field("10m", description=(

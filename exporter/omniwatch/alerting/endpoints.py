@@ -39,6 +39,7 @@ from .rule import Alert, Group, Record, RuleFile, pct, sel
 from .testcase import Case, Check, Expect, ExprCheck, Sample, Series, dur, run_labels, secs
 from .records import (REC_CEILING, REC_QUEUE_PER_SLOT, REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO,
                       REC_REWARD_QUEUE_SECONDS, REC_REWARD_QUEUE_SHARE, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED,
+                      REC_ROLLOUT_SATURATED_GEN, REC_SERVER_SHARE_AVG,
                       REC_ROLLOUT_SLOTS_USED, REC_ROLLOUT_WAITING, REC_SATURATED, REC_SERVER_SHARE,
                       REC_SERVER_SHARE_MIN, REC_TQ_ACTIVE, REC_TQ_BACKLOG, REC_TQ_CAPACITY, REC_TQ_CLEARS,
                       REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT, REC_TQ_PARTITION,
@@ -82,18 +83,44 @@ def _server_share(cfg: Config, phases: tuple[str, ...]) -> str:
 def rollout_saturated_description(cfg: Config):
     q = cfg.rollout_queue
     phase = LabelSwitch("role", ((x.ROLE_REWARD, P("the generation window (gen + reward)")),), P("gen"))
-    return P(RUN, ": the ", Label("role"), " server replica ", Label("replica"), " had requests waiting with every "
-             "slot running (max_num_seqs, or its own peak of running requests over the last ", span(q.ceiling_window),
-             " when omniwatch does not know max_num_seqs) in ", Value("pct"), " of the last ", span(q.window),
-             f" (threshold {pct(q.saturated_share)}), and ", phase, " took at least ",
+    slots = LabelSwitch(
+        "engine", ((SERIAL, P(" is a serial engine: it ran exactly one request at a time (max_num_seqs 1, or a peak "
+                              "of one running request over the last ", span(q.ceiling_window), ") with others waiting "
+                              "in ")),),
+        P(" had requests waiting with every slot running (max_num_seqs, or its own peak of running requests over the "
+          "last ", span(q.ceiling_window), " when omniwatch does not know max_num_seqs) in "))
+    return P(RUN, ": the ", Label("role"), " server replica ", Label("replica"), slots, Value("pct"),
+             " of the time the step spent in ", phase, " over the last ", span(q.window),
+             f" (threshold {pct(q.saturated_share)}; measured over generation time, not wall time, as a colocated "
+             "engine sleeps outside it), and ", phase, " took at least ",
              Query(REC_SERVER_SHARE_MIN, "pct", default=f"more than {pct(q.critical_path_share)}",
                    matchers="role=%q", label_args=("role",)),
              f" of every step in that time (threshold {pct(q.critical_path_share)}): the training step waits on "
              "this server", AT_STEP, ". Compare with the other replicas for imbalance.")
 
 
+SERIAL = "serial"  # the `engine` label of RolloutQueueSaturated on a replica that runs one request at a time
+
+
 def rollout_group(cfg: Config) -> Group:
     q = cfg.rollout_queue
+    # Saturated over the time the server's phase runs (labelled engine="serial" where the ceiling is one running
+    # request), now saturated or asleep (a colocated engine between two gens), while the phase holds the step.
+    cond = (f"(\n  label_replace({REC_ROLLOUT_SATURATED_GEN}, \"engine\", \"{SERIAL}\", \"\", \"\")\n"
+            f"  and on ({REPLICA_BY}) {REC_CEILING} == 1\n"
+            f"  or on ({REPLICA_BY}) {REC_ROLLOUT_SATURATED_GEN}\n) >= {q.saturated_share:g}\n"
+            f"and on ({REPLICA_BY}) (\n  {REC_SATURATED} == 1\n"
+            f"  or ({REC_ROLLOUT_RUNNING} == 0 and on ({REPLICA_BY}) {REC_ROLLOUT_WAITING} == 0)\n)\n"
+            f"and on ({ROLE_BY}) {REC_SERVER_SHARE_MIN} > {q.critical_path_share:g}")
+    alert_comment = wrap(
+        f"A generation burst saturates the queue for part of every step. Saturated in >= {pct(q.saturated_share)} "
+        f"of the time the server's phase ran over the last {q.window} (the saturated share of wall time over the "
+        f"phase's share of it: a colocated engine sleeps between gens, so a wall-time share would forgive a "
+        f"server that queues during all of gen), saturated now or asleep, while the phase takes more than "
+        f"{pct(q.critical_path_share)} of every step (rollout_queue.critical_path_share), is a server the step "
+        "waits on: not a burst, and not a separate_async standalone rollout that is busy by design. A replica "
+        "whose ceiling is one running request is a serial engine (label engine=\"serial\"): VeRL-Omni clamps "
+        "max_num_seqs to 1 without step_execution for pipelines without request-level batching.")
     rules = [
         Record(REC_ROLLOUT_RUNNING, _first_family(0) + "\n",
                comment="Running and waiting requests per replica, from whichever family the server exports (the first\n"
@@ -110,7 +137,7 @@ def rollout_group(cfg: Config) -> Group:
                f"({REC_ROLLOUT_WAITING} > bool 0)\n* on ({REPLICA_BY}) ({REC_ROLLOUT_SLOTS_USED} >= bool 1)\n",
                comment="1 while requests wait although every slot runs, else 0."),
         Record(REC_ROLLOUT_SATURATED, f"avg_over_time({REC_SATURATED}[{q.window}])",
-               comment=f"Share of the last {q.window} the replica was saturated (rollout_queue.window)."),
+               comment=f"Share of the last {q.window} (wall time) the replica was saturated (rollout_queue.window)."),
         Record(REC_SERVER_SHARE, _server_share(cfg, ROLE_PHASES[x.ROLE_ROLLOUT]), {"role": x.ROLE_ROLLOUT},
                comment="Share of the run's latest step spent in the phases each server role serves: gen for rollout\n"
                        "servers; gen + reward for reward servers (a reward pool or function scores during gen, a\n"
@@ -118,18 +145,17 @@ def rollout_group(cfg: Config) -> Group:
         Record(REC_SERVER_SHARE, _server_share(cfg, ROLE_PHASES[x.ROLE_REWARD]), {"role": x.ROLE_REWARD}),
         Record(REC_SERVER_SHARE_MIN, f"min_over_time({REC_SERVER_SHARE}[{q.window}])",
                comment=f"Lowest of those shares over the last {q.window}: every step logged in the window."),
-        Alert(n.ALERT_ROLLOUT_SATURATED,
-              f"{REC_ROLLOUT_SATURATED} >= {q.saturated_share:g}\n"
-              f"and on ({REPLICA_BY}) {REC_SATURATED} == 1\n"
-              f"and on ({ROLE_BY}) {REC_SERVER_SHARE_MIN} > {q.critical_path_share:g}",
+        Record(REC_SERVER_SHARE_AVG, f"avg_over_time({REC_SERVER_SHARE}[{q.window}])",
+               comment=f"Their mean over the last {q.window}: the share of wall time the steps spent in the phase."),
+        Record(REC_ROLLOUT_SATURATED_GEN,
+               f"clamp_max(\n  {REC_ROLLOUT_SATURATED}\n  / on ({ROLE_BY}) group_left () ({REC_SERVER_SHARE_AVG} > 0),\n  1\n)\n",
+               comment=wrap(f"Share of the time the server's phase ran (gen; gen + reward for reward servers) over the "
+                            f"last {q.window} that the replica was saturated: its wall-time share over the phase's "
+                            "share of wall time, at most 1 (scrapes are not aligned with steps).")),
+        Alert(n.ALERT_ROLLOUT_SATURATED, cond,
               "warning", "A rollout or reward server replica is saturated while the training step waits on it.",
               rollout_saturated_description(cfg), q.for_, remedy=remedies.rollout_saturated(), step=True,
-              comment=wrap(f"A generation burst saturates the queue for part of every step, and legacy / V1 sync "
-                           f"submit the whole batch at once; saturated in >= {pct(q.saturated_share)} of the last "
-                           f"{q.window} and now, while the server's phase takes more than "
-                           f"{pct(q.critical_path_share)} of every step (rollout_queue.critical_path_share), is a "
-                           "server the step waits on: not a burst, and not a separate_async standalone rollout that "
-                           "is busy by design.")),
+              comment=alert_comment),
     ]
     return Group("omniwatch-endpoints-rollout", rules,
                  "vLLM-Omni rollout and vLLM reward servers, per replica (config: rollout_queue).")
@@ -462,8 +488,9 @@ JOB_OW = {"job": "omniwatch", "instance": "127.0.0.1:19095"}
 
 
 def saturation(cfg: Config, run: StepRun, s: Server, samples: int, every: int = ROLLOUT_EVERY):
-    """The rollout group, evaluated in Python for one replica: per evaluation (saturated-share, saturated now, the
-    lowest server share of the step over the window, the alert's condition)."""
+    """The rollout group, evaluated in Python for one replica: per evaluation (saturated share of the phase's time,
+    saturated now, the lowest server share of the step over the window, the alert's condition). Serial engines
+    (ceiling 1) are tested by the hand-written alerts/tests/serial_rollout.test.yml, not modelled here."""
     q = cfg.rollout_queue
     running, waiting = expand(s.running), expand(s.waiting)
     mns = expand(s.max_num_seqs) if s.max_num_seqs else None
@@ -476,9 +503,11 @@ def saturation(cfg: Config, run: StepRun, s: Server, samples: int, every: int = 
         ceiling = m if m is not None and m > 0 else max(over([at(running, k * every, every) for k in range(samples)],
                                                              i, q.ceiling_window, every))
         sat.append(None if not ceiling > 0 else float(w > 0) * float(r / ceiling >= 1))
-        share_avg = avg_over_time(over(sat, i, q.window, every))
+        assert ceiling != 1, "serial engines: alerts/tests/serial_rollout.test.yml"
+        share_avg = min(1.0, avg_over_time(over(sat, i, q.window, every)) / avg_over_time(over(shares, i, q.window, every)))
         share_min = min(over(shares, i, q.window, every))
-        cond = share_avg >= q.saturated_share and sat[i] == 1 and share_min > q.critical_path_share
+        cond = (share_avg >= q.saturated_share and (sat[i] == 1 or (r == 0 and w == 0))
+                and share_min > q.critical_path_share)
         out.append((share_avg, sat[i], share_min, cond))
     return out
 
@@ -577,9 +606,10 @@ def rollout_cases(cfg: Config) -> list:
             Server(x.ROLE_ROLLOUT, "0", f"4x{horizon}", f"5x{horizon}", f"8x{horizon}"),
             # generation bursts: saturated 2 minutes of every 5 (share 0.4)
             Server(x.ROLE_ROLLOUT, "1", f"8x{horizon}", " ".join(["3 3 0 0 0"] * (horizon // 5 + 1)), f"8x{horizon}")]),
-        # legacy submits the whole batch at once: the queue sits at max_num_seqs during gen (108 s of 250 s)
+        # legacy submits the whole batch at once: the queue sits at max_num_seqs for the first part of gen (108 s of
+        # 250 s) and drains (saturated 1 minute in 4: 58 % of gen time)
         StepRun("p", "legacy_batch", _flat(108, horizon), _flat(250, horizon), _flat(30, horizon), legacy, servers=[
-            Server(x.ROLE_ROLLOUT, "0", f"8x{horizon}", " ".join(["40 40 0 0"] * (horizon // 4 + 1)), f"8x{horizon}")]),
+            Server(x.ROLE_ROLLOUT, "0", f"8x{horizon}", " ".join(["40 0 0 0"] * (horizon // 4 + 1)), f"8x{horizon}")]),
         # separate_async, trainer-bound: the standalone rollout always saturated, gen 9 % of the step
         StepRun("p", "async_busy", _flat(12.6, horizon), _flat(140, horizon), None, separate, servers=[
             Server(x.ROLE_ROLLOUT, "0", f"8x{horizon}", f"5x{horizon}", f"8x{horizon}")]),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import names
 from .prose import LabelSwitch, P, Prose, Query, switch
+from .records import REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO
 
 # Config keys the remedies name: key -> True when it must be added with a Hydra '+' (not in the
 # composed config), False when it exists there.
@@ -28,21 +29,88 @@ LEGACY, V1 = "legacy", "v1"
 COLOCATED, STREAMED = "colocated", "streamed"
 SYNC, SEPARATE_ASYNC = "sync", "separate_async"
 
-PROFILE_ONE_STEP = ("profile one lightweight step first (" + key("global_profiler.steps", "[N]") + ", "
-                    + key("trainer.save_freq", "-1") + ", " + key("trainer.test_freq", "-1") + ")")
+
+
+def line(*pairs: tuple[str, str]) -> str:
+    """Several overrides as ONE pasteable code span (`a=1 b=2`), each key recorded for the key check."""
+    for path, _ in pairs:
+        NAMED_KEYS[path] = False
+    return "`" + " ".join(f"{path}={value}" for path, value in pairs) + "`"
+
+
+# --- "Profile one step" (issue 22 item 9): one complete line per alert, by layout ---------------------------------
+# docs/perf/profiler.md ("Lightweight profiling recipe"): the trainer.* overrides are not optional (the last step
+# force-saves and validates when save_freq / test_freq > 0, and a leftover checkpoint auto-resumes past the profiled
+# step); step 2, as step 1 carries the warm-up and the profiler's start-up (recipe 4a). V1 has no per-step profiling
+# lifecycle (main_diffusion_v1.py L58-71 only launches the TaskRunner under nsys; docs/verl-source.md G3).
+PROFILE_STEP = "2"
+_PROFILE_RUN = (("trainer.total_training_steps", PROFILE_STEP), ("trainer.resume_mode", "disable"),
+                ("trainer.save_freq", "-1"), ("trainer.test_freq", "-1"))
+PROFILE_TARGETS: dict[str, tuple[tuple[str, str], ...]] = {
+    "actor": (("global_profiler.tool", "torch"), ("actor_rollout_ref.actor.profiler.enable", "True"),
+              ("actor_rollout_ref.actor.profiler.ranks", "[0]"), ("actor_rollout_ref.actor.profiler.tool", "torch")),
+    "rollout": (("global_profiler.tool", "torch"), ("actor_rollout_ref.rollout.profiler.enable", "True"),
+                ("actor_rollout_ref.rollout.profiler.ranks", "[0]"), ("actor_rollout_ref.rollout.profiler.tool", "torch"),
+                ("actor_rollout_ref.rollout.profiler.tool_config.torch.discrete", "True")),
+    "reward": (("global_profiler.tool", "torch"), ("reward.reward_model.rollout.profiler.enable", "True"),
+               ("reward.reward_model.rollout.profiler.ranks", "[0]"), ("reward.reward_model.rollout.profiler.tool", "torch"),
+               ("reward.reward_model.rollout.profiler.tool_config.torch.discrete", "True")),
+    "nsys": (("global_profiler.tool", "nsys"), ("actor_rollout_ref.actor.profiler.enable", "True"),
+             ("actor_rollout_ref.actor.profiler.all_ranks", "True"), ("actor_rollout_ref.actor.profiler.tool", "nsys")),
+}
+PROFILE_WHAT = {"actor": "the actor update", "rollout": "the rollout servers", "reward": "the reward-model servers",
+                "nsys": "every rank (an nsys timeline)"}
+
+
+def profile_line(target: str) -> str:
+    """The overrides that profile one step of ``target`` on the legacy trainer, as one code span."""
+    return line(*_PROFILE_RUN, *PROFILE_TARGETS[target], ("global_profiler.steps", f"[{PROFILE_STEP}]"),
+                ("global_profiler.save_path", "./outputs/profile"))
+
+
+_V1_NO_PROFILE = ("V1 has no per-step profiling lifecycle (main_diffusion_v1 only launches its TaskRunner under "
+                  "nsys; global_profiler.steps starts and stops nothing there), so a profiling override on this run "
+                  "records nothing useful. To profile the compute of one step, run the same config once with the "
+                  "legacy entry point (python -m verl_omni.trainer.main_diffusion) and append ")
+
+
+def profile(target: str) -> Prose:
+    """' Profile one step: ...' for the run's layout (legacy: the line; V1: says it has no per-step lifecycle)."""
+    what = PROFILE_WHAT[target]
+    return switch([({"trainer": V1}, f" Profile one step of {what}: " + _V1_NO_PROFILE + profile_line(target)
+                     + " (V1's TransferQueue work is not in that trace)."),
+                   ({"trainer": LEGACY}, f" Profile one step of {what}: append " + profile_line(target)
+                    + " to the run's launch command (a fresh 2-step run; step 1 carries warm-up).")],
+                  f" Profile one step of {what} (legacy trainer; V1 has no per-step profiling lifecycle): append "
+                  + profile_line(target) + " to the run's launch command (a fresh 2-step run; step 1 carries warm-up).")
+
+
+# The dedicated reward pool: a P-GPU pool next to N trainer GPUs overlaps scoring with generation. Step time falls at
+# best by reward's critical-path share s, GPUs rise from N to N + P: throughput per GPU improves only if
+# 1 / ((1 - s)(N + P)) > 1 / N, i.e. s > P / (N + P). VeRL-Omni's own example pays 1 GPU on 4 for a 14 % step cut
+# (420 s -> 360 s < 1/5): 0.305 -> 0.280 images/GPU/s (docs/algo/performance.md L16-17).
+POOL_EXAMPLE = "examples/flowgrpo_trainer/qwen_image/run_qwen_image_ocr_lora_async_reward.sh"
+POOL_BREAK_EVEN = (
+    "A P-GPU reward pool next to N GPUs pays only if reward's share of the step's critical path exceeds P/(N+P) (1 "
+    "GPU on 4: 20 %; 2 on 8: 20 %; 1 on 8: 11 %): VeRL-Omni's own 1-on-4 example cuts the step 14 % (420 s -> 360 s) "
+    "and loses throughput per GPU (0.305 -> 0.280 images/GPU/s). Its settings (" + POOL_EXAMPLE + "): "
+    + line(("reward.reward_model.enable", "True"), ("reward.reward_model.enable_resource_pool", "True"),
+           ("reward.reward_model.nnodes", "1"), ("reward.reward_model.n_gpus_per_node", "<P>"),
+           ("reward.num_workers", "<P/TP>"), ("reward.reward_model.rollout.tensor_model_parallel_size", "<TP>"),
+           ("reward.reward_model.rollout.gpu_memory_utilization", "0.9"),
+           ("reward.reward_model.rollout.free_cache_engine", "False")) + ".")
 
 # --- RewardBoundRollout --------------------------------------------------------------------------------
 _RB_COLOCATED = (
     "The colocated reward model gates every step: give it its own GPUs with "
     + key("reward.reward_model.enable_resource_pool", "True") + " (pool size "
     + key("reward.reward_model.n_gpus_per_node") + " x " + key("reward.reward_model.nnodes")
-    + ") so scoring overlaps generation; " + PROFILE_ONE_STEP + " with "
-    + key("reward.reward_model.rollout.profiler.enable", "True") + ".")
+    + ") so scoring overlaps generation. " + POOL_BREAK_EVEN)
 _RB_V1_COLOCATED = (
     "The colocated reward model gates every step (in V1 its timer also holds a rollout sleep and a weight "
     "re-sync): give it its own GPUs with " + key("reward.reward_model.enable_resource_pool", "True")
     + " (pool size " + key("reward.reward_model.n_gpus_per_node") + " x " + key("reward.reward_model.nnodes")
-    + "), which V1 supports too; " + PROFILE_ONE_STEP + ".")
+    + "), which V1 supports too. " + POOL_BREAK_EVEN)
 _RB_STREAMED = (
     "Reward is already scored while samples generate (a reward pool, or a reward function without a reward "
     "model) and still holds the tail of generation. With a reward pool: add pool GPUs ("
@@ -62,7 +130,7 @@ _RB_DEFAULT = (
 def reward_bound() -> Prose:
     return switch([({"trainer": V1, "reward": COLOCATED}, _RB_V1_COLOCATED),
                    ({"reward": COLOCATED}, _RB_COLOCATED),
-                   ({"reward": STREAMED}, _RB_STREAMED)], _RB_DEFAULT)
+                   ({"reward": STREAMED}, _RB_STREAMED)], _RB_DEFAULT) + profile("reward")
 
 
 # --- InterStageIdleGPU ---------------------------------------------------------------------------------
@@ -81,18 +149,17 @@ _IDLE_SYNC = (
     + " does not shrink this work (the same _step_once runs); it only overlaps generation with training.")
 _IDLE_LEGACY = (
     "The legacy step times almost everything (only batch.repeat/union and building gen_batch are untimed), "
-    "so a large gap is a barrier waiting on a straggler rank or host work between phases: take an nsys trace "
-    "of one step (" + key("global_profiler.tool", "nsys") + ", " + key("global_profiler.steps", "[N]")
-    + ") and look for the rank that arrives last.")
+    "so a large gap is a barrier waiting on a straggler rank or host work between phases: in an nsys trace of one "
+    "step (below) look for the rank that arrives last.")
 _IDLE_DEFAULT = (
-    "Find the untimed work between phases with an nsys trace of one step (" + key("global_profiler.tool", "nsys")
-    + "); in V1 it is the TransferQueue fetch / write-back (" + key("transfer_queue.backend.SimpleStorage.num_data_storage_units") + ").")
+    "Find the untimed work between phases with an nsys trace of one step (below); in V1 it is the TransferQueue "
+    "fetch / write-back (" + key("transfer_queue.backend.SimpleStorage.num_data_storage_units") + ").")
 
 
 def inter_stage_idle() -> Prose:
     return switch([({"trainer": V1, "async_mode": SEPARATE_ASYNC}, _IDLE_SEPARATE_ASYNC),
                    ({"trainer": V1}, _IDLE_SYNC),
-                   ({"trainer": LEGACY}, _IDLE_LEGACY)], _IDLE_DEFAULT)
+                   ({"trainer": LEGACY}, _IDLE_LEGACY)], _IDLE_DEFAULT) + profile("nsys")
 
 
 # --- MFU ------------------------------------------------------------------------------------------------
@@ -119,8 +186,7 @@ def mfu_drop() -> Prose:
              "as StepTimeRegression instead): compare ", key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
              ", ", key("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"), " and ",
              key("actor_rollout_ref.model.enable_gradient_checkpointing"),
-             " with the baseline steps' config, check GPU clocks / power for throttling, and profile one update_actor "
-             "step (", key("actor_rollout_ref.actor.profiler.enable", "True"), ", tool torch).")
+             " with the baseline steps' config, and check GPU clocks / power for throttling.", profile("actor"))
 
 
 def mfu_low() -> Prose:
@@ -128,7 +194,7 @@ def mfu_low() -> Prose:
              "trainer saw the right device peak (", "`VERL_OMNI_DEVICE_FLOPS_TFLOPS`",
              "), and that the actor is not starved: ", key("actor_rollout_ref.actor.fsdp_config.param_offload", "False"),
              " gives the largest MFU gain, then ", key("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "False"),
-             " and a larger ", key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"), ".")
+             " and a larger ", key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"), ".", profile("actor"))
 
 
 def mfu_unsupported() -> Prose:
@@ -150,13 +216,46 @@ STEP_CAUSES = {
                 + key("actor_rollout_ref.rollout.step_execution") + ") and the rollout servers' queue."),
     "weight_sync": ("Weight sync grew (the nightly gives it its own 20 % threshold: sensitive to vLLM-Omni, LoRA, "
                     "IPC, free-cache and " + key("actor_rollout_ref.rollout.layered_summon") + ")."),
-    "other": "Profile one step to find the phase that grew (global_profiler.tool=nsys).",
+    "other": "Find the phase that grew in a trace of one step.",
 }
+# The profile line each cause's remedy ends with.
+CAUSE_PROFILE = {"reward": "reward", "inter_stage_idle": "nsys", "actor": "actor", "rollout": "rollout",
+                 "weight_sync": "nsys", "other": "nsys"}
+
+
+# V1 with streamed reward (a reward function, an HTTP scorer, or a reward-model pool): the agent loop scores each
+# sample before it writes it to TransferQueue, inside the trainer's timing_s/gen (docs/verl-source.md G2), and V1
+# logs no reward timer for it. A slower scorer then reads as cause=rollout: name the scorer first, with the
+# reward servers' latency and queueing omniwatch scrapes (endpoints rules), before rollout batching.
+GEN_INCLUDES_SCORING = ("timing_s/gen, which in V1 with streamed reward includes reward scoring: the agent loop "
+                        "scores every sample before writing it to TransferQueue, so generation or scoring grew")
+_ROLLOUT_V1_STREAMED = P(
+    "Generation grew, and in V1 timing_s/gen includes reward scoring: the agent loop scores every sample (reward "
+    "function, HTTP scorer or reward-model pool) before writing it to TransferQueue, and V1 logs no reward timer, "
+    "so a slower scorer shows as slower gen. Check the scorer before rollout batching: ",
+    Query(REC_REWARD_LATENCY, "f2", prefix="the reward servers answer in ", suffix=" s per request",
+          default="omniwatch scrapes no reward server for this run, so the scorer is a reward function or HTTP "
+                  "scorer whose time V1 does not log (time it, or let omniwatch discover its server)"),
+    Query(REC_REWARD_QUEUE_RATIO, "pct", prefix=" (", suffix=" of it queued)"),
+    ". A grown latency that is mostly queueing: add reward replicas (" + key("reward.reward_model.n_gpus_per_node")
+    + " x " + key("reward.reward_model.nnodes") + ", " + key("reward.num_workers") + "); a grown latency with "
+    "little queueing, or a slower reward function: the scorer itself got slower (a changed reward function, a "
+    "slower scorer service; see RewardBoundRollout's remedy). Only if scoring did not grow check rollout batching ("
+    + key("actor_rollout_ref.rollout.max_num_seqs") + ", " + key("actor_rollout_ref.rollout.step_execution")
+    + ") and the rollout servers' queue.")
+
+
+def gen_includes_scoring() -> Prose:
+    """The description's note after "most of the growth is in <cause>": only for cause=rollout of a V1 run with
+    streamed reward, where gen holds the scoring too."""
+    return P(LabelSwitch("cause", (("rollout", switch([({"trainer": V1, "reward": STREAMED},
+                                                         " (" + GEN_INCLUDES_SCORING + ")")], "")),), P()))
 
 
 def step_regression() -> Prose:
-    return P(LabelSwitch("cause", tuple((c, P(t)) for c, t in STEP_CAUSES.items()),
-                         P("Profile one step to find the phase that grew; see the stage-share panel.")))
+    cases = tuple((c, (switch([({"trainer": V1, "reward": STREAMED}, _ROLLOUT_V1_STREAMED)], t) if c == "rollout"
+                       else P(t)) + profile(CAUSE_PROFILE[c])) for c, t in STEP_CAUSES.items())
+    return P(LabelSwitch("cause", cases, P("Find the phase that grew on the stage-share panel.") + profile("nsys")))
 
 
 def reward_saturation() -> Prose:
@@ -179,7 +278,7 @@ def straggler() -> Prose:
              "drain that node. If timing_s/agent_loop/slowest/num_preempted is above 0 the request was preempted for "
              "memory: lower ", key("actor_rollout_ref.rollout.max_num_seqs"), " or raise ",
              key("actor_rollout_ref.rollout.gpu_memory_utilization"), ". Prompts of very different cost (resolution, "
-             "frames) in one batch make the same tail: bucket them.")
+             "frames) in one batch make the same tail: bucket them.", profile("rollout"))
 
 
 # --- GradNormNonFinite -------------------------------------------------------------------------------------
@@ -285,10 +384,25 @@ _RQ_REWARD = (
     + key("reward.reward_model.rollout.gpu_memory_utilization") + ").")
 
 
+# A serial engine (engine="serial": one running request while others wait). vllm_omni_async_server.py clamps
+# max_num_seqs to 1 for a pipeline without request-level batching unless step_execution is on
+# (docs/verl-source.md G1), so "raise max_num_seqs" changes nothing there.
+_RQ_SERIAL = (
+    "This replica is a serial engine: it generates one request at a time. For a pipeline without request-level "
+    "batching VeRL-Omni clamps max_num_seqs to 1 unless step_execution is on, so raising max_num_seqs alone changes "
+    "nothing: set " + key("actor_rollout_ref.rollout.step_execution", "True")
+    + " (step-wise continuous batching: the pipeline must implement prepare_encode / denoise_step / step_scheduler "
+    "/ post_decode; the Qwen-Image example runs it with up to 256 concurrent requests). Published Qwen-Image LoRA: "
+    "gen 226 s serial, 106-108 s batched. A pipeline with neither batching mode stays serial: add rollout replicas (more "
+    "GPUs, or a lower " + key("actor_rollout_ref.rollout.tensor_model_parallel_size")
+    + " for more replicas on the same GPUs).")
+
+
 def rollout_saturated() -> Prose:
     by_layout = switch([({"async_mode": SEPARATE_ASYNC}, _RQ_SEPARATE_ASYNC), ({"async_mode": SYNC}, _RQ_SYNC)],
                        _RQ_DEFAULT)
-    return P(LabelSwitch("role", (("reward", P(_RQ_REWARD)),), by_layout))
+    return P(LabelSwitch("role", (("reward", P(_RQ_REWARD) + profile("reward")),),
+                         P(LabelSwitch("engine", (("serial", P(_RQ_SERIAL)),), by_layout)) + profile("rollout")))
 
 
 # --- TransferQueue (V1 only: legacy runs have no TransferQueue) ------------------------------------------------

@@ -179,7 +179,7 @@ def steps(cfg: Config) -> Group:
         "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own baseline.",
         P(RUN, ": the fastest of the last ", K, " normal steps took ", Value("f2"), "x the run's baseline step time "
           f"(median of the {c.window.baseline} normal steps before them in this trainer incarnation; threshold "
-          f"{c.step_time.regression_ratio:g}x); most of the growth is in ", n_label("cause"), AT_STEP, ".",
+          f"{c.step_time.regression_ratio:g}x); most of the growth is in ", n_label("cause"), remedies.gen_includes_scoring(), AT_STEP, ".",
           regression_cost()),
         c.step_for, {"persistence": "steps"}, remedies.step_regression(), step=True))
 

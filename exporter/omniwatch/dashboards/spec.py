@@ -56,12 +56,13 @@ EXP = "{{experiment}}"
 ALERT_ROLLOUT_SATURATED = n.ALERT_ROLLOUT_SATURATED
 # What RolloutQueueSaturated asks (alerting/endpoints.py), in the words of the panels that show it.
 SATURATION_RULE = (f"RolloutQueueSaturated fires when a replica was saturated (requests waiting while every slot "
-                   f"runs) in at least {CONFIG.rollout_queue.saturated_share:.0%} of the last "
-                   f"{CONFIG.rollout_queue.window} and is saturated now, for {CONFIG.rollout_queue.for_}, and only "
+                   f"runs) in at least {CONFIG.rollout_queue.saturated_share:.0%} of the time its phase ran over "
+                   f"the last {CONFIG.rollout_queue.window} (generation time, not wall time: a colocated engine "
+                   f"sleeps between gens) and is saturated or asleep now, for {CONFIG.rollout_queue.for_}, and only "
                    f"while the training step waits on it: the phase the replica serves (gen for rollout replicas, "
                    f"gen + reward for reward replicas) held at least {CONFIG.rollout_queue.critical_path_share:.0%} "
                    f"of every step over that window (a separate_async trainer-bound run keeps its servers busy by "
-                   f"design and is not paged).")
+                   f"design and is not paged). A replica running one request at a time is labelled engine=serial.")
 ALERT_TQ_BACKLOG = n.ALERT_TQ_BACKLOG
 ALERT_GPU_MEMORY = n.ALERT_GPU_MEMORY
 ALERT_WATCHDOG = n.ALERT_WATCHDOG
