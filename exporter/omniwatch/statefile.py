@@ -81,6 +81,7 @@ class RunState(_Open):
     last: Record | None
     last_arrival: Finite | None
     window: list[Record]
+    reference: list[Record] = Field(default_factory=list)
     digests: list[tuple[Step, str, StrictInt]]
     modes: dict[str, str]
     gpu_seconds: dict[str, NonNegFinite]
