@@ -192,7 +192,11 @@ def steps(cfg: Config) -> Group:
                f"topk by ({RUN_BY}) (1, max by ({RUN_BY}, cause) ({sel(c, n.STEP_DRIFT)})) * 0 + 1",
                comment="The part of the step that grew most over those steps (label `cause`), for the description."))
     add(Alert(
-        n.ALERT_STEP_DRIFT, f"{REC_STEP_DRIFT} > {c.step_drift.ratio:g}",
+        n.ALERT_STEP_DRIFT,
+        f"{REC_STEP_DRIFT} > {c.step_drift.ratio:g}\n"
+        f"  and on ({RUN_BY})\n"
+        f"{_window(c, n.STEP_DURATION_WINDOW, 'median')}\n"
+        f"  / max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_BASELINE)} > 0) > {c.step_drift.ratio:g}",
         "warning", f"Steps have crept more than {pct(c.step_drift.ratio - 1)} slower than the run's reference.",
         P(RUN, ": the median of the last ", f"{c.window.drift}", " normal steps took ", Value("f2"),
           "x the run's reference step time (median of the first ", f"{c.window.reference} normal steps of this "
@@ -200,8 +204,9 @@ def steps(cfg: Config) -> Group:
           QueryLabel(REC_STEP_DRIFT_CAUSE_TOP, "cause", prefix="; most of the growth is in ", suffix=""), AT_STEP,
           ". A slow creep: no single step jumped."),
         c.step_for, {"persistence": "steps"}, remedies.step_drift(), step=True,
-        comment="Alertmanager silences it while StepTimeRegression or MFUDrop fires for the run (the same time, "
-                "judged over 3 steps)."))
+        comment="The median of the last k steps must be over too, so an episode that ended resolves within k steps\n"
+                "(the 10-step median lags). Alertmanager silences it while StepTimeRegression or MFUDrop fires for\n"
+                "the run (the same time, judged over 3 steps)."))
 
     # RewardSaturation -----------------------------------------------------------------------------------
     add(Record(REC_ZERO_STD_MIN, _window(c, n.ZERO_STD_WINDOW, "min"),
