@@ -150,24 +150,29 @@ def onset_index(f: RunFacts, first_index: int, window: int) -> int:
     return onset
 
 
-def episodes(f: RunFacts) -> list[tuple[object, int]]:
-    """Each alert span with the first line index it is priced from: its firing start, or for the lasting
-    regressions the first step of the window that fired it."""
-    return [(a, onset_index(f, a.first_index, LASTING[a.alertname]) if a.alertname in LASTING else a.first_index)
-            for a in f.alerts]
+def episodes(f: RunFacts) -> list[tuple[object, int, int]]:
+    """Each alert span with the first line index it is on from (a step-based alert: the first step of the
+    window that fired it, so inhibitions cover the same steps) and the first it is priced from (the lasting
+    regressions: that onset; the others: their firing start)."""
+    out = []
+    for a in f.alerts:
+        steps_based = a.labels.get("persistence") == "steps"
+        on = onset_index(f, a.first_index, LASTING.get(a.alertname, DEFAULT.window.k)) if steps_based else a.first_index
+        out.append((a, on, on if a.alertname in LASTING else a.first_index))
+    return out
 
 
 def verdict(f: RunFacts) -> list[Bottleneck]:
     by_index = f.index_of()
     firing: dict[int, set[str]] = {}
     spans = episodes(f)
-    for a, start in spans:
-        for i in range(start, a.last_index + 1):
+    for a, on, _ in spans:
+        for i in range(on, a.last_index + 1):
             firing.setdefault(i, set()).add(a.alertname)
     inhib = inhibitors()
     out: dict[str, Bottleneck] = {}
     priced: dict[tuple, set[int]] = {}  # (alert, labels) -> line indexes already priced (overlapping episodes)
-    for a, start in spans:
+    for a, _, start in spans:
         b = out.get(a.alertname)
         if b is None:
             b = out[a.alertname] = Bottleneck(a.alertname, 0.0, remedy(a.alertname, a.labels, f.modes, f.series),
