@@ -217,9 +217,44 @@ def test_drift_is_the_median_of_the_last_steps_after_the_reference_over_it():
             recent = [240.0 * (1.0 + 0.006 * max(0, x - 10)) for x in range(s - DRIFT_STEPS + 1, s + 1)]
             assert st.drift == pytest.approx(statistics.median(recent) / st.duration_baseline)
             assert s >= REFERENCE_STEPS + DRIFT_STEPS
-            if first_over is None and st.drift > 1.12:
+            if first_over is None and st.drift > 1.13:
                 first_over = s
         assert st.duration_baseline is None or st.duration_baseline < 240.0 * 1.006
-    # median of the 10 steps ending at s is step s-4.5: 1 + 0.006 (s - 14.5) > 1.12 from s = 35
-    assert first_over == 35
+    # median of the 10 steps ending at s is step s-4.5: 1 + 0.006 (s - 14.5) > 1.13 from s = 37
+    assert first_over == 37
     assert set(st.drift_regression) == set(st.regression) and st.drift_regression["rollout"] > 0
+
+
+def test_the_anchored_conditions_stay_false_on_40_jittery_healthy_runs_of_300_steps():
+    """The exporter side of the healthy soak (tests/test_whole_run.py runs 6 of these through Prometheus): every
+    phase +-10 % and the whole step +-8 % (step times vary 8-10 % from step to step), checkpoint 4.5x every 10 and
+    validation 2.5x every 8, five layouts. MFUDrop's, StepTimeRegression's and StepTimeDrift's conditions never
+    hold at any step, and keep a margin (the reference's own error is the larger part of the noise)."""
+    import orjson
+
+    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.model import RunStore
+    from omniwatch.simulate import RunSpec, step_dict, wall_seconds
+    layouts = [dict(trainer="legacy", reward="colocated"), dict(trainer="legacy", reward="pool"),
+               dict(trainer="v1", reward="function"), dict(trainer="v1", reward="colocated"),
+               dict(trainer="v1", reward="function", async_mode="separate_async")]
+    worst = {"regression": 0.0, "drift": 0.0, "mfu": 9.0}
+    for seed in range(40):
+        spec = RunSpec(seed=1000 + seed, pace=240.0, checkpoint_every=10, checkpoint_factor=4.5, validation_every=8,
+                       validation_factor=2.5, total_steps=300, jitter=0.10, step_jitter=0.08, **layouts[seed % 5])
+        store, t = RunStore(), 0.0
+        for s in range(1, 301):
+            d = step_dict(spec, s)
+            t += wall_seconds(spec, s, d)
+            store.ingest("p", "e", parse_jsonl_line(orjson.dumps({"step": s, "data": d})), "jsonl", arrival=t)
+            st = store.runs[("p", "e")].stats
+            if st.duration and st.duration_baseline:
+                worst["regression"] = max(worst["regression"], st.duration["min"] / st.duration_baseline)
+                if st.drift is not None:
+                    worst["drift"] = max(worst["drift"], min(st.drift, st.duration["median"] / st.duration_baseline))
+            for role, stats in st.mfu.items():
+                if st.mfu_baseline.get(role):
+                    worst["mfu"] = min(worst["mfu"], stats["max"] / st.mfu_baseline[role])
+    assert worst["regression"] < DEFAULT.step_time.regression_ratio - 0.01, worst
+    assert worst["drift"] < DEFAULT.step_drift.ratio - 0.005, worst
+    assert worst["mfu"] > DEFAULT.mfu.drop_ratio + 0.2, worst
