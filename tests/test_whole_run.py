@@ -176,3 +176,8 @@ def test_the_report_prices_a_lasting_regression_for_every_step_it_lasted():
     assert drop.gpu_hours > 1.5 and "reference" in drop.rule
     # StepTimeRegression(cause=actor) is the same time: Alertmanager inhibits it under MFUDrop, so it adds nothing
     assert bs[n.ALERT_STEP_REGRESSION].gpu_seconds == 0.0
+    # the page says how it was computed, and which steps it priced
+    from omniwatch.report.html import run_page
+    page = run_page(f, verdict(f))
+    assert "How it is priced: every step from the first of the window that fired it" in page
+    assert "priced steps 12–45" in page and f"{drop.gpu_hours:,.2f} GPU-h" in page
