@@ -1,5 +1,7 @@
 """Step analytics on the verl-written fixtures: values checked by hand against the raw timers, and the
 step-window statistics crossing the rule thresholds within 3 steps of each fault's onset."""
+import statistics
+
 import orjson
 import pytest
 
@@ -142,3 +144,117 @@ def test_mfu_zero_means_unsupported_and_is_ignored():
         w.add(analyze_step(s, {"timing_s/step": 10, "perf/mfu/actor": 0.0}, 0.0))
     st = w.stats()
     assert "actor" not in st.mfu and "actor" not in st.mfu_baseline
+
+
+# --- the anchored reference and the drift (issue 22 items 1-2) ------------------------------------------------
+def synthetic(step, seconds, actor_share=0.3, mfu=0.3, flags=()):
+    """A step of ``seconds`` with update_actor ``actor_share`` of it and gen the rest; MFU falls as actor grows."""
+    actor = seconds * actor_share
+    v = {"timing_s/gen": seconds - actor, "timing_s/update_actor": actor, "timing_s/step": seconds,
+         "perf/mfu/actor": mfu}
+    if "checkpoint" in flags:
+        v["timing_s/save_checkpoint"] = 900.0
+        v["timing_s/step"] += 900.0
+    return analyze_step(step, v, 0.0)
+
+
+def test_reference_is_the_median_of_the_first_normal_steps_and_stays_there():
+    from omniwatch.analytics import REFERENCE_STEPS
+    w = RunWindow(3, 20)
+    durations = {s: 100.0 + (s % 5) for s in range(1, 101)}  # 100..104, median 102
+    for s in range(1, 101):
+        slow = s >= 40
+        w.add(synthetic(s, durations[s] * (2 if slow else 1), mfu=0.15 if slow else 0.3,
+                        flags=("checkpoint",) if s % 10 == 0 else ()))
+        st = w.stats()
+        if s == 30:
+            ref_steps = [x for x in range(1, 30) if x % 10][:REFERENCE_STEPS]
+            assert (st.reference_first, st.reference_last, st.reference_steps) == (1, ref_steps[-1], REFERENCE_STEPS)
+            assert st.duration_baseline == pytest.approx(statistics.median(durations[x] for x in ref_steps))
+    # 60 steps after the slowdown began (a rolling baseline of 20 forgets it after ~10) the reference still
+    # holds the first normal steps: the window is 2x the reference, MFU half of it, the growth is the actor's
+    assert st.reference_last == ref_steps[-1]
+    assert st.duration["min"] / st.duration_baseline > 1.9
+    assert st.mfu["actor"]["max"] / st.mfu_baseline["actor"] == pytest.approx(0.5)
+    assert max(st.regression, key=st.regression.get) == "rollout"  # gen is 70 % of the step
+    assert st.regression["actor"] == pytest.approx(statistics.median(durations[s] * 0.6 for s in (97, 98, 99))
+                                                   - st.cause_reference["actor"])
+    assert st.drift > 1.9
+
+
+def test_reference_before_it_is_full_is_every_normal_step_before_the_window():
+    w = RunWindow(3, 20)
+    for s in range(1, 7):
+        w.add(synthetic(s, 100.0 + s))
+    st = w.stats()  # window 4-6, reference 1-3
+    assert (st.reference_first, st.reference_last, st.reference_steps) == (1, 3, 3)
+    assert st.duration_baseline == pytest.approx(102.0)
+    assert st.drift is None  # no drift value until 10 normal steps follow the reference
+
+
+def test_late_lower_step_and_rerun_enter_the_reference_by_step_number():
+    w = RunWindow(3, 20, reference=4)
+    for s in (2, 3, 4, 5, 6, 7, 8, 9):
+        w.add(synthetic(s, 100.0))
+    assert [r.step for r in w.reference] == [2, 3, 4, 5]
+    w.add(synthetic(1, 130.0))  # late: the highest reference step leaves
+    assert [r.step for r in w.reference] == [1, 2, 3, 4]
+    w.add(synthetic(3, 120.0))  # the same step again replaces its record
+    assert [r.duration for r in w.reference] == [130.0, 100.0, 120.0, 100.0]
+    w.reset()  # a new trainer incarnation starts a new reference
+    assert w.reference == [] and w.stats().duration_baseline is None
+
+
+def test_drift_is_the_median_of_the_last_steps_after_the_reference_over_it():
+    from omniwatch.analytics import DRIFT_STEPS, REFERENCE_STEPS
+    w = RunWindow(3, 20)
+    first_over = None
+    for s in range(1, 80):
+        grow = 1.0 + 0.006 * max(0, s - 10)  # +0.6 %/step from step 10, as whole_run/gradual_slowdown
+        w.add(synthetic(s, 240.0 * grow))
+        st = w.stats()
+        if st.drift is not None:
+            recent = [240.0 * (1.0 + 0.006 * max(0, x - 10)) for x in range(s - DRIFT_STEPS + 1, s + 1)]
+            assert st.drift == pytest.approx(statistics.median(recent) / st.duration_baseline)
+            assert s >= REFERENCE_STEPS + DRIFT_STEPS
+            if first_over is None and st.drift > 1.13:
+                first_over = s
+        assert st.duration_baseline is None or st.duration_baseline < 240.0 * 1.006
+    # median of the 10 steps ending at s is step s-4.5: 1 + 0.006 (s - 14.5) > 1.13 from s = 37
+    assert first_over == 37
+    assert set(st.drift_regression) == set(st.regression) and st.drift_regression["rollout"] > 0
+
+
+def test_the_anchored_conditions_stay_false_on_40_jittery_healthy_runs_of_300_steps():
+    """The exporter side of the healthy soak (tests/test_whole_run.py runs 6 of these through Prometheus): every
+    phase +-10 % and the whole step +-8 % (step times vary 8-10 % from step to step), checkpoint 4.5x every 10 and
+    validation 2.5x every 8, five layouts. MFUDrop's, StepTimeRegression's and StepTimeDrift's conditions never
+    hold at any step, and keep a margin (the reference's own error is the larger part of the noise)."""
+    import orjson
+
+    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.model import RunStore
+    from omniwatch.simulate import RunSpec, step_dict, wall_seconds
+    layouts = [dict(trainer="legacy", reward="colocated"), dict(trainer="legacy", reward="pool"),
+               dict(trainer="v1", reward="function"), dict(trainer="v1", reward="colocated"),
+               dict(trainer="v1", reward="function", async_mode="separate_async")]
+    worst = {"regression": 0.0, "drift": 0.0, "mfu": 9.0}
+    for seed in range(40):
+        spec = RunSpec(seed=1000 + seed, pace=240.0, checkpoint_every=10, checkpoint_factor=4.5, validation_every=8,
+                       validation_factor=2.5, total_steps=300, jitter=0.10, step_jitter=0.08, **layouts[seed % 5])
+        store, t = RunStore(), 0.0
+        for s in range(1, 301):
+            d = step_dict(spec, s)
+            t += wall_seconds(spec, s, d)
+            store.ingest("p", "e", parse_jsonl_line(orjson.dumps({"step": s, "data": d})), "jsonl", arrival=t)
+            st = store.runs[("p", "e")].stats
+            if st.duration and st.duration_baseline:
+                worst["regression"] = max(worst["regression"], st.duration["min"] / st.duration_baseline)
+                if st.drift is not None:
+                    worst["drift"] = max(worst["drift"], min(st.drift, st.duration["median"] / st.duration_baseline))
+            for role, stats in st.mfu.items():
+                if st.mfu_baseline.get(role):
+                    worst["mfu"] = min(worst["mfu"], stats["max"] / st.mfu_baseline[role])
+    assert worst["regression"] < DEFAULT.step_time.regression_ratio - 0.01, worst
+    assert worst["drift"] < DEFAULT.step_drift.ratio - 0.005, worst
+    assert worst["mfu"] > DEFAULT.mfu.drop_ratio + 0.2, worst

@@ -46,9 +46,15 @@ REPLAY_LIMIT = 95.0  # seconds; 40 steps at 2 s are 80 s, the restart case write
 # (its remedy), and a wrong device peak fixed through a restart in the same file (the steps go back:
 # live and backtest must both start new baselines, so no MFUDrop follows). name -> the alert whose firing
 # ends that run's replay (None: replay every line).
+# Issue 22: a slowdown that lasts (generation 1.6x from step 12) is still firing live at the last line, as in
+# the backtest (anchored reference), and a creep (generation +2 %/step from step 10) fires StepTimeDrift and
+# StepTimeRegression at the same steps live and in the backtest.
 RUNS = {"flowgrpo_reward_bound": names.ALERT_REWARD_BOUND, "v1_transfer_idle": names.ALERT_IDLE,
         "legacy-pool--reward_slow": names.ALERT_REWARD_BOUND, "v1-separate-async--idle_gap": names.ALERT_IDLE,
-        "legacy-colocated--mfu_peak_fix": None}
+        "legacy-colocated--mfu_peak_fix": None, "legacy-colocated--gen_slow": None, "legacy-pool--gen_creep": None}
+LASTING = {"legacy-colocated--gen_slow": names.ALERT_STEP_REGRESSION}  # run -> alert firing at its last line
+FIRES = {"legacy-colocated--mfu_peak_fix": names.ALERT_MFU_IMPOSSIBLE, "legacy-colocated--gen_slow": names.ALERT_STEP_REGRESSION,
+         "legacy-pool--gen_creep": names.ALERT_STEP_DRIFT}  # the alert a run replayed whole must fire
 
 
 def run_file(name: str, tmp_path) -> str:
@@ -163,6 +169,7 @@ def test_backtest_on_the_replay_clock_fires_the_live_alerts_at_the_same_steps(st
                 k = _key(a["labels"])
                 if k not in prom:
                     prom[k] = {"fired": _unix(a["activeAt"]) + hold[a["labels"]["alertname"]], "seen": now}
+                prom[k]["last"] = now
 
         # Replay until each run's fault alert fired in Prometheus and AFTER_FIRING more steps were written.
         while any(t.is_alive() for t in threads) and time.monotonic() - started < REPLAY_LIMIT:
@@ -234,7 +241,7 @@ def test_backtest_on_the_replay_clock_fires_the_live_alerts_at_the_same_steps(st
     print("\nalert first steps at pace", PACE, "s/step\n" + report)
 
     for name, alert in RUNS.items():  # the faults were seen at all, live and in the backtest
-        alert = alert or names.ALERT_MFU_IMPOSSIBLE
+        alert = alert or FIRES[name]
         assert any(k[0] == name and k[1] == alert for k in live), f"{alert} never fired live for {name}\n{report}"
     # the fix through a restart sets nothing off, live as in the backtest
     assert not any(k[0] == "legacy-colocated--mfu_peak_fix" and k[1] in (names.ALERT_MFU_DROP, names.ALERT_STEP_REGRESSION)
@@ -244,7 +251,14 @@ def test_backtest_on_the_replay_clock_fires_the_live_alerts_at_the_same_steps(st
         assert abs(live[k][0] - first_step) <= STEP_TOLERANCE, f"{k[:2]} fired at different steps\n{report}"
     # The webhook sees what Alertmanager let through (inhibited alerts, e.g. StepTimeRegression under
     # RewardBoundRollout, never arrive), after Prometheus, within group_wait / group_interval.
-    assert {(k[0], k[1]) for k in webhook} >= {(n, a or names.ALERT_MFU_IMPOSSIBLE) for n, a in RUNS.items()}, report
+    assert {(k[0], k[1]) for k in webhook} >= {(n, a or FIRES[n]) for n, a in RUNS.items()
+                                               if (a or FIRES[n]) != names.ALERT_STEP_DRIFT}, report
+    # a slowdown that lasts is still firing in Prometheus when the last line is written, live as in the backtest
+    for name, alert in LASTING.items():
+        last_line = writes[name].run.entries[len(writes[name].times) - 1].step
+        held = [k for k in prom if k[0] == name and k[1] == alert]
+        assert held and any(writes[name].step_at(prom[k]["last"]) == last_line for k in held), report
+        assert any(a["alertname"] == alert and a["last_step"] == last_line for a in results[name]["alerts"]), report
     for k, step in hooks.items():
         assert k in live, f"{k[:2]} at the webhook but never firing in Prometheus\n{report}"
         assert live[k][0] <= step <= live[k][0] + WEBHOOK_LAG, f"{k[:2]} webhook step {step}\n{report}"

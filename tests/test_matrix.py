@@ -54,13 +54,15 @@ def kth_normal(onset: int, k: int = K) -> int:
 
 
 FIRST = kth_normal(ONSET)
+REFERENCE_LAST = kth_normal(3, 10)  # the anchored reference: the first 10 normal steps after the 2 warm-up steps
+DRIFT_FIRST = kth_normal(REFERENCE_LAST + 1, 10)  # StepTimeDrift's median needs 10 normal steps after it
 
 
 @dataclass
 class Exp:
     alert: str
     first: int
-    last: int | None = None                          # None: any (a baseline catches up by itself)
+    last: int | None = None                          # None: any
     labels: dict = field(default_factory=dict)
     severity: str = "warning"
     remedy: tuple[str, ...] = ()                     # substrings the rendered remedy must contain
@@ -101,22 +103,41 @@ def cases() -> list[Case]:
         if lay["trainer"] == "v1" and lay["reward"] != "colocated":
             # V1 scores inside the agent loop and logs no per-sample timers: a slow reward is only generation
             # getting slower (documented limit): the regression names the rollout.
-            exp = [Exp(n.ALERT_STEP_REGRESSION, FIRST, labels={"cause": "rollout"})]
+            exp = [Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "rollout"})]
         else:
             yes, no = reward_remedy(layout)
             exp = [Exp(n.ALERT_REWARD_BOUND, FIRST, STEPS, remedy=yes, not_remedy=no),
-                   Exp(n.ALERT_STEP_REGRESSION, FIRST, labels={"cause": "reward"})]
+                   Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "reward"})]
+        # a slowdown that lasts is judged against the anchored reference: held to the last step; the drift's
+        # 10-step median sees it too once it exists (Alertmanager silences it under StepTimeRegression)
+        exp.append(Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS))
         out.append(Case(layout, "reward_slow", [slow], exp))
     for layout in ("legacy-colocated", "v1-function", "v1-separate-async"):
         yes, no = idle_remedy(layout)
         out.append(Case(layout, "idle_gap", [Fault("idle_gap", ONSET, seconds_share=0.3)], [
             Exp(n.ALERT_IDLE, FIRST, STEPS, {"evidence": "timers"}, remedy=yes, not_remedy=no),
-            Exp(n.ALERT_STEP_REGRESSION, FIRST, labels={"cause": "inter_stage_idle"})]))
+            Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "inter_stage_idle"}),
+            Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS)]))
     for layout in ("legacy-pool", "v1-colocated"):
         out.append(Case(layout, "actor_slow", [Fault("actor_slow", ONSET, factor=2.0)], [
-            Exp(n.ALERT_MFU_DROP, FIRST, labels={"role": "actor"}, remedy=("ppo_micro_batch_size_per_gpu",),
+            Exp(n.ALERT_MFU_DROP, FIRST, STEPS, labels={"role": "actor"}, remedy=("ppo_micro_batch_size_per_gpu",),
                 not_remedy=("param_offload",)),
-            Exp(n.ALERT_STEP_REGRESSION, FIRST, labels={"cause": "actor"}, remedy=("param_offload=False",))]))
+            Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "actor"}, remedy=("param_offload=False",)),
+            Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS)]))
+    # Generation 1.6x slower to the end (rollout batching, a slower rollout server): held to the last step.
+    for layout in ("legacy-colocated", "v1-function"):
+        out.append(Case(layout, "gen_slow", [Fault("gen_slow", ONSET, factor=1.6)], [
+            Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "rollout"}),
+            Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS)]))
+    # An episode that ends (update_actor 2x from step 12 to 24): resolved at the first healthy normal step (25).
+    out.append(Case("legacy-colocated", "actor_slow_episode", [Fault("actor_slow", ONSET, factor=2.0, end=24)], [
+        Exp(n.ALERT_MFU_DROP, FIRST, 24, labels={"role": "actor"}),
+        Exp(n.ALERT_STEP_REGRESSION, FIRST, 24, labels={"cause": "actor"})]))
+    # Creeping drifts: generation and the actor update grow a little every step from step 10.
+    out.append(Case("legacy-pool", "gen_creep", [Fault("creep", 10, value=0.02, phase="gen")], [
+        Exp(n.ALERT_STEP_DRIFT, 31, STEPS), Exp(n.ALERT_STEP_REGRESSION, 31, STEPS, labels={"cause": "rollout"})]))
+    out.append(Case("v1-colocated", "actor_creep", [Fault("creep", 10, value=0.035, phase="update_actor")], [
+        Exp(n.ALERT_STEP_DRIFT, 31, STEPS), Exp(n.ALERT_STEP_REGRESSION, 31, STEPS, labels={"cause": "actor"})]))
     # A wrong device peak (MFU 2.62 from step 1), fixed through a restart that resumes at 15 with the peak
     # pinned (after step 20 was logged): MFUImpossible until the resumed step 15 arrives, and no MFUDrop
     # against the old incarnation's MFU after it.
@@ -138,7 +159,8 @@ def cases() -> list[Case]:
     # the straggler also lengthens gen: the regression names the rollout (Alertmanager lets the straggler
     # alert silence it)
     out.append(Case("legacy-function", "straggler", [Fault("straggler", ONSET, factor=3.2)],
-                    [Exp(n.ALERT_STRAGGLER, FIRST, STEPS), Exp(n.ALERT_STEP_REGRESSION, FIRST, labels={"cause": "rollout"})]))
+                    [Exp(n.ALERT_STRAGGLER, FIRST, STEPS), Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "rollout"}),
+                     Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS)]))
     out.append(Case("v1-separate-async", "grad_nonfinite", [Fault("grad_nonfinite", ONSET)],
                     [Exp(n.ALERT_GRAD_NONFINITE, kth_normal(ONSET, 3), STEPS)]))
     out.append(Case("legacy-colocated", "rs_drift", [Fault("rs_drift", ONSET, value=0.12)],

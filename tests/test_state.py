@@ -284,6 +284,12 @@ def test_metrics_after_a_restore_equal_the_metrics_before(kind):
     assert not missing and not extra, (sorted(missing)[:10], sorted(extra)[:10])
     changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
     assert not changed, sorted(changed.items())[:10]
+    # the anchored reference lies before the window the checkpoint keeps: restored from its own records
+    for key, run in store.runs.items():
+        ref, kept = [r.step for r in run.window.reference], {r.step for r in run.window.normal}
+        assert ref and [r.step for r in again.runs[key].window.reference] == ref
+        if kind != "sim:legacy" and kind != "sim:v1":
+            assert not set(ref) <= kept, (ref, sorted(kept))
 
 
 class _Reads(dict):
@@ -311,7 +317,7 @@ def test_what_the_window_reads_of_a_steps_raw_values_is_what_the_checkpoint_keep
     store, _ = _fed_store(kind)
     _Reads.seen = set()
     for run in store.runs.values():
-        for rec in {id(r): r for r in [*run.window.normal, *run.warm, run.last]}.values():
+        for rec in {id(r): r for r in [*run.window.normal, *run.window.reference, *run.warm, run.last]}.values():
             rec.values = _Reads(rec.values)
         run.stats_dirty = True
         run.cost_per_day()

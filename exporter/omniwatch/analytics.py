@@ -80,6 +80,18 @@ DEFAULT_WINDOW_STEPS = 3
 DEFAULT_BASELINE_STEPS = 20
 DEFAULT_WARMUP_STEPS = 2
 MIN_BASELINE_STEPS = 3
+# The reference MFUDrop, StepTimeRegression and the per-cause regression judge against is anchored to the
+# trainer incarnation: the median of its first REFERENCE_STEPS normal steps (warm-up, validation and
+# checkpoint steps left out), frozen once the window has moved past them; until then the median of the
+# normal steps before the window (at least MIN_BASELINE_STEPS). A rolling baseline forgives a fault that
+# lasts (it becomes the new normal in ~N/2 steps) and never sees a creep; an anchored one holds the alert
+# until the run is back near where it started. 10: a median of 10 steps moves ~2 % under 8-10 % step
+# jitter, and a fault that starts after the incarnation's 5th normal step leaves it a healthy majority
+# (docs/alerts.md, "How each reference is chosen").
+REFERENCE_STEPS = 10
+# StepTimeDrift: the median of the last DRIFT_STEPS normal steps against the same reference (a creep that is
+# too slow for the k-step window to see before it has cost tens of steps).
+DRIFT_STEPS = 10
 
 
 @lru_cache(maxsize=1 << 16)
@@ -306,21 +318,34 @@ class WindowStats:
     outside: dict[str, float] | None = None           # time outside the step timer / arrival gap
     timer_residual: dict[str, float] | None = None    # unclamped residual / step (negative: timers > step)
     grad_nonfinite_recent: int | None = None          # recent normal steps whose actor/grad_norm was non-finite
+    # The anchored reference (REFERENCE_STEPS): its first and last step, how many normal steps it holds, the
+    # median seconds per StepTimeRegression cause (the report prices each step's excess over it).
+    reference_first: int | None = None
+    reference_last: int | None = None
+    reference_steps: int = 0
+    cause_reference: dict[str, float] = field(default_factory=dict)
+    drift: float | None = None                        # median of the last DRIFT_STEPS normal steps / reference
+    drift_regression: dict[str, float] = field(default_factory=dict)  # cause -> their median - reference (s)
 
 
 class RunWindow:
-    """The last ``window + baseline`` normal steps of one trainer incarnation, in step order.
+    """The last ``window + baseline`` normal steps of one trainer incarnation, in step order, and the
+    incarnation's first ``reference`` normal steps (the anchored reference).
 
     Steps may arrive out of order (concurrent pushes): a late step is placed by its number. A trainer
-    restart (:meth:`reset`) starts a new incarnation: window and baselines start over, so a run resumed
+    restart (:meth:`reset`) starts a new incarnation: window and reference start over, so a run resumed
     after a fix (a pinned device peak, a reward pool) is compared with itself after the fix only."""
 
-    def __init__(self, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS):
-        if window < 1 or baseline < 1:
-            raise ValueError("window and baseline must be >= 1")
+    def __init__(self, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
+                 reference: int = REFERENCE_STEPS, drift: int = DRIFT_STEPS):
+        if window < 1 or baseline < 1 or reference < 1 or drift < 1:
+            raise ValueError("window, baseline, reference and drift must be >= 1")
         self.k = window
         self.n = baseline
-        self.normal: deque[StepRecord] = deque(maxlen=window + baseline)
+        self.r = reference
+        self.d = drift
+        self.normal: deque[StepRecord] = deque(maxlen=window + max(baseline, drift))
+        self.reference: list[StepRecord] = []  # the incarnation's first `r` normal steps, in step order
         self._typical: float | None = None  # typical_step(), cached until the window changes
         self._typical_valid = False
 
@@ -328,6 +353,7 @@ class RunWindow:
         if not rec.normal:
             return
         self._typical_valid = False
+        self._add_reference(rec)
         q = self.normal
         if not q or rec.step > q[-1].step:
             q.append(rec)
@@ -344,10 +370,24 @@ class RunWindow:
                 i -= 1
             q.insert(i, rec)
 
+    def _add_reference(self, rec: StepRecord) -> None:
+        """Keep the incarnation's first ``r`` normal steps by step number (a re-run step replaces its record,
+        a late lower step pushes the highest one out)."""
+        ref = self.reference
+        if len(ref) >= self.r and rec.step > ref[-1].step:
+            return
+        i = bisect_left([r.step for r in ref], rec.step)
+        if i < len(ref) and ref[i].step == rec.step:
+            ref[i] = rec
+            return
+        ref.insert(i, rec)
+        del ref[self.r:]
+
     def reset(self) -> None:
         """A new trainer incarnation: nothing of the old one is compared with the new one."""
         self.normal.clear()
         self._typical_valid = False
+        self.reference.clear()
 
     def typical_step(self) -> float | None:
         """The median duration of the last ``n`` normal steps. Read on every ingested step (the ledger's
@@ -365,7 +405,11 @@ class RunWindow:
         out.typical_step = self.typical_step()
         if len(recs) < self.k:
             return out
-        win, base = recs[-self.k:], recs[:-self.k]
+        win = recs[-self.k:]
+        # The anchored reference: the incarnation's first r normal steps that precede the window.
+        base = [r for r in self.reference if r.step < win[0].step]
+        if base:
+            out.reference_first, out.reference_last, out.reference_steps = base[0].step, base[-1].step, len(base)
         rb = [r.reward_bound_ratio for r in win if r.reward_bound_ratio is not None]
         if len(rb) == self.k:
             out.reward_bound = _stats(rb)
@@ -398,9 +442,23 @@ class RunWindow:
             wc = [r.causes for r in win if r.causes]
             bc = [r.causes for r in base if r.causes]
             if len(wc) == self.k and len(bc) >= MIN_BASELINE_STEPS:
-                out.regression = {c: statistics.median(x[c] for x in wc) - statistics.median(x[c] for x in bc)
-                                  for c in CAUSES}
+                out.cause_reference = {c: statistics.median(x[c] for x in bc) for c in CAUSES}
+                out.regression = {c: statistics.median(x[c] for x in wc) - out.cause_reference[c] for c in CAUSES}
+            self._drift(out, recs, win)
         return out
+
+    def _drift(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
+        """StepTimeDrift's series: the median of the last ``d`` normal steps over the reference, once that many
+        normal steps follow the reference (a creep is judged over tens of steps, never over the reference
+        itself), and the cause medians' growth over the reference's."""
+        ref = out.reference_last
+        recent = [r for r in recs[-self.d:] if r.step > ref and r.duration is not None]
+        if len(recent) < self.d or not out.duration_baseline:
+            return
+        out.drift = statistics.median(r.duration for r in recent) / out.duration_baseline
+        rc = [r.causes for r in recent if r.causes]
+        if out.cause_reference and len(rc) == self.d:
+            out.drift_regression = {c: statistics.median(x[c] for x in rc) - out.cause_reference[c] for c in CAUSES}
 
     def _signal_stats(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
         """Window statistics of the issue-13 signals (every one of the k window steps must carry the

@@ -23,7 +23,7 @@ OWNED = (
     n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW, n.ZERO_STD_WINDOW,
     n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION, n.RUN_INFO,
     n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.MFU_UNSUPPORTED, n.GPU_SECONDS_TOTAL, n.RUN_GPUS, n.GPU_HOURS_PER_DAY,
-    n.STEP_REGRESSION_GPU_HOURS_PER_DAY,
+    n.STEP_REGRESSION_GPU_HOURS_PER_DAY, n.BASELINE_FIRST_STEP, n.BASELINE_LAST_STEP, n.STEP_DURATION_DRIFT, n.STEP_DRIFT,
     n.ROLLOUT_STRAGGLER, n.ROLLOUT_STRAGGLER_WINDOW, n.GRAD_NORM_NONFINITE, n.GRAD_NORM_NONFINITE_RECENT,
     n.GRAD_NORM_NONFINITE_TOTAL, n.RS_SEQ_MASKED_WINDOW, n.OUTSIDE_STEP_SECONDS, n.OUTSIDE_STEP_WINDOW,
     n.TIMER_RESIDUAL, n.TIMER_RESIDUAL_WINDOW, n.VALIDATION_STEP,
@@ -120,6 +120,13 @@ class RunCollector(Collector):
                     fams[n.STEP_REGRESSION_GPU_HOURS_PER_DAY].add_metric(rl + [cause], v)
                 if st.duration_baseline is not None:
                     fams[n.STEP_DURATION_BASELINE].add_metric(rl, st.duration_baseline)
+                if st.reference_first is not None:
+                    fams[n.BASELINE_FIRST_STEP].add_metric(rl, st.reference_first)
+                    fams[n.BASELINE_LAST_STEP].add_metric(rl, st.reference_last)
+                if st.drift is not None:
+                    fams[n.STEP_DURATION_DRIFT].add_metric(rl, st.drift)
+                for cause, v in st.drift_regression.items():
+                    fams[n.STEP_DRIFT].add_metric(rl + [cause], v)
                 _signals(fams, rl, run, last, st)
                 # Passthrough shows the present: a key the latest step did not carry is not exported;
                 # a validation key keeps its last value with the step it came from.

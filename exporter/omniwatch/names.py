@@ -92,7 +92,9 @@ INTER_STAGE_IDLE_RATIO = _m("omniwatch_inter_stage_idle_ratio", "gauge",
 MFU = _m("omniwatch_mfu_ratio", "gauge",
          "MFU as the trainer reported it (perf/mfu/<role>); 0 means the estimator is unsupported, not idle.", R + (L_ROLE,), "ratio")
 MFU_BASELINE = _m("omniwatch_mfu_baseline_ratio", "gauge",
-                  "Median MFU over the baseline steps before the current window (normal steps only, zeros ignored).", R + (L_ROLE,), "ratio")
+                  "The run's MFU reference, anchored to the trainer incarnation: median MFU over its first 10 normal "
+                  "steps (zeros ignored; fewer, all before the window, until the window has moved past them). MFUDrop "
+                  "judges against it.", R + (L_ROLE,), "ratio")
 TYPICAL_STEP = _m("omniwatch_typical_step_seconds", "gauge",
                   "Median step duration over the recent normal steps (the run's own pace, used by TrainingStalled).", R, "seconds")
 THROUGHPUT = _m("omniwatch_throughput_images_per_gpu_second", "gauge",
@@ -129,7 +131,23 @@ MFU_WINDOW = _m("omniwatch_mfu_ratio_window", "gauge",
 STEP_DURATION_WINDOW = _m("omniwatch_step_duration_seconds_window", "gauge",
                           "min/median/max step seconds over the last k normal steps.", R + (L_STAT,), "seconds")
 STEP_DURATION_BASELINE = _m("omniwatch_step_duration_baseline_seconds", "gauge",
-                            "Median step seconds over the baseline steps before the current window.", R, "seconds")
+                            "The run's step-time reference, anchored to the trainer incarnation: median step seconds "
+                            "over its first 10 normal steps (fewer, all before the window, until the window has moved "
+                            "past them). StepTimeRegression and StepTimeDrift judge against it.", R, "seconds")
+BASELINE_FIRST_STEP = _m("omniwatch_baseline_first_step", "gauge",
+                         "First step of the anchored reference (omniwatch_step_duration_baseline_seconds, "
+                         "omniwatch_mfu_baseline_ratio): a trainer restart starts a new one, so it moves to the new "
+                         "incarnation's first normal step.", R)
+BASELINE_LAST_STEP = _m("omniwatch_baseline_last_step", "gauge",
+                        "Last step of the anchored reference; it stops moving once the reference holds its 10 steps.", R)
+STEP_DURATION_DRIFT = _m("omniwatch_step_duration_drift_ratio", "gauge",
+                         "Median step seconds of the last 10 normal steps after the anchored reference / the reference "
+                         "(StepTimeDrift: a creep over tens of steps). Absent until 10 normal steps follow the reference.",
+                         R, "ratio")
+STEP_DRIFT = _m("omniwatch_step_drift_seconds", "gauge",
+                "Growth of each part of the step (cause, as omniwatch_step_regression_seconds) over the last 10 normal "
+                "steps: their median minus the anchored reference's median, seconds. StepTimeDrift names the largest.",
+                R + ("cause",), "seconds")
 WINDOW_STEPS = _m("omniwatch_window_steps", "gauge",
                   "Normal steps currently in the window (the window statistics exist once this reaches k).", R)
 REWARD_CRITICAL_PATH = _m("omniwatch_reward_critical_path_seconds", "gauge",
@@ -164,7 +182,8 @@ REWARD_STEP_SHARE_WINDOW = _m("omniwatch_reward_step_share_window", "gauge",
                               "seconds (how much reward matters to the step).", R + (L_STAT,), "ratio")
 STEP_REGRESSION = _m("omniwatch_step_regression_seconds", "gauge",
                      "Growth of each part of the step (cause = reward, inter_stage_idle, actor, rollout, weight_sync, "
-                     "other): window median minus baseline median, seconds; present with the step-time baseline. "
+                     "other): window median minus the anchored reference's median, seconds; present with the "
+                     "step-time reference. "
                      "StepTimeRegression names the largest.", R + ("cause",), "seconds")
 MFU_UNSUPPORTED = _m("omniwatch_mfu_unsupported", "gauge",
                      "1 when every one of the last k normal steps reported MFU exactly 0 (VeRL-Omni has no FLOPs estimator "
@@ -182,7 +201,7 @@ GPU_SECONDS_TOTAL = _m("omniwatch_gpu_seconds_total", "counter",
                        R + (L_BUCKET,), "seconds")
 STEP_REGRESSION_GPU_HOURS_PER_DAY = _m(
     "omniwatch_step_regression_gpu_hours_per_day", "gauge",
-    "What each cause of a step-time regression costs at the current rate: its growth over the baseline / the window's "
+    "What each cause of a step-time regression costs at the current rate: its growth over the anchored reference / the window's "
     "median step x the run's GPUs x 24 h (GPU-hours per day).", R + ("cause",))
 RUN_GPUS = _m("omniwatch_run_gpus", "gauge",
               "GPUs the ledger multiplies by: origin=\"log\" derived from the run's keys (perf/total_num_images / "
@@ -341,6 +360,7 @@ ALERT_STALLED = "TrainingStalled"
 ALERT_MFU_LOW = "MFUImplausiblyLow"
 ALERT_MFU_UNSUPPORTED = "MFUEstimatorUnsupported"
 ALERT_STEP_REGRESSION = "StepTimeRegression"
+ALERT_STEP_DRIFT = "StepTimeDrift"
 ALERT_REWARD_SATURATION = "RewardSaturation"
 ALERT_SOURCE_DOWN = "OmniwatchSourceDown"
 ALERT_GPU_MEMORY = "GPUMemoryNearFull"

@@ -33,14 +33,17 @@ GPUS = 4
 
 @dataclass
 class Fault:
-    kind: str                 # reward_slow | idle_gap | mfu_value | actor_slow | straggler | grad_nonfinite |
-    #                           rs_drift | nested_timer | outside_gap | hang
+    kind: str                 # reward_slow | idle_gap | mfu_value | actor_slow | gen_slow | creep | straggler |
+    #                           grad_nonfinite | rs_drift | nested_timer | outside_gap | hang
     start: int
     factor: float = 1.0       # reward_slow / actor_slow; straggler: slowest sample / mean sample
     value: float = 0.0        # mfu_value; rs_drift: RS sequence-level rejection share; hang: seconds step
     #                           `start` (only) waits inside the step timer
     seconds_share: float = 0.0  # idle_gap: untimed seconds as a share of the healthy step; nested_timer: seconds
     #                             of a timer nested in gen; outside_gap: seconds outside the step timer
+    end: int | None = None    # the last step the fault lasts (None: to the end of the run)
+    phase: str = ""           # creep: the phase that grows by `value` (a share of itself) per step from `start`
+    #                           (gen, update_actor, ...; "" = every in-step phase); update_actor lowers MFU with it
 
 
 @dataclass
@@ -62,6 +65,9 @@ class RunSpec:
     #                            no old_log_prob recompute): algorithm.rollout_correction with rollout_rs set
     total_steps: int = 0       # the run's last step: verl forces a checkpoint and a validation on it when
     #                            save_freq / test_freq > 0 (docs/verl-source.md D9)
+    jitter: float = 0.04       # each phase's time varies uniformly by +-jitter (independently)
+    step_jitter: float = 0.0   # and every phase of a step together by +-step_jitter (node contention, a noisy
+    #                            neighbour: what makes healthy step times vary 8-10 % from step to step)
 
     def __post_init__(self):
         if self.trainer == "legacy_async":
@@ -81,7 +87,7 @@ class RunSpec:
 
 def _fault(spec: RunSpec, kind: str, step: int) -> Fault | None:
     for f in spec.faults:
-        if f.kind == kind and step >= f.start:
+        if f.kind == kind and step >= f.start and (f.end is None or step <= f.end):
             return f
     return None
 
@@ -92,7 +98,10 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     j = lambda x, s=0.04: x * (1 + rng.uniform(-s, s))  # noqa: E731 - jitter
     legacy = spec.trainer == "legacy"
     shares = V1_SHARES if not legacy else LEGACY_SHARES
-    t = {ph: j(spec.pace * sh) for ph, sh in shares.items()}
+    t = {ph: j(spec.pace * sh, spec.jitter) for ph, sh in shares.items()}
+    if spec.step_jitter:  # its own generator: the default runs keep their values
+        load = 1 + random.Random(spec.seed * 50_021 + step * 7 + 3).uniform(-spec.step_jitter, spec.step_jitter)
+        t = {ph: v * load for ph, v in t.items()}
     if step == 1:
         t["gen"] *= 1.6  # first step: compile + cache warm-up
     if legacy and spec.streamed:
@@ -121,6 +130,15 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     if (f := _fault(spec, "actor_slow", step)):
         t["update_actor"] *= f.factor
         mfu /= f.factor
+    if (f := _fault(spec, "gen_slow", step)):
+        t["gen"] *= f.factor
+    if (f := _fault(spec, "creep", step)):
+        grow = 1 + f.value * (step - f.start + 1)
+        for ph in ([f.phase] if f.phase else list(t)):
+            if ph in t:
+                t[ph] *= grow
+        if f.phase in ("", "update_actor"):
+            mfu /= grow
     if (f := _fault(spec, "mfu_value", step)):
         mfu = j(f.value, 0.02)
         mfu_infer = j(f.value * 0.8, 0.02)

@@ -67,6 +67,7 @@ def snapshot_store(store: RunStore) -> dict:
             "keys": run.keys, "feeds": run.feeds, "seen": run.seen.ranges,
             "last": _rec_to(run.last) if run.last else None, "last_arrival": run.last_arrival,
             "window": [_rec_to(r) for r in run.window.normal],
+            "reference": [_rec_to(r) for r in run.window.reference],
             "incarnation": {"low": run.inc_low, "steps": run.inc_steps, "warmup_done": run.warmup_done,
                             "warm": [_rec_to(r) for r in run.warm], "new": run.new_incarnation,
                             "replay_from": run.replay_from},
@@ -120,6 +121,11 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.window.reset()  # empties the window and its cached typical step
             run.window.normal.extend(_rec_from(x) for x in d["window"])
             w = run.window.normal
+            # The anchored reference (absent in older checkpoints: the earliest window steps stand in for it).
+            by_step = {r.step: r for r in w}
+            ref = [by_step.get(x["step"]) or _rec_from(x) for x in d.get("reference", [])] if "reference" in d \
+                else list(w)[:run.window.r]
+            run.window.reference[:] = ref[:run.window.r]
             if run.last and w and (w[-1].step, w[-1].arrival) == (run.last.step, run.last.arrival):
                 run.last = w[-1]  # one object again, as before the snapshot (later steps may amend it)
             run.stats = run.window.stats()

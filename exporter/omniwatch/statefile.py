@@ -95,6 +95,7 @@ class RunState(_Open):
     last: Record | None
     last_arrival: Finite | None
     window: list[Record]
+    reference: list[Record] = Field(default_factory=list)
     digests: list[tuple[Step, str, StrictInt]]
     digest_table: DigestTable | None = None
     modes: dict[str, str]

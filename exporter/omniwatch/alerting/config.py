@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS
+from ..analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, DRIFT_STEPS, REFERENCE_STEPS
 
 
 class _Part(BaseModel):
@@ -37,6 +37,10 @@ class Window(_Part):
     baseline: int = Field(DEFAULT_BASELINE_STEPS,
                           description="Normal steps in the MFU / step-time baselines (`--baseline-steps`).")
     warmup: int = Field(DEFAULT_WARMUP_STEPS, description="Steps after each trainer (re)start left out as warm-up (`--warmup-steps`).")
+    reference: int = Field(REFERENCE_STEPS, description=(
+        "Normal steps in the anchored reference of MFUDrop, StepTimeRegression and StepTimeDrift: the first ones of "
+        "each trainer incarnation (analytics.REFERENCE_STEPS)."))
+    drift: int = Field(DRIFT_STEPS, description="Normal steps StepTimeDrift takes the median of (analytics.DRIFT_STEPS).")
 
 
 class RewardBound(_Part):
@@ -76,6 +80,19 @@ class StepTime(_Part):
     regression_ratio: float = Field(1.15, description=(
         "Window min / baseline: the nightly's PERF_THRESHOLD=0.15 for perf/time_per_step; the fastest of "
         "the window's steps must be 15 % slower."))
+
+
+class StepDrift(_Part):
+    ratio: float = Field(1.13, description=(
+        "StepTimeDrift: median step time of the last 10 normal steps after the anchored reference / the reference "
+        "(median of the trainer incarnation's first 10 normal steps), and the last k steps' median over it too. A creep "
+        "the k-step window sees late: StepTimeRegression needs the fastest of 3 steps 15 % over. Healthy simulated "
+        "runs, 300 steps, checkpoint 4.5x every 10 and validation 2.5x every 8, 100 runs (5 layouts) per jitter level, "
+        "highest value of the condition over every step: every phase +-10 % and the whole step +-8 % (step CV 4.7-6.1 %) "
+        "1.124; the whole step +-10 % (CV ~6.4 %) 1.142, over 1.13 in 2 runs of 100 (the 10-step reference itself is "
+        "off by up to ~5 %: tests/test_analytics.py, tests/test_whole_run.py). whole_run/gradual_slowdown (+0.6 %/step "
+        "from step 10) fires at step 38, 3 steps before StepTimeRegression; a slower creep gains more (the k-step "
+        "window's fastest step lags the level by the jitter)."))
 
 
 class RewardSaturation(_Part):
@@ -251,6 +268,7 @@ class Config(_Part):
     inter_stage_idle: InterStageIdle = InterStageIdle()
     mfu: MFU = MFU()
     step_time: StepTime = StepTime()
+    step_drift: StepDrift = StepDrift()
     reward_saturation: RewardSaturation = RewardSaturation()
     stall: Stall = Stall()
     gpu_memory: GPUMemory = GPUMemory()

@@ -14,6 +14,7 @@ from .. import names as n
 from . import endpoints, spec, stalls
 from .config import Config
 from .prose import STEP, Ctx, key_of
+from .records import REC_STEP_DRIFT_CAUSE_TOP
 from .testcase import INTERVAL, JOB, Case, Check, Expect, Series, dur, every, num, run_labels, secs
 
 def expected_annotations(cfg: Config, alert: str, labels: dict, ctx: Ctx) -> dict:
@@ -286,6 +287,25 @@ def step_time_cases(cfg: Config) -> list[Case]:
         window(n.STEP_DURATION_WINDOW, "p", "noisy", "max", f"{base}x3 900x17"),
         Series(n.STEP_DURATION_BASELINE, {"project": "p", "experiment": "noisy"}, flat(base)),
         Series(n.STEP_DURATION, {"project": "p", "experiment": "warmup"}, flat(900)),
+    ]))
+    d = cfg.step_drift.ratio
+    crept = round(d + 0.05, 2)
+    causes = [Series(n.STEP_DRIFT, run_labels("flowgrpo", "creep", cause=c), f"0x3 {num(25 if c == 'rollout' else 4)}x6")
+              for c in ("actor", "rollout")]
+    out.append(fires(cfg, n.ALERT_STEP_DRIFT, f"StepTimeDrift fires when the median of the last steps crept over "
+                                              f"{d:g} x the reference, naming the part that grew", "flowgrpo", "creep",
+                     [Series(n.STEP_DURATION_DRIFT, run_labels("flowgrpo", "creep"), onset(1.05, crept)), *causes,
+                      window(n.STEP_DURATION_WINDOW, "flowgrpo", "creep", "median", flat(round(250 * (d + 0.08)))),
+                      Series(n.STEP_DURATION_BASELINE, run_labels("flowgrpo", "creep"), flat(250))],
+                     crept, STEP_LABELS, first_step=60,
+                     extra_ctx={f"{REC_STEP_DRIFT_CAUSE_TOP}:cause": "rollout"}))
+    out.append(quiet(n.ALERT_STEP_DRIFT, "StepTimeDrift stays quiet for healthy runs and runs without a drift value yet", [
+        Series(n.STEP_DURATION_DRIFT, {"project": "p", "experiment": "healthy"}, flat(round(1 + (d - 1) * 0.7, 3))),
+        # an episode that ended: the 10-step median still lags over the threshold, the last k steps are back
+        Series(n.STEP_DURATION_DRIFT, {"project": "p", "experiment": "ended"}, flat(round(d + 0.1, 2))),
+        window(n.STEP_DURATION_WINDOW, "p", "ended", "median", flat(252)),
+        Series(n.STEP_DURATION_BASELINE, {"project": "p", "experiment": "ended"}, flat(250)),
+        Series(n.STEP_DURATION, {"project": "p", "experiment": "early"}, flat(900)),
     ]))
     return out
 

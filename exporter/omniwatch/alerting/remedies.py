@@ -258,6 +258,16 @@ def step_regression() -> Prose:
     return P(LabelSwitch("cause", cases, P("Find the phase that grew on the stage-share panel.") + profile("nsys")))
 
 
+def step_drift() -> Prose:
+    return P("The step has been getting slower for tens of steps without one step jumping: a creep, not a config "
+             "change. The usual causes grow with the run: host memory or the dataloader filling up (watch node memory and "
+             "swap), GPUs throttling as they heat (clocks and power on the GPUs dashboard), a checkpoint or log "
+             "directory on a filling disk. Compare where the step goes now with "
+             "the reference steps (the stage-share panel; the description names the part that grew) and profile one "
+             "step (", key("global_profiler.tool", "nsys"), ", ", key("global_profiler.steps", "[N]"),
+             ") to compare with one near the start.")
+
+
 def reward_saturation() -> Prose:
     return P("Rewards no longer separate samples within groups (check critic/rewards/std_mean): harder or more "
              "diverse prompts, a finer-grained reward, or fix a broken scorer. Algorithm change, not a performance "

@@ -21,7 +21,8 @@ from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, 
 from .records import (REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN,
                       REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
                       REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN,
-                      REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_STEP_MEDIAN, REC_STEP_MIN,
+                      REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_STEP_DRIFT,
+                      REC_STEP_DRIFT_CAUSE_TOP, REC_STEP_MEDIAN, REC_STEP_MIN,
                       REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN)
 
 RELABELED = 'cause="relabeled_sku"'
@@ -156,8 +157,9 @@ def steps(cfg: Config) -> Group:
         n.ALERT_MFU_DROP, f"{REC_MFU_VS_BASELINE} < {c.mfu.drop_ratio:g}",
         "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline.",
         P(RUN, ": the best ", n_label("role"), " MFU of the last ", K, " normal steps is ", Value("pct"),
-          " of the run's baseline (median of the ", f"{c.window.baseline} normal steps before them in this trainer "
-          f"incarnation; threshold {pct(c.mfu.drop_ratio)})", AT_STEP, ".", regression_cost("actor")),
+          " of the run's reference (median of the first ", f"{c.window.reference} normal steps of this trainer "
+          f"incarnation; threshold {pct(c.mfu.drop_ratio)})", AT_STEP, ". It holds until the run is back near "
+          "its reference.", regression_cost("actor")),
         c.step_for, {"persistence": "steps"}, remedies.mfu_drop(), step=True))
 
     # StepTimeRegression --------------------------------------------------------------------------------
@@ -177,11 +179,34 @@ def steps(cfg: Config) -> Group:
         f"or on ({RUN_BY})\n"
         f"{REC_STEP_VS_BASELINE} > {c.step_time.regression_ratio:g}",
         "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own baseline.",
-        P(RUN, ": the fastest of the last ", K, " normal steps took ", Value("f2"), "x the run's baseline step time "
-          f"(median of the {c.window.baseline} normal steps before them in this trainer incarnation; threshold "
+        P(RUN, ": the fastest of the last ", K, " normal steps took ", Value("f2"), "x the run's reference step time "
+          f"(median of the first {c.window.reference} normal steps of this trainer incarnation; threshold "
           f"{c.step_time.regression_ratio:g}x); most of the growth is in ", n_label("cause"), remedies.gen_includes_scoring(), AT_STEP, ".",
           regression_cost()),
         c.step_for, {"persistence": "steps"}, remedies.step_regression(), step=True))
+
+    # StepTimeDrift ----------------------------------------------------------------------------------------
+    add(Record(REC_STEP_DRIFT, f"max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_DRIFT)})",
+               comment="Median step time of the last 10 normal steps after the anchored reference / the reference."))
+    add(Record(REC_STEP_DRIFT_CAUSE_TOP,
+               f"topk by ({RUN_BY}) (1, max by ({RUN_BY}, cause) ({sel(c, n.STEP_DRIFT)})) * 0 + 1",
+               comment="The part of the step that grew most over those steps (label `cause`), for the description."))
+    add(Alert(
+        n.ALERT_STEP_DRIFT,
+        f"{REC_STEP_DRIFT} > {c.step_drift.ratio:g}\n"
+        f"  and on ({RUN_BY})\n"
+        f"{_window(c, n.STEP_DURATION_WINDOW, 'median')}\n"
+        f"  / max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_BASELINE)} > 0) > {c.step_drift.ratio:g}",
+        "warning", f"Steps have crept more than {pct(c.step_drift.ratio - 1)} slower than the run's reference.",
+        P(RUN, ": the median of the last ", f"{c.window.drift}", " normal steps took ", Value("f2"),
+          "x the run's reference step time (median of the first ", f"{c.window.reference} normal steps of this "
+          f"trainer incarnation; threshold {c.step_drift.ratio:g}x)",
+          QueryLabel(REC_STEP_DRIFT_CAUSE_TOP, "cause", prefix="; most of the growth is in ", suffix=""), AT_STEP,
+          ". A slow creep: no single step jumped."),
+        c.step_for, {"persistence": "steps"}, remedies.step_drift(), step=True,
+        comment="The median of the last k steps must be over too, so an episode that ended resolves within k steps\n"
+                "(the 10-step median lags). Alertmanager silences it while StepTimeRegression or MFUDrop fires for\n"
+                "the run (the same time, judged over 3 steps)."))
 
     # RewardSaturation -----------------------------------------------------------------------------------
     add(Record(REC_ZERO_STD_MIN, _window(c, n.ZERO_STD_WINDOW, "min"),
@@ -332,8 +357,9 @@ fails when this file and its generator disagree.
 
 Time is counted in steps, not minutes: the exporter publishes, per run (project, experiment), the
 min / median / max of each signal over the last k normal steps (warm-up, validation and checkpoint
-steps left out; absent until k such steps exist) and baselines (median of the normal steps before the
-window in the current trainer incarnation). "window min > threshold" therefore means "every one of the
+steps left out; absent until k such steps exist) and references anchored to the trainer incarnation
+(median of its first normal steps: a fault that lasts keeps firing to the end of the run, a restart
+starts a new reference). "window min > threshold" therefore means "every one of the
 last k normal steps was over", and the step-based alerts only need a short `for:` that absorbs scrape
 jitter. docs/alerts.md says why each number is what it is.
 """

@@ -77,6 +77,16 @@ def annotation_families(rules: RuleSet) -> set[str]:
                 if isinstance(r, dict) and r.get("alert") in wanted:
                     for v in (r.get("annotations") or {}).values():
                         names_.update(_PRINTF_METRIC.findall(str(v)))
+    # a recording rule an annotation queries (StepTimeDrift's top cause) needs the families it reads
+    by_name: dict[str, list] = {}
+    for rec in rules.recordings:
+        by_name.setdefault(rec.record, []).append(rec)
+    todo = list(names_)
+    while todo:
+        for rec in by_name.get(todo.pop(), []):
+            new = set(_IDENT.findall(rec.expr)) - names_
+            names_ |= new
+            todo.extend(new)
     return names_
 
 

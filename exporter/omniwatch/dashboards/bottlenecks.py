@@ -14,7 +14,7 @@ from .. import names as n, planned
 from ..alerting.config import DEFAULT as CONFIG
 from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
                                 REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
-                                REC_ROLLOUT_SATURATED, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN,
+                                REC_ROLLOUT_SATURATED, REC_STEP_DRIFT, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN,
                                 REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION)
 from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard,
                    EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target,
@@ -61,8 +61,8 @@ SIGNALS = Row("Signals vs alert thresholds", (
           unit="percentunit", min=0, thresholds=(Step(None, "green"), cfg_step("inter_stage_idle.ratio", "red")),
           show_thresholds="dashed+area", w=6, runbook=n.ALERT_IDLE),
     Panel("Step time / baseline (window min)",
-          "The series StepTimeRegression thresholds: the fastest of the last k normal steps over the run's baseline "
-          f"(median of the normal steps before them). Above {C.step_time.regression_ratio:g} fires; the alert names "
+          "The series StepTimeRegression thresholds: the fastest of the last k normal steps over the run's reference "
+          f"(median of the first 10 normal steps of the trainer incarnation). Above {C.step_time.regression_ratio:g} fires; the alert names "
           "the part that grew (next row).",
           (Target(sel(REC_STEP_VS_BASELINE), W + " window min / baseline"),),
           unit="none", min=0, decimals=2,
@@ -72,7 +72,16 @@ SIGNALS = Row("Signals vs alert thresholds", (
           "Window median minus baseline median of each part of the step (cause = reward, inter_stage_idle, actor, "
           "rollout, weight_sync, other). StepTimeRegression names the largest; its runbook branches on it.",
           (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
-          unit="s", w=12, h=7, runbook=n.ALERT_STEP_REGRESSION),
+          unit="s", w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
+    Panel("Step time drift vs the run's reference",
+          "The series StepTimeDrift thresholds: the median of the last 10 normal steps after the reference over the "
+          "run's reference (median of the first 10 normal steps of the trainer incarnation; a restart starts a new "
+          f"one, from omniwatch_baseline_first_step). Above {C.step_drift.ratio:g} fires while the last k steps are "
+          "over too: a creep over tens of steps.",
+          (Target(sel(REC_STEP_DRIFT), W + " last 10 / reference"),),
+          unit="none", min=0, decimals=2,
+          thresholds=(Step(None, "green"), cfg_step("step_drift.ratio", "red")),
+          show_thresholds="dashed+area", w=8, h=7, runbook=n.ALERT_STEP_DRIFT),
     Panel("Step growth cost (GPU-hours per day)",
           "What each cause of the step's growth costs at the current rate (the figure StepTimeRegression quotes): "
           "its growth over the baseline / the window's median step x the run's GPUs x 24 h. A run with a baseline "
@@ -80,7 +89,7 @@ SIGNALS = Row("Signals vs alert thresholds", (
           (Target(f"{run_max(sel(n.STEP_REGRESSION_GPU_HOURS_PER_DAY), 'cause')} or on ({RUN_BY}) "
                   f'label_replace(0 * {run_max(sel(n.STEP_DURATION_BASELINE))}, "cause", "none", "", "")',
                   W + " {{cause}}"),),
-          unit="suffix: GPU-h/day", min=0, w=12, h=7, runbook=n.ALERT_STEP_REGRESSION),
+          unit="suffix: GPU-h/day", min=0, w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
 ))
 
 MFU_ROW = Row("MFU", (

@@ -186,6 +186,7 @@ THRESHOLD_ALERT = {
     "mfu.drop_ratio": n.ALERT_MFU_DROP,
     "mfu.floor": n.ALERT_MFU_LOW,
     "step_time.regression_ratio": n.ALERT_STEP_REGRESSION,
+    "step_drift.ratio": n.ALERT_STEP_DRIFT,
     "reward_saturation.zero_std_ratio": n.ALERT_REWARD_SATURATION,
     "stall.notice_steps": n.ALERT_STALLED,
     "straggler.ratio": n.ALERT_STRAGGLER,

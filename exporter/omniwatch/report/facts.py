@@ -33,7 +33,9 @@ class StepPoint:
     mfu: dict[str, float] = field(default_factory=dict)
     mfu_baseline: dict[str, float] = field(default_factory=dict)
     duration_baseline: float | None = None
-    regression: dict[str, float] = field(default_factory=dict)  # cause -> window median - baseline (s)
+    regression: dict[str, float] = field(default_factory=dict)  # cause -> window median - reference (s)
+    causes: dict[str, float] = field(default_factory=dict)      # cause -> this step's seconds
+    cause_reference: dict[str, float] = field(default_factory=dict)  # cause -> the anchored reference's median (s)
     reward_bound_min: float | None = None   # window min (what RewardBoundRollout thresholds)
     idle_min: float | None = None           # window min (InterStageIdleGPU)
     mfu_max: dict[str, float] = field(default_factory=dict)  # window max (MFUDrop, MFUImplausiblyLow)

@@ -50,7 +50,7 @@ class _Collector:
             wall={b: v / n for b, v in delta.items()}, reward_bound=rec.reward_bound_ratio,
             reward_share=rec.reward_step_share, idle=rec.idle_ratio, mfu=dict(rec.mfu),
             mfu_baseline=dict(st.mfu_baseline), duration_baseline=st.duration_baseline,
-            regression=dict(st.regression),
+            regression=dict(st.regression), causes=dict(rec.causes), cause_reference=dict(st.cause_reference),
             reward_bound_min=st.reward_bound["min"] if st.reward_bound else None,
             idle_min=st.idle["min"] if st.idle else None,
             mfu_max={r: s["max"] for r, s in st.mfu.items()},

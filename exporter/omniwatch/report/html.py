@@ -302,9 +302,12 @@ def verdict_html(f: RunFacts, bs: list[Bottleneck]) -> str:
                 else f"<b>no GPU-time cost</b> ({html.escape(b.note)})" if b.note else "<b>0 GPU-h</b>")
         if b.per_day:
             cost += f", ≈ {b.per_day:,.1f} GPU-h per day at the rate of its last firing step"
+        priced = ", ".join(f"{a}–{z}" if a != z else str(a) for a, z in b.priced)
+        how = (f"<br><span class=\"muted\">How it is priced: {html.escape(b.rule)}"
+               + (f"; priced steps {priced}" if priced else "") + ".</span>") if b.rule else ""
         items.append(f"<li><b class=\"bad\">{html.escape(b.alertname)}</b> — {cost}, steps {spans}"
                      + (f" <span class=\"muted\">[{', '.join(b.buckets)}]</span>" if b.buckets else "")
-                     + f"<br>{esc(b.remedy)}</li>")
+                     + how + f"<br>{esc(b.remedy)}</li>")
     return "<ol class=\"verdict\">" + "".join(items) + "</ol>"
 
 

@@ -60,4 +60,7 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
         if b.per_day:
             cost += f" (≈ {b.per_day:.1f} GPU-h/day at its last firing step's rate)"
         con.print(f"{k}. [red]{escape(b.alertname)}[/] {escape(cost)}, steps {spans}", highlight=False)
+        if b.rule:
+            priced = ", ".join(f"{a}-{z}" for a, z in b.priced)
+            con.print(f"   priced: {b.rule}" + (f"; steps {priced}" if priced else ""), highlight=False, markup=False)
         con.print(f"   {b.remedy}", highlight=False, markup=False)

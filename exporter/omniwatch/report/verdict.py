@@ -7,10 +7,19 @@ alert fired (Alertmanager's inhibitions applied, so nothing is counted twice):
 - ``RewardBoundRollout``: the ``reward_critical_path`` bucket (the time a reward pool or a faster scorer
   takes off the critical path);
 - ``InterStageIdleGPU``: the ``inter_stage_idle`` bucket (GPUs reserved and idle);
-- ``MFUDrop``: the part of the role's phase the drop added: phase seconds x (1 - MFU / baseline);
-- ``StepTimeRegression``: the growth of its cause against the baseline (the exporter's
-  ``omniwatch_step_regression_seconds``) x GPUs, at steps where the cause's own alert is not firing
-  (Alertmanager inhibits it then: ``alerts/alertmanager.yml``);
+- ``MFUDrop``: the part of the role's phase the drop added: phase seconds x (1 - the step's MFU / the
+  anchored reference's MFU);
+- ``StepTimeRegression``: the growth of its cause in each step over the anchored reference's median
+  (``omniwatch_step_regression_seconds`` is the same over the window) x GPUs, at steps where the
+  cause's own alert is not on (Alertmanager inhibits it then: ``alerts/alertmanager.yml``);
+- ``StepTimeDrift``: the step's in-step seconds over the reference's, x GPUs, at steps where neither
+  StepTimeRegression nor MFUDrop is on (the same time: Alertmanager inhibits the drift then);
+
+These three regressions are priced for **every step they lasted**, not only where the alert fired: from
+the first step of the window that made it fire (the k-step window, or StepTimeDrift's 10 steps) to the
+last step it fired, each step against the anchored reference (the median of the trainer incarnation's
+first normal steps: ``analytics.REFERENCE_STEPS``), so a slowdown that lasts to the end of the run is
+priced to the end, and the steps it took the window to see it are priced too.
 - ``TrainingStalled``: the ``stalled`` bucket (live runs; a finished file has no stall);
 - ``TimeOutsideStep``: the ``outside_step_timer`` bucket (live runs).
 
@@ -34,6 +43,20 @@ from ..analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts
 from ..rules import alertmanager_config_path
 
+# Regressions priced for every step they lasted against the anchored reference: alert -> the normal steps of
+# the window that made it fire (the episode starts at its first).
+LASTING = {names.ALERT_MFU_DROP: DEFAULT.window.k, names.ALERT_STEP_REGRESSION: DEFAULT.window.k,
+           names.ALERT_STEP_DRIFT: DEFAULT.window.drift}
+COST_RULE = {
+    names.ALERT_MFU_DROP: "every step from the first of the window that fired it to its last firing step: the role's "
+                          "phase seconds x (1 - the step's MFU / the reference MFU) x GPUs",
+    names.ALERT_STEP_REGRESSION: "every step from the first of the window that fired it to its last firing step: the "
+                                 "cause's seconds over the reference's median x GPUs (0 while the cause's own alert is on)",
+    names.ALERT_STEP_DRIFT: "every step from the first of the 10 steps that fired it to its last firing step: the in-step "
+                            "seconds over the reference's x GPUs (0 while StepTimeRegression or MFUDrop is on)",
+}
+REFERENCE_NOTE = ("reference: the median of the first normal steps of the trainer incarnation "
+                  "(warm-up, validation and checkpoint steps left out); a restart starts a new one")
 # Alerts whose cost is a whole bucket: the rate of that bucket (omniwatch_gpu_hours_per_day) is what they cost per day.
 RATE_ALERTS = {names.ALERT_REWARD_BOUND: (ledger.REWARD,), names.ALERT_IDLE: (ledger.IDLE,),
                names.ALERT_OUTSIDE_STEP: (ledger.OUTSIDE,)}
@@ -60,7 +83,8 @@ class Bottleneck:
     note: str = ""
     buckets: list[str] = field(default_factory=list)
     per_day: float | None = None  # GPU-hours/day its buckets cost at the rate of its last firing step
-
+    priced: list[tuple[int, int]] = field(default_factory=list)  # (first, last) step of each priced episode
+    rule: str = ""                # how its GPU-hours were computed (the page says it)
 
     @property
     def gpu_hours(self) -> float:
@@ -69,7 +93,8 @@ class Bottleneck:
     def as_json(self) -> dict:
         return {"bottleneck": self.alertname, "gpu_hours": round(self.gpu_hours, 6), "remedy": self.remedy,
                 "steps": [list(s) for s in self.steps], "buckets": self.buckets, "note": self.note,
-                "gpu_hours_per_day": None if self.per_day is None else round(self.per_day, 3)}
+                "gpu_hours_per_day": None if self.per_day is None else round(self.per_day, 3),
+                "priced_steps": [list(s) for s in self.priced], "cost_rule": self.rule}
 
 
 def cause_buckets(cause: str) -> list[str]:
@@ -113,25 +138,57 @@ def remedy(alertname: str, labels: dict[str, str], modes: dict[str, str] | None,
     return best[0].remedy.expect(Ctx(labels, None, series or {}, modes if modes else None))
 
 
+def onset_index(f: RunFacts, first_index: int, window: int) -> int:
+    """The line index of the first of the ``window`` normal steps that made an alert fire at ``first_index``
+    (fewer when the run has fewer before it)."""
+    onset, seen = first_index, 0
+    for p in sorted((p for p in f.steps if p.index <= first_index), key=lambda p: -p.index):
+        if p.normal:
+            onset, seen = p.index, seen + 1
+            if seen == window:
+                break
+    return onset
+
+
+def episodes(f: RunFacts) -> list[tuple[object, int, int]]:
+    """Each alert span with the first line index it is on from (a step-based alert: the first step of the
+    window that fired it, so inhibitions cover the same steps) and the first it is priced from (the lasting
+    regressions: that onset; the others: their firing start)."""
+    out = []
+    for a in f.alerts:
+        steps_based = a.labels.get("persistence") == "steps"
+        on = onset_index(f, a.first_index, LASTING.get(a.alertname, DEFAULT.window.k)) if steps_based else a.first_index
+        out.append((a, on, on if a.alertname in LASTING else a.first_index))
+    return out
+
+
 def verdict(f: RunFacts) -> list[Bottleneck]:
     by_index = f.index_of()
     firing: dict[int, set[str]] = {}
-    for a in f.alerts:
-        for i in range(a.first_index, a.last_index + 1):
+    spans = episodes(f)
+    for a, on, _ in spans:
+        for i in range(on, a.last_index + 1):
             firing.setdefault(i, set()).add(a.alertname)
     inhib = inhibitors()
     out: dict[str, Bottleneck] = {}
-    for a in f.alerts:
+    priced: dict[tuple, set[int]] = {}  # (alert, labels) -> line indexes already priced (overlapping episodes)
+    for a, _, start in spans:
         b = out.get(a.alertname)
         if b is None:
             b = out[a.alertname] = Bottleneck(a.alertname, 0.0, remedy(a.alertname, a.labels, f.modes, f.series),
                                               [], [], COST_NOTE.get(a.alertname, ""))
+            if a.alertname in COST_RULE:
+                b.rule = f"{COST_RULE[a.alertname]} ({REFERENCE_NOTE})"
         b.labels.append(a.labels)
         b.steps.append((a.first_step, a.last_step))
-        for i in range(a.first_index, a.last_index + 1):
+        done = priced.setdefault((a.alertname, tuple(sorted(a.labels.items()))), set())
+        if a.alertname in LASTING and by_index.get(start) is not None:
+            b.priced.append((by_index[start].step, a.last_step))
+        for i in range(start, a.last_index + 1):
             p = by_index.get(i)
-            if p is None:
+            if p is None or i in done:
                 continue
+            done.add(i)
             cost, buckets = _cost(a.alertname, a.labels, p, f.gpus or 1, firing.get(i, set()), inhib)
             b.gpu_seconds += cost
             b.buckets = ledger.ordered(set(b.buckets) | set(buckets))
@@ -141,6 +198,8 @@ def verdict(f: RunFacts) -> list[Bottleneck]:
     for b in out.values():
         if b.alertname == names.ALERT_STEP_REGRESSION and b.gpu_seconds == 0 and not b.note:
             b.note = "inhibited at every firing step by the alert of its cause, which counts that time"
+        if b.alertname == names.ALERT_STEP_DRIFT and b.gpu_seconds == 0 and not b.note:
+            b.note = "inhibited at every step by StepTimeRegression or MFUDrop, which count that time"
     stalled = f.gpu_seconds.get(ledger.STALLED, 0.0)
     if stalled > 0:  # the ledger's stalled bucket is TrainingStalled's cost, whether or not its alert was seen
         b = out.get(names.ALERT_STALLED) or Bottleneck(names.ALERT_STALLED, 0.0, remedy(names.ALERT_STALLED, {}, f.modes,
@@ -169,7 +228,17 @@ def _cost(alertname: str, labels: dict, p, gpus: int, firing: set[str], inhib: d
         cause = labels.get("cause", "other")
         if inhib.get(cause) in firing:
             return 0.0, []
-        return max(0.0, p.regression.get(cause, 0.0)) * gpus, cause_buckets(cause)
+        if cause in p.causes and cause in p.cause_reference:
+            grown = p.causes[cause] - p.cause_reference[cause]
+        else:  # a live run's series: the window's growth
+            grown = p.regression.get(cause, 0.0)
+        return max(0.0, grown) * gpus, cause_buckets(cause)
+    if alertname == names.ALERT_STEP_DRIFT:
+        if firing & {names.ALERT_STEP_REGRESSION, names.ALERT_MFU_DROP} or not p.causes or not p.cause_reference:
+            return 0.0, []
+        grown = sum(p.causes.values()) - sum(p.cause_reference.values())
+        return max(0.0, grown) * gpus, [b for c, v in p.causes.items()
+                                        if v > p.cause_reference.get(c, 0.0) for b in cause_buckets(c)]
     return 0.0, []
 
 
