@@ -504,3 +504,53 @@ class ConfigCollector:
                 for pool, v in c.pools().items():
                     fams[n.TRAINER_CONFIG_GPUS].add_metric(rl + [pool], v)
         yield from fams.values()
+
+
+# --- what was assumed (alert annotations say it in PromQL; the report and `backtest` in words) -----------
+def assumptions(cfg: TrainerConfig | None) -> list[str]:
+    """What omniwatch assumed for a run because its config did not say (empty: nothing)."""
+    if cfg is None:
+        return ["no trainer configuration read: the end of the run (trainer.total_training_steps) is unknown, so "
+                "a finish on the checkpoint/validation cadence cannot be told from a hang",
+                "checkpoint/validation cadence (save_freq/test_freq) inferred from the steps that carried them; a kind "
+                "not seen yet keeps a reserve in TrainingStalled",
+                "Ulysses SP=1 (MFU judged as reported)",
+                "GPUs from the log (perf/total_num_images / (throughput x time_per_step): the trainer's GPUs only, no "
+                "separate reward or rollout pool) or --gpus"]
+    out = []
+    if cfg.total_steps is None:
+        out.append("trainer.total_training_steps is null (derived from the epochs): the end of the run is unknown "
+                   "unless the console's \"Total training steps\" line is read")
+    if cfg.save_freq is None or cfg.test_freq is None:
+        out.append("save_freq/test_freq not in the config: inferred from the steps")
+    if cfg.sp is None:
+        out.append("Ulysses SP not in the config: SP=1 assumed")
+    if cfg.gpus is None:
+        out.append("trainer.nnodes x n_gpus_per_node not in the config: GPUs from the log or --gpus")
+    return out
+
+
+def describe(cfg: TrainerConfig | None) -> dict | None:
+    """What was read, for JSON output (no path: it may name a home directory)."""
+    if cfg is None:
+        return None
+    d = cfg.to_json()
+    d.pop("path", None)
+    d["gpus"] = cfg.gpus
+    return d
+
+
+def attach(runs: list, specs: list[str] | None) -> dict[str, int]:
+    """``--trainer-config`` for offline commands: each recorded run gets the config that names it
+    (``trainer.project_name`` / ``trainer.experiment_name``); a single run given a single config gets it
+    whatever its names. Returns the counted skips (reason -> files)."""
+    errors: dict[str, int] = {}
+    if not specs:
+        return errors
+    configs = load_all(specs, errors)
+    only = next(iter(configs.values())) if len(configs) == 1 and len(runs) == 1 else None
+    for r in runs:
+        cfg = configs.get((r.project, r.experiment)) or only
+        if cfg is not None:
+            r.trainer_config = cfg
+    return errors

@@ -16,6 +16,7 @@ from ..analytics import K_STEP, K_TESTING, K_TIME_PER_STEP
 from ..parse import LineError, ParsedStep, parse_console_line, parse_record
 from ..settings import DEFAULT_MAX_LINE
 from ..sources.layout import run_labels
+from .. import trainer_config
 
 DEFAULT_STEP_SECONDS = 60.0  # wall time of a step when the whole run carries no timer at all
 
@@ -58,6 +59,7 @@ class RecordedRun:
     entries: list[Entry]
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> lines skipped
     mtime: float = 0.0
+    trainer_config: object = None  # trainer_config.TrainerConfig: printed in the console log, or --trainer-config
 
     @property
     def feed(self) -> str:
@@ -114,6 +116,7 @@ def load_run(path: str, kind: str | None = None, project: str | None = None,
     p, x = run_labels(path)
     run = RecordedRun(os.path.abspath(path), kind, project or p, experiment or x, [], mtime=st.st_mtime)
     make = _jsonl_entry if kind == "jsonl" else _console_entry
+    block = trainer_config.PprintBlock()
     for line in data.splitlines():
         if not line.strip():
             continue
@@ -125,6 +128,12 @@ def load_run(path: str, kind: str | None = None, project: str | None = None,
         except LineError as e:
             if e.reason != "not_a_step_line":  # console logs carry other output
                 _count(run.skipped, e.reason)
+            elif kind == "console" and (block.lines or b"{'" in line):  # VeRL-Omni's config print
+                try:
+                    if (d := block.feed(line)) is not None and run.trainer_config is None:
+                        run.trainer_config = trainer_config.facts(d, "console", run.path)
+                except trainer_config.ConfigError as ce:
+                    _count(run.skipped, "trainer_config_" + ce.reason)
     if not run.entries:
         detail = ", ".join(f"{k}={v}" for k, v in sorted(run.skipped.items())) or "no lines"
         raise RunFileError(f"{path}: no verl step line found ({detail})")

@@ -78,6 +78,8 @@ class RunFacts:
     gpu_phases: dict[str, dict[str, float]] = field(default_factory=dict)  # phase -> {busy, idle} GPU-seconds
     series: dict[str, float] = field(default_factory=dict)  # run series for the remedy prose (device peak)
     skipped: dict[str, int] = field(default_factory=dict)
+    trainer_config: dict | None = None  # what the run's trainer config says (trainer_config.describe)
+    assumed: list[str] = field(default_factory=list)  # what omniwatch assumed where no config said
 
     # -- header -------------------------------------------------------------------------------------
     @property
