@@ -170,19 +170,20 @@ def _bool(root: dict, dotted: str) -> bool | None:
 
 
 def _depth_ok(obj, limit: int = MAX_DEPTH) -> bool:
-    stack = [(obj, 0)]
-    seen = 0
+    """Nesting within ``limit`` and a bounded number of containers; a container reached twice (a YAML
+    alias) is looked at once, so an alias bomb costs its distinct nodes, not its expansion."""
+    stack, seen = [(obj, 0)], set()
     while stack:
         node, d = stack.pop()
         if d > limit:
             return False
-        seen += 1
-        if seen > 2_000_000:
-            return False
-        if isinstance(node, dict):
-            stack.extend((v, d + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, d + 1) for v in node)
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if len(seen) > 200_000:
+                return False
+            stack.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
     return True
 
 
@@ -311,8 +312,13 @@ def parse_pprint_text(text: str) -> dict:
     raise ConfigError("no_config_found")
 
 
+_FLOW_NEST = re.compile(r"[\[{]{%d,}" % (MAX_DEPTH + 1))
+
+
 def parse_yaml_text(text: str) -> dict:
     import yaml
+    if _FLOW_NEST.search(re.sub(r"[ \t\r\n]+", "", text[:MAX_BYTES])):
+        raise ConfigError("too_deep")  # PyYAML composes recursively: refuse before it recurses
     try:
         obj = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError, ValueError) as e:
