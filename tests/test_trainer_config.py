@@ -345,3 +345,21 @@ def test_remedies_name_the_engine_keys_and_layered_summon_only_for_lora():
     veomni_keys = {ln.strip() for ln in fixture("verl_omni/config_keys_veomni_only.txt").read_text().splitlines()
                    if ln.strip() and not ln.startswith("#")}
     assert remedies.VEOMNI_KEYS and remedies.VEOMNI_KEYS <= veomni_keys
+
+
+def test_the_demo_finishes_its_runs_when_it_ends(tmp_path):
+    """demo.finish_runs writes each run's config with its last written step as the total: read through
+    --trainer-config, every demo run is finished (never a stall) once the demo is over."""
+    from omniwatch import demo
+    from omniwatch.simulate import RunSpec, step_dict
+    scs = demo.scenarios(5.0, 20, 8)
+    store = new_store()
+    for sc in scs:
+        for s in range(1, 7):
+            store.ingest(demo.PROJECT, sc.experiment, parse_record({"step": s, "data": step_dict(RunSpec(), s)}),
+                         "jsonl", arrival=1_000_000.0 + s)
+        sc.written = 6
+    demo.finish_runs(scs, tmp_path)
+    assert tc.ConfigWatch(store, [str(tmp_path)]).scan_once() == len(scs)
+    for sc in scs:
+        assert value(store, names.RUN_FINISHED, project=demo.PROJECT, experiment=sc.experiment) == 1
