@@ -521,8 +521,8 @@ def assumptions(cfg: TrainerConfig | None) -> list[str]:
                 "checkpoint/validation cadence (save_freq/test_freq) inferred from the steps that carried them; a kind "
                 "not seen yet keeps a reserve in TrainingStalled",
                 "Ulysses SP=1 (MFU judged as reported)",
-                "GPUs from the log (perf/total_num_images / (throughput x time_per_step): the trainer's GPUs only, no "
-                "separate reward or rollout pool) or --gpus"]
+                "GPUs from the log (perf/total_num_images / (throughput x time_per_step): the resource pools only, "
+                "not a V1 separate_async standalone rollout) or --gpus"]
     out = []
     if cfg.total_steps is None:
         out.append("trainer.total_training_steps is null (derived from the epochs): the end of the run is unknown "
