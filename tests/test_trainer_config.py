@@ -363,3 +363,11 @@ def test_the_demo_finishes_its_runs_when_it_ends(tmp_path):
     assert tc.ConfigWatch(store, [str(tmp_path)]).scan_once() == len(scs)
     for sc in scs:
         assert value(store, names.RUN_FINISHED, project=demo.PROJECT, experiment=sc.experiment) == 1
+
+
+def test_a_config_never_puts_its_own_strings_into_labels():
+    d = {"trainer": {"project_name": "p", "experiment_name": "e", "use_v1": True,
+                     "v1": {"trainer_mode": "hf_abcdefghijklmnopqrstuvwxyz0123456789"}},
+         "actor_rollout_ref": {"actor": {"strategy": "ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}}
+    cfg = tc.facts(d, "yaml")
+    assert (cfg.engine, cfg.async_mode, cfg.trainer) == ("other", "other", "v1")

@@ -196,7 +196,8 @@ def facts(d: dict, source: str, path: str = "") -> TrainerConfig:
     strategy = _str(d, "actor_rollout_ref.actor.strategy")
     engine = None
     if strategy:
-        engine = "veomni" if strategy == "veomni" else ("fsdp" if strategy.startswith("fsdp") else strategy[:32])
+        # labels are a closed set: a config never puts its own strings into a series
+        engine = "veomni" if strategy == "veomni" else ("fsdp" if strategy.startswith("fsdp") else "other")
     if engine == "veomni":
         sp = _int(d, "actor_rollout_ref.actor.veomni_config.ulysses_parallel_size")
     else:
@@ -208,6 +209,8 @@ def facts(d: dict, source: str, path: str = "") -> TrainerConfig:
     use_v1 = _bool(d, "trainer.use_v1")
     trainer = None if use_v1 is None else ("v1" if use_v1 else "legacy")
     mode = _str(d, "trainer.v1.trainer_mode") if use_v1 else None
+    if mode is not None and mode not in ("sync", "colocate_async", "separate_async"):
+        mode = "other"
     nn, per = _int(d, "trainer.nnodes"), _int(d, "trainer.n_gpus_per_node")
     gpus_trainer = nn * per if nn and per and nn > 0 and per > 0 else None
     reward_pool = 0
@@ -382,6 +385,10 @@ class ConfigWatch:
         self.store, self.specs, self.interval = store, list(specs), interval
         self._seen: dict[str, tuple[float, int]] = {}
         self._stop = threading.Event()
+        for spec in self.specs:  # a spec whose files do not exist yet (a run not started) is not down
+            if hasattr(store, "set_source_up"):
+                from .redact import redact
+                store.set_source_up(SOURCE, redact(spec), True)
         self._thread = None
 
     def scan_once(self) -> int:
