@@ -371,3 +371,17 @@ def test_a_config_never_puts_its_own_strings_into_labels():
          "actor_rollout_ref": {"actor": {"strategy": "ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}}
     cfg = tc.facts(d, "yaml")
     assert (cfg.engine, cfg.async_mode, cfg.trainer) == ("other", "other", "v1")
+
+
+def test_the_report_page_says_what_was_read_or_assumed():
+    from omniwatch.backtest.runfile import load_run
+    from omniwatch.report.gather import facts_of_runs
+    from omniwatch.report.html import run_page
+    from omniwatch.report.verdict import verdict
+    bare = load_run(str(fixture("whole_run/v1_separate_async.jsonl")))
+    conf = load_run(str(fixture("whole_run/v1_separate_async.jsonl")))
+    assert not tc.attach([conf], [str(fixture(f"{CFG}/v1_separate_async.hydra/config.yaml"))])
+    fb, fc = facts_of_runs([bare, conf], alerts=False)
+    pb, pc = run_page(fb, verdict(fb)), run_page(fc, verdict(fc))
+    assert "Assumed: no trainer configuration read" in pb and "Trainer config" not in pb
+    assert "Trainer config (yaml): total_steps 12" in pc and "gpus 8" in pc and "Assumed:" not in pc
