@@ -151,7 +151,8 @@ def mfu_impossible() -> Prose:
 def mfu_drop() -> Prose:
     return P("Something inside the timed actor update got slower (offload changes are outside the MFU timer and show "
              "as StepTimeRegression instead): compare ", key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
-             ", ", key("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"), " and ",
+             ", ", _config("engine", "veomni", veomni_key("actor_rollout_ref.actor.veomni_config.ulysses_parallel_size"),
+                           key("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size")), " and ",
              key("actor_rollout_ref.model.enable_gradient_checkpointing"),
              " with the baseline steps' config, check GPU clocks / power for throttling, and profile one update_actor "
              "step (", key("actor_rollout_ref.actor.profiler.enable", "True"), ", tool torch).")
