@@ -31,6 +31,8 @@ MAX_FILES = 4096                 # files looked at per --trainer-config spec
 MAX_DEPTH = 64                   # nesting of the parsed mapping
 MAX_INTERP = 8                   # ${...} hops followed when resolving a key of an unresolved Hydra config
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".log", ".txt", ".out")
+MAX_DIRS = 2000                  # directories walked per --trainer-config DIR and scan
+SKIP_DIRS = {"checkpoints", "wandb", "tensorboard_log", "__pycache__", "node_modules"}
 
 # Ray prefixes an actor's stdout on the driver with "(ActorName pid=N)" or "(ActorName pid=N, ip=A)"
 # (docs.ray.io, "Logging": "(MyActor pid=480956) actor log message"); colour codes when a terminal.
@@ -359,8 +361,13 @@ def expand(spec: str) -> list[str]:
     ``.hydra/config.yaml`` and config files, bounded)."""
     if os.path.isdir(spec):
         out: list[str] = []
+        visited = 0
         for top, dirs, files in os.walk(spec):
-            dirs[:] = sorted(d for d in dirs if d == ".hydra" or not d.startswith("."))[:256]
+            visited += 1
+            if visited > MAX_DIRS:  # bounded: a DIR with checkpoint trees under it is not walked whole
+                break
+            dirs[:] = sorted(d for d in dirs if d == ".hydra" or not (d.startswith(".") or d.startswith("global_step_")
+                                                                      or d in SKIP_DIRS))[:256]
             if os.path.basename(top) == ".hydra":
                 if "config.yaml" in files:
                     out.append(os.path.join(top, "config.yaml"))
