@@ -99,6 +99,16 @@ def gpu_args() -> tuple[list[str], str]:
             f"GPU sampler: no NVML here, replaying the recorded H200 trace {DEFAULT_TRACE.name} as node {REPLAY_NODE}")
 
 
+def finish_runs(scs: list[Scenario], configs: Path) -> None:
+    """The demo is over: each run's config says its last written step was its last (trainer.total_training_steps,
+    read through --trainer-config), so the runs are finished and nothing escalates once the demo has ended."""
+    for sc in scs:
+        if sc.written:
+            (configs / f"{sc.experiment}.yaml").write_text(
+                f"trainer:\n  project_name: {PROJECT}\n  experiment_name: {sc.experiment}\n"
+                f"  total_training_steps: {sc.written}\n")
+
+
 def run_demo(args) -> int:
     con = Console(width=None if sys.stdout.isatty() else 160)
     pace, steps, onset = args.step_seconds, args.steps, args.onset
@@ -108,7 +118,8 @@ def run_demo(args) -> int:
     gpu, gpu_line = gpu_args()
     cfg = StackConfig(run_dir=run_dir, prometheus_port=args.prometheus_port, alertmanager_port=args.alertmanager_port,
                       exporter_port=args.exporter_port, grafana_port=args.grafana_port, profile="fast",
-                      watch=[str(root)], exporter_args=["--poll-interval", "0.2"] + gpu)
+                      watch=[str(root)], exporter_args=["--poll-interval", "0.2"] + gpu
+                      + ["--trainer-config", str(run_dir.resolve() / "demo-configs")])
     ep_port = free_port(cfg.host)
     # Realistic vLLM-Omni / TransferQueue / GPU / Ray series for the dashboards (the demo cannot run a real
     # vLLM-Omni or GPU), with the real metric names, joined by target labels to two demo runs (each its own
@@ -132,6 +143,8 @@ def run_demo(args) -> int:
                          "    url_env: OMNIWATCH_DEMO_RECEIVER_URL\n    send_resolved: true\n"
                          "retry: {initial_seconds: 1, max_seconds: 5}\n")
     received.unlink(missing_ok=True)
+    shutil.rmtree(run_dir.resolve() / "demo-configs", ignore_errors=True)
+    (run_dir.resolve() / "demo-configs").mkdir(parents=True, exist_ok=True)
     if root.exists():
         for p in root.rglob("*.jsonl"):
             p.unlink()
@@ -193,6 +206,9 @@ def run_demo(args) -> int:
     finally:
         stop.set()
         client.close()
+        for t in threads:
+            t.join(timeout=pace + 2)
+        finish_runs(scs, run_dir.resolve() / "demo-configs")
     table = Table(title="omniwatch demo: injected fault -> alert -> steps to detect")
     for col in ("run", "injected fault", "onset step", "expected alert", "detected at step", "steps to detect",
                 "seconds to detect"):
@@ -223,7 +239,8 @@ def run_demo(args) -> int:
     con.print(f"Demo step pace {pace:g} s: the rules' `for: 15s` spans ~{15 / pace:.0f} demo steps but less than one "
               "step of a real run (30 s - 15 min per step); the step-window (k=3 normal steps) is the same.")
     con.print(f"Prometheus {cfg.prometheus_url}  Alertmanager {cfg.alertmanager_url}  exporter {cfg.exporter_url}/metrics")
-    con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it.")
+    con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it. The demo's runs are marked "
+              "finished (their configs say the last written step was the last), so nothing escalates after it.")
     _write_report(con, root, run_dir.resolve() / "reports")
     return 0 if ok else 1
 

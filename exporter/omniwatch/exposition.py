@@ -12,6 +12,7 @@ from . import __version__, names as n
 from .analytics import CONTRACT_KEYS, is_validation_key
 from .model import RunStore, passthrough_name
 from .planned import PlannedCollector
+from .trainer_config import ConfigCollector
 
 
 # The families this collector renders; other collectors (GPU sampler, relay) own theirs.
@@ -175,4 +176,5 @@ def make_registry(store: RunStore) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(RunCollector(store))
     reg.register(PlannedCollector(store))  # checkpoint / validation facts, end of run (planned.py)
+    reg.register(ConfigCollector(store))  # what the trainer's configuration says (trainer_config.py)
     return reg

@@ -28,6 +28,7 @@ from . import ledger
 from .parse import ParsedStep
 from .planned import OPEN, UNKNOWN, PlannedWork
 from .runlabel import fit_label
+from .trainer_config import TrainerConfig
 
 DEFAULT_MAX_RUNS = 64
 DEFAULT_RUN_EXPIRY = 6 * 3600.0  # a run without a step for this long leaves /metrics (a finished run)
@@ -38,6 +39,9 @@ DEFAULT_MAX_KEYS = 512
 # Distinct in-step phases (timing_s/<name>, the untracked rest included) per run: each is a series in
 # omniwatch_stage_seconds_total, _stage_duration_seconds and _gpu_seconds_total. verl logs about a dozen.
 DEFAULT_MAX_PHASES = 64
+# A run whose newest line is older than this when omniwatch first sees it is history, not news: reported
+# once as stale (info), never escalated (docs/alerts.md#trainingstalled-the-staging-planned-work-never-pages).
+DEFAULT_STALE_HORIZON = 6 * 3600.0
 MAX_LABEL_CHARS = 128
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -188,6 +192,8 @@ class Run:
     # Checkpoint / validation durations and cadence, the announced total, the log writer (planned.py).
     planned: PlannedWork = field(default_factory=PlannedWork)
     phase_names: set[str] = field(default_factory=set)  # distinct phases (timing_s/<name>) so far, <= max_phases
+    config: TrainerConfig | None = None  # the trainer's configuration, when read (trainer_config.py)
+    stale: bool = False                  # first seen as history (its newest line older than the stale horizon)
 
     def passthrough_count(self) -> int:
         """Keys held for the verl_* prefix (the contract keys have their own series), toward --max-keys;
@@ -263,13 +269,18 @@ class RunStore:
                  warmup: int = DEFAULT_WARMUP_STEPS, max_runs: int = DEFAULT_MAX_RUNS,
                  max_keys: int = DEFAULT_MAX_KEYS, run_expiry: float = DEFAULT_RUN_EXPIRY, clock=time.time,
                  stalled_expiry: float = DEFAULT_STALLED_EXPIRY, gpus: int | None = None,
-                 max_phases: int = DEFAULT_MAX_PHASES):
+                 max_phases: int = DEFAULT_MAX_PHASES, gpus_override: bool = False,
+                 stale_horizon: float = DEFAULT_STALE_HORIZON, trainer_configs: dict | None = None):
         self.window, self.baseline, self.warmup = window, baseline, warmup
         self.max_runs, self.max_keys, self.run_expiry = max_runs, max_keys, run_expiry
         self.max_phases = max_phases
         self.clock = clock
         self.stalled_expiry = stalled_expiry
         self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
+        self.gpus_override = gpus_override  # report --gpus: the user's count wins over config and keys
+        self.stale_horizon = stale_horizon  # 0: never stale
+        # (project, experiment) -> TrainerConfig, applied to the run when it exists (trainer_config.py)
+        self.trainer_configs: dict[tuple[str, str], TrainerConfig] = dict(trainer_configs or {})
         self.lock = threading.RLock()
         self.runs: dict[tuple[str, str], Run] = {}
         self.errors: dict[tuple[str, str], int] = defaultdict(int)  # (source, reason) -> count
@@ -306,7 +317,29 @@ class RunStore:
             self.runs[key] = run
             if self.cap_logged and len(self.runs) < self.max_runs:
                 self.cap_logged = False
+            if (cfg := self.trainer_configs.get(key)) is not None:
+                self._configure(run, cfg)
         return run
+
+    def set_trainer_config(self, cfg: TrainerConfig, labels: tuple[str, str] | None = None) -> None:
+        """The trainer's configuration for the run it names (``trainer.project_name`` /
+        ``trainer.experiment_name``) and, for a pprint read from a console log, the run that log's lines
+        go to (``labels``). Applied now if the run exists, else when it appears."""
+        with self.lock:
+            for key in {k for k in (cfg.key, labels) if k}:
+                key = (fit_label(key[0]), fit_label(key[1]))
+                if key not in self.trainer_configs and len(self.trainer_configs) >= 4 * self.max_runs:
+                    self.errors[("trainer_config", "too_many_configs")] += 1
+                    continue
+                self.trainer_configs[key] = cfg
+                if (run := self.runs.get(key)) is not None:
+                    self._configure(run, cfg)
+
+    def _configure(self, run: Run, cfg: TrainerConfig) -> None:
+        run.config = cfg
+        run.planned.configure(cfg.total_steps, {"checkpoint": cfg.save_freq, "validation": cfg.test_freq})
+        if cfg.gpus and not (self.gpus_override and self.gpus):
+            run.gpus = ledger.Gpus(cfg.gpus, "config")
 
     def expired(self, run: Run, now: float | None = None) -> bool:
         """No step for longer than the run's expiry: not exported, so its alerts resolve instead of
@@ -347,6 +380,8 @@ class RunStore:
             run = self.runs.get((fit_label(project), fit_label(experiment)))
             if run is not None and (is_open or run.planned.log_open is not None):
                 run.planned.log_open = is_open
+                if is_open:  # a live process holds its log: a hung run, not history
+                    run.stale = False
 
     def hidden(self, run: Run, now: float | None = None) -> bool:
         """Not exported: expired (finished), or restored from a checkpoint and not produced by any
@@ -422,6 +457,11 @@ class RunStore:
             if run is None:
                 return None
             run.visible = True
+            if run.last is None and backlog and self.stale_horizon > 0 and run.planned.log_open is not True:
+                # first seen from a file's backlog (arrival = its mtime): older than the horizon is history
+                run.stale = self.clock() - arrival > self.stale_horizon
+            elif not backlog:
+                run.stale = False
             step = parsed.step
             digest = step_digest(parsed.values)
             seen = step in run.seen
@@ -510,7 +550,11 @@ class RunStore:
     def _account(self, run: Run, rec: StepRecord, arrival: float, backlog: bool) -> None:
         """Add the step's interval to the GPU-hours ledger (ledger.split: the one implementation)."""
         n = ledger.gpus_from_keys(rec.values)
-        if n is not None:
+        if self.gpus_override and self.gpus:  # report --gpus N: the user's count
+            run.gpus = ledger.Gpus(self.gpus, "flag")
+        elif run.config is not None and run.config.gpus:  # every pool the config names (separate_async)
+            run.gpus = ledger.Gpus(run.config.gpus, "config")
+        elif n is not None:
             run.gpus = ledger.Gpus(n, "log")
         elif run.gpus is None and self.gpus:
             run.gpus = ledger.Gpus(self.gpus, "flag")

@@ -205,7 +205,7 @@ STEP_REGRESSION_GPU_HOURS_PER_DAY = _m(
     "median step x the run's GPUs x 24 h (GPU-hours per day).", R + ("cause",))
 RUN_GPUS = _m("omniwatch_run_gpus", "gauge",
               "GPUs the ledger multiplies by: origin=\"log\" derived from the run's keys (perf/total_num_images / "
-              "(perf/throughput x perf/time_per_step)), origin=\"flag\" from --gpus.", R + ("origin",))
+              "(perf/throughput x perf/time_per_step)), origin=\"config\" every GPU pool the trainer config names, origin=\"flag\" from --gpus.", R + ("origin",))
 
 GPU_HOURS_PER_DAY = _m("omniwatch_gpu_hours_per_day", "gauge",
                        "What each ledger bucket costs at the current rate: its share of the last k normal steps' "
@@ -350,6 +350,39 @@ CHECKPOINT_WRITE_TS = _m("omniwatch_checkpoint_write_timestamp_seconds", "gauge"
                          "for N = the step after the latest one: the next step is saving a checkpoint. "
                          "TrainingStalled's warning and critical wait while it keeps being written. Absent without "
                          "--checkpoint-root or such a directory.", R, "seconds")
+
+# The trainer's configuration (trainer_config.py; docs/sources.md#trainer-configuration).
+L_POOL = "pool"
+TRAINER_CONFIG_INFO = _m("omniwatch_trainer_config_info", "gauge",
+                         "1 per run: where its trainer configuration was read (source=\"console\": VeRL-Omni's "
+                         "pprint in a followed console log, \"pprint\" or \"yaml\": a --trainer-config file such "
+                         "as Hydra's .hydra/config.yaml, \"none\": no config, omniwatch assumes) and what it says: "
+                         "engine (fsdp | veomni), trainer (legacy | v1), async_mode, lora (true | false); "
+                         "\"unknown\" where it does not say.", R + (L_SOURCE, "engine", "trainer", "async_mode", "lora"))
+TRAINER_CONFIG_TOTAL_STEPS = _m("omniwatch_trainer_config_total_steps", "gauge",
+                                "trainer.total_training_steps from the run's config (absent when null: the trainer "
+                                "derives it from the epochs).", R)
+TRAINER_CONFIG_EVERY = _m("omniwatch_trainer_config_every_steps", "gauge",
+                          "trainer.save_freq (kind=\"checkpoint\") and trainer.test_freq (kind=\"validation\") "
+                          "from the run's config; <= 0 means never (no TrainingStalled reserve for that kind).",
+                          R + (L_KIND,))
+TRAINER_CONFIG_SP = _m("omniwatch_trainer_config_sequence_parallel_size", "gauge",
+                       "Ulysses sequence-parallel size of the actor engine from the run's config: VeRL-Omni's "
+                       "reported MFU is this many times the per-GPU MFU (MFUImpossible judges MFU / SP).", R)
+TRAINER_CONFIG_GPUS = _m("omniwatch_trainer_config_gpus", "gauge",
+                         "GPUs per pool from the run's config: pool=\"trainer\" (trainer.nnodes x n_gpus_per_node), "
+                         "\"reward\" (a reward-model resource pool), \"rollout\" (V1 separate_async standalone "
+                         "rollout); the ledger counts their sum.", R + (L_POOL,))
+WARMUP_STEP = _m("omniwatch_warmup_step_seconds", "gauge",
+                 "Longest warm-up step (timing_s/step) of the run's current trainer incarnation: TrainingStalled's "
+                 "provisional typical step (x stall.provisional_factor) until a typical step exists, so a hang in "
+                 "step 2 or 3 pages.", R, "seconds")
+RUN_STALE = _m("omniwatch_run_stale", "gauge",
+               "1 for a run whose last line was older than --stale-horizon when omniwatch first saw it (history, "
+               "not news: reported once at info, TrainingStalled never escalates); its next step clears it.", R)
+STALE_RUNS = _m("omniwatch_stale_runs", "gauge",
+                "Runs omniwatch first saw as history (their last line older than --stale-horizon) and still holds "
+                "(`omniwatch status` prints the count).")
 
 # Alert names (the rule files define them; tests check both sides agree).
 ALERT_REWARD_BOUND = "RewardBoundRollout"

@@ -90,6 +90,7 @@ class KindState:
     lb: int = 1                         # the cadence is at least this (steps seen without an occurrence)
     every: int | None = None           # the cadence estimate: smallest divisor of g that is >= lb
     off_cadence_step: int | None = None  # latest occurrence that fits no cadence: the forced last step
+    configured: int | None = None       # save_freq / test_freq from the trainer's config (<= 0: never)
 
     @property
     def seen(self) -> bool:
@@ -99,12 +100,24 @@ class KindState:
     def seconds(self) -> float | None:
         return max(self.durations) if self.durations else None
 
+    @property
+    def never(self) -> bool:
+        """The trainer's config says this kind never happens (freq <= 0: verl checks ``freq > 0`` first)."""
+        return self.configured is not None and self.configured <= 0
+
     def _estimate(self) -> None:
+        if self.configured is not None and self.configured > 0:
+            self.every = self.configured
+            return
         self.every = _divisors_from(self.g, self.lb) if self.g else None
 
     def occurred(self, step: int, seconds: float, low: int) -> None:
         self.durations.append(seconds)
         self.last_step = step if self.last_step is None else max(self.last_step, step)
+        if self.configured is not None and self.configured > 0:
+            if step % self.configured:  # off the configured cadence: the forced last step (or an ESI save)
+                self.off_cadence_step = step
+            return
         if not self.g:
             # the first occurrence: every multiple of the cadence from the lowest step seen on carried
             # one, so the cadence is more than step - low (seen from step 1: it is the step itself)
@@ -123,21 +136,25 @@ class KindState:
     def missed(self, step: int) -> None:
         """``step`` arrived without this kind although the estimate said it was due: the cadence is
         larger."""
+        if self.configured is not None:
+            return
         if self.every and step % self.every == 0 and (self.last_step is None or step > self.last_step):
             self.lb = self.every + 1
             self._estimate()
 
     def due(self, step: int) -> bool:
+        if self.never:
+            return False
         return self.every is None or step % self.every == 0
 
     def to_json(self) -> dict:
         return {"durations": list(self.durations), "last_step": self.last_step, "g": self.g, "lb": self.lb,
-                "off": self.off_cadence_step}
+                "off": self.off_cadence_step, "configured": self.configured}
 
     @classmethod
     def from_json(cls, d: dict) -> "KindState":
         k = cls(deque((float(x) for x in d.get("durations", [])), maxlen=RECENT), d.get("last_step"),
-                int(d.get("g", 0)), int(d.get("lb", 1)), None, d.get("off"))
+                int(d.get("g", 0)), int(d.get("lb", 1)), None, d.get("off"), d.get("configured"))
         k._estimate()
         return k
 
@@ -175,9 +192,32 @@ class PlannedWork:
             return True
         return any(k.off_cadence_step == last_step for k in self.kinds.values())
 
-    def unseen(self) -> int:
-        """Kinds of planned work not seen yet (their first occurrence cannot be announced)."""
-        return sum(1 for k in self.kinds.values() if not k.seen)
+    def configure(self, total: int | None, every: dict[str, int | None]) -> None:
+        """The trainer's config: ``trainer.total_training_steps`` and each kind's ``save_freq`` /
+        ``test_freq`` (None: the config does not say; <= 0: never)."""
+        if total is not None and total > 0:
+            self.total = total
+        for kind, freq in every.items():
+            if kind in self.kinds and freq is not None:
+                st = self.kinds[kind]
+                st.configured = int(freq)
+                st._estimate()
+
+    def unseen(self, last_step: int | None = None) -> int:
+        """Kinds of planned work not seen yet whose first occurrence may come before the next step line
+        (it cannot be announced, so TrainingStalled waits a reserve for it). A kind the config says never
+        happens is no such kind; one with a configured cadence only when the next step is due by it (or
+        may be the last one)."""
+        nxt = None if last_step is None else last_step + 1
+        final_possible = self.total is None or (nxt is not None and nxt >= self.total)
+        out = 0
+        for k in self.kinds.values():
+            if k.seen or k.never:
+                continue
+            if k.configured is not None and nxt is not None and not final_possible and not k.due(nxt):
+                continue
+            out += 1
+        return out
 
     def allowance(self, last_step: int | None) -> float:
         """Seconds of planned work that may come before the line of the step after ``last_step``."""
@@ -187,7 +227,7 @@ class PlannedWork:
         final_possible = self.total is None or nxt >= self.total
         out = 0.0
         for k in self.kinds.values():
-            if k.seen and (final_possible or k.due(nxt)):
+            if k.seen and not k.never and (final_possible or k.due(nxt)):
                 out += k.seconds
         return out
 
@@ -392,7 +432,13 @@ class LogWriterWatch:
 def owned() -> tuple[str, ...]:
     """The families :class:`PlannedCollector` renders."""
     return (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN, n.RUN_TOTAL_STEPS,
-            n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS)
+            n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS, n.WARMUP_STEP, n.RUN_STALE, n.STALE_RUNS)
+
+
+def warmup_seconds(run) -> float | None:
+    """The longest warm-up step of the run's current incarnation (the provisional typical step)."""
+    durs = [r.duration for r in run.warm if r.duration is not None and r.duration > 0]
+    return max(durs) if durs else None
 
 
 class PlannedCollector:
@@ -407,11 +453,13 @@ class PlannedCollector:
     def collect(self):
         fams = {name: n.family(name) for name in owned()}
         s = self.store
+        stale = 0
         with s.lock:
             now = s.clock()
             for (project, experiment), run in s.runs.items():
                 if s.hidden(run, now) or run.last is None:
                     continue
+                stale += run.stale
                 rl, p, last = [project, experiment], run.planned, run.last.step
                 for kind, k in p.kinds.items():
                     if k.seen:
@@ -419,7 +467,7 @@ class PlannedCollector:
                     if k.every:
                         fams[n.PLANNED_EVERY].add_metric(rl + [kind], k.every)
                 fams[n.PLANNED_ALLOWANCE].add_metric(rl, p.allowance(last))
-                fams[n.PLANNED_UNSEEN].add_metric(rl, p.unseen())
+                fams[n.PLANNED_UNSEEN].add_metric(rl, p.unseen(last))
                 if p.total is not None:
                     fams[n.RUN_TOTAL_STEPS].add_metric(rl, p.total)
                 fams[n.RUN_FINISHED].add_metric(rl, 1 if p.finished(last) else 0)
@@ -427,4 +475,8 @@ class PlannedCollector:
                     fams[n.RUN_LOG_OPEN].add_metric(rl, 1 if p.log_open else 0)
                 if (written := p.checkpoint_write(last)) is not None:
                     fams[n.CHECKPOINT_WRITE_TS].add_metric(rl, written)
+                if (warm := warmup_seconds(run)) is not None:
+                    fams[n.WARMUP_STEP].add_metric(rl, warm)
+                fams[n.RUN_STALE].add_metric(rl, 1 if run.stale else 0)
+        fams[n.STALE_RUNS].add_metric([], stale)
         yield from fams.values()

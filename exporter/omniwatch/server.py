@@ -23,6 +23,7 @@ from .redact import install_log_redaction
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_listen
 from .sources.files import FileSource, FilesCollector
 from .planned import CheckpointWatch, LogWriterWatch
+from .trainer_config import ConfigWatch
 from .state import Checkpointer
 from .statelock import StateDirBusy, StateDirLock
 
@@ -39,6 +40,7 @@ class Exporter:
     writers: object = None  # planned.LogWriterWatch: is a trainer still holding each log open?
     checkpoints: object = None  # planned.CheckpointWatch (--checkpoint-root): is the next checkpoint being written?
     lock: object = None  # statelock.StateDirLock: one exporter per --state-dir
+    configs: object = None  # trainer_config.ConfigWatch (--trainer-config): the runs' trainer configurations
 
     @classmethod
     def build(cls, settings: Settings) -> "Exporter":
@@ -56,7 +58,7 @@ class Exporter:
         store = RunStore(window=settings.window_steps, baseline=settings.baseline_steps,
                          warmup=settings.warmup_steps, max_runs=settings.max_runs, max_keys=settings.max_keys,
                          run_expiry=settings.run_expiry_seconds, stalled_expiry=settings.stalled_expiry_seconds,
-                         gpus=settings.gpus)
+                         gpus=settings.gpus, stale_horizon=settings.stale_horizon_seconds)
         registry = make_registry(store)
         app = create_app(store, registry, settings)
         ex = cls(settings, store, registry, app, lock=lock)
@@ -71,6 +73,8 @@ class Exporter:
             ex.writers = LogWriterWatch(store, ex.sources)
         if settings.checkpoint_roots:
             ex.checkpoints = CheckpointWatch(store, settings.checkpoint_roots)
+        if settings.trainer_configs:
+            ex.configs = ConfigWatch(store, settings.trainer_configs)
         if settings.state_dir:
             ex.checkpointer = Checkpointer(store, ex.sources, settings.state_dir)
             ex.checkpointer.load()
@@ -85,9 +89,11 @@ class Exporter:
             self.writers.start()
         if self.checkpoints is not None:
             self.checkpoints.start()
+        if self.configs is not None:
+            self.configs.start()
 
     def stop(self) -> None:
-        for w in (self.writers, self.checkpoints):
+        for w in (self.writers, self.checkpoints, self.configs):
             if w is not None:
                 w.stop()
         for s in reversed(self.sources):
@@ -129,6 +135,15 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
                         "(verl's trainer.default_local_dir = checkpoints/<project>/<experiment>: pass that "
                         "checkpoints dir); while the next step's checkpoint keeps being written, TrainingStalled "
                         "stays at info; repeatable")
+    p.add_argument("--trainer-config", action="append", default=[], metavar="FILE|GLOB|DIR",
+                   help="the trainers' resolved configs (Hydra's <run dir>/.hydra/config.yaml, a saved YAML/JSON config, "
+                        "or a console log with VeRL-Omni's config print), one per run, matched to runs by "
+                        "trainer.project_name / trainer.experiment_name; a DIR is searched for .hydra/config.yaml "
+                        "and config files; re-read when they change; repeatable")
+    p.add_argument("--stale-horizon", type=float, default=None, metavar="SECONDS",
+                   help="a run whose newest line is older than this when omniwatch first sees it (and whose log no "
+                        "live process holds open) is history: reported once at info, never escalated "
+                        "(default 21600 = 6 h; 0 = off)")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="GPUs of a run whose keys cannot tell (the GPU-hours ledger multiplies by it; derived from "
@@ -166,6 +181,8 @@ def settings_from_args(args) -> Settings:
                              run_expiry_seconds=args.run_expiry, gpus=args.gpus,
                              stalled_expiry_seconds=getattr(args, "stalled_run_expiry", None),
                              checkpoint_roots=getattr(args, "checkpoint_root", None) or None,
+                             trainer_configs=getattr(args, "trainer_config", None) or None,
+                             stale_horizon_seconds=getattr(args, "stale_horizon", None),
                              max_open_files=getattr(args, "max_open_files", None),
                              follow_symlinks=getattr(args, "follow_symlinks", None),
                              max_connections=getattr(args, "max_connections", None),

@@ -145,6 +145,8 @@ class Settings(BaseSettings):
     stalled_expiry_seconds: float = DEFAULT_STALLED_EXPIRY  # runs that may be hung (planned.py)
     checkpoint_roots: list[str] = []           # <root>/<project>/<experiment>/global_step_<N>
     gpus: int | None = None                    # GPUs of runs whose keys cannot tell (ledger)
+    trainer_configs: list[str] = []            # trainer config files, globs or dirs (trainer_config.py)
+    stale_horizon_seconds: float = 6 * 3600.0  # a run first seen older than this is history (model.py)
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_line_bytes: int = DEFAULT_MAX_LINE
     poll_seconds: float = DEFAULT_POLL_SECONDS

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from . import paths, proc
+from . import names, paths, proc
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -362,7 +362,9 @@ def _cfg_from_args(args) -> StackConfig:
                        grafana_port=args.grafana_port, profile=getattr(args, "profile", "default"),
                        watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [],
                        exporter_args=[x for d in getattr(args, "checkpoint_root", []) or []
-                                      for x in ("--checkpoint-root", os.path.abspath(d))])
+                                      for x in ("--checkpoint-root", os.path.abspath(d))]
+                       + [x for d in getattr(args, "trainer_config", []) or []
+                          for x in ("--trainer-config", os.path.abspath(d))])
 
 
 def demo_stack(stack: Stack) -> Stack:
@@ -417,6 +419,22 @@ def cmd_down(args) -> int:
     return 0
 
 
+def stale_runs(exporter_url: str) -> int | None:
+    """``omniwatch_stale_runs`` from the exporter's /metrics (None when it does not answer)."""
+    try:
+        r = httpx.get(exporter_url.rstrip("/") + "/metrics", timeout=2.0)
+        r.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    for line in r.text.splitlines():
+        if line.startswith(names.STALE_RUNS + " "):
+            try:
+                return int(float(line.split()[1]))
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
 def cmd_status(args) -> int:
     stack = Stack(_cfg_from_args(args))
     rows = [(r, "") for r in stack.status()] + [(r, " (demo)") for r in demo_stack(stack).status()]
@@ -428,6 +446,9 @@ def cmd_status(args) -> int:
         print(_row(r["component"] + tag, f"{state} pid {r['pid']:<8} {r['url']}".rstrip()))
     if not any(r["component"] == "grafana" and r["running"] for r, _ in rows):
         print(_row("dashboards", stack.dashboards_hint()))
+    for r, tag in rows:  # history, not news: runs first seen long after their last line (issue 22)
+        if r["component"] == "exporter" and r["running"] and (stale := stale_runs(r["url"])) is not None:
+            print(_row("stale runs" + tag, f"{stale} (first seen as history: reported at info, never escalated)"))
     return 0 if all(r["running"] for r, _ in rows) else 1
 
 
@@ -451,6 +472,8 @@ def add_commands(sub) -> None:
     p.add_argument("--console", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --console`")
     p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
                    help="passed to `omniwatch serve --checkpoint-root` (where trainers save checkpoints)")
+    p.add_argument("--trainer-config", action="append", default=[], metavar="FILE|GLOB|DIR",
+                   help="passed to `omniwatch serve --trainer-config` (the runs' resolved trainer configs)")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("down", help="stop what `omniwatch up` started (from its pid files)")
     add_stack_args(p)

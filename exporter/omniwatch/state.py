@@ -25,6 +25,7 @@ from .analytics import WINDOW_VALUE_KEYS, StepRecord
 from .ledger import Gpus
 from .model import RunStore, SeenSteps, StepDigests
 from .planned import PlannedWork
+from .trainer_config import TrainerConfig
 from .sources.layout import run_labels
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ def snapshot_store(store: RunStore) -> dict:
             "gpus": [run.gpus.count, run.gpus.source] if run.gpus else None,
             "key_steps": run.key_steps, "grad_nonfinite_total": run.grad_nonfinite_total,
             "planned": run.planned.to_json(),
+            "trainer_config": run.config.to_json() if run.config else None, "stale": run.stale,
         })
     return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
             "notifications": dict(store.notifications)}
@@ -103,6 +105,12 @@ def restore_store(store: RunStore, data: dict) -> None:
                 run.digests.put(k, table["feeds"][fid], h)
             run.modes = dict(d["modes"])
             run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
+            if isinstance(d.get("trainer_config"), dict):
+                try:
+                    run.config = TrainerConfig.from_json(d["trainer_config"])
+                except (TypeError, ValueError):
+                    run.config = None
+            run.stale = d.get("stale") is True
             run.last_arrival = d["last_arrival"]
             run.gpu_seconds = defaultdict(float, d["gpu_seconds"])
             run.live_arrival = d["live_arrival"]

@@ -111,6 +111,11 @@ class Stall(_Part):
     critical_extra_steps: float = Field(3, description=(
         "critical = the warning threshold + this many typical steps. With nothing planned known that is "
         "3 + 4 + 3 = 10 typical steps: a 50-minute hang on a 4-minute step pages."))
+    provisional_factor: float = Field(1.5, description=(
+        "Until the run has a typical step (its first normal step, after the warm-up steps), TrainingStalled "
+        "counts in provisional typical steps of this many times its longest warm-up step, so a hang inside "
+        "step 2 or 3 pages (first-update OOM, NCCL init, the first weight sync) without paging a second step "
+        "that is merely slower than the first."))
     checkpoint_write_idle_steps: float = Field(2, description=(
         "With `--checkpoint-root`: warning/critical wait while the next step's checkpoint directory "
         "(global_step_<N>) was written within this many typical steps; a save that stopped writing for "

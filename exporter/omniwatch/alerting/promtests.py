@@ -217,11 +217,31 @@ def mfu_cases(cfg: Config) -> list[Case]:
                       Series(n.MFU_SUSPECTED_CAUSE, run_labels("flowgrpo", "l20x_low", role="actor", cause="relabeled_sku"),
                              "0x3 1x6")],
                      1, {**STEP_LABELS, "evidence": "device", **role}, first_step=3))
-    out.append(quiet(n.ALERT_MFU_IMPOSSIBLE, "MFUImpossible stays quiet for healthy, noisy and warm-up runs", [
+    sp4 = run_labels("flowgrpo", "sp4_hot")
+    out.append(fires(cfg, n.ALERT_MFU_IMPOSSIBLE, "MFUImpossible judges MFU per GPU with the trainer config's Ulysses "
+                                                  "SP: reported 4.8 at SP=4 is 1.2 per GPU, still impossible",
+                     "flowgrpo", "sp4_hot", [window(n.MFU_WINDOW, "flowgrpo", "sp4_hot", "min", onset(1.12, 4.8),
+                                                    role="actor"),
+                                             Series(n.TRAINER_CONFIG_SP, sp4, flat(4, RUN_SAMPLES))],
+                     1.2, {**STEP_LABELS, "evidence": "value", **role}, first_step=3,
+                     extra_ctx={n.TRAINER_CONFIG_SP: 4}))
+    nocfg = run_labels("flowgrpo", "no_config", source="none", engine="unknown", trainer="unknown",
+                       async_mode="unknown", lora="unknown")
+    out.append(fires(cfg, n.ALERT_MFU_IMPOSSIBLE, "MFUImpossible on a run without a trainer config says that "
+                                                  "Ulysses SP=1 was assumed",
+                     "flowgrpo", "no_config", [window(n.MFU_WINDOW, "flowgrpo", "no_config", "min", onset(0.45, 1.12),
+                                                      role="actor"),
+                                               Series(n.TRAINER_CONFIG_INFO, nocfg, flat(1, RUN_SAMPLES))],
+                     1.12, {**STEP_LABELS, "evidence": "value", **role}, first_step=3,
+                     extra_ctx={key_of(n.TRAINER_CONFIG_INFO, 'source="none"'): 1}))
+    out.append(quiet(n.ALERT_MFU_IMPOSSIBLE, "MFUImpossible stays quiet for healthy, noisy and warm-up runs and a healthy SP=4 run reporting 1.12", [
         window(n.MFU_WINDOW, "p", "healthy", "min", flat(0.45), role="actor"),
         window(n.MFU_WINDOW, "p", "noisy", "min", flat(0.45), role="actor"),
         window(n.MFU_WINDOW, "p", "noisy", "max", "0.45x3 1.4x17", role="actor"),
         Series(n.MFU, {"project": "p", "experiment": "warmup", "role": "actor"}, flat(2.62)),
+        # Ulysses SP=4 (trainer config): VeRL-Omni reports 4 x the per-GPU MFU; 1.12 is 0.28 per GPU
+        window(n.MFU_WINDOW, "p", "sp4", "min", flat(1.12), role="actor"),
+        Series(n.TRAINER_CONFIG_SP, {"project": "p", "experiment": "sp4"}, flat(4)),
         Series(n.MFU_SUSPECTED_CAUSE, {"project": "p", "experiment": "other_cause", "role": "actor",
                                        "cause": "flops_overcount"}, flat(1)),
     ]))

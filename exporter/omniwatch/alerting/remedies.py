@@ -11,7 +11,7 @@ enable one. Every VeRL-Omni config key a remedy names goes through :func:`key`, 
 from __future__ import annotations
 
 from .. import names
-from .prose import LabelSwitch, P, Prose, Query, switch
+from .prose import LabelSwitch, P, Prose, Query, SeriesValue, switch
 from .records import REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO
 
 # Config keys the remedies name: key -> True when it must be added with a Hydra '+' (not in the
@@ -23,6 +23,40 @@ def key(path: str, value: str = "", plus: bool = False) -> str:
     """A VeRL-Omni config override as the user types it, recorded for the key check."""
     NAMED_KEYS[path] = plus
     return f"`{'+' if plus else ''}{path}{'=' + value if value else ''}`"
+
+
+# Keys only the VeOmni engine variant has (tests/fixtures/verl_omni/config_keys_veomni_only.txt): named only
+# where the run's trainer config says engine=veomni.
+VEOMNI_KEYS: set[str] = set()
+
+
+def veomni_key(path: str, value: str = "") -> str:
+    VEOMNI_KEYS.add(path)
+    return f"`{path}{'=' + value if value else ''}`"
+
+
+def _config(label: str, value: str, text: "Prose | str", default: str = "") -> SeriesValue:
+    """``text`` when the run's trainer config says ``label=value`` (omniwatch_trainer_config_info), else
+    ``default``."""
+    return SeriesValue(names.TRAINER_CONFIG_INFO, "f0", text if isinstance(text, str) else "", default=default,
+                       fixed=((label, value),), show=False)
+
+
+def offload(what: str) -> Prose:
+    """The offload keys of the run's engine: VeOmni's when its config says so, FSDP's otherwise."""
+    keys = (("param_offload", "False"), ("optimizer_offload", "False"))
+    fsdp = [key(f"actor_rollout_ref.actor.fsdp_config.{k}", v) for k, v in keys]
+    veo = [veomni_key(f"actor_rollout_ref.actor.veomni_config.{k}", v) for k, v in keys]
+    return P(_config("engine", "veomni", f"{veo[0]} {what}, then {veo[1]}", f"{fsdp[0]} {what}, then {fsdp[1]}"))
+
+
+def layered_summon() -> Prose:
+    """``layered_summon`` only matters to LoRA weight sync (collect_lora_params): named for a LoRA run, or
+    conditionally when no config said."""
+    k = key("actor_rollout_ref.rollout.layered_summon", "True")
+    return P(_config("lora", "true", f"; with both on keep {k}"),
+             _config("lora", "unknown", f"; for a LoRA run with both on keep {k} (no trainer config read: "
+                                        "LoRA or not is unknown)"))
 
 
 LEGACY, V1 = "legacy", "v1"
@@ -184,7 +218,8 @@ def mfu_impossible() -> Prose:
 def mfu_drop() -> Prose:
     return P("Something inside the timed actor update got slower (offload changes are outside the MFU timer and show "
              "as StepTimeRegression instead): compare ", key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
-             ", ", key("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"), " and ",
+             ", ", _config("engine", "veomni", veomni_key("actor_rollout_ref.actor.veomni_config.ulysses_parallel_size"),
+                           key("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size")), " and ",
              key("actor_rollout_ref.model.enable_gradient_checkpointing"),
              " with the baseline steps' config, and check GPU clocks / power for throttling.", profile("actor"))
 
@@ -192,8 +227,7 @@ def mfu_drop() -> Prose:
 def mfu_low() -> Prose:
     return P("Check that the estimator matches the model (only Qwen-Image pipelines are registered), that the "
              "trainer saw the right device peak (", "`VERL_OMNI_DEVICE_FLOPS_TFLOPS`",
-             "), and that the actor is not starved: ", key("actor_rollout_ref.actor.fsdp_config.param_offload", "False"),
-             " gives the largest MFU gain, then ", key("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "False"),
+             "), and that the actor is not starved: ", offload("gives the largest MFU gain"),
              " and a larger ", key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"), ".", profile("actor"))
 
 
@@ -207,11 +241,8 @@ def mfu_unsupported() -> Prose:
 STEP_CAUSES = {
     "reward": "Reward scoring grew: see RewardBoundRollout's remedy for this run's reward layout.",
     "inter_stage_idle": "Untimed work between phases grew: see InterStageIdleGPU.",
-    "actor": ("The actor phases grew. If MFU held, the time went outside the timed train_batch: offload ("
-              + key("actor_rollout_ref.actor.fsdp_config.param_offload", "False") + " gives the largest gain, then "
-              + key("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "False")
-              + "; with both on keep " + key("actor_rollout_ref.rollout.layered_summon", "True")
-              + "); if MFU dropped too, see MFUDrop."),
+    "actor": P("The actor phases grew. If MFU held, the time went outside the timed train_batch: offload (",
+               offload("gives the largest gain"), layered_summon(), "); if MFU dropped too, see MFUDrop."),
     "rollout": ("Generation grew: check rollout batching (" + key("actor_rollout_ref.rollout.max_num_seqs") + ", "
                 + key("actor_rollout_ref.rollout.step_execution") + ") and the rollout servers' queue."),
     "weight_sync": ("Weight sync grew (the nightly gives it its own 20 % threshold: sensitive to vLLM-Omni, LoRA, "

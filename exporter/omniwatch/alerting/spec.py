@@ -19,7 +19,8 @@ from .config import Config
 from .rule import RUN_BY, Alert, Group, Record, RuleFile, pct, sel
 from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, Value
 from .records import (REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN,
-                      REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
+                      REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE,
+                      REC_OUTSIDE_MIN,
                       REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN,
                       REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_STEP_DRIFT,
                       REC_STEP_DRIFT_CAUSE_TOP, REC_STEP_MEDIAN, REC_STEP_MIN,
@@ -120,19 +121,31 @@ def steps(cfg: Config) -> Group:
                f"{REC_MFU_MAX}\n"
                f"  / max by ({role_by}) ({sel(c, n.MFU_BASELINE)} > 0)"))
     mfu_role = P("perf/mfu/", n_label("role"))
+    add(Record(REC_MFU_MIN_PER_GPU,
+               f"{REC_MFU_MIN}\n  / on ({RUN_BY}) group_left ()\n"
+               f"max by ({RUN_BY}) ({sel(c, n.TRAINER_CONFIG_SP)} > 0)\nor\n{REC_MFU_MIN}",
+               comment="MFU per GPU: VeRL-Omni divides the FLOPs of the DP-gathered batch by the DP size only, so with\n"
+                       "Ulysses sequence parallelism the reported MFU is SP x the per-GPU MFU (the trainer config's SP;\n"
+                       "without a config SP=1 is assumed and the annotation says so)."))
     add(Alert(
-        n.ALERT_MFU_IMPOSSIBLE, f"{REC_MFU_MIN} > {c.mfu.impossible:g}",
+        n.ALERT_MFU_IMPOSSIBLE, f"{REC_MFU_MIN_PER_GPU} > {c.mfu.impossible:g}",
         "warning", "Reported MFU is above 1.0, which no hardware can reach.",
-        P(RUN, ": ", mfu_role, " was at least ", Value("f2"), " in every one of the last ", K, " normal steps", AT_STEP,
+        P(RUN, ": ", mfu_role, " per GPU was at least ", Value("f2"), " in every one of the last ", K, " normal steps",
+          AT_STEP,
+          SeriesValue(n.TRAINER_CONFIG_SP, "f0", " (reported MFU / Ulysses SP=", " from the trainer config: VeRL-Omni "
+                      "reports SP x the per-GPU MFU)", cond="> 1"),
           ": the device peak is mis-identified or a FLOPs metadata field misses the DP gather; MFU comparisons for "
           "this run are meaningless.",
+          SeriesValue(n.TRAINER_CONFIG_INFO, "f0", " No trainer configuration was read for this run: omniwatch "
+                      "assumed Ulysses SP=1 (with sequence parallelism VeRL-Omni reports SP x the per-GPU MFU; give "
+                      "it the config to judge MFU per GPU).", fixed=(("source", "none"),), show=False),
           QueryLabel(n.MFU_SUSPECTED_CAUSE, "cause", prefix=" Suspected cause: ", suffix=".",
                      matchers="role=%q", label_args=("role",))),
         c.step_for, {"persistence": "steps", "evidence": "value"}, remedies.mfu_impossible(), step=True))
     add(Alert(
         n.ALERT_MFU_IMPOSSIBLE,
         f"max by ({role_by}) ({sel(c, n.MFU_SUSPECTED_CAUSE, RELABELED)} == 1)\n"
-        f"  unless on ({role_by}) {REC_MFU_MIN} > {c.mfu.impossible:g}",
+        f"  unless on ({role_by}) {REC_MFU_MIN_PER_GPU} > {c.mfu.impossible:g}",
         "warning", "Reported MFU is computed against the wrong device peak.",
         P(RUN, ": ", mfu_role, " is divided by the peak of the GPU name verl matched, but the GPUs' name and memory "
           "say they are another part (relabeled SKU)", AT_STEP, ": every MFU of this run is off by the peak ratio, "

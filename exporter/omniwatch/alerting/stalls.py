@@ -26,7 +26,8 @@ from .config import Config
 from .prose import RUN, Ctx, P, Query, SeriesValue, Value, key_of
 from .rule import Alert, Record, sel
 from .testcase import INTERVAL, JOB, Case, Check, Expect, Series, dur
-from .records import REC_AGE, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_PREFIX, REC_STALL_WARNING
+from .records import (REC_AGE, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_PREFIX, REC_STALL_TYPICAL,
+                      REC_STALL_WARNING)
 
 RUN_BY = "project, experiment"
 REC = REC_STALL_PREFIX
@@ -40,10 +41,15 @@ def planned(kind: str, prefix: str) -> SeriesValue:
 
 def records(cfg: Config) -> list:
     s = cfg.stall
-    typ = f"max by ({RUN_BY}) ({sel(cfg, n.TYPICAL_STEP)})"
+    typ = REC_STALL_TYPICAL
     allowance = f"max by ({RUN_BY}) ({sel(cfg, n.PLANNED_ALLOWANCE)})"
     unseen = f"max by ({RUN_BY}) ({sel(cfg, n.PLANNED_UNSEEN)})"
     return [
+        Record(REC_STALL_TYPICAL,
+               f"max by ({RUN_BY}) ({sel(cfg, n.TYPICAL_STEP)})\n"
+               f"  or {s.provisional_factor:g} * max by ({RUN_BY}) ({sel(cfg, n.WARMUP_STEP)})",
+               comment="The run's typical step; until it has one (warm-up steps only), a provisional one: the longest\n"
+                       "warm-up step x stall.provisional_factor, so a hang in step 2 or 3 pages."),
         Record(REC_STALL_INFO, f"{s.notice_steps:g} * {typ}",
                comment="TrainingStalled's thresholds per run (seconds without a step), in stages: info = notice x the\n"
                        "typical step; warning adds the planned work that may come before the next step (the\n"
@@ -62,14 +68,31 @@ def records(cfg: Config) -> list:
 def _expr(cfg: Config, severity: str) -> str:
     out = (f"{AGE}\n  > on ({RUN_BY}) {REC}{severity}\n"
            f"unless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_FINISHED)} == 1)")
-    if severity != "info":  # live evidence (--checkpoint-root): the next step's checkpoint is being written
+    if severity != "info":
+        # history, not news: a run first seen long after its last line is reported once, at info
+        out += f"\nunless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_STALE)} == 1)"
+        # live evidence (--checkpoint-root): the next step's checkpoint is being written
         out += (f"\nunless on ({RUN_BY})\n  time() - max by ({RUN_BY}) ({sel(cfg, n.CHECKPOINT_WRITE_TS)})\n"
-                f"  < on ({RUN_BY}) {cfg.stall.checkpoint_write_idle_steps:g} * max by ({RUN_BY}) "
-                f"({sel(cfg, n.TYPICAL_STEP)})")
+                f"  < on ({RUN_BY}) {cfg.stall.checkpoint_write_idle_steps:g} * {REC_STALL_TYPICAL}")
     return out
 
 
-TYP = Query(n.TYPICAL_STEP, "dur", prefix=" (", suffix=" each)")
+TYP = Query(REC_STALL_TYPICAL, "dur", prefix=" (", suffix=" each)")
+PROVISIONAL = f"{n.WARMUP_STEP} unless {n.TYPICAL_STEP}"
+NO_CONFIG = (" No trainer configuration was read for this run: omniwatch cannot tell its end from a hang "
+             "(total_training_steps unknown) and assumes a first checkpoint or validation may still come "
+             "(save_freq / test_freq unknown); give it the config (VeRL-Omni's console log, Hydra's "
+             ".hydra/config.yaml or --trainer-config).")
+
+
+def _provisional(cfg: Config) -> Query:
+    return Query(n.WARMUP_STEP, "dur", prefix=f"; provisional: no normal step yet, {cfg.stall.provisional_factor:g} x "
+                 "the longest warm-up step of ", post=f" unless {n.TYPICAL_STEP}")
+
+
+STALE = SeriesValue(n.RUN_STALE, "f0", " This run's last line was already older than the stale horizon when omniwatch "
+                    "first saw it: history, reported at info only.", cond="== 1", show=False)
+NONE = SeriesValue(n.TRAINER_CONFIG_INFO, "f0", NO_CONFIG, fixed=(("source", "none"),), show=False)
 LAST = Query(n.STEP, "f0", prefix="; last step ")
 ALLOWANCE = SeriesValue(n.PLANNED_ALLOWANCE, "dur", " (", ")")
 
@@ -81,23 +104,24 @@ def _unseen(text: str) -> SeriesValue:
 def descriptions(cfg: Config) -> dict[str, object]:
     s = cfg.stall
     allowed = lambda steps: P(  # noqa: E731
-        " allowed for ", f"{steps:g}", " typical steps", TYP, " and the planned work that may come before the next "
+        " allowed for ", f"{steps:g}", " typical steps", TYP, _provisional(cfg), " and the planned work that may come before the next "
         "step", ALLOWANCE, _unseen(f", plus {s.unseen_planned_steps:g} typical steps for a first checkpoint or "
                                    "validation not seen yet"))
     return {
-        "info": P(RUN, ": no step for ", Value("dur"), f", more than {s.notice_steps:g} typical steps", TYP, LAST,
+        "info": P(RUN, ": no step for ", Value("dur"), f", more than {s.notice_steps:g} typical steps", TYP,
+                  _provisional(cfg), LAST,
                   ". Planned work may explain it", planned("checkpoint", "; checkpoints of this run took up to "),
                   planned("validation", "; its validations up to "),
                   _unseen("; a first checkpoint or validation cannot be announced by the log"), ".",
                   SeriesValue(REC_STALL_WARNING, "dur", " Warning after "),
-                  SeriesValue(REC_STALL_CRITICAL, "dur", ", critical after ", " without a step.")),
+                  SeriesValue(REC_STALL_CRITICAL, "dur", ", critical after ", " without a step."), STALE, NONE),
         "warning": P(RUN, ": no step for ", Value("dur"), SeriesValue(REC_STALL_WARNING, "dur", ", more than the "),
                      allowed(s.notice_steps), LAST, ".",
-                     SeriesValue(REC_STALL_CRITICAL, "dur", " Critical after ", " without a step.")),
+                     SeriesValue(REC_STALL_CRITICAL, "dur", " Critical after ", " without a step."), NONE),
         "critical": P(RUN, ": no step for ", Value("dur"), SeriesValue(REC_STALL_CRITICAL, "dur", ", more than the "),
                       allowed(s.notice_steps + s.critical_extra_steps), LAST,
                       ". The trainer crashed, hangs (NCCL, Ray actor death, OOM kill) or its log stopped reaching "
-                      "omniwatch; the run's GPUs sit idle."),
+                      "omniwatch; the run's GPUs sit idle.", NONE),
     }
 
 
@@ -148,6 +172,13 @@ class Stall:
     validation: float | None = None
     finished: bool = False
     project: str = "flowgrpo"
+    provisional: bool = False  # no typical step yet: ``typical`` is the longest warm-up step
+    stale: bool = False        # first seen as history
+    no_config: bool = False    # no trainer configuration read (omniwatch_trainer_config_info{source="none"})
+
+    def effective(self, cfg: Config) -> float:
+        """The typical step the thresholds count in (provisional: the warm-up step x the factor)."""
+        return self.typical * cfg.stall.provisional_factor if self.provisional else self.typical
 
     def labels(self) -> dict:
         return {**JOB, "project": self.project, "experiment": self.experiment}
@@ -175,20 +206,33 @@ class Stall:
         lab = self.labels()
         out = [Series(n.LAST_STEP_TS, lab, " ".join(f"{t:g}" for t in ts)),
                Series(n.STEP, lab, " ".join(str(x) for x in steps)),
-               Series(n.TYPICAL_STEP, lab, f"{self.typical:g}x{samples - 1}"),
+               Series(n.WARMUP_STEP if self.provisional else n.TYPICAL_STEP, lab, f"{self.typical:g}x{samples - 1}"),
                Series(n.PLANNED_ALLOWANCE, lab, f"{self.allowance:g}x{samples - 1}"),
                Series(n.PLANNED_UNSEEN, lab, f"{self.unseen}x{samples - 1}"),
                Series(n.RUN_FINISHED, lab, f"{int(self.finished)}x{samples - 1}")]
         for kind, v in (("checkpoint", self.checkpoint), ("validation", self.validation)):
             if v is not None:
                 out.append(Series(n.PLANNED_WORK, {**lab, "kind": kind}, f"{v:g}x{samples - 1}"))
+        if self.stale:
+            out.append(Series(n.RUN_STALE, lab, f"1x{samples - 1}"))
+        if self.no_config:
+            out.append(Series(n.TRAINER_CONFIG_INFO, {**lab, "source": "none", "engine": "unknown", "trainer": "unknown",
+                                                      "async_mode": "unknown", "lora": "unknown"}, f"1x{samples - 1}"))
         return out
 
     def ctx(self, cfg: Config, at: int, interval: int) -> Ctx:
         ts, steps = self.steps(at // interval + 1, interval)
-        th = thresholds(cfg, self.typical, self.allowance, self.unseen)
-        series = {n.TYPICAL_STEP: self.typical, n.STEP: steps[-1], n.PLANNED_ALLOWANCE: self.allowance,
+        th = thresholds(cfg, self.effective(cfg), self.allowance, self.unseen)
+        series = {REC_STALL_TYPICAL: self.effective(cfg), n.STEP: steps[-1], n.PLANNED_ALLOWANCE: self.allowance,
                   n.PLANNED_UNSEEN: self.unseen, **{REC + k: v for k, v in th.items()}}
+        if self.provisional:
+            series[PROVISIONAL] = self.typical
+        else:
+            series[n.TYPICAL_STEP] = self.typical
+        if self.stale:
+            series[n.RUN_STALE] = 1
+        if self.no_config:
+            series[key_of(n.TRAINER_CONFIG_INFO, 'source="none"')] = 1
         for kind, v in (("checkpoint", self.checkpoint), ("validation", self.validation)):
             if v is not None:
                 series[key_of(n.PLANNED_WORK, f'kind="{kind}"')] = v
@@ -197,7 +241,7 @@ class Stall:
 
 def _stage_times(cfg: Config, run: Stall, interval: int, hold: int) -> dict[str, int]:
     """When each stage fires (first evaluation past its threshold, + for:) for a run that never steps again."""
-    th = thresholds(cfg, run.typical, run.allowance, run.unseen)
+    th = thresholds(cfg, run.effective(cfg), run.allowance, run.unseen)
     return {sev: next(t for t in range(0, 100_000, interval) if t - run.stop > th[sev]) + hold for sev in SEVERITIES}
 
 
@@ -283,4 +327,20 @@ def cases(cfg: Config) -> list:
                         f"{(crit - run.stop) / 60:g} min after the last step", run.series(samples, INTERVAL),
                         [Check(crit - INTERVAL, n.ALERT_STALLED, expect(run, crit - INTERVAL, ("info", "warning"))),
                          Check(crit, n.ALERT_STALLED, expect(run, crit, SEVERITIES))]))
+    # Hangs from step 1: no typical step yet (warm-up steps only), a provisional one from the warm-up step.
+    f = cfg.stall.provisional_factor
+    out.append(staged(
+        f"TrainingStalled pages a hang in step 2 (one 5-minute warm-up step, no typical step yet): stages in "
+        f"provisional typical steps of {f:g} x the warm-up step; the annotation says so and that no trainer "
+        "configuration was read", Stall("hang_in_step2", 300, 0, provisional=True, no_config=True)))
+    # History is not news: a run first seen long after its last line fires info once, never more.
+    run = Stall("stale_history", 30, 90, stale=True)
+    at = _stage_times(cfg, run, INTERVAL, hold)
+    late = at["critical"] + 20 * INTERVAL
+    out.append(Case("TrainingStalled reports a run first seen as history (omniwatch_run_stale 1) at info only: "
+                    "never warning or critical", run.series(late // INTERVAL + 2, INTERVAL),
+                    [Check(at["info"] - INTERVAL, n.ALERT_STALLED, []),
+                     Check(at["info"], n.ALERT_STALLED, expect(run, at["info"], ("info",))),
+                     Check(at["critical"], n.ALERT_STALLED, expect(run, at["critical"], ("info",))),
+                     Check(late, n.ALERT_STALLED, expect(run, late, ("info",)))]))
     return out

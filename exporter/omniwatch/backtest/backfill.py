@@ -71,6 +71,8 @@ def render_run(run: RecordedRun, timeline: Timeline, times_ms: list[int], *, job
     now = [timeline.arrivals[0]]
     store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
     store.set_source_up(run.kind, run.path, True)  # as the live file source reports its watch spec
+    if run.trainer_config is not None:
+        store.set_trainer_config(run.trainer_config, labels=(run.project, run.experiment))
     render = FamilyRender(store)  # the registry's text, without prometheus_client's per-character escaping
     grid = SampleGrid(times_ms, job, instance)
     arrivals_ms = [round(a * 1000) for a in timeline.arrivals]

@@ -74,9 +74,13 @@ def tail_for(rules: RuleSet, eval_interval: float, scrape_interval: float) -> fl
 
 def backtest(run: RecordedRun, *, rules_dir: str | Path | None = None, eval_interval: float = 15.0,
              scrape_interval: float = DEFAULT_SCRAPE_INTERVAL, start: float | None = None,
-             pace: float | None = None, progress=None, annotations: bool = True) -> BacktestResult:
+             pace: float | None = None, progress=None, annotations: bool = True,
+             silence: float = 0.0) -> BacktestResult:
     """``pace``: one line every ``pace`` seconds instead of the run's timers — the clock of a live
     ``replay --pace`` (with the live profile's intervals, the backtest fires at the replay's steps).
+    ``silence``: judge TrainingStalled as if the log stayed silent this many seconds after its last line
+    (what a live exporter would do at the end of the file: a finished run must stay quiet, a hang must
+    page); the other rules are judged as without it.
     ``annotations``: render each alert's annotations at its first firing (one ``promtool test rules``
     run, see annotations.py)."""
     progress = progress or NullProgress()
@@ -84,17 +88,20 @@ def backtest(run: RecordedRun, *, rules_dir: str | Path | None = None, eval_inte
     alerts = rules.evaluated()
     timeline = Timeline.of(run, start, pace)
     with tempfile.TemporaryDirectory(prefix="omniwatch-backtest-") as tmp:
+        tail = tail_for(rules, eval_interval, scrape_interval)
         bf = backfill(run, timeline, str(Path(tmp) / "data"), scrape_interval=scrape_interval,
-                      tail=tail_for(rules, eval_interval, scrape_interval),
+                      tail=tail + max(0.0, silence),
                       recordings=rules.needed_recordings(alerts, inlined=True), eval_interval=eval_interval,
                       om_file=str(Path(tmp) / "run.om.txt"), progress=progress)
         times = eval_times(bf.first, bf.last, eval_interval)
         hits: list[AlertHit] = []
         with TempPrometheus(bf.data_dir) as prom:
             progress.phase("evaluate alerting rules", len(alerts))
-            gap_times = [t for t in times if t <= timeline.end]  # a finished file is no stall after its end
+            # a finished file is no stall after its end (unless a silence after it is asked for)
+            gap_times = [t for t in times if t <= timeline.end + max(0.0, silence)]
+            rest = [t for t in times if t <= timeline.end + tail]
             for rule in alerts:
-                for f in evaluate_rule(prom, rule, gap_times if rule.gaps_only else times):
+                for f in evaluate_rule(prom, rule, gap_times if rule.gaps_only else rest):
                     hits.append(_hit(f, timeline))
                 progress.advance()
         if annotations and hits:

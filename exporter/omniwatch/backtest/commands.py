@@ -134,13 +134,21 @@ def cmd_backfill(args) -> int:
 def cmd_backtest(args) -> int:
     err, out = Console(stderr=True, soft_wrap=True), Console()
     run = load_run(args.run, project=args.project, experiment=args.experiment)
+    from .. import trainer_config
+    for reason, count in sorted(trainer_config.attach([run], args.trainer_config).items()):
+        err.print(f"[yellow]trainer config skipped[/] ({reason}): {count} file(s)", highlight=False)
     with progress_for(err, args.quiet or args.json) as prog:
         res = backtest(run, rules_dir=args.rules, eval_interval=args.eval_interval,
-                       scrape_interval=args.scrape_interval, start=args.start, pace=args.pace, progress=prog)
+                       scrape_interval=args.scrape_interval, start=args.start, pace=args.pace, progress=prog,
+                       silence=args.silence_after or 0.0)
+    assumed = trainer_config.assumptions(run.trainer_config)
     if args.json:
-        sys.stdout.write(json.dumps(res.as_json()) + "\n")
+        sys.stdout.write(json.dumps({**res.as_json(), "trainer_config": trainer_config.describe(run.trainer_config),
+                                     "assumed": assumed}) + "\n")
     else:
         print_result(res, out)
+        for a in assumed:
+            out.print(f"[yellow]assumed:[/] {a}", highlight=False)
     return 0
 
 
@@ -189,5 +197,12 @@ def add_commands(sub) -> None:
     p.add_argument("--start", type=_time, help="when the run started (default: file mtime minus the run's total)")
     p.add_argument("--pace", type=_pace, metavar="SECONDS", help=PACE_HELP)
     p.add_argument("--json", action="store_true", help='print one JSON object {"run", "steps", "alerts": [...]}')
+    p.add_argument("--silence-after", type=_duration, metavar="DURATION",
+                   help="judge TrainingStalled as if the log stayed silent this long after its last line (e.g. 3h): "
+                        "a finished run must stay quiet, a hang must page (default: judged up to the last line)")
+    p.add_argument("--trainer-config", action="append", default=[], metavar="FILE|GLOB|DIR",
+                   help="the run's resolved trainer config (Hydra's .hydra/config.yaml, a YAML/JSON config, a console "
+                        "log with VeRL-Omni's config print); matched by trainer.project_name / experiment_name, or "
+                        "the only one given; repeatable")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_backtest)

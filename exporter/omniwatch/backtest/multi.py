@@ -391,6 +391,8 @@ def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], fami
     now = [tl.arrivals[0]]
     store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
     store.set_source_up(run.kind, run.path, True)
+    if run.trainer_config is not None:
+        store.set_trainer_config(run.trainer_config, labels=(run.project, run.experiment))
     render = FamilyRender(store, families)
     arrivals_ms = [round(a * 1000) for a in tl.arrivals]
     n = len(run.entries)

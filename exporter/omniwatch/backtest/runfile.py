@@ -15,6 +15,7 @@ import orjson
 from ..analytics import K_STEP, K_TESTING, K_TIME_PER_STEP
 from ..parse import LineError, ParsedStep, parse_console_line, parse_record
 from ..settings import DEFAULT_MAX_LINE
+from .. import trainer_config
 from ..runlabel import fit_label, shortened
 from ..sources.layout import raw_run_labels
 
@@ -60,6 +61,7 @@ class RecordedRun:
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> lines skipped
     mtime: float = 0.0
     label_note: str = ""  # how the names on disk became the labels (shortened, renamed), for the reports
+    trainer_config: object = None  # trainer_config.TrainerConfig: printed in the console log, or --trainer-config
 
     @property
     def feed(self) -> str:
@@ -156,6 +158,7 @@ def load_run(path: str, kind: str | None = None, project: str | None = None,
     run = RecordedRun(os.path.abspath(path), kind, fit_label(p), fit_label(x), [], mtime=st.st_mtime,
                       label_note="; ".join(notes))
     make = _jsonl_entry if kind == "jsonl" else _console_entry
+    block = trainer_config.PprintBlock()
     with f:
         try:
             for line in stream_lines(f, max_line, run.skipped):
@@ -166,6 +169,12 @@ def load_run(path: str, kind: str | None = None, project: str | None = None,
                 except LineError as e:
                     if e.reason != "not_a_step_line":  # console logs carry other output
                         _count(run.skipped, e.reason)
+                    elif kind == "console" and (block.lines or b"{'" in line):  # VeRL-Omni's config print
+                        try:
+                            if (d := block.feed(line)) is not None and run.trainer_config is None:
+                                run.trainer_config = trainer_config.facts(d, "console", run.path)
+                        except trainer_config.ConfigError as ce:
+                            _count(run.skipped, "trainer_config_" + ce.reason)
         except OSError as e:
             raise RunFileError(f"cannot read {path}: {e.strerror or e}") from None
     if not run.entries:

@@ -37,12 +37,20 @@ def file_facts(paths: list[str], args, progress, kind: str | None = None) -> lis
     from .gather import facts_of_runs, load_runs
     runs = load_runs(paths, kind=kind, project=getattr(args, "project", None) if len(paths) == 1 else None,
                      experiment=getattr(args, "experiment", None) if len(paths) == 1 else None)
+    _configs(runs, args)
     try:
         return facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=progress,
                              starts=[args.start] * len(runs) if getattr(args, "start", None) else None,
                              alerts=not args.no_alerts)
     except (ToolError, PromError) as e:
         raise ToolError(f"{e} (--no-alerts writes the report without Prometheus: ledger and charts, no verdict)") from None
+
+
+def _configs(runs: list, args) -> None:
+    """--trainer-config: each run gets the config naming it; skipped files are said, not fatal."""
+    from .. import trainer_config
+    for reason, count in sorted(trainer_config.attach(runs, getattr(args, "trainer_config", None)).items()):
+        Console(stderr=True).print(f"[yellow]trainer config skipped[/] ({reason}): {count} file(s)", highlight=False)
 
 
 def live(args, project: str, experiment: str) -> RunFacts:
@@ -108,6 +116,7 @@ def _index(args, root: Path, err: Console, out: Console) -> int:
             err.print(f"[yellow]skipped[/] {escape(str(e))}", highlight=False)
     if not runs:
         raise ValueError(f"no readable run under {root}")
+    _configs(runs, args)
     with progress_for(err, args.quiet or args.json) as prog:
         # the pages show no annotation text (the verdict renders the remedy itself): not rendered here
         facts = facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=prog,
@@ -160,7 +169,11 @@ def cmd_compare(args) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", type=_positive_int, help="GPUs of a run whose keys cannot tell (as the exporter's --gpus)")
+    p.add_argument("--gpus", type=_positive_int, help="the run's GPUs: overrides what its config or keys say (every pool)")
+    p.add_argument("--trainer-config", action="append", default=[], metavar="FILE|GLOB|DIR",
+                   help="the runs' resolved trainer configs (Hydra's .hydra/config.yaml, a YAML/JSON config, a console "
+                        "log with VeRL-Omni's config print), matched by trainer.project_name / experiment_name (a "
+                        "single run takes a single config whatever its names); repeatable")
     p.add_argument("--rules", metavar="DIR", help="rule files directory (default: the repository's alerts/)")
     p.add_argument("--prometheus", metavar="URL", help="read a live run from this Prometheus instead of a file")
     p.add_argument("--until", type=_time, help="with --prometheus: the end of the range (default now)")

@@ -91,6 +91,8 @@ class RunFacts:
         if self.source not in ("jsonl", "console"):
             return self.run
         return self.source_name or os.path.basename(self.run)
+    trainer_config: dict | None = None  # what the run's trainer config says (trainer_config.describe)
+    assumed: list[str] = field(default_factory=list)  # what omniwatch assumed where no config said
 
     # -- header -------------------------------------------------------------------------------------
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import ledger
+from .. import ledger, trainer_config
 from ..backtest.multi import backtest_many
 from ..backtest.runfile import RecordedRun, load_run
 from ..model import MAX_LABEL_CHARS, RunStore
@@ -56,7 +56,7 @@ class _Collector:
             mfu_max={r: s["max"] for r, s in st.mfu.items()},
             images=rec.values.get(ledger.K_IMAGES), throughput=rec.throughput,
             per_day=run.cost_per_day()[0]))
-        self.runs[ri] = RunSummary(now, run.gpus, dict(run.modes))
+        self.runs[ri] = RunSummary(now, run.gpus, dict(run.modes), run.config)
 
 
 @dataclass
@@ -65,6 +65,7 @@ class RunSummary:
     gpu_seconds: dict[str, float]
     gpus: object
     modes: dict[str, str]
+    config: object = None  # trainer_config.TrainerConfig
 
 
 def unique_labels(runs: list[RecordedRun]) -> None:
@@ -106,7 +107,8 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
     col = _Collector(len(runs))
     # Unknown GPUs: the ledger still runs with 1 GPU so wall time is split; reported as "unknown".
     results = backtest_many(runs, rules_dir=rules_dir, progress=progress, observe=col, starts=starts,
-                            store_kwargs={"gpus": gpus or 1}, eval_interval=eval_interval,
+                            store_kwargs={"gpus": gpus or 1, "gpus_override": bool(gpus)},
+                            eval_interval=eval_interval,
                             scrape_interval=scrape_interval, evaluate=alerts, workers=workers,
                             annotations=annotations)
     out = []
@@ -123,7 +125,9 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
             modes=dict(run.modes) if run is not None else {},
             alerts=[AlertSpan(a.alertname, a.severity, a.first_step, a.last_step, a.labels, a.first_index,
                               a.last_index, dict(a.annotations)) for a in res.alerts],
-            not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped), label_note=r.label_note))
+            not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped), label_note=r.label_note,
+            trainer_config=trainer_config.describe(run.config if run is not None else None),
+            assumed=trainer_config.assumptions(run.config if run is not None else None)))
     return out
 
 

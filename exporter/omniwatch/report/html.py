@@ -311,6 +311,19 @@ def verdict_html(f: RunFacts, bs: list[Bottleneck]) -> str:
     return "<ol class=\"verdict\">" + "".join(items) + "</ol>"
 
 
+def _config_html(f: RunFacts) -> list[str]:
+    """What the run's trainer config said, and what was assumed where none said (docs/sources.md)."""
+    out = []
+    c = f.trainer_config
+    if c:
+        out.append("<p class=\"muted\">Trainer config (" + html.escape(str(c.get("source"))) + "): "
+                   + ", ".join(f"{html.escape(k)} {html.escape(str(c.get(k)))}" for k in
+                               ("total_steps", "save_freq", "test_freq", "sp", "engine", "lora", "gpus")) + ".</p>")
+    if f.assumed:
+        out.append("<p>Assumed: " + "; ".join(html.escape(a) for a in f.assumed) + ".</p>")
+    return out
+
+
 def run_page(f: RunFacts, bs: list[Bottleneck], back_link: str | None = None) -> str:
     x_range = Range1d(min((p.step for p in f.steps), default=0) - 1, max((p.step for p in f.steps), default=1) + 1)
     charts = [("Where the GPU-hours went", ledger_chart(f), ""),
@@ -325,8 +338,9 @@ def run_page(f: RunFacts, bs: list[Bottleneck], back_link: str | None = None) ->
     body = []
     if back_link:
         body.append(f"<p><a href=\"{html.escape(back_link)}\">← all runs</a></p>")
-    body += [f"<h1>{html.escape(f.project)}/{html.escape(f.experiment)}</h1>", _table(header_rows(f)),
-             "<h2>Verdict: bottlenecks ranked by GPU-hours</h2>", verdict_html(f, bs)]
+    body += [f"<h1>{html.escape(f.project)}/{html.escape(f.experiment)}</h1>", _table(header_rows(f))]
+    body += _config_html(f)
+    body += ["<h2>Verdict: bottlenecks ranked by GPU-hours</h2>", verdict_html(f, bs)]
     figs = []
     for head, fig, missing in charts:
         if head:

@@ -31,6 +31,8 @@ def facts_json(f: RunFacts, bs: list[Bottleneck]) -> dict:
         "alerts": [a.as_json() for a in f.alerts],
         "alerts_source": f.alerts_source,
         "not_evaluated": f.not_evaluated,
+        "trainer_config": f.trainer_config,
+        "assumed": f.assumed,
     }
 
 
@@ -42,6 +44,13 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
     ips = f"{f.images_per_gpu_second:.3f}" if f.images_per_gpu_second else "-"
     con.print(f"trainer {m.get('trainer', '?')}, reward {m.get('reward', '?')}, {m.get('async_mode', '?')}; {gpus}; "
               f"{f.n_steps} steps, median step {med}, {ips} images/GPU/s", highlight=False, markup=False)
+    if f.trainer_config:
+        c = f.trainer_config
+        con.print(f"trainer config ({c['source']}): total steps {c['total_steps'] or '?'}, save_freq {c['save_freq']}, "
+                  f"test_freq {c['test_freq']}, SP {c['sp'] or '?'}, engine {c['engine'] or '?'}, "
+                  f"LoRA {c['lora']}, GPUs {c['gpus'] or '?'}", highlight=False, markup=False)
+    for a in f.assumed:
+        con.print(f"[yellow]assumed:[/] {escape(a)}", highlight=False)
     t = Table(title=f"Where the GPU-hours went ({f.total_gpu_seconds / HOUR:.2f} GPU-h)", title_justify="left")
     t.add_column("bucket")
     t.add_column("GPU-h", justify="right")

@@ -22,6 +22,7 @@ from ..model import RunStore
 from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
 from ..planned import total_steps_in
 from ..redact import looks_like_credential, redact
+from .. import trainer_config
 from ..runlabel import shortened
 from .layout import raw_run_labels, run_labels
 from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, escapes
@@ -61,6 +62,7 @@ class FileSource:
         self._problems: dict[str, str] = {}  # path -> the problem last reported for it (logged once)
         self.poll_lock = threading.Lock()  # a checkpoint sees offsets and the model at one point
         self._resume: dict[str, dict] = {}
+        self._blocks: dict[str, trainer_config.PprintBlock] = {}  # console: VeRL-Omni's config print per file
         self._last_scan = 0.0
         self._listings: dict[str, tuple[int, list[str], list[str]]] = {}  # dir -> (mtime_ns, subdirs, files)
         self._pass = 0
@@ -316,6 +318,8 @@ class FileSource:
                 self.store.count_error(self.kind, e.reason)
             elif (total := total_steps_in(line)) is not None:  # the trainer's "Total training steps: N"
                 self.store.set_total_steps(project, experiment, total)
+            elif self.kind == "console":
+                self._config_line(project, experiment, path, line)
             return 0
         except Exception:  # never let one line kill the source
             log.exception("unexpected parse failure in %s", redact(path))
@@ -324,6 +328,24 @@ class FileSource:
         rec = self.store.ingest(project, experiment, parsed, self.kind, arrival=arrival,
                                 feed=f"{self.kind}:{path}", backlog=backlog)
         return 1 if rec is not None else 0
+
+    def _config_line(self, project: str, experiment: str, path: str, line: bytes) -> None:
+        """A line of VeRL-Omni's resolved-config print (``pprint`` of the config at start): the run's
+        trainer configuration, for this log's run and the run it names (trainer_config.py)."""
+        block = self._blocks.get(path)
+        if block is None or not block.lines:
+            if b"{'" not in line:
+                return  # the common case: not the start of a printed mapping
+            block = self._blocks.setdefault(path, trainer_config.PprintBlock())
+        try:
+            d = block.feed(line)
+            if d is None:
+                return
+            cfg = trainer_config.facts(d, "console", path)
+        except trainer_config.ConfigError as e:
+            self.store.count_error(trainer_config.SOURCE, e.reason)
+            return
+        self.store.set_trainer_config(cfg, labels=(project, experiment))
 
     # -- thread ------------------------------------------------------------------------------------
     def _loop(self) -> None:

@@ -1,0 +1,576 @@
+"""The trainer's resolved configuration: what the step log cannot say (docs/sources.md#trainer-configuration).
+
+VeRL-Omni prints its resolved config at start (``TaskRunner.run``: ``pprint(OmegaConf.to_container(config,
+resolve=True))``, ``main_diffusion.py:236`` / ``main_diffusion_v1.py:114``; on the Ray driver's console each
+line carries Ray's ``(TaskRunner pid=N)`` prefix), Hydra writes the composed config to
+``<run dir>/.hydra/config.yaml`` (unresolved: ``${...}`` interpolations kept), and anything else may be
+given with ``--trainer-config FILE|GLOB|DIR``. Three readers, one result: :class:`TrainerConfig`, the few
+facts omniwatch uses, associated with a run by ``trainer.project_name`` / ``trainer.experiment_name``
+(verl's file logger writes ``<root>/<project_name>/<experiment_name>.jsonl``, so those are the run's labels).
+
+Every reader is bounded (bytes, lines, nesting, interpolation depth) and never raises on bad input:
+:class:`ConfigError` carries a counted reason (``omniwatch_ingest_errors_total{source="trainer_config"}``).
+"""
+from __future__ import annotations
+
+import ast
+import glob
+import io
+import logging
+import os
+import re
+import tokenize
+from dataclasses import asdict, dataclass, field
+
+log = logging.getLogger(__name__)
+
+SOURCE = "trainer_config"       # the ingest-error / source_up label
+MAX_BYTES = 8 << 20              # a config file or pprint block larger than this is not read
+MAX_LINES = 40_000               # pprint block lines (VeRL-Omni's whole config is ~600 at width 80)
+MAX_FILES = 4096                 # files looked at per --trainer-config spec
+MAX_DEPTH = 64                   # nesting of the parsed mapping
+MAX_INTERP = 8                   # ${...} hops followed when resolving a key of an unresolved Hydra config
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".log", ".txt", ".out")
+MAX_DIRS = 2000                  # directories walked per --trainer-config DIR and scan
+SKIP_DIRS = {"checkpoints", "wandb", "tensorboard_log", "__pycache__", "node_modules"}
+
+# Ray prefixes an actor's stdout on the driver with "(ActorName pid=N)" or "(ActorName pid=N, ip=A)"
+# (docs.ray.io, "Logging": "(MyActor pid=480956) actor log message"); colour codes when a terminal.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_RAY_PREFIX = re.compile(r"^\((?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ?")
+
+
+class ConfigError(Exception):
+    def __init__(self, reason: str, text: str = ""):
+        super().__init__(text or reason)
+        self.reason = reason
+
+
+def strip_prefix(line: str) -> str:
+    """A console line without Ray's actor prefix and colour codes."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return _RAY_PREFIX.sub("", line, count=1)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """What omniwatch reads from a trainer config (None: the config does not say)."""
+    project: str | None
+    experiment: str | None
+    source: str                       # console (pprint in a followed log) | pprint | yaml (a file)
+    total_steps: int | None = None    # trainer.total_training_steps (> 0; null: derived from epochs, unknown)
+    save_freq: int | None = None      # trainer.save_freq (<= 0: never)
+    test_freq: int | None = None      # trainer.test_freq (<= 0: never)
+    sp: int | None = None             # Ulysses sequence parallel size of the actor engine
+    engine: str | None = None         # fsdp | veomni (actor_rollout_ref.actor.strategy)
+    lora: bool | None = None          # actor_rollout_ref.model.lora_rank > 0
+    trainer: str | None = None        # legacy | v1
+    async_mode: str | None = None     # V1 trainer_mode: sync | colocate_async | separate_async
+    gpus_trainer: int | None = None   # trainer.nnodes x trainer.n_gpus_per_node
+    gpus_reward_pool: int = 0         # reward.reward_model pool (enable_resource_pool)
+    gpus_rollout_pool: int = 0        # standalone rollout (V1 separate_async: rollout.nnodes x n_gpus_per_node)
+    path: str = field(default="", compare=False)  # where it was read (logs only; never a label)
+
+    @property
+    def gpus(self) -> int | None:
+        if self.gpus_trainer is None:
+            return None
+        return self.gpus_trainer + self.gpus_reward_pool + self.gpus_rollout_pool
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        return (self.project, self.experiment) if self.project and self.experiment else None
+
+    def pools(self) -> dict[str, int]:
+        out = {}
+        if self.gpus_trainer is not None:
+            out["trainer"] = self.gpus_trainer
+        if self.gpus_reward_pool:
+            out["reward"] = self.gpus_reward_pool
+        if self.gpus_rollout_pool:
+            out["rollout"] = self.gpus_rollout_pool
+        return out
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TrainerConfig":
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# --- reading values out of a (possibly unresolved) mapping ----------------------------------------------
+_INTERP = re.compile(r"^\$\{(?:oc\.select:)?([A-Za-z_][\w.]*)(?:,([^}]*))?\}$")
+_MISSING = object()
+
+
+def _lookup(root: dict, dotted: str, hops: int = 0):
+    node = root
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    if isinstance(node, str) and node.startswith("${") and hops < MAX_INTERP:
+        m = _INTERP.match(node.strip())
+        if m is None:
+            return _MISSING  # ${oc.env:...}, relative or nested interpolation: unknown here
+        got = _lookup(root, m.group(1), hops + 1)
+        if got is _MISSING and m.group(2) is not None:
+            return _scalar(m.group(2).strip())
+        return got
+    return node
+
+
+def _scalar(text: str):
+    low = text.lower()
+    if low in ("null", "none", "~"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _int(root: dict, dotted: str) -> int | None:
+    v = _lookup(root, dotted)
+    if v is _MISSING or v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, str):
+        try:
+            v = int(v.strip())
+        except ValueError:
+            return None
+    if not isinstance(v, int) or abs(v) > 10**9:
+        return None
+    return v
+
+
+def _str(root: dict, dotted: str) -> str | None:
+    v = _lookup(root, dotted)
+    if not isinstance(v, str) or not v or v.startswith("${") or v == "???":
+        return None
+    return v[:128]
+
+
+def _bool(root: dict, dotted: str) -> bool | None:
+    v = _lookup(root, dotted)
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    return None
+
+
+def _depth_ok(obj, limit: int = MAX_DEPTH) -> bool:
+    """Nesting within ``limit`` and a bounded number of containers; a container reached twice (a YAML
+    alias) is looked at once, so an alias bomb costs its distinct nodes, not its expansion."""
+    stack, seen = [(obj, 0)], set()
+    while stack:
+        node, d = stack.pop()
+        if d > limit:
+            return False
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if len(seen) > 200_000:
+                return False
+            stack.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return True
+
+
+def facts(d: dict, source: str, path: str = "") -> TrainerConfig:
+    """The facts of one resolved or unresolved VeRL-Omni config mapping (docs/verl-source.md C1-C6)."""
+    if not isinstance(d, dict) or not isinstance(d.get("trainer"), dict):
+        raise ConfigError("not_a_trainer_config", "no `trainer` section")
+    if not _depth_ok(d):
+        raise ConfigError("too_deep")
+    strategy = _str(d, "actor_rollout_ref.actor.strategy")
+    engine = None
+    if strategy:
+        # labels are a closed set: a config never puts its own strings into a series
+        engine = "veomni" if strategy == "veomni" else ("fsdp" if strategy.startswith("fsdp") else "other")
+    if engine == "veomni":
+        sp = _int(d, "actor_rollout_ref.actor.veomni_config.ulysses_parallel_size")
+    else:
+        sp = _int(d, "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size")
+        if sp is None:  # verl's older actor-level key
+            sp = _int(d, "actor_rollout_ref.actor.ulysses_sequence_parallel_size")
+    sp = sp if sp is not None and sp >= 1 else None
+    rank = _int(d, "actor_rollout_ref.model.lora_rank")
+    use_v1 = _bool(d, "trainer.use_v1")
+    trainer = None if use_v1 is None else ("v1" if use_v1 else "legacy")
+    mode = _str(d, "trainer.v1.trainer_mode") if use_v1 else None
+    if mode is not None and mode not in ("sync", "colocate_async", "separate_async"):
+        mode = "other"
+    nn, per = _int(d, "trainer.nnodes"), _int(d, "trainer.n_gpus_per_node")
+    gpus_trainer = nn * per if nn and per and nn > 0 and per > 0 else None
+    reward_pool = 0
+    if _bool(d, "reward.reward_model.enable_resource_pool"):
+        rn, rp = _int(d, "reward.reward_model.nnodes"), _int(d, "reward.reward_model.n_gpus_per_node")
+        reward_pool = rn * rp if rn and rp and rn > 0 and rp > 0 else 0
+    rollout_pool = 0
+    if mode == "separate_async":
+        on, op = _int(d, "actor_rollout_ref.rollout.nnodes"), _int(d, "actor_rollout_ref.rollout.n_gpus_per_node")
+        rollout_pool = on * op if on and op and on > 0 and op > 0 else 0
+    total = _int(d, "trainer.total_training_steps")
+    return TrainerConfig(
+        project=_str(d, "trainer.project_name"), experiment=_str(d, "trainer.experiment_name"), source=source,
+        total_steps=total if total is not None and total > 0 else None,
+        save_freq=_int(d, "trainer.save_freq"), test_freq=_int(d, "trainer.test_freq"), sp=sp, engine=engine,
+        lora=None if rank is None else rank > 0, trainer=trainer, async_mode=mode, gpus_trainer=gpus_trainer,
+        gpus_reward_pool=reward_pool, gpus_rollout_pool=rollout_pool, path=path)
+
+
+# --- pprint (console) ----------------------------------------------------------------------------------
+def _literal(text: str):
+    """``ast.literal_eval`` of pprint's output; ``inf`` / ``nan`` (floats pprint writes bare) become None."""
+    if "inf" in text or "nan" in text:
+        try:
+            toks = []
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                if tok.type == tokenize.NAME and tok.string in ("inf", "nan"):
+                    tok = tok._replace(string="None")
+                toks.append((tok.type, tok.string))
+            text = tokenize.untokenize(toks)
+        except (tokenize.TokenError, IndentationError, SyntaxError):
+            raise ConfigError("malformed_pprint") from None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise ConfigError("malformed_pprint") from None
+
+
+class PprintBlock:
+    """Collects a pprinted config from console lines, one at a time: a block starts at a line that opens
+    with ``{'`` (after Ray's prefix) and ends where its brackets balance. ``feed`` returns the parsed
+    mapping at the block's last line, else None; raises :class:`ConfigError` for a block that is not one."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.size = 0
+        self.depth = 0
+
+    @staticmethod
+    def _depth(line: str) -> int:
+        d, quote, i, n = 0, "", 0, len(line)
+        while i < n:
+            c = line[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c in "([{":
+                d += 1
+            elif c in ")]}":
+                d -= 1
+            i += 1
+        return d
+
+    def feed(self, raw: str | bytes) -> dict | None:
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line = strip_prefix(line.rstrip("\r\n"))
+        if not self.lines:
+            if not line.startswith("{'"):
+                return None
+        self.lines.append(line)
+        self.size += len(line) + 1
+        self.depth += self._depth(line)
+        if len(self.lines) > MAX_LINES or self.size > MAX_BYTES:
+            self.reset()
+            raise ConfigError("config_too_large")
+        if self.depth > 0:
+            return None
+        text = "\n".join(self.lines)
+        self.reset()
+        obj = _literal(text)
+        if not isinstance(obj, dict):
+            raise ConfigError("not_a_trainer_config")
+        if not isinstance(obj.get("trainer"), dict):
+            return None  # some other dict printed on the console: not ours, not an error
+        return obj
+
+    def reset(self) -> None:
+        self.lines, self.size, self.depth = [], 0, 0
+
+
+def parse_pprint_text(text: str) -> dict:
+    """The first trainer config pprinted in ``text`` (a console log)."""
+    block = PprintBlock()
+    for line in text.splitlines():
+        got = block.feed(line)
+        if got is not None:
+            return got
+    raise ConfigError("no_config_found")
+
+
+_FLOW_NEST = re.compile(r"[\[{]{%d,}" % (MAX_DEPTH + 1))
+
+
+def parse_yaml_text(text: str) -> dict:
+    import yaml
+    if _FLOW_NEST.search(re.sub(r"[ \t\r\n]+", "", text[:MAX_BYTES])):
+        raise ConfigError("too_deep")  # PyYAML composes recursively: refuse before it recurses
+    try:
+        obj = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError, ValueError) as e:
+        raise ConfigError("malformed_yaml", str(e)[:120]) from None
+    if not isinstance(obj, dict):
+        raise ConfigError("not_a_trainer_config")
+    return obj
+
+
+def read_file(path: str, source: str | None = None) -> TrainerConfig:
+    """One config file: YAML / JSON (Hydra's ``.hydra/config.yaml``, a saved config) or a console log
+    with VeRL-Omni's pprint."""
+    try:
+        st = os.stat(path)
+        if not os.path.isfile(path):
+            raise ConfigError("not_regular_file")
+        if st.st_size > MAX_BYTES:
+            raise ConfigError("config_too_large")
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except ConfigError:
+        raise
+    except OSError as e:
+        raise ConfigError("unreadable_file", e.strerror or str(e)) from None
+    text = data.decode("utf-8", "replace")
+    if "\x00" in text:
+        raise ConfigError("not_a_trainer_config", "binary file")
+    if path.endswith((".yaml", ".yml", ".json")):
+        return facts(parse_yaml_text(text), source or "yaml", path)
+    return facts(parse_pprint_text(text), source or "pprint", path)
+
+
+def expand(spec: str) -> list[str]:
+    """The config files of one ``--trainer-config`` spec: a file, a glob, or a directory (searched for
+    ``.hydra/config.yaml`` and config files, bounded)."""
+    if os.path.isdir(spec):
+        out: list[str] = []
+        visited = 0
+        for top, dirs, files in os.walk(spec):
+            visited += 1
+            if visited > MAX_DIRS:  # bounded: a DIR with checkpoint trees under it is not walked whole
+                break
+            dirs[:] = sorted(d for d in dirs if d == ".hydra" or not (d.startswith(".") or d.startswith("global_step_")
+                                                                      or d in SKIP_DIRS))[:256]
+            if os.path.basename(top) == ".hydra":
+                if "config.yaml" in files:
+                    out.append(os.path.join(top, "config.yaml"))
+                continue
+            out += [os.path.join(top, f) for f in sorted(files) if f.endswith(CONFIG_SUFFIXES)
+                    and not f.endswith(".jsonl")]
+            if len(out) >= MAX_FILES:
+                break
+        return out[:MAX_FILES]
+    if glob.has_magic(spec):
+        return sorted(p for p in glob.glob(spec, recursive=True) if os.path.isfile(p))[:MAX_FILES]
+    return [spec]
+
+
+class ConfigWatch:
+    """``--trainer-config``: (re)reads every spec's files when they change (every ``interval`` s) and
+    hands each config to the store. A file that is no trainer config is skipped; one that should be
+    (a YAML or JSON file, a named file) and cannot be read is a counted skip, once per change."""
+
+    def __init__(self, store, specs: list[str], interval: float = 10.0):
+        import threading
+        self.store, self.specs, self.interval = store, list(specs), interval
+        self._seen: dict[str, tuple[float, int]] = {}
+        self._stop = threading.Event()
+        for spec in self.specs:  # a spec whose files do not exist yet (a run not started) is not down
+            if hasattr(store, "set_source_up"):
+                from .redact import redact
+                store.set_source_up(SOURCE, redact(spec), True)
+        self._thread = None
+
+    def scan_once(self) -> int:
+        applied = 0
+        for spec in self.specs:
+            named = not os.path.isdir(spec) and not glob.has_magic(spec)
+            try:
+                files = expand(spec)
+            except OSError:
+                continue
+            for path in files:
+                try:
+                    st = os.stat(path)
+                    sig = (st.st_mtime, st.st_size)
+                except OSError:
+                    if named and self._seen.get(path) != (0.0, -1):
+                        self._seen[path] = (0.0, -1)
+                        self.store.count_error(SOURCE, "unreadable_file")
+                    continue
+                if self._seen.get(path) == sig:
+                    continue
+                self._seen[path] = sig
+                try:
+                    cfg = read_file(path)
+                except ConfigError as e:
+                    structured = path.endswith((".yaml", ".yml", ".json"))
+                    if named or structured or e.reason not in ("no_config_found", "not_a_trainer_config"):
+                        self.store.count_error(SOURCE, e.reason)
+                        log.warning("trainer config %s skipped: %s", os.path.basename(path), e)
+                    continue
+                except Exception:  # never let one file stop the watch
+                    log.exception("trainer config %s: unexpected failure", os.path.basename(path))
+                    self.store.count_error(SOURCE, "parser_bug")
+                    continue
+                if cfg.key is None:
+                    self.store.count_error(SOURCE, "no_run_name")
+                    continue
+                self.store.set_trainer_config(cfg)
+                applied += 1
+        return applied
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.scan_once()
+            except Exception:
+                log.exception("trainer config scan failed")
+            self._stop.wait(self.interval)
+
+    def start(self) -> "ConfigWatch":
+        import threading
+        self._thread = threading.Thread(target=self._loop, name="omniwatch-trainer-config", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+
+def load_all(specs: list[str], errors: dict[str, int] | None = None) -> dict[tuple[str, str], TrainerConfig]:
+    """Every config of ``specs`` once (offline: backtest, report), by run; skips counted in ``errors``."""
+    class _Sink:
+        def __init__(self):
+            self.configs: dict[tuple[str, str], TrainerConfig] = {}
+
+        def count_error(self, source, reason, n=1):
+            if errors is not None:
+                errors[reason] = errors.get(reason, 0) + n
+
+        def set_trainer_config(self, cfg):
+            self.configs[cfg.key] = cfg
+    sink = _Sink()
+    ConfigWatch(sink, specs).scan_once()
+    return sink.configs
+
+
+# --- exposition ---------------------------------------------------------------------------------------
+def owned() -> tuple[str, ...]:
+    from . import names as n
+    return (n.TRAINER_CONFIG_INFO, n.TRAINER_CONFIG_TOTAL_STEPS, n.TRAINER_CONFIG_EVERY, n.TRAINER_CONFIG_SP,
+            n.TRAINER_CONFIG_GPUS)
+
+
+def _word(v) -> str:
+    if v is None:
+        return "unknown"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+class ConfigCollector:
+    """What was read of each exported run's trainer config (``source="none"``: nothing; omniwatch assumes)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def describe(self):
+        from . import names as n
+        return n.describe(owned())
+
+    def collect(self):
+        from . import names as n
+        fams = {name: n.family(name) for name in owned()}
+        s = self.store
+        with s.lock:
+            now = s.clock()
+            for (project, experiment), run in s.runs.items():
+                if s.hidden(run, now) or run.last is None:
+                    continue
+                rl, c = [project, experiment], run.config
+                if c is None:
+                    fams[n.TRAINER_CONFIG_INFO].add_metric(rl + ["none"] + ["unknown"] * 4, 1)
+                    continue
+                fams[n.TRAINER_CONFIG_INFO].add_metric(
+                    rl + [c.source, _word(c.engine), _word(c.trainer), _word(c.async_mode), _word(c.lora)], 1)
+                if c.total_steps is not None:
+                    fams[n.TRAINER_CONFIG_TOTAL_STEPS].add_metric(rl, c.total_steps)
+                for kind, v in (("checkpoint", c.save_freq), ("validation", c.test_freq)):
+                    if v is not None:
+                        fams[n.TRAINER_CONFIG_EVERY].add_metric(rl + [kind], v)
+                if c.sp is not None:
+                    fams[n.TRAINER_CONFIG_SP].add_metric(rl, c.sp)
+                for pool, v in c.pools().items():
+                    fams[n.TRAINER_CONFIG_GPUS].add_metric(rl + [pool], v)
+        yield from fams.values()
+
+
+# --- what was assumed (alert annotations say it in PromQL; the report and `backtest` in words) -----------
+def assumptions(cfg: TrainerConfig | None) -> list[str]:
+    """What omniwatch assumed for a run because its config did not say (empty: nothing)."""
+    if cfg is None:
+        return ["no trainer configuration read: the end of the run (trainer.total_training_steps) is unknown, so "
+                "a finish on the checkpoint/validation cadence cannot be told from a hang",
+                "checkpoint/validation cadence (save_freq/test_freq) inferred from the steps that carried them; a kind "
+                "not seen yet keeps a reserve in TrainingStalled",
+                "Ulysses SP=1 (MFU judged as reported)",
+                "GPUs from the log (perf/total_num_images / (throughput x time_per_step): the resource pools only, "
+                "not a V1 separate_async standalone rollout) or --gpus"]
+    out = []
+    if cfg.total_steps is None:
+        out.append("trainer.total_training_steps is null (derived from the epochs): the end of the run is unknown "
+                   "unless the console's \"Total training steps\" line is read")
+    if cfg.save_freq is None or cfg.test_freq is None:
+        out.append("save_freq/test_freq not in the config: inferred from the steps")
+    if cfg.sp is None:
+        out.append("Ulysses SP not in the config: SP=1 assumed")
+    if cfg.gpus is None:
+        out.append("trainer.nnodes x n_gpus_per_node not in the config: GPUs from the log or --gpus")
+    return out
+
+
+def describe(cfg: TrainerConfig | None) -> dict | None:
+    """What was read, for JSON output (no path: it may name a home directory)."""
+    if cfg is None:
+        return None
+    d = cfg.to_json()
+    d.pop("path", None)
+    d["gpus"] = cfg.gpus
+    return d
+
+
+def attach(runs: list, specs: list[str] | None) -> dict[str, int]:
+    """``--trainer-config`` for offline commands: each recorded run gets the config that names it
+    (``trainer.project_name`` / ``trainer.experiment_name``); a single run given a single config gets it
+    whatever its names. Returns the counted skips (reason -> files)."""
+    errors: dict[str, int] = {}
+    if not specs:
+        return errors
+    configs = load_all(specs, errors)
+    only = next(iter(configs.values())) if len(configs) == 1 and len(runs) == 1 else None
+    for r in runs:
+        cfg = configs.get((r.project, r.experiment)) or only
+        if cfg is not None:
+            r.trainer_config = cfg
+    return errors

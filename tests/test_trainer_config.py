@@ -1,0 +1,387 @@
+"""The trainer's configuration (omniwatch/trainer_config.py, issue 22 item 4) and what the run model does with
+it: VeRL-Omni's config print and Hydra's .hydra/config.yaml as a real Hydra app wrote them from VeRL-Omni's
+own config (tests/fixtures/trainer_config/), Ray's driver prefix, the facts read (total steps, cadence, SP,
+engine, LoRA, GPU pools), the series exported, the console source reading the print live, hostile files
+(counted skips), history runs (item 6) and the provisional typical step (item 5)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from omniwatch import names, trainer_config as tc
+from omniwatch.model import RunStore
+from omniwatch.parse import parse_record
+from omniwatch.sources.files import FileSource
+from omniwatch.state import restore_store, snapshot_store
+
+from .conftest import fixture
+from .test_model import samples, value
+
+CFG = "trainer_config"
+RUN = ("whole_run",)
+
+
+def whole_run(name: str) -> list[dict]:
+    return [json.loads(line) for line in fixture(f"whole_run/{name}.jsonl").read_text().splitlines()]
+
+
+def feed(store: RunStore, name: str, lines: list[dict] | None = None, t0: float = 1_000_000.0, step_s=250.0):
+    for i, rec in enumerate(lines if lines is not None else whole_run(name)):
+        store.clock_t = t0 + i * step_s
+        store.ingest("whole_run", name, parse_record(rec), "jsonl", arrival=t0 + i * step_s)
+    return store.runs[("whole_run", name)]
+
+
+def new_store(**kw) -> RunStore:
+    s = RunStore(clock=lambda: s.clock_t, **kw)
+    s.clock_t = 1_000_000.0
+    return s
+
+
+# --- the readers --------------------------------------------------------------------------------------------
+EXPECTED = {
+    "finished_on_cadence": dict(total_steps=40, save_freq=10, test_freq=10, sp=1, engine="fsdp", lora=True,
+                                trainer="legacy", async_mode=None, gpus=4),
+    "no_validation_15min": dict(total_steps=40, save_freq=10, test_freq=-1, sp=1, engine="fsdp", lora=True,
+                                trainer="legacy", async_mode=None, gpus=4),
+    "mfu_sp4": dict(total_steps=20, save_freq=-1, test_freq=-1, sp=4, engine="fsdp", lora=True, trainer="legacy",
+                    async_mode=None, gpus=4),
+    "v1_separate_async": dict(total_steps=12, save_freq=100, test_freq=20, sp=1, engine="fsdp", lora=True,
+                              trainer="v1", async_mode="separate_async", gpus=8),
+}
+
+
+def _check(cfg: tc.TrainerConfig, case: str) -> None:
+    assert (cfg.project, cfg.experiment) == ("whole_run", case)
+    got = {k: getattr(cfg, k) for k in EXPECTED[case]}
+    assert got == EXPECTED[case]
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_verl_omni_config_print_is_read(case):
+    cfg = tc.read_file(str(fixture(f"{CFG}/{case}.pprint.log")))
+    assert cfg.source == "pprint"
+    _check(cfg, case)
+
+
+@pytest.mark.parametrize("case", ["finished_on_cadence", "v1_separate_async"])
+def test_hydra_config_yaml_says_the_same_as_the_print(case):
+    """Hydra's file keeps interpolations unresolved (${oc.select:...}); the facts are the print's."""
+    y = tc.read_file(str(fixture(f"{CFG}/{case}.hydra/config.yaml")))
+    p = tc.read_file(str(fixture(f"{CFG}/{case}.pprint.log")))
+    assert y.source == "yaml"
+    assert {**y.to_json(), "source": "", "path": ""} == {**p.to_json(), "source": "", "path": ""}
+    _check(y, case)
+
+
+def test_separate_async_pools_and_the_standalone_rollout():
+    cfg = tc.read_file(str(fixture(f"{CFG}/v1_separate_async.pprint.log")))
+    assert cfg.pools() == {"trainer": 4, "rollout": 4} and cfg.gpus == 8
+
+
+def test_ray_driver_prefix_and_colours_are_stripped():
+    """On the driver's console the TaskRunner's print carries Ray's "(TaskRunner pid=N, ip=A)" prefix
+    (docs.ray.io Logging), coloured on a terminal; other output surrounds it."""
+    text = fixture(f"{CFG}/mfu_sp4.pprint.log").read_text()
+    lines = ["2026-12-01 10:00:00,000 INFO worker.py:1 -- Started a local Ray instance.",
+             "\x1b[36m(TaskRunner pid=48211, ip=10.0.0.7)\x1b[0m TaskRunner hostname: node7, PID: 48211"]
+    lines += [f"\x1b[36m(TaskRunner pid=48211, ip=10.0.0.7)\x1b[0m {ln}" for ln in text.splitlines()]
+    lines += ["(TaskRunner pid=48211) Total training steps: 20", "step:1 - timing_s/step:300.0"]
+    cfg = tc.facts(tc.parse_pprint_text("\n".join(lines)), "console")
+    _check(cfg, "mfu_sp4")
+
+
+def test_interpolations_resolve_through_oc_select_and_defaults():
+    d = {"trainer": {"n_gpus_per_node": 8, "nnodes": 2, "project_name": "p", "experiment_name": "e",
+                     "total_training_steps": "${oc.select:trainer.steps,300}", "save_freq": "${oc.env:FREQ}",
+                     "test_freq": "${trainer.other}", "other": 5},
+         "actor_rollout_ref": {"actor": {"strategy": "veomni", "veomni_config": {"ulysses_parallel_size": 2}},
+                               "model": {"lora_rank": 0}}}
+    cfg = tc.facts(d, "yaml")
+    assert (cfg.total_steps, cfg.save_freq, cfg.test_freq, cfg.gpus, cfg.engine, cfg.sp, cfg.lora) == \
+        (300, None, 5, 16, "veomni", 2, False)
+    assert tc.assumptions(cfg) == ["save_freq/test_freq not in the config: inferred from the steps"]
+    assert len(tc.assumptions(None)) == 4
+
+
+# --- hostile and broken files: counted skips, never a crash ---------------------------------------------------
+def _hostile(tmp_path) -> dict[str, bytes]:
+    bomb = b"a: &a ['x','x','x','x','x','x','x','x','x','x']\n"
+    for i in range(1, 9):
+        bomb += f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join(['*' + chr(96 + i)] * 10)}]\n".encode()
+    bomb += b"trainer: {n: *i}\n"
+    return {
+        "malformed.yaml": b"trainer: [unclosed\n  - {",
+        "list.yaml": b"- 1\n- 2\n",
+        "no_trainer.yaml": b"actor_rollout_ref: {}\n",
+        "deep.yaml": b"trainer: " + b"[" * 50_000 + b"]" * 50_000 + b"\n",
+        "bomb.yaml": bomb,
+        "binary.yaml": b"\x00\x01\x02trainer:",
+        "huge.yaml": b"trainer: {}\n" + b"#" * (tc.MAX_BYTES + 10),
+        "bad_types.yaml": (b"trainer: {project_name: [1], experiment_name: {a: 1}, total_training_steps: 1e99, "
+                           b"save_freq: abc, test_freq: true, nnodes: -3, n_gpus_per_node: 99999999999}\n"),
+        "never_closes.log": b"{'trainer': {'a': [\n" + b"  1,\n" * (tc.MAX_LINES + 5),
+        "bad_literal.log": b"{'trainer': {'a': __import__('os').system('true')}}\n",
+        "deep_literal.log": b"{'trainer': " + b"[" * 20_000 + b"]" * 20_000 + b"}\n",
+    }
+
+
+def test_hostile_config_files_are_counted_skips_never_a_crash(tmp_path):
+    for name, data in _hostile(tmp_path).items():
+        (tmp_path / name).write_bytes(data)
+    os.mkfifo(tmp_path / "fifo.yaml")
+    os.symlink("/dev/zero", tmp_path / "zero.yaml")
+    store = new_store()
+    watch = tc.ConfigWatch(store, [str(tmp_path), str(tmp_path / "missing.yaml")])
+    t0 = time.perf_counter()
+    assert watch.scan_once() == 0
+    assert time.perf_counter() - t0 < 20
+    errs = {r: c for (src, r), c in store.errors.items() if src == tc.SOURCE}
+    # every file that should have been a config is one counted skip (bad_types: no usable run name), and
+    # so are the FIFO, the link to /dev/zero (not regular files) and the named file that is missing
+    assert sum(errs.values()) == len(_hostile(tmp_path)) + 3
+    assert errs.get("not_regular_file") == 2
+    assert errs.get("malformed_yaml", 0) >= 1 and errs.get("config_too_large", 0) >= 2
+    # bad_types and the alias bomb (read in its distinct nodes, cheaply) name no run
+    assert errs.get("no_run_name") == 2 and errs.get("unreadable_file") == 1 and errs.get("too_deep") == 1
+    assert not store.runs and not store.trainer_configs
+    # unchanged files are not read (or counted) again
+    assert watch.scan_once() == 0
+    assert sum(c for (src, _), c in store.errors.items() if src == tc.SOURCE) == sum(errs.values())
+    assert value(store, names.INGEST_ERRORS, source=tc.SOURCE, reason="malformed_yaml") >= 1
+
+
+def test_a_config_dir_finds_hydra_run_dirs_and_matches_runs_by_name(tmp_path):
+    run_dir = tmp_path / "outputs" / "2026-12-01" / "10-00-00" / ".hydra"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_bytes(fixture(f"{CFG}/finished_on_cadence.hydra/config.yaml").read_bytes())
+    (run_dir / "overrides.yaml").write_text("- trainer.save_freq=10\n")  # Hydra's other files: not configs
+    (tmp_path / "notes.txt").write_text("nothing printed here\n")       # not a config: silently not one
+    store = new_store()
+    assert tc.ConfigWatch(store, [str(tmp_path)]).scan_once() == 1
+    assert not store.errors
+    run = feed(store, "finished_on_cadence")
+    assert run.config is not None and run.config.source == "yaml"
+
+
+# --- what the run model does with it --------------------------------------------------------------------------
+def _cfg(case: str, kind: str = "pprint") -> tc.TrainerConfig:
+    path = f"{CFG}/{case}.pprint.log" if kind == "pprint" else f"{CFG}/{case}.hydra/config.yaml"
+    return tc.read_file(str(fixture(path)))
+
+
+def test_a_finish_on_both_cadences_is_finished_with_a_config_and_said_without():
+    bare = new_store()
+    run = feed(bare, "finished_on_cadence")
+    assert value(bare, names.RUN_FINISHED, project="whole_run", experiment="finished_on_cadence") == 0
+    info = ("source", "none"), ("engine", "unknown"), ("trainer", "unknown"), ("async_mode", "unknown"), ("lora", "unknown")
+    assert samples(bare)[(names.TRAINER_CONFIG_INFO, tuple(sorted((("project", "whole_run"),
+                                                                    ("experiment", "finished_on_cadence")) + info)))] == 1
+    assert tc.assumptions(run.config)[0].startswith("no trainer configuration read")
+    store = new_store()
+    store.set_trainer_config(_cfg("finished_on_cadence"))  # before the run's first line (the print comes first)
+    feed(store, "finished_on_cadence")
+    rl = dict(project="whole_run", experiment="finished_on_cadence")
+    assert value(store, names.RUN_FINISHED, **rl) == 1
+    assert value(store, names.TRAINER_CONFIG_TOTAL_STEPS, **rl) == 40
+    assert value(store, names.TRAINER_CONFIG_EVERY, kind="checkpoint", **rl) == 10
+    assert value(store, names.TRAINER_CONFIG_INFO, source="pprint", engine="fsdp", trainer="legacy",
+                 async_mode="unknown", lora="true", **rl) == 1
+    # and one applied after the steps (--trainer-config read later) decides the same
+    late = new_store()
+    feed(late, "finished_on_cadence")
+    late.set_trainer_config(_cfg("finished_on_cadence", "yaml"))
+    assert value(late, names.RUN_FINISHED, **rl) == 1
+
+
+def test_validation_off_in_the_config_leaves_no_reserve():
+    lines = whole_run("no_validation_15min")[:25]  # hung after step 25
+    rl = dict(project="whole_run", experiment="no_validation_15min")
+    bare, store = new_store(), new_store()
+    store.set_trainer_config(_cfg("no_validation_15min"))
+    feed(bare, "no_validation_15min", lines)
+    feed(store, "no_validation_15min", lines)
+    assert value(bare, names.PLANNED_UNSEEN, **rl) == 1      # validation never seen: a reserve for ever
+    assert value(store, names.PLANNED_UNSEEN, **rl) == 0     # test_freq=-1: no validation will come
+    assert value(store, names.RUN_FINISHED, **rl) == 0
+    assert value(store, names.TRAINER_CONFIG_EVERY, kind="validation", **rl) == -1
+    # step 29 -> 30 is a checkpoint due by save_freq=10: its allowance is there, no validation's
+    store2 = new_store()
+    store2.set_trainer_config(_cfg("no_validation_15min"))
+    feed(store2, "no_validation_15min", whole_run("no_validation_15min")[:29])
+    run = store2.runs[("whole_run", "no_validation_15min")]
+    assert run.planned.allowance(29) == run.planned.kinds["checkpoint"].seconds
+    assert run.planned.allowance(25) == 0.0
+
+
+def test_a_configured_cadence_only_reserves_the_step_a_first_checkpoint_is_due():
+    store = new_store()
+    store.set_trainer_config(_cfg("finished_on_cadence"))
+    run = feed(store, "finished_on_cadence", whole_run("finished_on_cadence")[:5])
+    assert run.planned.unseen(5) == 0 and run.planned.unseen(9) == 2  # step 10 carries both, first time
+
+
+def test_sp_and_gpu_pools_are_exported_and_the_ledger_counts_every_pool():
+    store = new_store()
+    store.set_trainer_config(_cfg("v1_separate_async", "yaml"))
+    store.set_trainer_config(_cfg("mfu_sp4"))
+    feed(store, "v1_separate_async")
+    feed(store, "mfu_sp4")
+    a = dict(project="whole_run", experiment="v1_separate_async")
+    assert value(store, names.RUN_GPUS, origin="config", **a) == 8
+    assert value(store, names.TRAINER_CONFIG_GPUS, pool="rollout", **a) == 4
+    assert value(store, names.TRAINER_CONFIG_SP, project="whole_run", experiment="mfu_sp4") == 4
+    bare = new_store()
+    feed(bare, "v1_separate_async")
+    assert value(bare, names.RUN_GPUS, origin="log", **a) == 4  # the log sees the trainer's GPUs only
+    flag = new_store(gpus=8, gpus_override=True)  # report --gpus 8
+    flag.set_trainer_config(_cfg("v1_separate_async"))
+    feed(flag, "v1_separate_async")
+    assert value(flag, names.RUN_GPUS, origin="flag", **a) == 8
+
+
+def test_the_console_source_reads_the_config_print_live(tmp_path):
+    """A console log (Ray driver output) whose TaskRunner printed the config, then step lines: the run the
+    log's steps go to gets it (source console), and so does the run the config names."""
+    log = tmp_path / "proj" / "exp.log"
+    log.parent.mkdir()
+    text = fixture(f"{CFG}/finished_on_cadence.pprint.log").read_text().splitlines()
+    steps = fixture("verl/flowgrpo_healthy.console.log").read_text().splitlines()[:3]
+    log.write_text("\n".join(["(TaskRunner pid=7) TaskRunner hostname: n, PID: 7"]
+                             + [f"(TaskRunner pid=7) {ln}" for ln in text] + steps) + "\n")
+    store = new_store()
+    src = FileSource(store, [str(log)], "console", clock=lambda: 1_000_000.0)
+    src.poll_once()
+    run = store.runs[("proj", "exp")]
+    assert run.steps_total == 3 and run.config is not None and run.config.source == "console"
+    assert store.trainer_configs[("whole_run", "finished_on_cadence")] is run.config
+    assert value(store, names.TRAINER_CONFIG_INFO, project="proj", experiment="exp", source="console",
+                 engine="fsdp", trainer="legacy", async_mode="unknown", lora="true") == 1
+    assert not [k for k in store.errors if k[0] == tc.SOURCE]
+
+
+def test_config_and_staleness_survive_an_exporter_restart():
+    store = new_store()
+    store.set_trainer_config(_cfg("finished_on_cadence"))
+    feed(store, "finished_on_cadence")
+    data = json.loads(json.dumps(snapshot_store(store)))
+    again = new_store()
+    restore_store(again, data)
+    run = again.runs[("whole_run", "finished_on_cadence")]
+    assert run.config == store.runs[("whole_run", "finished_on_cadence")].config
+    assert run.planned.finished(run.last.step if run.last else 40) or run.planned.total == 40
+    assert run.planned.kinds["validation"].configured == 10
+
+
+# --- hangs from step 1 (item 5) -----------------------------------------------------------------------------
+def test_a_run_of_warm_up_steps_only_exports_its_warm_up_step():
+    store = new_store()
+    feed(store, "hang_in_step3")
+    rl = dict(project="whole_run", experiment="hang_in_step3")
+    s = samples(store)
+    assert (names.TYPICAL_STEP, tuple(sorted(rl.items()))) not in s  # no normal step yet
+    assert value(store, names.WARMUP_STEP, **rl) == pytest.approx(whole_run("hang_in_step3")[0]["data"]["timing_s/step"])
+
+
+# --- history is not news (item 6) -----------------------------------------------------------------------------
+def test_a_log_root_of_old_runs_is_history_live_lines_are_news(tmp_path):
+    root = tmp_path / "root"
+    (root / "whole_run").mkdir(parents=True)
+    now = time.time()
+    for name, age in (("hang_in_step3", 2 * 86400), ("finished_on_cadence", 60)):
+        p = root / "whole_run" / f"{name}.jsonl"
+        p.write_bytes(fixture(f"whole_run/{name}.jsonl").read_bytes())
+        os.utime(p, (now - age, now - age))
+    store = RunStore(clock=time.time)
+    src = FileSource(store, [str(root)], "jsonl")
+    src.poll_once()
+    old = dict(project="whole_run", experiment="hang_in_step3")
+    assert value(store, names.RUN_STALE, **old) == 1
+    assert value(store, names.RUN_STALE, project="whole_run", experiment="finished_on_cadence") == 0
+    assert value(store, names.STALE_RUNS) == 1
+    # a live line brings it back: news again
+    with open(root / "whole_run" / "hang_in_step3.jsonl", "ab") as f:
+        rec = whole_run("hang_in_step3")[-1]
+        f.write(json.dumps({"step": 3, "data": rec["data"]}).encode() + b"\n")
+    src.poll_once()
+    assert value(store, names.RUN_STALE, **old) == 0 and value(store, names.STALE_RUNS) == 0
+
+
+def test_stale_horizon_zero_turns_it_off_and_a_live_writer_is_no_history(tmp_path):
+    p = tmp_path / "p" / "e.jsonl"
+    p.parent.mkdir()
+    p.write_bytes(fixture("whole_run/hang_in_step3.jsonl").read_bytes())
+    os.utime(p, (time.time() - 86400,) * 2)
+    off = RunStore(clock=time.time, stale_horizon=0)
+    FileSource(off, [str(p)], "jsonl").poll_once()
+    assert value(off, names.RUN_STALE, project="p", experiment="e") == 0
+    on = RunStore(clock=time.time)
+    FileSource(on, [str(p)], "jsonl").poll_once()
+    assert value(on, names.RUN_STALE, project="p", experiment="e") == 1
+    on.set_log_open("p", "e", True)  # a live process holds it open: hung, not history
+    assert value(on, names.RUN_STALE, project="p", experiment="e") == 0
+
+
+# --- remedies that fit the run's engine and LoRA (from its config) --------------------------------------------
+def test_remedies_name_the_engine_keys_and_layered_summon_only_for_lora():
+    from omniwatch.alerting import remedies
+    from omniwatch.alerting.prose import Ctx, key_of
+
+    def actor(**info):
+        series = {key_of(names.TRAINER_CONFIG_INFO, f'{k}="{v}"'): 1 for k, v in info.items()}
+        return remedies.step_regression().expect(Ctx({"project": "p", "experiment": "e", "cause": "actor"}, 1.0,
+                                                     series, None))
+    fsdp_lora = actor(engine="fsdp", lora="true")
+    assert "fsdp_config.param_offload=False" in fsdp_lora and "layered_summon=True" in fsdp_lora
+    full = actor(engine="fsdp", lora="false")
+    assert "layered_summon" not in full
+    veo = actor(engine="veomni", lora="false")
+    assert "veomni_config.param_offload=False" in veo and "fsdp_config" not in veo
+    unknown = actor(engine="unknown", lora="unknown")
+    assert "fsdp_config.param_offload=False" in unknown and "for a LoRA run with both on keep" in unknown
+    veomni_keys = {ln.strip() for ln in fixture("verl_omni/config_keys_veomni_only.txt").read_text().splitlines()
+                   if ln.strip() and not ln.startswith("#")}
+    assert remedies.VEOMNI_KEYS and remedies.VEOMNI_KEYS <= veomni_keys
+
+
+def test_the_demo_finishes_its_runs_when_it_ends(tmp_path):
+    """demo.finish_runs writes each run's config with its last written step as the total: read through
+    --trainer-config, every demo run is finished (never a stall) once the demo is over."""
+    from omniwatch import demo
+    from omniwatch.simulate import RunSpec, step_dict
+    scs = demo.scenarios(5.0, 20, 8)
+    store = new_store()
+    for sc in scs:
+        for s in range(1, 7):
+            store.ingest(demo.PROJECT, sc.experiment, parse_record({"step": s, "data": step_dict(RunSpec(), s)}),
+                         "jsonl", arrival=1_000_000.0 + s)
+        sc.written = 6
+    demo.finish_runs(scs, tmp_path)
+    assert tc.ConfigWatch(store, [str(tmp_path)]).scan_once() == len(scs)
+    for sc in scs:
+        assert value(store, names.RUN_FINISHED, project=demo.PROJECT, experiment=sc.experiment) == 1
+
+
+def test_a_config_never_puts_its_own_strings_into_labels():
+    d = {"trainer": {"project_name": "p", "experiment_name": "e", "use_v1": True,
+                     "v1": {"trainer_mode": "hf_abcdefghijklmnopqrstuvwxyz0123456789"}},
+         "actor_rollout_ref": {"actor": {"strategy": "ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}}
+    cfg = tc.facts(d, "yaml")
+    assert (cfg.engine, cfg.async_mode, cfg.trainer) == ("other", "other", "v1")
+
+
+def test_the_report_page_says_what_was_read_or_assumed():
+    from omniwatch.backtest.runfile import load_run
+    from omniwatch.report.gather import facts_of_runs
+    from omniwatch.report.html import run_page
+    from omniwatch.report.verdict import verdict
+    bare = load_run(str(fixture("whole_run/v1_separate_async.jsonl")))
+    conf = load_run(str(fixture("whole_run/v1_separate_async.jsonl")))
+    assert not tc.attach([conf], [str(fixture(f"{CFG}/v1_separate_async.hydra/config.yaml"))])
+    fb, fc = facts_of_runs([bare, conf], alerts=False)
+    pb, pc = run_page(fb, verdict(fb)), run_page(fc, verdict(fc))
+    assert "Assumed: no trainer configuration read" in pb and "Trainer config" not in pb
+    assert "Trainer config (yaml): total_steps 12" in pc and "gpus 8" in pc and "Assumed:" not in pc

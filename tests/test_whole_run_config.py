@@ -1,0 +1,153 @@
+"""Issue 22 items 4-6 through ``omniwatch backtest`` (a real Prometheus evaluating alerts/) and the report:
+the whole-run cases (tests/fixtures/whole_run/, CASES.md) judged with and without the trainer's config
+(tests/fixtures/trainer_config/). ``silence``: TrainingStalled judged as if the log stayed silent after its
+last line — what the live exporter does at the end of a file."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from omniwatch import names as n, trainer_config as tc
+from omniwatch.backtest.backtest import backtest
+from omniwatch.backtest.runfile import load_run
+from omniwatch.report.gather import facts_of_runs
+
+from .conftest import fixture, require_binary
+
+pytestmark = [pytest.mark.integration]
+SILENCE = 4 * 3600.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tools():
+    require_binary("prometheus")
+    require_binary("promtool")
+
+
+def run_of(name: str, tmp_path=None, lines: int | None = None, config: str | None = None):
+    src = fixture(f"whole_run/{name}.jsonl")
+    path = str(src)
+    if lines is not None:  # the first `lines` steps: the run hung after them
+        d = tmp_path / "whole_run"
+        d.mkdir(exist_ok=True)
+        (d / f"{name}.jsonl").write_text("\n".join(src.read_text().splitlines()[:lines]) + "\n")
+        path = str(d / f"{name}.jsonl")
+    run = load_run(path)
+    if config is not None:
+        assert not tc.attach([run], [str(fixture(f"trainer_config/{config}"))])
+        assert run.trainer_config is not None
+    return run
+
+
+def stalls(res) -> dict[str, object]:
+    """severity -> the first TrainingStalled hit of that severity after the run's last line."""
+    out = {}
+    for h in res.alerts:
+        if h.alertname == n.ALERT_STALLED and h.first_t > res.timeline.end and h.severity not in out:
+            out[h.severity] = h
+    return out
+
+
+def minutes_after_end(res, hit) -> float:
+    return (hit.first_t - res.timeline.end) / 60
+
+
+@pytest.mark.parametrize("lines", [1, 2], ids=["hang_in_step2", "hang_in_step3"])
+def test_a_hang_in_step_2_or_3_pages(tmp_path, lines):
+    """No typical step exists yet (warm-up steps only): the provisional one (warm-up step x
+    stall.provisional_factor) stages TrainingStalled; before it, nothing could ever fire."""
+    res = backtest(run_of("hang_in_step3", tmp_path, lines), silence=SILENCE)
+    st = stalls(res)
+    assert set(st) == {"info", "warning", "critical"}
+    crit = st["critical"]
+    assert crit.first_step == lines
+    # warm-up step 1 is 308 s: provisional 462 s; 3 + 4 (first checkpoint/validation reserve) + 3 of them
+    assert 75 <= minutes_after_end(res, crit) <= 80
+    text = crit.annotations["description"]
+    assert "provisional: no normal step yet, 1.5 x the longest warm-up step of 5m 8s" in text
+    assert "No trainer configuration was read for this run" in text
+
+
+def test_a_hang_in_step_3_with_its_config_pages_sooner(tmp_path):
+    """The config says step 3 carries no checkpoint or validation (save_freq=10, test_freq=10, 40 steps):
+    no reserve for a first one, and the annotation no longer says what was assumed."""
+    res = backtest(run_of("finished_on_cadence", tmp_path, 2, "finished_on_cadence.pprint.log"), silence=SILENCE)
+    st = stalls(res)
+    assert set(st) == {"info", "warning", "critical"}
+    assert 45 <= minutes_after_end(res, st["critical"]) <= 50
+    assert "No trainer configuration" not in st["critical"].annotations["description"]
+
+
+@pytest.mark.parametrize("config", [None, "finished_on_cadence.pprint.log", "finished_on_cadence.hydra/config.yaml"])
+def test_a_finish_on_both_cadences(config):
+    """40 steps, checkpoint and validation every 10: without a config the end cannot be told from a hang
+    (it pages, and says what was assumed); with it the run is finished and nothing fires after it."""
+    run = run_of("finished_on_cadence", config=config)
+    res = backtest(run, silence=SILENCE)
+    st = stalls(res)
+    if config is None:
+        assert {"warning", "critical"} <= set(st)
+        assert "cannot tell its end from a hang" in st["critical"].annotations["description"]
+        assert tc.assumptions(run.trainer_config)[0].startswith("no trainer configuration read")
+    else:
+        assert st == {}
+        assert tc.assumptions(run.trainer_config) == []
+    # planned work mid-run is info at most, with or without
+    assert not [h for h in res.alerts if h.alertname == n.ALERT_STALLED and h.severity != "info"
+                and h.first_t <= res.timeline.end]
+
+
+def test_the_off_cadence_control_is_finished_without_a_config():
+    assert stalls(backtest(run_of("finished_off_cadence"), silence=SILENCE)) == {}
+
+
+def test_validation_off_in_the_config_removes_the_reserve(tmp_path):
+    """15-minute steps, test_freq=-1, hung after step 25: today's permanent "unseen kind" reserve makes
+    critical wait 10 typical steps + the checkpoint; the config's test_freq=-1 takes the reserve away."""
+    bare = backtest(run_of("no_validation_15min", tmp_path, 25), silence=SILENCE)
+    conf = backtest(run_of("no_validation_15min", tmp_path, 25, "no_validation_15min.pprint.log"), silence=SILENCE)
+    b, c = stalls(bare)["critical"], stalls(conf)["critical"]
+    reserve = "plus 4 typical steps for a first checkpoint or validation not seen yet"
+    assert reserve in b.annotations["description"] and reserve not in c.annotations["description"]
+    assert minutes_after_end(bare, b) - minutes_after_end(conf, c) > 55  # 4 typical steps of ~15 min
+
+
+@pytest.mark.parametrize("config", [None, "mfu_sp4.pprint.log"])
+def test_sp4_reporting_1_12_is_judged_per_gpu(config):
+    res = backtest(run_of("mfu_sp4", config=config))
+    hits = [h for h in res.alerts if h.alertname == n.ALERT_MFU_IMPOSSIBLE]
+    if config is None:
+        assert hits and "omniwatch assumed Ulysses SP=1" in hits[0].annotations["description"]
+    else:
+        assert hits == []
+
+
+def test_separate_async_gpu_counts_in_the_report():
+    """4 trainer + 4 standalone-rollout GPUs: the log sees 4; the config names both pools; --gpus 8 wins."""
+    def gpus(config=None, flag=None):
+        run = run_of("v1_separate_async", config=config)
+        f = facts_of_runs([run], gpus=flag, alerts=False)[0]
+        return f.gpus, f.gpus_source, f.trainer_config, f.assumed
+
+    g, src, cfg, assumed = gpus()
+    assert (g, src, cfg) == (4, "log", None) and any("GPUs from the log" in a for a in assumed)
+    g, src, cfg, assumed = gpus(config="v1_separate_async.hydra/config.yaml")
+    assert (g, src) == (8, "config") and cfg["gpus_rollout_pool"] == 4 and assumed == []
+    assert gpus(flag=8)[:2] == (8, "flag")
+    assert gpus(config="v1_separate_async.pprint.log", flag=6)[:2] == (6, "flag")
+
+
+def test_backtest_cli_reads_a_console_log_config_and_says_what_it_assumed(tmp_path, capsys):
+    from omniwatch.cli import main
+    assert main(["backtest", str(fixture("whole_run/mfu_sp4.jsonl")), "--json", "--quiet", "--trainer-config",
+                 str(fixture("trainer_config/mfu_sp4.pprint.log"))]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["trainer_config"]["sp"] == 4 and d["assumed"] == []
+    assert not [a for a in d["alerts"] if a["alertname"] == n.ALERT_MFU_IMPOSSIBLE]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer: [")
+    assert main(["backtest", str(fixture("whole_run/hang_in_step3.jsonl")), "--json", "--quiet",
+                 "--trainer-config", str(bad)]) == 0
+    io = capsys.readouterr()
+    assert json.loads(io.out)["assumed"] and "trainer config skipped (malformed_yaml)" in io.err
