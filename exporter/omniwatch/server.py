@@ -21,6 +21,7 @@ from .gpu.loop import gpu_option, settings_extra
 from .model import RunStore
 from .redact import install_log_redaction
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_listen
+from .sources import api as sources_api
 from .sources.files import FileSource, FilesCollector
 from .planned import CheckpointWatch, LogWriterWatch
 from .state import Checkpointer
@@ -53,6 +54,7 @@ class Exporter:
             ex.sources.append(FileSource(store, settings.watch, "jsonl", **files))
         if settings.console:
             ex.sources.append(FileSource(store, settings.console, "console", **files))
+        sources_api.init(app, ex.sources)
         if ex.sources:
             registry.register(FilesCollector(ex.sources))
             ex.writers = LogWriterWatch(store, ex.sources)

@@ -6,6 +6,7 @@ Docker compose is the Makefile's choice when an engine answers; this module neve
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from . import paths, proc
+from . import paths, ports, proc, watching
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -43,6 +44,13 @@ PROFILES = {
 
 class StackError(RuntimeError):
     pass
+
+
+# component -> (StackConfig port field, its flag, its environment variable): what a conflict message names
+PORT_OF = {"exporter": ("exporter_port", "--exporter-port", "OMNIWATCH_EXPORTER_PORT"),
+           "prometheus": ("prometheus_port", "--prometheus-port", "OMNIWATCH_PROMETHEUS_PORT"),
+           "alertmanager": ("alertmanager_port", "--alertmanager-port", "OMNIWATCH_ALERTMANAGER_PORT"),
+           "grafana": ("grafana_port", "--grafana-port", "OMNIWATCH_GRAFANA_PORT")}
 
 
 def find_binary(*names: str) -> str | None:
@@ -89,6 +97,7 @@ class Stack:
     def __init__(self, cfg: StackConfig):
         self.cfg = cfg
         self.run_dir = cfg.run_dir.resolve()
+        self.restarted: list[str] = []  # components the last up() restarted (their configuration changed)
 
     # -- layout ------------------------------------------------------------------------------------
     def p(self, *parts: str) -> Path:
@@ -263,6 +272,19 @@ class Stack:
             return time.time() - info.get("started", 0) < 10
         return raw.split(b"\0")[0].decode(errors="replace") == info["argv"][0]
 
+    def fingerprint(self, argv: list[str], env: dict) -> str:
+        """What a component runs with: its argv, its extra environment and the config files its argv names
+        (hashed: the environment may name secrets' files). A running component whose fingerprint differs
+        from the one ``up`` would start is restarted."""
+        h = hashlib.sha256(json.dumps([argv, sorted(env.items())]).encode())
+        for a in argv:
+            if a.startswith("--config.file="):
+                try:
+                    h.update(Path(a.split("=", 1)[1]).read_bytes())
+                except OSError:
+                    pass
+        return h.hexdigest()[:16]
+
     def start(self, name: str, argv: list[str], env: dict) -> int:
         info = self._read_pid(name)
         if self._alive(info):
@@ -273,7 +295,8 @@ class Stack:
         child = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=process_env(env), cwd=str(self.run_dir), start_new_session=True)
         logf.close()
-        self._pidfile(name).write_text(json.dumps({"pid": child.pid, "argv": argv, "started": time.time()}))
+        self._pidfile(name).write_text(json.dumps({"pid": child.pid, "argv": argv, "started": time.time(),
+                                                   "fingerprint": self.fingerprint(argv, env)}))
         return child.pid
 
     def wait_ready(self, name: str, url: str, timeout: float = 60.0) -> None:
@@ -286,6 +309,7 @@ class Stack:
             try:
                 r = httpx.get(url, timeout=2.0)
                 if r.status_code == 200:
+                    self._check_ours(name)
                     return
                 last = f"HTTP {r.status_code}"
             except httpx.HTTPError as e:
@@ -293,9 +317,44 @@ class Stack:
             time.sleep(0.2)
         raise StackError(f"{name} not ready at {url} after {timeout:.0f}s ({last}); see {self.p('logs', name + '.log')}")
 
+    def _port(self, name: str) -> int:
+        return getattr(self.cfg, PORT_OF[name][0])
+
+    def _conflict(self, name: str, port: int) -> StackError:
+        _, flag, var = PORT_OF[name]
+        return StackError(f"port {port} ({name}) is already in use by {ports.describe_holder(port)}: stop it, or "
+                          f"start this stack on another port ({flag} N, env {var})")
+
+    def _check_ours(self, name: str) -> None:
+        """The process answering on ``name``'s port is the one this stack started (not another stack's)."""
+        info = self._read_pid(name)
+        port = self._port(name) if name in PORT_OF else None
+        if port is None or not info:
+            return
+        if ports.owned_by(port, info["pid"]) is False:
+            raise self._conflict(name, port)
+
+    def changed(self, cmds: dict) -> list[str]:
+        """Running components whose configuration differs from what ``up`` would start now."""
+        out = []
+        for name, (argv, env, _) in cmds.items():
+            info = self._read_pid(name)
+            if self._alive(info) and info.get("fingerprint") != self.fingerprint(argv, env):
+                out.append(name)
+        return out
+
     def up(self) -> dict[str, str]:
         self.write_configs()
         cmds = self.commands()
+        self.restarted = self.changed(cmds)
+        for name in self.restarted:
+            self.stop(name)
+        # every port this start needs, checked before anything starts: a conflict starts nothing
+        conflicts = [self._conflict(name, self._port(name)) for name in cmds
+                     if name in PORT_OF and not self._alive(self._read_pid(name))
+                     and ports.in_use(self.cfg.host, self._port(name))]
+        if conflicts:
+            raise StackError("\n".join(str(c) for c in conflicts))
         started = {}
         for name in ("exporter", "alertmanager", "prometheus", "grafana"):
             if name not in cmds:
@@ -386,10 +445,13 @@ def _row(name: str, value: str) -> str:
 
 
 def _print_urls(stack: Stack, started: dict) -> None:
-    print("omniwatch stack up")
+    print("omniwatch stack up" + (f" (restarted with the new configuration: {', '.join(stack.restarted)})"
+                                  if stack.restarted else ""))
     print(_row("run dir", _short(stack.run_dir)))
     for name, url in started.items():
         print(_row(name, url))
+    for name, value in watching.rows(watching.fetch(stack.cfg.exporter_url) or []):
+        print(_row(name, value))
     if "grafana" not in started:
         print(_row("dashboards", stack.dashboards_hint()))
     print(_row("push token", _short(stack.p("secrets", "push.token"))))
@@ -401,6 +463,8 @@ def cmd_up(args) -> int:
     demo = demo_stack(stack)
     if demo.running():
         print("stopping the demo stack first (it uses the same ports): " + ", ".join(demo.down()))
+    for line in watching.warnings(stack.cfg.watch, stack.cfg.console):
+        print(line, file=sys.stderr)
     try:
         started = stack.up()
     except StackError as e:
@@ -426,6 +490,13 @@ def cmd_status(args) -> int:
     for r, tag in rows:
         state = "running" if r["running"] else "DEAD   "
         print(_row(r["component"] + tag, f"{state} pid {r['pid']:<8} {r['url']}".rstrip()))
+    exporter = [r for r, tag in rows if r["component"] == "exporter" and r["running"] and not tag]
+    if exporter:
+        sources = watching.fetch(exporter[0]["url"])
+        for name, value in watching.rows(sources or []):
+            print(_row(name, value))
+        if sources == []:
+            print(_row("watching", "nothing (push only): omniwatch up --watch <VERL_FILE_LOGGER_ROOT>"))
     if not any(r["component"] == "grafana" and r["running"] for r, _ in rows):
         print(_row("dashboards", stack.dashboards_hint()))
     return 0 if all(r["running"] for r, _ in rows) else 1
