@@ -28,8 +28,16 @@ AREAS = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """A bad flag is one line naming the flag and the help to read, not the whole usage (every
+    subcommand's parser is this class too: argparse makes subparsers of the parent's class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="omniwatch", description="Observability for VeRL-Omni diffusion RL training: the "
+    p = Parser(prog="omniwatch", description="Observability for VeRL-Omni diffusion RL training: the "
                                 "exporter, a native Prometheus/Alertmanager stack, alert rules, dashboards and reports.")
     p.add_argument("--version", action="version", version=f"omniwatch {__version__}")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -40,6 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pydantic import ValidationError
+    try:
+        return _main(argv)
+    except ValidationError as e:  # a setting from OMNIWATCH_* or the settings file that does not parse
+        bad = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:3])
+        print(f"omniwatch: bad setting (OMNIWATCH_* environment or settings file): {bad}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),

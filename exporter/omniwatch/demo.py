@@ -16,6 +16,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from . import cliargs
 from . import demo_endpoints, names
 from .gpu.devices import nvml_available
 from .proc import free_port
@@ -102,6 +103,10 @@ def gpu_args() -> tuple[list[str], str]:
 def run_demo(args) -> int:
     con = Console(width=None if sys.stdout.isatty() else 160)
     pace, steps, onset = args.step_seconds, args.steps, args.onset
+    if onset >= steps:  # checked before the previous demo's data is wiped below
+        print(f"omniwatch demo: error: --onset {onset} must be below --steps {steps} (a fault needs steps to show)",
+              file=sys.stderr)
+        return 2
     # Its own run dir (configs, TSDB, exporter state, logs): a later `omniwatch up` never sees its runs.
     run_dir = Path(args.run_dir) / DEMO_SUBDIR
     root = run_dir.resolve() / "demo-logs"
@@ -123,6 +128,11 @@ def run_demo(args) -> int:
     cfg.exporter_env = {"OMNIWATCH_RELAY_CONFIG": str(relay_cfg),
                         "OMNIWATCH_DEMO_RECEIVER_URL": f"http://{cfg.host}:{rcv_port}/hook"}
     stack = Stack(cfg)
+    try:  # ports another process holds (the real stack, another demo): said before anything is stopped or wiped
+        stack.check_ports()
+    except StackError as e:
+        print(f"omniwatch demo: {e}", file=sys.stderr)
+        return 1
     stack.down()
     # A demo starts clean: no TSDB, Alertmanager state, alert history or exporter checkpoint of an earlier one.
     for sub in ("data", "state"):
@@ -290,9 +300,9 @@ def _print_forwarded(con: Console, path: Path, scs: list[Scenario]) -> None:
 def add_commands(sub) -> None:
     p = sub.add_parser("demo", help="native stack + simulated FlowGRPO runs that trip every core alert")
     add_stack_args(p)
-    p.add_argument("--step-seconds", type=float, default=Settings().demo_step_seconds,
+    p.add_argument("--step-seconds", type=cliargs.positive_float, default=Settings().demo_step_seconds,
                    help="wall seconds per simulated step (default %(default)s)")
-    p.add_argument("--steps", type=int, default=24, help="steps per simulated run (default %(default)s)")
-    p.add_argument("--onset", type=int, default=10, help="step at which each fault starts (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds (default %(default)s)")
+    p.add_argument("--steps", type=cliargs.int_range(3), default=24, help="steps per simulated run (default %(default)s)")
+    p.add_argument("--onset", type=cliargs.positive_int, default=10, help="step at which each fault starts (default %(default)s)")
+    p.add_argument("--timeout", type=cliargs.positive_float, default=240.0, help="give up after this many seconds (default %(default)s)")
     p.set_defaults(func=run_demo)

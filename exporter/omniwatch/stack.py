@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from . import cliargs
 from . import paths, ports, proc, watching
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
@@ -334,6 +335,15 @@ class Stack:
         if ports.owned_by(port, info["pid"]) is False:
             raise self._conflict(name, port)
 
+    def check_ports(self, names=("exporter", "alertmanager", "prometheus")) -> None:
+        """Every port this start needs, checked before anything starts (or is wiped): a port that another
+        process holds is a StackError naming the port and its holder, and nothing starts."""
+        conflicts = [self._conflict(name, self._port(name)) for name in names
+                     if name in PORT_OF and not self._alive(self._read_pid(name))
+                     and ports.in_use(self.cfg.host, self._port(name))]
+        if conflicts:
+            raise StackError("\n".join(str(c) for c in conflicts))
+
     def changed(self, cmds: dict) -> list[str]:
         """Running components whose configuration differs from what ``up`` would start now."""
         out = []
@@ -349,12 +359,7 @@ class Stack:
         self.restarted = self.changed(cmds)
         for name in self.restarted:
             self.stop(name)
-        # every port this start needs, checked before anything starts: a conflict starts nothing
-        conflicts = [self._conflict(name, self._port(name)) for name in cmds
-                     if name in PORT_OF and not self._alive(self._read_pid(name))
-                     and ports.in_use(self.cfg.host, self._port(name))]
-        if conflicts:
-            raise StackError("\n".join(str(c) for c in conflicts))
+        self.check_ports(cmds)
         started = {}
         for name in ("exporter", "alertmanager", "prometheus", "grafana"):
             if name not in cmds:
@@ -507,10 +512,10 @@ def add_stack_args(p) -> None:
     s = Settings()
     p.add_argument("--run-dir", default=s.run_dir,
                    help="configs, data, logs and pid files (default %(default)s, env OMNIWATCH_RUN_DIR)")
-    p.add_argument("--prometheus-port", type=int, default=s.prometheus_port, help="(env OMNIWATCH_PROMETHEUS_PORT)")
-    p.add_argument("--alertmanager-port", type=int, default=s.alertmanager_port, help="(env OMNIWATCH_ALERTMANAGER_PORT)")
-    p.add_argument("--exporter-port", type=int, default=s.port, help="(env OMNIWATCH_EXPORTER_PORT)")
-    p.add_argument("--grafana-port", type=int, default=s.grafana_port, help="(env OMNIWATCH_GRAFANA_PORT)")
+    p.add_argument("--prometheus-port", type=cliargs.port, default=s.prometheus_port, help="(env OMNIWATCH_PROMETHEUS_PORT)")
+    p.add_argument("--alertmanager-port", type=cliargs.port, default=s.alertmanager_port, help="(env OMNIWATCH_ALERTMANAGER_PORT)")
+    p.add_argument("--exporter-port", type=cliargs.port, default=s.port, help="(env OMNIWATCH_EXPORTER_PORT)")
+    p.add_argument("--grafana-port", type=cliargs.port, default=s.grafana_port, help="(env OMNIWATCH_GRAFANA_PORT)")
 
 
 def add_commands(sub) -> None:
