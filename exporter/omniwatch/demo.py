@@ -23,7 +23,7 @@ from .proc import free_port
 from .gpu.loop import DEFAULT_TRACE
 from .simulate import Fault, RunSpec, step_dict
 from .settings import Settings
-from .stack import DEMO_SUBDIR, Stack, StackConfig, StackError, add_stack_args
+from .stack import DEMO_SUBDIR, Stack, StackConfig, StackError, add_stack_args, alerts_command
 
 PROJECT = "omniwatch-demo"
 REPLAY_NODE = "h200-replay"
@@ -232,7 +232,8 @@ def run_demo(args) -> int:
     _print_forwarded(con, received, scs)
     con.print(f"Demo step pace {pace:g} s: the rules' `for: 15s` spans ~{15 / pace:.0f} demo steps but less than one "
               "step of a real run (30 s - 15 min per step); the step-window (k=3 normal steps) is the same.")
-    con.print(f"Prometheus {cfg.prometheus_url}  Alertmanager {cfg.alertmanager_url}  exporter {cfg.exporter_url}/metrics")
+    con.print(f"Prometheus {cfg.prometheus_url}  exporter {cfg.exporter_url}/metrics  alerts and deliveries: "
+              f"{alerts_command(cfg)}")
     con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it.")
     _write_report(con, root, run_dir.resolve() / "reports")
     return 0 if ok else 1

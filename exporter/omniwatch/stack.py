@@ -449,6 +449,11 @@ def _row(name: str, value: str) -> str:
     return line if len(line) <= 80 else f"  {name}\n    {value}"
 
 
+def alerts_command(cfg: StackConfig) -> str:
+    """The command that lists this stack's alerts (Debian's Alertmanager serves an API but no web page)."""
+    return "omniwatch alerts" + ("" if cfg.exporter_port == DEFAULT_EXPORTER_PORT else f" --url {cfg.exporter_url}")
+
+
 def _print_urls(stack: Stack, started: dict) -> None:
     print("omniwatch stack up" + (f" (restarted with the new configuration: {', '.join(stack.restarted)})"
                                   if stack.restarted else ""))
@@ -459,6 +464,7 @@ def _print_urls(stack: Stack, started: dict) -> None:
         print(_row(name, value))
     if "grafana" not in started:
         print(_row("dashboards", stack.dashboards_hint()))
+    print(_row("alerts", alerts_command(stack.cfg)))
     print(_row("push token", _short(stack.p("secrets", "push.token"))))
     print(_row("stop with", "omniwatch down   (or make down)"))
 
