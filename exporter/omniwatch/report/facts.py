@@ -78,6 +78,16 @@ class RunFacts:
     gpu_phases: dict[str, dict[str, float]] = field(default_factory=dict)  # phase -> {busy, idle} GPU-seconds
     series: dict[str, float] = field(default_factory=dict)  # run series for the remedy prose (device peak)
     skipped: dict[str, int] = field(default_factory=dict)
+    lines: int = 0  # lines read as steps or skipped (blank lines and console non-step output not counted)
+
+    @property
+    def skipped_text(self) -> str:
+        """``5 of 8 lines skipped (malformed_json 5)``, or '' when none was."""
+        n = sum(self.skipped.values())
+        if not n:
+            return ""
+        why = ", ".join(f"{r} {c}" for r, c in sorted(self.skipped.items(), key=lambda x: (-x[1], x[0])))
+        return f"{n} of {self.lines} lines skipped ({why})"
 
     # -- header -------------------------------------------------------------------------------------
     @property

@@ -106,7 +106,8 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
             modes=dict(run.modes) if run is not None else {},
             alerts=[AlertSpan(a.alertname, a.severity, a.first_step, a.last_step, a.labels, a.first_index,
                               a.last_index, dict(a.annotations)) for a in res.alerts],
-            not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped)))
+            not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped),
+            lines=len(r.entries) + sum(r.skipped.values())))
     return out
 
 

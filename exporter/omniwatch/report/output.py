@@ -30,6 +30,7 @@ def facts_json(f: RunFacts, bs: list[Bottleneck]) -> dict:
         "alerts": [a.as_json() for a in f.alerts],
         "alerts_source": f.alerts_source,
         "not_evaluated": f.not_evaluated,
+        "lines": f.lines, "skipped": dict(f.skipped),
     }
 
 
@@ -41,6 +42,8 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
     ips = f"{f.images_per_gpu_second:.3f}" if f.images_per_gpu_second else "-"
     con.print(f"trainer {m.get('trainer', '?')}, reward {m.get('reward', '?')}, {m.get('async_mode', '?')}; {gpus}; "
               f"{f.n_steps} steps, median step {med}, {ips} images/GPU/s", highlight=False)
+    if f.skipped:
+        con.print(f"[yellow]input:[/] {f.skipped_text}", highlight=False)
     t = Table(title=f"Where the GPU-hours went ({f.total_gpu_seconds / HOUR:.2f} GPU-h)", title_justify="left")
     t.add_column("bucket")
     t.add_column("GPU-h", justify="right")
