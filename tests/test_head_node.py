@@ -53,7 +53,7 @@ def test_a_wrong_watch_path_is_said_watched_for_and_fixed_by_up_with_the_right_o
         log = (run_dir / "logs" / "exporter.log").read_text()
         assert f"watch path {typo} does not exist" in log, log[-2000:]
 
-        st = _ow("status", *common)
+        st = _ow("status", *common[:2])
         assert str(typo) in st.stdout.split() and "MISSING: does not exist yet" in st.stdout, st.stdout
 
         # The run starts: verl writes <root>/<project>/<experiment>.jsonl, two lines of it malformed.
@@ -71,7 +71,7 @@ def test_a_wrong_watch_path_is_said_watched_for_and_fixed_by_up_with_the_right_o
         assert [s["spec"] for s in sources] == [str(root)], sources
 
         def counted():
-            out = _ow("status", *common).stdout
+            out = _ow("status", *common[:2]).stdout
             return out if "1 run(s) with steps, 1 file(s)" in out and "2 of 8 lines skipped" in out else None
         st = wait_for(counted, timeout=30, what="status counting the run and its bad lines")
         assert "2 of 8 lines skipped (malformed_json 2)" in st, st
@@ -85,7 +85,7 @@ def test_a_wrong_watch_path_is_said_watched_for_and_fixed_by_up_with_the_right_o
         assert again.returncode == 0 and "restarted" not in again.stdout, again.stdout + again.stderr
         assert _pid(run_dir, "prometheus") == prom_pid
     finally:
-        _ow("down", *common)
+        _ow("down", *common[:2])
 
 
 class _Holder:
@@ -127,12 +127,12 @@ def test_ports_held_by_other_processes_are_a_conflict_not_a_stack_up(tmp_path):
         assert "Traceback" not in up.stderr
         # nothing was started (a conflict is found before the first process)
         assert not list((run_dir / "pids").glob("*.json")), list((run_dir / "pids").iterdir())
-        st = _ow("status", *_common(run_dir, ports))
+        st = _ow("status", "--run-dir", str(run_dir))
         assert st.returncode == 3 and "nothing runs" in st.stdout, st.stdout
     finally:
         for h in held:
             h.close()
-        _ow("down", *_common(run_dir, ports))
+        _ow("down", "--run-dir", str(run_dir))
 
 
 def test_readiness_asks_who_listens_on_the_port(tmp_path):

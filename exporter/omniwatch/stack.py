@@ -421,9 +421,9 @@ class Stack:
 
 # -- CLI ---------------------------------------------------------------------------------------------
 def _cfg_from_args(args) -> StackConfig:
-    return StackConfig(run_dir=Path(args.run_dir), prometheus_port=args.prometheus_port,
-                       alertmanager_port=args.alertmanager_port, exporter_port=args.exporter_port,
-                       grafana_port=args.grafana_port, profile=getattr(args, "profile", "default"),
+    ports = {k: getattr(args, k) for k in ("prometheus_port", "alertmanager_port", "exporter_port", "grafana_port")
+             if hasattr(args, k)}  # down and status take no ports: they read the pid files and stack.json
+    return StackConfig(run_dir=Path(args.run_dir), **ports, profile=getattr(args, "profile", "default"),
                        watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [],
                        exporter_args=[x for d in getattr(args, "checkpoint_root", []) or []
                                       for x in ("--checkpoint-root", os.path.abspath(d))])
@@ -513,11 +513,13 @@ def cmd_status(args) -> int:
     return 0 if all(r["running"] for r, _ in rows) else 1
 
 
-def add_stack_args(p) -> None:
+def add_stack_args(p, ports: bool = True) -> None:
     """Stack flags; their defaults are the settings (OMNIWATCH_RUN_DIR, OMNIWATCH_*_PORT, a settings file)."""
     s = Settings()
     p.add_argument("--run-dir", default=s.run_dir,
                    help="configs, data, logs and pid files (default %(default)s, env OMNIWATCH_RUN_DIR)")
+    if not ports:
+        return
     p.add_argument("--prometheus-port", type=cliargs.port, default=s.prometheus_port, help="(env OMNIWATCH_PROMETHEUS_PORT)")
     p.add_argument("--alertmanager-port", type=cliargs.port, default=s.alertmanager_port, help="(env OMNIWATCH_ALERTMANAGER_PORT)")
     p.add_argument("--exporter-port", type=cliargs.port, default=s.port, help="(env OMNIWATCH_EXPORTER_PORT)")
@@ -535,8 +537,8 @@ def add_commands(sub) -> None:
                    help="passed to `omniwatch serve --checkpoint-root` (where trainers save checkpoints)")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("down", help="stop what `omniwatch up` started (from its pid files)")
-    add_stack_args(p)
+    add_stack_args(p, ports=False)
     p.set_defaults(func=cmd_down)
-    p = sub.add_parser("status", help="tell what runs")
-    add_stack_args(p)
+    p = sub.add_parser("status", help="what runs, what is watched, and the runs and bad lines per watched path")
+    add_stack_args(p, ports=False)
     p.set_defaults(func=cmd_status)
