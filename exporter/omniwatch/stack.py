@@ -22,7 +22,7 @@ import httpx
 import yaml
 
 from . import cliargs
-from . import paths, ports, proc, watching
+from . import extras, paths, ports, proc, watching
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -460,7 +460,7 @@ def _print_urls(stack: Stack, started: dict) -> None:
     print(_row("run dir", _short(stack.run_dir)))
     for name, url in started.items():
         print(_row(name, url))
-    for name, value in watching.rows(watching.fetch(stack.cfg.exporter_url) or []):
+    for name, value in watching.rows(watching.fetch(stack.cfg.exporter_url) or []) + extras.hints():
         print(_row(name, value))
     if "grafana" not in started:
         print(_row("dashboards", stack.dashboards_hint()))
@@ -497,6 +497,8 @@ def cmd_status(args) -> int:
     rows = [(r, "") for r in stack.status()] + [(r, " (demo)") for r in demo_stack(stack).status()]
     if not rows:
         print(f"nothing runs from {stack.run_dir}")
+        for name, value in extras.hints():
+            print(_row(name, value))
         return 3
     for r, tag in rows:
         state = "running" if r["running"] else "DEAD   "
@@ -508,6 +510,8 @@ def cmd_status(args) -> int:
             print(_row(name, value))
         if sources == []:
             print(_row("watching", "nothing (push only): omniwatch up --watch <VERL_FILE_LOGGER_ROOT>"))
+    for name, value in extras.hints():
+        print(_row(name, value))
     if not any(r["component"] == "grafana" and r["running"] for r, _ in rows):
         print(_row("dashboards", stack.dashboards_hint()))
     return 0 if all(r["running"] for r, _ in rows) else 1
