@@ -153,3 +153,40 @@ def test_readiness_asks_who_listens_on_the_port(tmp_path):
     finally:
         h.close()
     assert not ports.in_use("127.0.0.1", port)
+
+
+def test_slack_from_the_environment_gets_the_alerts_with_runbook_links_to_this_exporter(tmp_path):
+    """`make up SLACK_URL=...` (OMNIWATCH_SLACK_URL): an alert sent to the stack's Alertmanager reaches a
+    local Slack-compatible receiver through the exporter's relay; its runbook link names the exporter's
+    real port, not the 19095 the rules were generated with (item 3 on the native path, item 6)."""
+    require_binary("prometheus")
+    require_binary("alertmanager", "prometheus-alertmanager")
+    from .relay_support import Receiver
+    ports, run_dir = _ports(), tmp_path / ".omniwatch"
+    common = _common(run_dir, ports)
+    slack = Receiver().start()
+    env = {**os.environ, "OMNIWATCH_SLACK_URL": f"{slack.url}/services/T000/B000/XXXX"}
+    try:
+        (tmp_path / "logs").mkdir()
+        up = subprocess.run([sys.executable, "-m", "omniwatch", "up", *common, "--profile", "fast", "--watch",
+                             str(tmp_path / "logs")], capture_output=True, text=True, timeout=120, env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "  notify       slack (slack): ok, 0 delivered, 0 pending, 0 failed" in up.stdout, up.stdout
+        assert "T000" not in up.stdout + (run_dir / "config" / "receivers.yml").read_text()  # the URL stays secret
+        am = f"http://127.0.0.1:{ports['--alertmanager-port']}"
+        alert = [{"labels": {"alertname": "RewardBoundRollout", "severity": "warning", "project": "proj",
+                             "experiment": "exp"},
+                  "annotations": {"summary": "reward on the critical path",
+                                  "runbook_url": "http://127.0.0.1:19095/runbooks#rewardboundrollout"}}]
+        assert httpx.post(f"{am}/api/v2/alerts", json=alert, timeout=5).status_code == 200
+        wait_for(lambda: slack.accepted, timeout=60, what="the Slack message at the local receiver")
+        body = slack.accepted[0]["body"]
+        assert slack.accepted[0]["path"] == "/services/T000/B000/XXXX"
+        att = body["attachments"][0]
+        assert att["title_link"] == f"http://127.0.0.1:{ports['--exporter-port']}/runbooks#rewardboundrollout", att
+        assert "RewardBoundRollout" in json.dumps(body) and "proj/exp" in json.dumps(body)
+        st = _ow("status", *common[:2])
+        assert "slack (slack): ok, 1 delivered" in st.stdout, st.stdout
+    finally:
+        slack.stop()
+        _ow("down", *common[:2])

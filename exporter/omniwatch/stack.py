@@ -22,7 +22,7 @@ import httpx
 import yaml
 
 from . import cliargs
-from . import extras, paths, ports, proc, watching
+from . import extras, notify, paths, ports, proc, watching
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -278,12 +278,13 @@ class Stack:
         (hashed: the environment may name secrets' files). A running component whose fingerprint differs
         from the one ``up`` would start is restarted."""
         h = hashlib.sha256(json.dumps([argv, sorted(env.items())]).encode())
-        for a in argv:
-            if a.startswith("--config.file="):
-                try:
-                    h.update(Path(a.split("=", 1)[1]).read_bytes())
-                except OSError:
-                    pass
+        files = [a.split("=", 1)[1] for a in argv if a.startswith("--config.file=")]
+        files += [v for k, v in env.items() if k == notify.RELAY_CONFIG_ENV]  # the receivers file
+        for f in files:
+            try:
+                h.update(Path(f).read_bytes())
+            except OSError:
+                pass
         return h.hexdigest()[:16]
 
     def start(self, name: str, argv: list[str], env: dict) -> int:
@@ -462,6 +463,8 @@ def _print_urls(stack: Stack, started: dict) -> None:
         print(_row(name, url))
     for name, value in watching.rows(watching.fetch(stack.cfg.exporter_url) or []) + extras.hints():
         print(_row(name, value))
+    for name, value in notify.rows(stack.cfg.exporter_url):
+        print(_row(name, value))
     if "grafana" not in started:
         print(_row("dashboards", stack.dashboards_hint()))
     print(_row("alerts", alerts_command(stack.cfg)))
@@ -471,6 +474,7 @@ def _print_urls(stack: Stack, started: dict) -> None:
 
 def cmd_up(args) -> int:
     stack = Stack(_cfg_from_args(args))
+    stack.cfg.exporter_env.update(notify.exporter_env(args.receivers, stack.p("config")))
     demo = demo_stack(stack)
     if demo.running():
         print("stopping the demo stack first (it uses the same ports): " + ", ".join(demo.down()))
@@ -510,6 +514,8 @@ def cmd_status(args) -> int:
             print(_row(name, value))
         if sources == []:
             print(_row("watching", "nothing (push only): omniwatch up --watch <VERL_FILE_LOGGER_ROOT>"))
+        for name, value in notify.rows(exporter[0]["url"]):
+            print(_row(name, value))
     for name, value in extras.hints():
         print(_row(name, value))
     if not any(r["component"] == "grafana" and r["running"] for r, _ in rows):
@@ -539,6 +545,10 @@ def add_commands(sub) -> None:
     p.add_argument("--console", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --console`")
     p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
                    help="passed to `omniwatch serve --checkpoint-root` (where trainers save checkpoints)")
+    p.add_argument("--receivers", metavar="FILE", default=None,
+                   help="relay receivers file (Slack / Feishu / webhook, docs/relay.md); without it, "
+                        "OMNIWATCH_SLACK_URL / OMNIWATCH_FEISHU_URL / OMNIWATCH_NOTIFY_WEBHOOK_URL set one up "
+                        "(make up SLACK_URL=...)")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("down", help="stop what `omniwatch up` started (from its pid files)")
     add_stack_args(p, ports=False)

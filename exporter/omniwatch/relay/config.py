@@ -73,6 +73,7 @@ class RelayConfig:
     grafana_url: str | None = None
     path: str | None = None
     error: str | None = None               # the whole file failed to load
+    runbooks: tuple[str, str] | None = None  # (default runbook base, this exporter's): messages link here
 
     def secrets(self) -> list[str]:
         return [s for r in self.receivers for s in r.secrets()]
