@@ -46,7 +46,9 @@ SLACK_URL ?=
 RECEIVERS ?=
 up: install deps
 	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
-		echo "Docker engine found: docker compose up -d"; $(OW) compose secrets && docker compose up -d --build; \
+		echo "Docker engine found: docker compose up -d"; $(OW) compose secrets && \
+			$(if $(WATCH),WATCH='$(firstword $(WATCH))') $(if $(SLACK_URL),OMNIWATCH_SLACK_URL='$(SLACK_URL)') \
+			$(if $(RECEIVERS),RECEIVERS='$(abspath $(RECEIVERS))') docker compose up -d --build; \
 	else \
 		$(if $(SLACK_URL),OMNIWATCH_SLACK_URL='$(SLACK_URL)') $(OW) up $(foreach w,$(WATCH),--watch $(w)) \
 			$(if $(RECEIVERS),--receivers $(RECEIVERS)); \

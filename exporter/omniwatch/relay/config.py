@@ -149,7 +149,11 @@ def load(path: str | None, grafana: str | None = None) -> RelayConfig:
     except (OSError, yaml.YAMLError, ConfigError, TypeError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         return RelayConfig(grafana_url=grafana, path=path, error=f"{type(e).__name__}: {msg}")
-    rs = [_receiver(i, r) for i, r in enumerate(receivers)]
+    # `optional: true`: a receiver whose url_env is unset is left out (compose's receivers file names every
+    # kind; the ones whose URL is not given are absent, not disabled)
+    rs = [_receiver(i, r) for i, r in enumerate(receivers)
+          if not (isinstance(r, dict) and r.get("optional") is True and isinstance(r.get("url_env"), str)
+                  and _ENV_RE.match(r["url_env"]) and not read_secret(r["url_env"]))]
     seen: set[str] = set()
     for r in rs:
         if r.name in seen:
