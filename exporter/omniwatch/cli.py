@@ -8,7 +8,6 @@ the areas register."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 
@@ -70,7 +69,38 @@ def grouped_help() -> str:
 
 
 def _area(name: str):
-    return importlib.import_module(f".{name}", __package__)
+    """The area module ``name``, imported only now (an explicit import per area: no module by name)."""
+    if name == "server":
+        from . import server as area
+    elif name == "stack":
+        from . import stack as area
+    elif name == "demo":
+        from . import demo as area
+    elif name == "rules":
+        from . import rules as area
+    elif name == "docsgen":
+        from . import docsgen as area
+    elif name == "relay":
+        from . import relay as area
+    elif name == "dashboards":
+        from . import dashboards as area
+    elif name == "backtest":
+        from . import backtest as area
+    elif name == "report":
+        from . import report as area
+    elif name == "discovery":
+        from . import discovery as area
+    elif name == "agents":
+        from . import agents as area
+    elif name == "export":
+        from . import export as area
+    elif name == "compose":
+        from . import compose as area
+    elif name == "generated":
+        from . import generated as area
+    else:
+        raise KeyError(name)
+    return area
 
 
 def build_parser(command: str | None = "*") -> argparse.ArgumentParser:

@@ -10,7 +10,6 @@ or the NVIDIA driver's ``/proc/driver/nvidia/version``; ``RAY_ADDRESS`` set or R
 from __future__ import annotations
 
 import glob
-import importlib.util
 import shutil
 import sys
 from pathlib import Path
@@ -62,7 +61,15 @@ def cluster_ray_version() -> str | None:
 
 
 def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    """Asked only when a GPU / a Ray cluster was found here (importing ray takes a second)."""
+    try:
+        if module == "pynvml":
+            import pynvml  # noqa: F401
+        else:
+            import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def pip(requirement: str) -> str:
