@@ -190,3 +190,54 @@ def test_slack_from_the_environment_gets_the_alerts_with_runbook_links_to_this_e
     finally:
         slack.stop()
         _ow("down", *common[:2])
+
+
+def test_the_head_node_of_a_cluster_binds_the_exporter_where_agents_register_with_the_token(tmp_path):
+    """`omniwatch up --exporter-bind ADDR` (item 11): the exporter listens on ADDR only (here 127.0.0.2, a
+    second loopback address standing for the head's cluster IP), Prometheus scrapes it there, a node agent
+    on another address (127.0.0.3) registers with the push token and is scraped through the exporter's
+    service discovery; an agent without the token is refused."""
+    require_binary("prometheus")
+    require_binary("alertmanager", "prometheus-alertmanager")
+    from omniwatch.promapi import PromAPI
+    ports, run_dir = _ports(), tmp_path / ".omniwatch"
+    common = _common(run_dir, ports)
+    port = ports["--exporter-port"]
+    agents = []
+    try:
+        up = _ow("up", *common, "--profile", "fast", "--exporter-bind", "127.0.0.2")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"  listening    exporter on 127.0.0.2:{port}: /metrics readable from other hosts;" in up.stdout, \
+            up.stdout
+        assert f"omniwatch agents start --ray-address auto --exporter http://127.0.0.2:{port}" in up.stdout
+        assert f"OMNIWATCH_PUSH_TOKEN_FILE={run_dir.resolve() / 'secrets' / 'push.token'}" in up.stdout
+        assert httpx.get(f"http://127.0.0.2:{port}/healthz", timeout=5).status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        token_file = str(run_dir / "secrets" / "push.token")
+        for listen, env in (("127.0.0.3:0", {"OMNIWATCH_PUSH_TOKEN_FILE": token_file}), ("127.0.0.4:0", {})):
+            e = {k: v for k, v in os.environ.items() if not k.startswith("OMNIWATCH_PUSH_TOKEN")}
+            agents.append(subprocess.Popen(
+                [sys.executable, "-m", "omniwatch", "agent", "--listen", listen, "--exporter",
+                 f"http://127.0.0.2:{port}", "--gpu-mode", "off", "--heartbeat", "1", "--node", listen[:9]],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**e, **env}))
+        sd = f"http://127.0.0.2:{port}/api/v1/agents/sd"
+        got = wait_for(lambda: [t for g in httpx.get(sd, timeout=5).json() for t in g["targets"]], timeout=60,
+                       what="the agent in the exporter's service discovery")
+        assert len(got) == 1 and got[0].startswith("127.0.0.3:"), got
+        prom = f"http://127.0.0.1:{ports['--prometheus-port']}"
+
+        def scraped():
+            with PromAPI(prom, timeout=5) as api:
+                return {r["metric"]["job"] for r in api.query('up{job=~"omniwatch|omniwatch-agent"} == 1')} \
+                    == {"omniwatch", "omniwatch-agent"}
+        wait_for(scraped, timeout=90, what="Prometheus scraping the exporter on 127.0.0.2 and the agent")
+        assert [t for g in httpx.get(sd, timeout=5).json() for t in g["targets"]] == got  # no token: refused
+    finally:
+        for a in agents:
+            a.terminate()
+            try:
+                a.wait(10)
+            except subprocess.TimeoutExpired:
+                a.kill()
+        _ow("down", *common[:2])

@@ -22,7 +22,7 @@ import httpx
 import yaml
 
 from . import cliargs
-from . import extras, notify, paths, ports, proc, watching
+from . import extras, headnode, notify, paths, ports, proc, watching
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -74,6 +74,14 @@ class StackConfig:
     exporter_env: dict = field(default_factory=dict)         # extra environment (relay config, ...)
     extra_scrape_configs: list[dict] = field(default_factory=list)
     retention: str = "30d"
+    exporter_bind: str | None = None  # the exporter's listen address when not `host` (a cluster's head node)
+
+    @property
+    def exporter_host(self) -> str:
+        """Where Prometheus, Alertmanager and `up` reach the exporter: its bind address, or `host` when it
+        binds every interface."""
+        return self.exporter_bind if self.exporter_bind and self.exporter_bind not in ("0.0.0.0", "::") \
+            else self.host
 
     @property
     def prometheus_url(self) -> str:
@@ -85,7 +93,7 @@ class StackConfig:
 
     @property
     def exporter_url(self) -> str:
-        return f"http://{self.host}:{self.exporter_port}"
+        return f"http://{self.exporter_host}:{self.exporter_port}"
 
     @property
     def grafana_url(self) -> str:
@@ -119,7 +127,7 @@ class Stack:
         prof = PROFILES[self.cfg.profile]
         rules = [str(p) for p in rule_files()]
         scrape = [
-            {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.exporter_port}"]}]},
+            {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.exporter_host}:{self.cfg.exporter_port}"]}]},
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.prometheus_port}"]}]},
             {"job_name": "alertmanager", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.alertmanager_port}"]}]},
         ] + self._discovered_jobs() + list(self.cfg.extra_scrape_configs)
@@ -134,7 +142,7 @@ class Stack:
     def _discovered_jobs(self) -> list[dict]:
         """Endpoints found by Ray discovery (TransferQueue, vLLM-Omni, reward servers, Ray nodes) come
         through the exporter's HTTP service discovery: no Prometheus restart when they change."""
-        exporter = f"{self.cfg.host}:{self.cfg.exporter_port}"
+        exporter = f"{self.cfg.exporter_host}:{self.cfg.exporter_port}"
         # per-node agents (omniwatch agents start) register with the exporter and come through here
         jobs = [{"job_name": "omniwatch-agent", "http_sd_configs": [
             {"url": f"http://{exporter}/api/v1/agents/sd", "refresh_interval": "10s"}]}]
@@ -184,7 +192,9 @@ class Stack:
             raise StackError(f"prometheus not found on PATH; {INSTALL_HINT}")
         if not am:
             raise StackError(f"alertmanager (or prometheus-alertmanager) not found on PATH; {INSTALL_HINT}")
-        exporter = [sys.executable, "-m", "omniwatch", "serve", "--listen", f"{c.host}:{c.exporter_port}",
+        bind = c.exporter_bind or c.host
+        exporter = [sys.executable, "-m", "omniwatch", "serve", "--listen",
+                    f"{'[' + bind + ']' if ':' in bind else bind}:{c.exporter_port}",
                     "--state-dir", str(self.p("state"))]
         for w in c.watch:
             exporter += ["--watch", os.path.abspath(w)]
@@ -341,7 +351,8 @@ class Stack:
         process holds is a StackError naming the port and its holder, and nothing starts."""
         conflicts = [self._conflict(name, self._port(name)) for name in names
                      if name in PORT_OF and not self._alive(self._read_pid(name))
-                     and ports.in_use(self.cfg.host, self._port(name))]
+                     and ports.in_use(self.cfg.exporter_bind or self.cfg.host if name == "exporter"
+                                      else self.cfg.host, self._port(name))]
         if conflicts:
             raise StackError("\n".join(str(c) for c in conflicts))
 
@@ -427,7 +438,8 @@ def _cfg_from_args(args) -> StackConfig:
     return StackConfig(run_dir=Path(args.run_dir), **ports, profile=getattr(args, "profile", "default"),
                        watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [],
                        exporter_args=[x for d in getattr(args, "checkpoint_root", []) or []
-                                      for x in ("--checkpoint-root", os.path.abspath(d))])
+                                      for x in ("--checkpoint-root", os.path.abspath(d))],
+                       exporter_bind=getattr(args, "exporter_bind", None))
 
 
 def demo_stack(stack: Stack) -> Stack:
@@ -464,6 +476,9 @@ def _print_urls(stack: Stack, started: dict) -> None:
     for name, value in watching.rows(watching.fetch(stack.cfg.exporter_url) or []) + extras.hints():
         print(_row(name, value))
     for name, value in notify.rows(stack.cfg.exporter_url):
+        print(_row(name, value))
+    for name, value in headnode.rows(stack.cfg.exporter_bind, stack.cfg.exporter_port,
+                                     stack.p("secrets", "push.token")):
         print(_row(name, value))
     if "grafana" not in started:
         print(_row("dashboards", stack.dashboards_hint()))
@@ -545,6 +560,10 @@ def add_commands(sub) -> None:
     p.add_argument("--console", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --console`")
     p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
                    help="passed to `omniwatch serve --checkpoint-root` (where trainers save checkpoints)")
+    p.add_argument("--exporter-bind", metavar="ADDR", default=None, type=headnode.bind_address,
+                   help="the head node of a cluster: the exporter listens on ADDR (0.0.0.0, or the head's "
+                        "cluster IP) so node agents on other hosts register (with the push token); Prometheus "
+                        "and Alertmanager stay on 127.0.0.1. Default: 127.0.0.1 like the rest")
     p.add_argument("--receivers", metavar="FILE", default=None,
                    help="relay receivers file (Slack / Feishu / webhook, docs/relay.md); without it, "
                         "OMNIWATCH_SLACK_URL / OMNIWATCH_FEISHU_URL / OMNIWATCH_NOTIFY_WEBHOOK_URL set one up "
