@@ -51,6 +51,10 @@ def test_the_compose_receivers_file_yields_only_the_receivers_whose_url_is_set(m
     monkeypatch.setenv("OMNIWATCH_FEISHU_URL", "")              # compose passes unset ones as empty
     cfg = relay_config.load(str(RECEIVERS))
     assert [(r.name, r.type, r.enabled) for r in cfg.receivers] == [("slack", "slack", True)]
+    # the every-minute Watchdog heartbeat is not sent to the channel; the run alerts are
+    (slack,) = cfg.receivers
+    assert not slack.wants("firing", {"alertname": "Watchdog", "severity": "none"})
+    assert slack.wants("firing", {"alertname": "RewardBoundRollout", "project": "p", "experiment": "e"})
     # a receiver that is not optional still says what is missing
     plain = RECEIVERS.read_text().replace("    optional: true\n", "")
     p = tmp_path / "receivers.yml"

@@ -106,6 +106,8 @@ def test_beside_a_real_run_as_the_readme_says(tmp_path):
                     and "flowgrpo/live" in json.dumps(m["body"])]
         wait_for(live_alert, timeout=120, what="RewardBoundRollout for flowgrpo/live at the Slack receiver")
         assert not [m for m in slack.accepted if "killed-last-week" in json.dumps(m["body"])]
+        # the Watchdog heartbeat (every minute) stays out of the channel, in the alert history
+        assert not [m for m in slack.accepted if "Watchdog" in json.dumps(m["body"])], slack.accepted
 
         # 5. omniwatch alerts lists it and the delivery
         al = run(cmds["alerts"], COLUMNS="200")  # a wide terminal: rich folds no cell

@@ -33,6 +33,7 @@ def receivers_file(config_dir: Path) -> Path | None:
     digest = hashlib.sha256("\n".join(read_secret(var) or "" for _, _, var in found).encode()).hexdigest()[:12]
     path.write_text(f"# written by `omniwatch up` from the environment: the URLs stay in these variables ({digest})\n"
                     "receivers:\n" + "".join(f"  - name: {name}\n    type: {kind}\n    url_env: {var}\n"
+                                             f"    exclude: {{alertname: Watchdog}}\n"
                                              for name, kind, var in found))
     return path
 

@@ -51,6 +51,7 @@ class Receiver:
     channel: str | None = None             # slack channel override
     send_resolved: bool = True
     match: dict[str, str] = field(default_factory=dict)  # label equality filter
+    exclude: dict[str, str] = field(default_factory=dict)  # groups whose labels all match this are not sent
     error: str | None = None               # why this receiver is disabled (no secret in it)
 
     @property
@@ -62,6 +63,8 @@ class Receiver:
 
     def wants(self, status: str, labels: dict[str, str]) -> bool:
         if status == "resolved" and not self.send_resolved:
+            return False
+        if self.exclude and all(labels.get(k) == v for k, v in self.exclude.items()):
             return False
         return all(labels.get(k) == v for k, v in self.match.items())
 
@@ -121,6 +124,10 @@ def _receiver(i: int, raw: object) -> Receiver:
         if not isinstance(match, dict):
             raise ConfigError("match must be a mapping of label: value")
         r.match = {str(k): str(v) for k, v in match.items()}
+        exclude = raw.get("exclude") or {}
+        if not isinstance(exclude, dict):
+            raise ConfigError("exclude must be a mapping of label: value")
+        r.exclude = {str(k): str(v) for k, v in exclude.items()}
     except ConfigError as e:
         r.url = r.secret = None
         r.headers = {}
