@@ -132,6 +132,9 @@ def run_demo(args) -> int:
         stack.check_ports()
     except StackError as e:
         print(f"omniwatch demo: {e}", file=sys.stderr)
+        if Stack(StackConfig(run_dir=Path(args.run_dir))).running():
+            print("omniwatch demo: the stack `omniwatch up` started holds them: `omniwatch down` first (it "
+                  "keeps its data), or give the demo other ports", file=sys.stderr)
         return 1
     stack.down()
     # A demo starts clean: no TSDB, Alertmanager state, alert history or exporter checkpoint of an earlier one.
