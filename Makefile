@@ -39,13 +39,19 @@ deps:
 		echo "missing prometheus/alertmanager: sudo apt-get install -y prometheus prometheus-alertmanager"; exit 1; \
 	fi
 
-# `make up` beside a run: WATCH=<VERL_FILE_LOGGER_ROOT or file> (repeatable via spaces).
+# `make up` beside a run: WATCH=<VERL_FILE_LOGGER_ROOT or file> (repeatable via spaces);
+# SLACK_URL=<incoming webhook> or RECEIVERS=<relay receivers file> to get the alerts there.
 WATCH ?=
+SLACK_URL ?=
+RECEIVERS ?=
 up: install deps
 	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
-		echo "Docker engine found: docker compose up -d"; $(OW) compose secrets && docker compose up -d --build; \
+		echo "Docker engine found: docker compose up -d"; $(OW) compose secrets && \
+			$(if $(WATCH),WATCH='$(firstword $(WATCH))') $(if $(SLACK_URL),OMNIWATCH_SLACK_URL='$(SLACK_URL)') \
+			$(if $(RECEIVERS),RECEIVERS='$(abspath $(RECEIVERS))') docker compose up -d --build; \
 	else \
-		$(OW) up $(foreach w,$(WATCH),--watch $(w)); \
+		$(if $(SLACK_URL),OMNIWATCH_SLACK_URL='$(SLACK_URL)') $(OW) up $(foreach w,$(WATCH),--watch $(w)) \
+			$(if $(RECEIVERS),--receivers $(RECEIVERS)); \
 	fi
 
 down: install

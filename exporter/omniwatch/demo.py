@@ -16,13 +16,14 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from . import cliargs
 from . import demo_endpoints, names
 from .gpu.devices import nvml_available
 from .proc import free_port
 from .gpu.loop import DEFAULT_TRACE
 from .simulate import Fault, RunSpec, step_dict
 from .settings import Settings
-from .stack import DEMO_SUBDIR, Stack, StackConfig, StackError, add_stack_args
+from .stack import DEMO_SUBDIR, Stack, StackConfig, StackError, add_stack_args, alerts_command
 
 PROJECT = "omniwatch-demo"
 REPLAY_NODE = "h200-replay"
@@ -112,6 +113,10 @@ def finish_runs(scs: list[Scenario], configs: Path) -> None:
 def run_demo(args) -> int:
     con = Console(width=None if sys.stdout.isatty() else 160)
     pace, steps, onset = args.step_seconds, args.steps, args.onset
+    if onset >= steps:  # checked before the previous demo's data is wiped below
+        print(f"omniwatch demo: error: --onset {onset} must be below --steps {steps} (a fault needs steps to show)",
+              file=sys.stderr)
+        return 2
     # Its own run dir (configs, TSDB, exporter state, logs): a later `omniwatch up` never sees its runs.
     run_dir = Path(args.run_dir) / DEMO_SUBDIR
     root = run_dir.resolve() / "demo-logs"
@@ -134,6 +139,14 @@ def run_demo(args) -> int:
     cfg.exporter_env = {"OMNIWATCH_RELAY_CONFIG": str(relay_cfg),
                         "OMNIWATCH_DEMO_RECEIVER_URL": f"http://{cfg.host}:{rcv_port}/hook"}
     stack = Stack(cfg)
+    try:  # ports another process holds (the real stack, another demo): said before anything is stopped or wiped
+        stack.check_ports()
+    except StackError as e:
+        print(f"omniwatch demo: {e}", file=sys.stderr)
+        if Stack(StackConfig(run_dir=Path(args.run_dir))).running():
+            print("omniwatch demo: the stack `omniwatch up` started holds them: `omniwatch down` first (it "
+                  "keeps its data), or give the demo other ports", file=sys.stderr)
+        return 1
     stack.down()
     # A demo starts clean: no TSDB, Alertmanager state, alert history or exporter checkpoint of an earlier one.
     for sub in ("data", "state"):
@@ -238,7 +251,8 @@ def run_demo(args) -> int:
     _print_forwarded(con, received, scs)
     con.print(f"Demo step pace {pace:g} s: the rules' `for: 15s` spans ~{15 / pace:.0f} demo steps but less than one "
               "step of a real run (30 s - 15 min per step); the step-window (k=3 normal steps) is the same.")
-    con.print(f"Prometheus {cfg.prometheus_url}  Alertmanager {cfg.alertmanager_url}  exporter {cfg.exporter_url}/metrics")
+    con.print(f"Prometheus {cfg.prometheus_url}  exporter {cfg.exporter_url}/metrics  alerts and deliveries: "
+              f"{alerts_command(cfg)}")
     con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it. The demo's runs are marked "
               "finished (their configs say the last written step was the last), so nothing escalates after it.")
     _write_report(con, root, run_dir.resolve() / "reports")
@@ -307,9 +321,9 @@ def _print_forwarded(con: Console, path: Path, scs: list[Scenario]) -> None:
 def add_commands(sub) -> None:
     p = sub.add_parser("demo", help="native stack + simulated FlowGRPO runs that trip every core alert")
     add_stack_args(p)
-    p.add_argument("--step-seconds", type=float, default=Settings().demo_step_seconds,
+    p.add_argument("--step-seconds", type=cliargs.positive_float, default=Settings().demo_step_seconds,
                    help="wall seconds per simulated step (default %(default)s)")
-    p.add_argument("--steps", type=int, default=24, help="steps per simulated run (default %(default)s)")
-    p.add_argument("--onset", type=int, default=10, help="step at which each fault starts (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds (default %(default)s)")
+    p.add_argument("--steps", type=cliargs.int_range(3), default=24, help="steps per simulated run (default %(default)s)")
+    p.add_argument("--onset", type=cliargs.positive_int, default=10, help="step at which each fault starts (default %(default)s)")
+    p.add_argument("--timeout", type=cliargs.positive_float, default=240.0, help="give up after this many seconds (default %(default)s)")
     p.set_defaults(func=run_demo)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from . import cliargs
 from . import discovery, httpguard
 from .app import create_app
 from .exposition import make_registry
@@ -21,6 +22,7 @@ from .gpu.loop import gpu_option, settings_extra
 from .model import RunStore
 from .redact import install_log_redaction
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_listen
+from .sources import api as sources_api
 from .sources.files import FileSource, FilesCollector
 from .planned import CheckpointWatch, LogWriterWatch
 from .trainer_config import ConfigWatch
@@ -68,6 +70,7 @@ class Exporter:
             ex.sources.append(FileSource(store, settings.watch, "jsonl", **files))
         if settings.console:
             ex.sources.append(FileSource(store, settings.console, "console", **files))
+        sources_api.init(app, ex.sources)
         if ex.sources:
             registry.register(FilesCollector(ex.sources))
             ex.writers = LogWriterWatch(store, ex.sources)
@@ -109,24 +112,24 @@ class Exporter:
 
 
 def add_exporter_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_EXPORTER_PORT}",
+    p.add_argument("--listen", type=cliargs.listen, default=f"{DEFAULT_HOST}:{DEFAULT_EXPORTER_PORT}",
                    help="HOST:PORT to serve on (default %(default)s; binding beyond loopback is your decision)")
     p.add_argument("--watch", action="append", default=[], metavar="PATH",
                    help="verl JSONL file, glob, or VERL_FILE_LOGGER_ROOT dir (<root>/<project>/<experiment>.jsonl); repeatable")
     p.add_argument("--console", action="append", default=[], metavar="PATH",
                    help="log file with verl console lines (step:N - key:value - ...); repeatable")
-    p.add_argument("--window-steps", type=int, default=None, help="k: normal steps in the alert window (default 3)")
-    p.add_argument("--baseline-steps", type=int, default=None, help="N: normal steps in the MFU/step-time baseline (default 20)")
-    p.add_argument("--warmup-steps", type=int, default=None, help="steps after each (re)start treated as warm-up (default 2)")
-    p.add_argument("--max-keys", type=int, default=None, help="cap on passthrough verl keys per run (default 512)")
-    p.add_argument("--max-runs", type=int, default=None, help="cap on runs held (default 64); at the cap a new run takes "
+    p.add_argument("--window-steps", type=cliargs.positive_int, default=None, help="k: normal steps in the alert window (default 3)")
+    p.add_argument("--baseline-steps", type=cliargs.positive_int, default=None, help="N: normal steps in the MFU/step-time baseline (default 20)")
+    p.add_argument("--warmup-steps", type=cliargs.nonneg_int, default=None, help="steps after each (re)start treated as warm-up (default 2)")
+    p.add_argument("--max-keys", type=cliargs.positive_int, default=None, help="cap on passthrough verl keys per run (default 512)")
+    p.add_argument("--max-runs", type=cliargs.positive_int, default=None, help="cap on runs held (default 64); at the cap a new run takes "
                    "the place of the least recently active (logged once, alert RunCapReached)")
-    p.add_argument("--run-expiry", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--run-expiry", type=cliargs.nonneg_float, default=None, metavar="SECONDS",
                    help="a run without a new step for this long leaves /metrics, so a finished run stops "
                         "alerting (default 21600 = 6 h; 0 = never). Applies to runs that look finished: the "
                         "last step was the planned last (total reached, forced final checkpoint/validation) or "
                         "the process writing the log was seen and has exited")
-    p.add_argument("--stalled-run-expiry", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--stalled-run-expiry", type=cliargs.nonneg_float, default=None, metavar="SECONDS",
                    help="a run with no evidence that it finished (a log written on another node, a push feed) "
                         "keeps alerting this long without a step (default 259200 = 3 d; 0 = never); a run "
                         "whose log a live process still holds open never expires: it is hung")
@@ -145,21 +148,21 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
                         "live process holds open) is history: reported once at info, never escalated "
                         "(default 21600 = 6 h; 0 = off)")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
-    p.add_argument("--gpus", type=int, default=None, metavar="N",
+    p.add_argument("--gpus", type=cliargs.positive_int, default=None, metavar="N",
                    help="GPUs of a run whose keys cannot tell (the GPU-hours ledger multiplies by it; derived from "
                         "perf/throughput when the run logs it)")
-    p.add_argument("--poll-interval", type=float, default=None, help="seconds between file polls (default 0.5)")
-    p.add_argument("--max-open-files", type=int, default=None, metavar="N",
+    p.add_argument("--poll-interval", type=cliargs.positive_float, default=None, help="seconds between file polls (default 0.5)")
+    p.add_argument("--max-open-files", type=cliargs.positive_int, default=None, metavar="N",
                    help="descriptors each file source keeps open (default 128): unchanged files are checked with "
                         "stat() and opened only when they change, so a watch of thousands of files fits `ulimit -n`")
     p.add_argument("--follow-symlinks", action="store_true", default=None,
                    help="follow symlinks that lead out of a watched directory (default: refused, logged once)")
-    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+    p.add_argument("--max-connections", type=cliargs.positive_int, default=None, metavar="N",
                    help="HTTP connections held at once (default 256, lowered to fit the descriptor limit); at the cap "
                         "the oldest connection still waiting for its request head is closed for the new one")
-    p.add_argument("--header-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--header-timeout", type=cliargs.positive_float, default=None, metavar="SECONDS",
                    help="seconds a client has to send its request head (default 10)")
-    p.add_argument("--body-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--body-timeout", type=cliargs.positive_float, default=None, metavar="SECONDS",
                    help="seconds a client has to send its request body after the head (default 30)")
     p.add_argument("--gpu", type=gpu_option, default=None, metavar="auto|on|off|replay:TRACE.json",
                    help="NVML GPU sampler: auto (when nvidia-ml-py and a driver are present), on (required), off "

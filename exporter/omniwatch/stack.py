@@ -6,6 +6,7 @@ Docker compose is the Makefile's choice when an engine answers; this module neve
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -20,7 +21,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from . import names, paths, proc
+from . import cliargs
+from . import extras, headnode, names, notify, paths, ports, proc, watching
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -45,6 +47,13 @@ class StackError(RuntimeError):
     pass
 
 
+# component -> (StackConfig port field, its flag, its environment variable): what a conflict message names
+PORT_OF = {"exporter": ("exporter_port", "--exporter-port", "OMNIWATCH_EXPORTER_PORT"),
+           "prometheus": ("prometheus_port", "--prometheus-port", "OMNIWATCH_PROMETHEUS_PORT"),
+           "alertmanager": ("alertmanager_port", "--alertmanager-port", "OMNIWATCH_ALERTMANAGER_PORT"),
+           "grafana": ("grafana_port", "--grafana-port", "OMNIWATCH_GRAFANA_PORT")}
+
+
 def find_binary(*names: str) -> str | None:
     """One way to find a binary: ``OMNIWATCH_<NAME>`` or PATH (settings.tool)."""
     return tool(*names)
@@ -65,6 +74,14 @@ class StackConfig:
     exporter_env: dict = field(default_factory=dict)         # extra environment (relay config, ...)
     extra_scrape_configs: list[dict] = field(default_factory=list)
     retention: str = "30d"
+    exporter_bind: str | None = None  # the exporter's listen address when not `host` (a cluster's head node)
+
+    @property
+    def exporter_host(self) -> str:
+        """Where Prometheus, Alertmanager and `up` reach the exporter: its bind address, or `host` when it
+        binds every interface."""
+        return self.exporter_bind if self.exporter_bind and self.exporter_bind not in ("0.0.0.0", "::") \
+            else self.host
 
     @property
     def prometheus_url(self) -> str:
@@ -76,7 +93,7 @@ class StackConfig:
 
     @property
     def exporter_url(self) -> str:
-        return f"http://{self.host}:{self.exporter_port}"
+        return f"http://{self.exporter_host}:{self.exporter_port}"
 
     @property
     def grafana_url(self) -> str:
@@ -89,6 +106,7 @@ class Stack:
     def __init__(self, cfg: StackConfig):
         self.cfg = cfg
         self.run_dir = cfg.run_dir.resolve()
+        self.restarted: list[str] = []  # components the last up() restarted (their configuration changed)
 
     # -- layout ------------------------------------------------------------------------------------
     def p(self, *parts: str) -> Path:
@@ -109,7 +127,7 @@ class Stack:
         prof = PROFILES[self.cfg.profile]
         rules = [str(p) for p in rule_files()]
         scrape = [
-            {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.exporter_port}"]}]},
+            {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.exporter_host}:{self.cfg.exporter_port}"]}]},
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.prometheus_port}"]}]},
             {"job_name": "alertmanager", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.alertmanager_port}"]}]},
         ] + self._discovered_jobs() + list(self.cfg.extra_scrape_configs)
@@ -124,7 +142,7 @@ class Stack:
     def _discovered_jobs(self) -> list[dict]:
         """Endpoints found by Ray discovery (TransferQueue, vLLM-Omni, reward servers, Ray nodes) come
         through the exporter's HTTP service discovery: no Prometheus restart when they change."""
-        exporter = f"{self.cfg.host}:{self.cfg.exporter_port}"
+        exporter = f"{self.cfg.exporter_host}:{self.cfg.exporter_port}"
         # per-node agents (omniwatch agents start) register with the exporter and come through here
         jobs = [{"job_name": "omniwatch-agent", "http_sd_configs": [
             {"url": f"http://{exporter}/api/v1/agents/sd", "refresh_interval": "10s"}]}]
@@ -174,7 +192,9 @@ class Stack:
             raise StackError(f"prometheus not found on PATH; {INSTALL_HINT}")
         if not am:
             raise StackError(f"alertmanager (or prometheus-alertmanager) not found on PATH; {INSTALL_HINT}")
-        exporter = [sys.executable, "-m", "omniwatch", "serve", "--listen", f"{c.host}:{c.exporter_port}",
+        bind = c.exporter_bind or c.host
+        exporter = [sys.executable, "-m", "omniwatch", "serve", "--listen",
+                    f"{'[' + bind + ']' if ':' in bind else bind}:{c.exporter_port}",
                     "--state-dir", str(self.p("state"))]
         for w in c.watch:
             exporter += ["--watch", os.path.abspath(w)]
@@ -263,6 +283,20 @@ class Stack:
             return time.time() - info.get("started", 0) < 10
         return raw.split(b"\0")[0].decode(errors="replace") == info["argv"][0]
 
+    def fingerprint(self, argv: list[str], env: dict) -> str:
+        """What a component runs with: its argv, its extra environment and the config files its argv names
+        (hashed: the environment may name secrets' files). A running component whose fingerprint differs
+        from the one ``up`` would start is restarted."""
+        h = hashlib.sha256(json.dumps([argv, sorted(env.items())]).encode())
+        files = [a.split("=", 1)[1] for a in argv if a.startswith("--config.file=")]
+        files += [v for k, v in env.items() if k == notify.RELAY_CONFIG_ENV]  # the receivers file
+        for f in files:
+            try:
+                h.update(Path(f).read_bytes())
+            except OSError:
+                pass
+        return h.hexdigest()[:16]
+
     def start(self, name: str, argv: list[str], env: dict) -> int:
         info = self._read_pid(name)
         if self._alive(info):
@@ -273,7 +307,8 @@ class Stack:
         child = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=process_env(env), cwd=str(self.run_dir), start_new_session=True)
         logf.close()
-        self._pidfile(name).write_text(json.dumps({"pid": child.pid, "argv": argv, "started": time.time()}))
+        self._pidfile(name).write_text(json.dumps({"pid": child.pid, "argv": argv, "started": time.time(),
+                                                   "fingerprint": self.fingerprint(argv, env)}))
         return child.pid
 
     def wait_ready(self, name: str, url: str, timeout: float = 60.0) -> None:
@@ -286,6 +321,7 @@ class Stack:
             try:
                 r = httpx.get(url, timeout=2.0)
                 if r.status_code == 200:
+                    self._check_ours(name)
                     return
                 last = f"HTTP {r.status_code}"
             except httpx.HTTPError as e:
@@ -293,9 +329,49 @@ class Stack:
             time.sleep(0.2)
         raise StackError(f"{name} not ready at {url} after {timeout:.0f}s ({last}); see {self.p('logs', name + '.log')}")
 
+    def _port(self, name: str) -> int:
+        return getattr(self.cfg, PORT_OF[name][0])
+
+    def _conflict(self, name: str, port: int) -> StackError:
+        _, flag, var = PORT_OF[name]
+        return StackError(f"port {port} ({name}) is already in use by {ports.describe_holder(port)}: stop it, or "
+                          f"start this stack on another port ({flag} N, env {var})")
+
+    def _check_ours(self, name: str) -> None:
+        """The process answering on ``name``'s port is the one this stack started (not another stack's)."""
+        info = self._read_pid(name)
+        port = self._port(name) if name in PORT_OF else None
+        if port is None or not info:
+            return
+        if ports.owned_by(port, info["pid"]) is False:
+            raise self._conflict(name, port)
+
+    def check_ports(self, names=("exporter", "alertmanager", "prometheus")) -> None:
+        """Every port this start needs, checked before anything starts (or is wiped): a port that another
+        process holds is a StackError naming the port and its holder, and nothing starts."""
+        conflicts = [self._conflict(name, self._port(name)) for name in names
+                     if name in PORT_OF and not self._alive(self._read_pid(name))
+                     and ports.in_use(self.cfg.exporter_bind or self.cfg.host if name == "exporter"
+                                      else self.cfg.host, self._port(name))]
+        if conflicts:
+            raise StackError("\n".join(str(c) for c in conflicts))
+
+    def changed(self, cmds: dict) -> list[str]:
+        """Running components whose configuration differs from what ``up`` would start now."""
+        out = []
+        for name, (argv, env, _) in cmds.items():
+            info = self._read_pid(name)
+            if self._alive(info) and info.get("fingerprint") != self.fingerprint(argv, env):
+                out.append(name)
+        return out
+
     def up(self) -> dict[str, str]:
         self.write_configs()
         cmds = self.commands()
+        self.restarted = self.changed(cmds)
+        for name in self.restarted:
+            self.stop(name)
+        self.check_ports(cmds)
         started = {}
         for name in ("exporter", "alertmanager", "prometheus", "grafana"):
             if name not in cmds:
@@ -357,14 +433,15 @@ class Stack:
 
 # -- CLI ---------------------------------------------------------------------------------------------
 def _cfg_from_args(args) -> StackConfig:
-    return StackConfig(run_dir=Path(args.run_dir), prometheus_port=args.prometheus_port,
-                       alertmanager_port=args.alertmanager_port, exporter_port=args.exporter_port,
-                       grafana_port=args.grafana_port, profile=getattr(args, "profile", "default"),
+    ports = {k: getattr(args, k) for k in ("prometheus_port", "alertmanager_port", "exporter_port", "grafana_port")
+             if hasattr(args, k)}  # down and status take no ports: they read the pid files and stack.json
+    return StackConfig(run_dir=Path(args.run_dir), **ports, profile=getattr(args, "profile", "default"),
                        watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [],
                        exporter_args=[x for d in getattr(args, "checkpoint_root", []) or []
                                       for x in ("--checkpoint-root", os.path.abspath(d))]
                        + [x for d in getattr(args, "trainer_config", []) or []
-                          for x in ("--trainer-config", os.path.abspath(d))])
+                          for x in ("--trainer-config", os.path.abspath(d))],
+                       exporter_bind=getattr(args, "exporter_bind", None))
 
 
 def demo_stack(stack: Stack) -> Stack:
@@ -387,22 +464,39 @@ def _row(name: str, value: str) -> str:
     return line if len(line) <= 80 else f"  {name}\n    {value}"
 
 
+def alerts_command(cfg: StackConfig) -> str:
+    """The command that lists this stack's alerts (Debian's Alertmanager serves an API but no web page)."""
+    return "omniwatch alerts" + ("" if cfg.exporter_port == DEFAULT_EXPORTER_PORT else f" --url {cfg.exporter_url}")
+
+
 def _print_urls(stack: Stack, started: dict) -> None:
-    print("omniwatch stack up")
+    print("omniwatch stack up" + (f" (restarted with the new configuration: {', '.join(stack.restarted)})"
+                                  if stack.restarted else ""))
     print(_row("run dir", _short(stack.run_dir)))
     for name, url in started.items():
         print(_row(name, url))
+    for name, value in watching.rows(watching.fetch(stack.cfg.exporter_url) or []) + extras.hints():
+        print(_row(name, value))
+    for name, value in notify.rows(stack.cfg.exporter_url):
+        print(_row(name, value))
+    for name, value in headnode.rows(stack.cfg.exporter_bind, stack.cfg.exporter_port,
+                                     stack.p("secrets", "push.token")):
+        print(_row(name, value))
     if "grafana" not in started:
         print(_row("dashboards", stack.dashboards_hint()))
+    print(_row("alerts", alerts_command(stack.cfg)))
     print(_row("push token", _short(stack.p("secrets", "push.token"))))
     print(_row("stop with", "omniwatch down   (or make down)"))
 
 
 def cmd_up(args) -> int:
     stack = Stack(_cfg_from_args(args))
+    stack.cfg.exporter_env.update(notify.exporter_env(args.receivers, stack.p("config")))
     demo = demo_stack(stack)
     if demo.running():
         print("stopping the demo stack first (it uses the same ports): " + ", ".join(demo.down()))
+    for line in watching.warnings(stack.cfg.watch, stack.cfg.console):
+        print(line, file=sys.stderr)
     try:
         started = stack.up()
     except StackError as e:
@@ -440,10 +534,23 @@ def cmd_status(args) -> int:
     rows = [(r, "") for r in stack.status()] + [(r, " (demo)") for r in demo_stack(stack).status()]
     if not rows:
         print(f"nothing runs from {stack.run_dir}")
+        for name, value in extras.hints():
+            print(_row(name, value))
         return 3
     for r, tag in rows:
         state = "running" if r["running"] else "DEAD   "
         print(_row(r["component"] + tag, f"{state} pid {r['pid']:<8} {r['url']}".rstrip()))
+    exporter = [r for r, tag in rows if r["component"] == "exporter" and r["running"] and not tag]
+    if exporter:
+        sources = watching.fetch(exporter[0]["url"])
+        for name, value in watching.rows(sources or []):
+            print(_row(name, value))
+        if sources == []:
+            print(_row("watching", "nothing (push only): omniwatch up --watch <VERL_FILE_LOGGER_ROOT>"))
+        for name, value in notify.rows(exporter[0]["url"]):
+            print(_row(name, value))
+    for name, value in extras.hints():
+        print(_row(name, value))
     if not any(r["component"] == "grafana" and r["running"] for r, _ in rows):
         print(_row("dashboards", stack.dashboards_hint()))
     for r, tag in rows:  # history, not news: runs first seen long after their last line (issue 22)
@@ -452,15 +559,17 @@ def cmd_status(args) -> int:
     return 0 if all(r["running"] for r, _ in rows) else 1
 
 
-def add_stack_args(p) -> None:
+def add_stack_args(p, ports: bool = True) -> None:
     """Stack flags; their defaults are the settings (OMNIWATCH_RUN_DIR, OMNIWATCH_*_PORT, a settings file)."""
     s = Settings()
     p.add_argument("--run-dir", default=s.run_dir,
                    help="configs, data, logs and pid files (default %(default)s, env OMNIWATCH_RUN_DIR)")
-    p.add_argument("--prometheus-port", type=int, default=s.prometheus_port, help="(env OMNIWATCH_PROMETHEUS_PORT)")
-    p.add_argument("--alertmanager-port", type=int, default=s.alertmanager_port, help="(env OMNIWATCH_ALERTMANAGER_PORT)")
-    p.add_argument("--exporter-port", type=int, default=s.port, help="(env OMNIWATCH_EXPORTER_PORT)")
-    p.add_argument("--grafana-port", type=int, default=s.grafana_port, help="(env OMNIWATCH_GRAFANA_PORT)")
+    if not ports:
+        return
+    p.add_argument("--prometheus-port", type=cliargs.port, default=s.prometheus_port, help="(env OMNIWATCH_PROMETHEUS_PORT)")
+    p.add_argument("--alertmanager-port", type=cliargs.port, default=s.alertmanager_port, help="(env OMNIWATCH_ALERTMANAGER_PORT)")
+    p.add_argument("--exporter-port", type=cliargs.port, default=s.port, help="(env OMNIWATCH_EXPORTER_PORT)")
+    p.add_argument("--grafana-port", type=cliargs.port, default=s.grafana_port, help="(env OMNIWATCH_GRAFANA_PORT)")
 
 
 def add_commands(sub) -> None:
@@ -474,10 +583,18 @@ def add_commands(sub) -> None:
                    help="passed to `omniwatch serve --checkpoint-root` (where trainers save checkpoints)")
     p.add_argument("--trainer-config", action="append", default=[], metavar="FILE|GLOB|DIR",
                    help="passed to `omniwatch serve --trainer-config` (the runs' resolved trainer configs)")
+    p.add_argument("--exporter-bind", metavar="ADDR", default=None, type=headnode.bind_address,
+                   help="the head node of a cluster: the exporter listens on ADDR (0.0.0.0, or the head's "
+                        "cluster IP) so node agents on other hosts register (with the push token); Prometheus "
+                        "and Alertmanager stay on 127.0.0.1. Default: 127.0.0.1 like the rest")
+    p.add_argument("--receivers", metavar="FILE", default=None,
+                   help="relay receivers file (Slack / Feishu / webhook, docs/relay.md); without it, "
+                        "OMNIWATCH_SLACK_URL / OMNIWATCH_FEISHU_URL / OMNIWATCH_NOTIFY_WEBHOOK_URL set one up "
+                        "(make up SLACK_URL=...)")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("down", help="stop what `omniwatch up` started (from its pid files)")
-    add_stack_args(p)
+    add_stack_args(p, ports=False)
     p.set_defaults(func=cmd_down)
-    p = sub.add_parser("status", help="tell what runs")
-    add_stack_args(p)
+    p = sub.add_parser("status", help="what runs, what is watched, and the runs and bad lines per watched path")
+    add_stack_args(p, ports=False)
     p.set_defaults(func=cmd_status)

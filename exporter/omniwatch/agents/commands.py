@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from .. import cliargs
 from ..settings import parse_listen
 
 
@@ -72,7 +73,7 @@ def _agent_flags(p, default_heartbeat: float) -> None:
                         "OMNIWATCH_PUSH_TOKEN or OMNIWATCH_PUSH_TOKEN_FILE")
     p.add_argument("--gpu", action="store_true", help="require the GPU sampler (report it down when NVML fails)")
     p.add_argument("--gpu-mode", default="auto", choices=["auto", "on", "off"], help=argparse_help_gpu)
-    p.add_argument("--heartbeat", type=float, default=default_heartbeat, help="seconds between registrations")
+    p.add_argument("--heartbeat", type=cliargs.positive_float, default=default_heartbeat, help="seconds between registrations")
 
 
 argparse_help_gpu = "GPU sampler: auto (when NVML works here), on, off (default %(default)s)"
@@ -91,7 +92,7 @@ def add_commands(sub) -> None:
     s = asub.add_parser("start", help="one agent per alive Ray node, kept by a supervisor actor (idempotent)")
     s.add_argument("--ray-address", default=None, help="Ray cluster (default: RAY_ADDRESS or the local cluster)")
     s.add_argument("--namespace", default="omniwatch")
-    s.add_argument("--reconcile", type=float, default=30.0, help="seconds between placement rounds")
+    s.add_argument("--reconcile", type=cliargs.positive_float, default=30.0, help="seconds between placement rounds")
     _agent_flags(s, 10.0)
     s.set_defaults(func=cmd_start)
     for name, fn, hlp in (("status", cmd_status, "list the agents"), ("stop", cmd_stop, "deregister and remove every agent")):

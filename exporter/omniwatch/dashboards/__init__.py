@@ -10,6 +10,8 @@ import logging
 import sys
 from pathlib import Path
 
+from .. import cliargs
+
 log = logging.getLogger(__name__)
 
 
@@ -99,5 +101,5 @@ def add_commands(sub) -> None:
     r = dsub.add_parser("render", help="draw each dashboard as a PNG from live range queries (no Grafana needed)")
     _add_run_filters(r)
     r.add_argument("--out", default="docs/img", help="directory for <uid>.png")
-    r.add_argument("--minutes", type=float, default=30.0, help="time range to draw, ending now")
+    r.add_argument("--minutes", type=cliargs.positive_float, default=30.0, help="time range to draw, ending now")
     r.set_defaults(func=_render)

@@ -8,6 +8,7 @@ import time
 
 import httpx
 
+from .. import cliargs
 from .config import add_arguments, from_args
 from .service import Discovery
 
@@ -93,6 +94,6 @@ def add_commands(sub) -> None:
     p = sub.add_parser("discover", help="find the run's TransferQueue, rollout, reward and Ray metrics endpoints")
     add_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Ray to answer")
+    p.add_argument("--timeout", type=cliargs.positive_float, default=30.0, help="seconds to wait for Ray to answer")
     p.add_argument("--no-fetch", action="store_true", help="do not fetch each target's /metrics")
     p.set_defaults(func=run_discover)

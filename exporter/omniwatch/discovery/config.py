@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from .. import cliargs
 from .targets import DEFAULT_RAY_SD_FILE, DEFAULT_ROLLOUT_PROM_FILE, parse_address_list
 
 OFF = ("", "off", "none", "no", "false")
@@ -58,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ray-sd-file", default=DEFAULT_RAY_SD_FILE, help="Ray's Prometheus service-discovery file")
     g.add_argument("--max-num-seqs", default=None, metavar="N|rollout=N,reward=M",
                    help="max_num_seqs of the servers (for the saturation rules)")
-    g.add_argument("--discovery-interval", type=float, default=10.0, help="seconds between discovery rounds")
+    g.add_argument("--discovery-interval", type=cliargs.positive_float, default=10.0, help="seconds between discovery rounds")
     g.add_argument("--discovery-project", default=None, help="project label for discovered targets (default: the only run)")
     g.add_argument("--discovery-experiment", default=None, help="experiment label for discovered targets")
 

@@ -7,6 +7,8 @@ import sys
 
 import httpx
 
+from .. import cliargs
+
 DEFAULT_URL = "http://127.0.0.1:19095"
 
 
@@ -55,13 +57,29 @@ def render(alerts: list, status: dict, console) -> None:
         console.print(f"[red]relay config error:[/red] {escape(str(status['config_error']))}")
 
 
+def default_url() -> str:
+    """``OMNIWATCH_URL`` when set, else the exporter on loopback at ``OMNIWATCH_EXPORTER_PORT`` (19095)."""
+    from ..settings import Settings
+    s = Settings()
+    return s.url if "url" in s.model_fields_set else f"http://127.0.0.1:{s.port}"
+
+
 def cmd_alerts(args) -> int:
     from rich.console import Console
 
+    url = args.url or default_url()
     try:
-        alerts, status = fetch(args.url, args.limit, args.status)
+        alerts, status = fetch(url, args.limit, args.status)
+    except httpx.HTTPStatusError as e:
+        try:
+            detail = e.response.json().get("detail", e.response.text)
+        except ValueError:
+            detail = e.response.text
+        print(f"omniwatch alerts: {url} answered HTTP {e.response.status_code}: {str(detail)[:200]}", file=sys.stderr)
+        return 1
     except (httpx.HTTPError, ValueError) as e:
-        print(f"omniwatch alerts: cannot read {args.url}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"omniwatch alerts: cannot read {url}: {type(e).__name__}: {e} (is the stack up? omniwatch status)",
+              file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps({"alerts": alerts, "relay": status}, indent=2))
@@ -72,8 +90,9 @@ def cmd_alerts(args) -> int:
 
 def add_commands(sub) -> None:
     p = sub.add_parser("alerts", help="recent alerts and relay delivery status from a running exporter")
-    p.add_argument("--url", default=DEFAULT_URL, help=f"exporter base URL (default {DEFAULT_URL})")
-    p.add_argument("--limit", type=int, default=20, help="how many alerts (1..1000, default 20)")
+    p.add_argument("--url", default=None, help="exporter base URL (default: $OMNIWATCH_URL, else "
+                   "http://127.0.0.1:$OMNIWATCH_EXPORTER_PORT, i.e. " + DEFAULT_URL + ")")
+    p.add_argument("--limit", type=cliargs.int_range(1, 1000), default=20, help="how many alerts (1..1000, default 20)")
     p.add_argument("--status", choices=["firing", "resolved"], help="only alerts with this status")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_alerts)

@@ -51,6 +51,7 @@ class Receiver:
     channel: str | None = None             # slack channel override
     send_resolved: bool = True
     match: dict[str, str] = field(default_factory=dict)  # label equality filter
+    exclude: dict[str, str] = field(default_factory=dict)  # groups whose labels all match this are not sent
     error: str | None = None               # why this receiver is disabled (no secret in it)
 
     @property
@@ -63,6 +64,8 @@ class Receiver:
     def wants(self, status: str, labels: dict[str, str]) -> bool:
         if status == "resolved" and not self.send_resolved:
             return False
+        if self.exclude and all(labels.get(k) == v for k, v in self.exclude.items()):
+            return False
         return all(labels.get(k) == v for k, v in self.match.items())
 
 
@@ -73,6 +76,7 @@ class RelayConfig:
     grafana_url: str | None = None
     path: str | None = None
     error: str | None = None               # the whole file failed to load
+    runbooks: tuple[str, str] | None = None  # (default runbook base, this exporter's): messages link here
 
     def secrets(self) -> list[str]:
         return [s for r in self.receivers for s in r.secrets()]
@@ -120,6 +124,10 @@ def _receiver(i: int, raw: object) -> Receiver:
         if not isinstance(match, dict):
             raise ConfigError("match must be a mapping of label: value")
         r.match = {str(k): str(v) for k, v in match.items()}
+        exclude = raw.get("exclude") or {}
+        if not isinstance(exclude, dict):
+            raise ConfigError("exclude must be a mapping of label: value")
+        r.exclude = {str(k): str(v) for k, v in exclude.items()}
     except ConfigError as e:
         r.url = r.secret = None
         r.headers = {}
@@ -148,7 +156,11 @@ def load(path: str | None, grafana: str | None = None) -> RelayConfig:
     except (OSError, yaml.YAMLError, ConfigError, TypeError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         return RelayConfig(grafana_url=grafana, path=path, error=f"{type(e).__name__}: {msg}")
-    rs = [_receiver(i, r) for i, r in enumerate(receivers)]
+    # `optional: true`: a receiver whose url_env is unset is left out (compose's receivers file names every
+    # kind; the ones whose URL is not given are absent, not disabled)
+    rs = [_receiver(i, r) for i, r in enumerate(receivers)
+          if not (isinstance(r, dict) and r.get("optional") is True and isinstance(r.get("url_env"), str)
+                  and _ENV_RE.match(r["url_env"]) and not read_secret(r["url_env"]))]
     seen: set[str] = set()
     for r in rs:
         if r.name in seen:

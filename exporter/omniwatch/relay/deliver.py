@@ -238,7 +238,7 @@ class Relay:
 
     def payload(self, rcv: Receiver, row: OutboxRow) -> dict:
         row.body = redact_tree(row.body)  # stored redacted; rows an older version stored are redacted here
-        msg = messages.build(row.body, self.config.grafana_url)
+        msg = messages.build(row.body, self.config.grafana_url, self.config.runbooks)
         if rcv.type == "slack":
             return messages.render_slack(msg, rcv.channel)
         if rcv.type == "feishu":

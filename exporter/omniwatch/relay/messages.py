@@ -86,7 +86,15 @@ def _one_line_map(d) -> dict:
     return {one_line(k): one_line(v) for k, v in d.items()} if isinstance(d, dict) else {}
 
 
-def _view(a: dict, grafana: str | None) -> AlertView:
+def _runbook(url: str | None, runbooks: tuple[str, str] | None) -> str | None:
+    """The rules link runbooks at the exporter's default address (alerting config ``runbook_base``); an
+    exporter on another port serves them itself, so its messages link there (``runbooks`` = (default, own))."""
+    if url and runbooks and url.startswith(runbooks[0]):
+        return runbooks[1] + url[len(runbooks[0]):]
+    return url
+
+
+def _view(a: dict, grafana: str | None, runbooks: tuple[str, str] | None = None) -> AlertView:
     labels, ann = _one_line_map(a.get("labels")), _one_line_map(a.get("annotations"))
     project, experiment = labels.get("project"), labels.get("experiment")
     run = "/".join(x for x in (project, experiment) if x) or labels.get("instance") or labels.get("job")
@@ -96,14 +104,14 @@ def _view(a: dict, grafana: str | None) -> AlertView:
     return AlertView(
         name=labels.get("alertname", "alert"), status=a.get("status", ""), run=run,
         step=ann.get("step") or labels.get("step"), summary=ann.get("summary", ""), numbers=numbers,
-        remedy=ann.get("remedy") or ann.get("action"), runbook_url=ann.get("runbook_url"),
+        remedy=ann.get("remedy") or ann.get("action"), runbook_url=_runbook(ann.get("runbook_url"), runbooks),
         dashboard_url=_dashboard(ann, labels, grafana), starts_at=go_time(a.get("startsAt")),
         ends_at=go_time(a.get("endsAt")), labels=labels)
 
 
-def build(body: dict, grafana: str | None = None) -> Message:
+def build(body: dict, grafana: str | None = None, runbooks: tuple[str, str] | None = None) -> Message:
     alerts = body.get("alerts") or []
-    views = [_view(a, grafana) for a in alerts[:MAX_ALERTS_SHOWN]]
+    views = [_view(a, grafana, runbooks) for a in alerts[:MAX_ALERTS_SHOWN]]
     status = body.get("status", "firing")
     names = sorted({v.name for v in views})
     runs = sorted({v.run for v in views if v.run})

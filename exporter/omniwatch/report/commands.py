@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from .. import cliargs
 from ..backtest.commands import _duration, _guarded, _time
 from ..backtest.report import progress_for
 from ..backtest.tsdb import ToolError
@@ -198,7 +199,7 @@ def add_commands(sub) -> None:
     p.add_argument("--project", help="project label (default: the file's parent directory; with --prometheus: the run's)")
     p.add_argument("--experiment", help="experiment label (default: the file name)")
     p.add_argument("--start", type=_time, help="when the run started (default: file mtime minus the run's total)")
-    p.add_argument("--jobs", type=int, help="processes writing run pages of a directory (default: one per core)")
+    p.add_argument("--jobs", type=cliargs.positive_int, help="processes writing run pages of a directory (default: one per core)")
     _common(p)
     p.set_defaults(func=cmd_report)
 

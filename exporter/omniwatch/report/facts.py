@@ -93,6 +93,16 @@ class RunFacts:
         return self.source_name or os.path.basename(self.run)
     trainer_config: dict | None = None  # what the run's trainer config says (trainer_config.describe)
     assumed: list[str] = field(default_factory=list)  # what omniwatch assumed where no config said
+    lines: int = 0  # lines read as steps or skipped (blank lines and console non-step output not counted)
+
+    @property
+    def skipped_text(self) -> str:
+        """``5 of 8 lines skipped (malformed_json 5)``, or '' when none was."""
+        n = sum(self.skipped.values())
+        if not n:
+            return ""
+        why = ", ".join(f"{r} {c}" for r, c in sorted(self.skipped.items(), key=lambda x: (-x[1], x[0])))
+        return f"{n} of {self.lines} lines skipped ({why})"
 
     # -- header -------------------------------------------------------------------------------------
     @property

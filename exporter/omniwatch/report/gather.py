@@ -126,6 +126,7 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
             alerts=[AlertSpan(a.alertname, a.severity, a.first_step, a.last_step, a.labels, a.first_index,
                               a.last_index, dict(a.annotations)) for a in res.alerts],
             not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped), label_note=r.label_note,
+            lines=len(r.entries) + sum(r.skipped.values()),
             trainer_config=trainer_config.describe(run.config if run is not None else None),
             assumed=trainer_config.assumptions(run.config if run is not None else None)))
     return out

@@ -33,6 +33,7 @@ def facts_json(f: RunFacts, bs: list[Bottleneck]) -> dict:
         "not_evaluated": f.not_evaluated,
         "trainer_config": f.trainer_config,
         "assumed": f.assumed,
+        "lines": f.lines, "skipped": dict(f.skipped),
     }
 
 
@@ -51,6 +52,8 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
                   f"LoRA {c['lora']}, GPUs {c['gpus'] or '?'}", highlight=False, markup=False)
     for a in f.assumed:
         con.print(f"[yellow]assumed:[/] {escape(a)}", highlight=False)
+    if f.skipped:
+        con.print(f"[yellow]input:[/] {f.skipped_text}", highlight=False)
     t = Table(title=f"Where the GPU-hours went ({f.total_gpu_seconds / HOUR:.2f} GPU-h)", title_justify="left")
     t.add_column("bucket")
     t.add_column("GPU-h", justify="right")

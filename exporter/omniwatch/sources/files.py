@@ -24,6 +24,7 @@ from ..planned import total_steps_in
 from ..redact import looks_like_credential, redact
 from .. import trainer_config
 from ..runlabel import shortened
+from .book import SourceBook
 from .layout import raw_run_labels, run_labels
 from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, escapes
 
@@ -60,6 +61,8 @@ class FileSource:
         self.tails: dict[str, FileTail] = {}
         self._labels: dict[str, tuple[str, str]] = {}
         self._problems: dict[str, str] = {}  # path -> the problem last reported for it (logged once)
+        self.book = SourceBook(kind)  # lines read/skipped per file, missing specs (status, logs)
+        self._spec_of: dict[str, str] = {}  # path -> the spec that found it
         self.poll_lock = threading.Lock()  # a checkpoint sees offsets and the model at one point
         self._resume: dict[str, dict] = {}
         self._blocks: dict[str, trainer_config.PprintBlock] = {}  # console: VeRL-Omni's config print per file
@@ -178,7 +181,9 @@ class FileSource:
             try:
                 root = self._root(spec)
                 is_dir = os.path.isdir(spec)
-                for path in self._expand(spec):
+                found = self._expand(spec)
+                self.book.spec_seen(spec, len(found) if is_dir or glob.has_magic(spec) else int(os.path.isfile(spec)))
+                for path in found:
                     if path in self.tails:
                         continue
                     labels = run_labels(path)
@@ -196,9 +201,11 @@ class FileSource:
                                     checks=checks)
                     if path in self._resume:
                         tail.resume_from(self._resume.pop(path))
+                        self.book.file(path).resumed = True
                     tail.slot = len(self.tails)
                     self.tails[path] = tail
                     self._active[path] = tail
+                    self._spec_of[path] = spec
                     self._labels[path] = labels
                     self._say_shortened(path, labels)
                 self.store.set_source_up(self.kind, redact(spec), True)
@@ -288,12 +295,15 @@ class FileSource:
         if res is UNCHANGED:
             return 0
         project, experiment = self._labels[path]
+        book = self.book.file(path)
         if res.too_long:
             self.store.count_error(self.kind, "line_too_long", res.too_long)
+            self.book.bad(path, book, self.book.read(path, book, res.too_long), "line_too_long", res.too_long)
         for ev in res.events:
             if ev == "truncated":  # verl reopens its log with "wb": a restarted trainer
                 log.info("%s: truncated (trainer restart)", redact(path))
                 self.store.trainer_restarted(project, experiment, self.kind)
+                self.book.restarted(path)
             elif ev == "rotated":  # logrotate; a restart that also rotates shows as its step going back
                 log.info("%s: rotated; following the new file", redact(path))
         if not res.lines:
@@ -314,8 +324,11 @@ class FileSource:
         try:
             parsed: ParsedStep = self.parse(line)
         except LineError as e:
+            book = self.book.file(path)
+            lineno = self.book.read(path, book)
             if e.reason != "not_a_step_line":  # console logs carry other output: not an error
                 self.store.count_error(self.kind, e.reason)
+                self.book.bad(path, book, lineno, e.reason)
             elif (total := total_steps_in(line)) is not None:  # the trainer's "Total training steps: N"
                 self.store.set_total_steps(project, experiment, total)
             elif self.kind == "console":
@@ -324,10 +337,21 @@ class FileSource:
         except Exception:  # never let one line kill the source
             log.exception("unexpected parse failure in %s", redact(path))
             self.store.count_error(self.kind, "parser_bug")
+            book = self.book.file(path)
+            self.book.bad(path, book, self.book.read(path, book), "parser_bug")
             return 0
+        book = self.book.file(path)
+        self.book.read(path, book)
         rec = self.store.ingest(project, experiment, parsed, self.kind, arrival=arrival,
                                 feed=f"{self.kind}:{path}", backlog=backlog)
-        return 1 if rec is not None else 0
+        if rec is None:
+            return 0
+        book.applied += 1
+        return 1
+
+    def describe(self) -> list[dict]:
+        """Per watch spec: exists, files, runs with steps, lines read and skipped (``/api/v1/sources``)."""
+        return self.book.describe(self.specs, dict(self._spec_of), dict(self._labels))
 
     def _config_line(self, project: str, experiment: str, path: str, line: bytes) -> None:
         """A line of VeRL-Omni's resolved-config print (``pprint`` of the config at start): the run's
