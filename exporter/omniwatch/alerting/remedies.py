@@ -294,9 +294,8 @@ def step_drift() -> Prose:
              "change. The usual causes grow with the run: host memory or the dataloader filling up (watch node memory and "
              "swap), GPUs throttling as they heat (clocks and power on the GPUs dashboard), a checkpoint or log "
              "directory on a filling disk. Compare where the step goes now with "
-             "the reference steps (the stage-share panel; the description names the part that grew) and profile one "
-             "step (", key("global_profiler.tool", "nsys"), ", ", key("global_profiler.steps", "[N]"),
-             ") to compare with one near the start.")
+             "the reference steps (the stage-share panel; the description names the part that grew), and compare a "
+             "profiled step with one near the start.") + profile("nsys")
 
 
 def reward_saturation() -> Prose:
