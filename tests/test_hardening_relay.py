@@ -162,7 +162,7 @@ def test_a_full_state_disk_does_not_resend_delivered_notifications_and_says_why(
 # --- item 4: a locked database freezes nothing; one exporter per state directory ---------------------------
 _LOCKER = textwrap.dedent("""
     import sqlite3, sys, time
-    db = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)
+    db = sqlite3.connect(sys.argv[1], timeout=10, isolation_level=None)
     db.execute("BEGIN EXCLUSIVE")
     db.execute("UPDATE notifications SET duplicates = duplicates")
     print("locked", flush=True)

@@ -173,3 +173,19 @@ def test_control_the_usual_phases_are_never_capped():
     assert not any(reason == "phase_cap" for _, reason in st.errors)
     for k in known:
         assert value(st, names.STAGE_SECONDS_TOTAL, project="p", experiment="e", phase=k) == 50.0
+
+
+def test_step_digests_remember_the_last_1031_steps_of_any_stride_in_bounded_memory():
+    from omniwatch.model import StepDigests
+    d = StepDigests()
+    for s in range(1, 3001):
+        d.put(s, "push:p/e", s * 7)
+    assert d.get(3000) == ("push:p/e", 21000) and d.get(3000 - DIGESTS_KEPT + 1) is not None
+    assert d.get(3000 - DIGESTS_KEPT) is None and len(d) == DIGESTS_KEPT
+    strided = StepDigests()  # a run that logs every 8th step: a 1,000-step body still fits
+    for s in range(0, 8000, 8):
+        strided.put(s, "push:p/e", -s)
+    assert all(strided.get(s) == ("push:p/e", -s) for s in range(0, 8000, 8))
+    short = StepDigests()  # a run of a few steps holds a few entries, not the 18 KiB table
+    short.put(3, "jsonl:a", 1)
+    assert short.steps is None and short.rows() == [(3, 0, 1)]

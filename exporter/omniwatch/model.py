@@ -103,13 +103,16 @@ _EMPTY = -(1 << 63)
 
 
 class StepDigests:
-    """(feed, content digest) of the last DIGESTS_KEPT distinct steps of a run, in fixed memory: three arrays
-    indexed by ``step % DIGESTS_KEPT`` (a prime, so any stride of step numbers but its multiples uses every
-    slot; a newer step takes its slot from an older one). 18 KiB per run, allocated at the first step."""
+    """(feed, content digest) of the last DIGESTS_KEPT distinct steps of a run, in bounded memory: a dict for a
+    run's first SMALL steps (a run of a few steps costs a few hundred bytes), then three arrays indexed by
+    ``step % DIGESTS_KEPT`` (a prime, so any stride of step numbers but its multiples uses every slot; a
+    newer step takes its slot from an older one): 18 KiB per run however long it runs."""
 
-    __slots__ = ("steps", "hashes", "feed_of", "feeds", "_feed_ids")
+    SMALL = 128
+    __slots__ = ("small", "steps", "hashes", "feed_of", "feeds", "_feed_ids")
 
     def __init__(self) -> None:
+        self.small: dict[int, tuple[int, int]] | None = {}  # step -> (feed index, digest) until SMALL steps
         self.steps: array | None = None
         self.hashes: array | None = None
         self.feed_of: array | None = None
@@ -117,16 +120,13 @@ class StepDigests:
         self._feed_ids: dict[str, int] = {}
 
     def get(self, step: int) -> tuple[str, int] | None:
-        if self.steps is None:
-            return None
+        if self.small is not None:
+            got = self.small.get(step)
+            return None if got is None else (self.feeds[got[0]], got[1])
         i = step % DIGESTS_KEPT
         return (self.feeds[self.feed_of[i]], self.hashes[i]) if self.steps[i] == step else None
 
     def put(self, step: int, feed: str, digest: int) -> None:
-        if self.steps is None:
-            self.steps = array("q", [_EMPTY]) * DIGESTS_KEPT
-            self.hashes = array("q", [0]) * DIGESTS_KEPT
-            self.feed_of = array("I", [0]) * DIGESTS_KEPT
         fid = self._feed_ids.get(feed)
         if fid is None:
             if len(self.feeds) >= DIGESTS_KEPT:  # feeds are a few per run; bounded whatever comes
@@ -134,8 +134,21 @@ class StepDigests:
                 return self.put(step, feed, digest)
             fid = self._feed_ids[feed] = len(self.feeds)
             self.feeds.append(feed)
+        digest = ((digest + (1 << 63)) % (1 << 64)) - (1 << 63)  # a signed 64-bit value, whatever a state file held
+        if self.small is not None:
+            self.small[step] = (fid, digest)
+            if len(self.small) < self.SMALL:
+                return
+            small, self.small = self.small, None
+            self.steps = array("q", [_EMPTY]) * DIGESTS_KEPT
+            self.hashes = array("q", [0]) * DIGESTS_KEPT
+            self.feed_of = array("I", [0]) * DIGESTS_KEPT
+            for s_, (f, h) in sorted(small.items()):
+                i = s_ % DIGESTS_KEPT
+                self.steps[i], self.hashes[i], self.feed_of[i] = s_, h, f
+            return
         i = step % DIGESTS_KEPT
-        self.steps[i], self.hashes[i], self.feed_of[i] = step, ((digest + (1 << 63)) % (1 << 64)) - (1 << 63), fid
+        self.steps[i], self.hashes[i], self.feed_of[i] = step, digest, fid
 
     def items(self):
         """(step, feed, digest) of every remembered step, by step."""
@@ -143,12 +156,12 @@ class StepDigests:
 
     def rows(self) -> list[tuple[int, int, int]]:
         """(step, index in ``feeds``, digest) of every remembered step, by step (the checkpoint's table)."""
-        if self.steps is None:
-            return []
+        if self.small is not None:
+            return sorted((s, f, h) for s, (f, h) in self.small.items())
         return sorted((s, self.feed_of[i], self.hashes[i]) for i, s in enumerate(self.steps) if s != _EMPTY)
 
     def __len__(self) -> int:
-        return 0 if self.steps is None else sum(1 for s in self.steps if s != _EMPTY)
+        return len(self.rows())
 
 
 @dataclass

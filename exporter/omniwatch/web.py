@@ -115,21 +115,30 @@ def on_lifespan(app: FastAPI, start, stop) -> None:
 class _MetricsApp:
     """client_python's ASGI app for the private registry (gzip and OpenMetrics negotiation included),
     as a plain route at ``/metrics`` (a Starlette mount would redirect ``/metrics`` to ``/metrics/``).
-    client_python renders inside the event loop; here the render runs in a worker thread, so a collector
-    that waits (a lock held by a long ingest, a slow source) never holds up /healthz, push or the webhook."""
+    client_python renders inside the event loop; here the render runs on two threads of its own, so a
+    collector that waits (a lock held by a long ingest, a slow source) never holds up /healthz, push or the
+    webhook, and requests that wait in the shared worker pool (a webhook waiting on a locked database)
+    never hold up a scrape."""
+
+    pool = None  # one per process, shared by its apps (the exporter; node agents and tests run several)
 
     def __init__(self, registry: CollectorRegistry):
+        from concurrent.futures import ThreadPoolExecutor
         self.registry = registry
+        if _MetricsApp.pool is None:
+            _MetricsApp.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omniwatch-metrics")
 
     async def __call__(self, scope, receive, send):
-        from prometheus_client.exposition import _bake_output
-        from starlette.concurrency import run_in_threadpool
+        import asyncio
         from urllib.parse import parse_qs
+
+        from prometheus_client.exposition import _bake_output
 
         params = parse_qs(scope.get("query_string", b"").decode("utf8"))
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        status, out_headers, output = await run_in_threadpool(
-            _bake_output, self.registry, headers.get("accept", ""), headers.get("accept-encoding", ""), params, False)
+        status, out_headers, output = await asyncio.get_running_loop().run_in_executor(
+            self.pool, _bake_output, self.registry, headers.get("accept", ""), headers.get("accept-encoding", ""),
+            params, False)
         payload = await receive()
         if payload.get("type") == "http.request":
             await send({"type": "http.response.start", "status": int(status.split(" ")[0]),
