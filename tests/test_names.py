@@ -152,6 +152,7 @@ def test_report_of_a_hostile_log_root(tmp_path):
     assert t.returncode == 0 and "a[/]b" in t.stdout and "Traceback" not in t.stderr, t.stderr[-2000:]
 
 
+@pytest.mark.integration
 def test_report_of_a_run_named_with_markup_writes_its_page(tmp_path):
     """Item 11 on `report FILE` (before: MarkupError, nothing written) and `compare`."""
     f = write_run(tmp_path / HOSTILE[0] / f"{HOSTILE[1]}.jsonl", RunSpec(seed=3), 12)
