@@ -137,7 +137,8 @@ def cases() -> list[Case]:
     out.append(Case("legacy-pool", "gen_creep", [Fault("creep", 10, value=0.02, phase="gen")], [
         Exp(n.ALERT_STEP_DRIFT, 31, STEPS), Exp(n.ALERT_STEP_REGRESSION, 31, STEPS, labels={"cause": "rollout"})]))
     out.append(Case("v1-colocated", "actor_creep", [Fault("creep", 10, value=0.035, phase="update_actor")], [
-        Exp(n.ALERT_STEP_DRIFT, 31, STEPS), Exp(n.ALERT_STEP_REGRESSION, 31, STEPS, labels={"cause": "actor"})]))
+        Exp(n.ALERT_STEP_DRIFT, 33, STEPS), Exp(n.ALERT_STEP_REGRESSION, 31, STEPS, labels={"cause": "actor"}),
+        Exp(n.ALERT_MFU_DROP, 26, STEPS, labels={"role": "actor"})]))  # the actor's MFU falls as it creeps
     # A wrong device peak (MFU 2.62 from step 1), fixed through a restart that resumes at 15 with the peak
     # pinned (after step 20 was logged): MFUImpossible until the resumed step 15 arrives, and no MFUDrop
     # against the old incarnation's MFU after it.
