@@ -182,7 +182,7 @@ class FileSource:
                 root = self._root(spec)
                 is_dir = os.path.isdir(spec)
                 found = self._expand(spec)
-                self.book.spec_seen(spec, len(found) if is_dir or glob.has_magic(spec) else int(os.path.isfile(spec)))
+                self.book.spec_seen(spec, len(found) if is_dir or glob.has_magic(spec) else int(os.path.exists(spec)))
                 for path in found:
                     if path in self.tails:
                         continue
