@@ -29,15 +29,22 @@ from .alerting import config as alert_config
 from .alerting import generate as alerting_generate
 
 
-def expected() -> dict[Path, str]:
-    """Every generated file of the package's sources -> the text it must have (order: the table above)."""
+def expected(k8s: bool = True) -> dict[Path, str]:
+    """Every generated file of the package's sources -> the text it must have (order: the table above). The
+    deploy/k8s/ manifests are rendered from the rule files and dashboards *on disk*: without ``k8s`` they are
+    left out, so a writer can sync the rest first (:func:`k8s_expected`)."""
     from .dashboards import generate as dashboards_generate  # the grafana SDK: loaded only when generating
     out = alerting_generate.outputs(alert_config.DEFAULT, paths.alerts_dir(), paths.repo_dir() / "docs" / "alerts.md")
     out.update({dashboards_generate.default_dir() / n: t for n, t in dashboards_generate.rendered().items()})
     out[docsgen.docs_path()] = docsgen.render()
     out.update({compose.default_out() / n: t for n, t in compose.rendered().items()})
-    out.update({export.k8s_dir() / n: t for n, t in export.k8s_manifests().items()})
+    if k8s:
+        out.update(k8s_expected())
     return out
+
+
+def k8s_expected() -> dict[Path, str]:
+    return {export.k8s_dir() / n: t for n, t in export.k8s_manifests().items()}
 
 
 STALE_GLOBS = (("alerts", "*.rules.yml"), ("alerts/tests", "*.test.yml"), ("dashboards", "omniwatch-*.json"),
@@ -66,8 +73,14 @@ def benchmark_docs(check: bool) -> int | None:
 
 def cmd_generate(args) -> int:
     try:
-        files = expected()
+        # Writing: the rules and dashboards first, then the k8s manifests rendered from them, so one pass
+        # leaves nothing stale. Checking: everything at once (a stale rule file is reported either way).
+        files = expected(k8s=args.check)
         drift = paths.sync(files, args.check)
+        if not args.check:
+            k8s = k8s_expected()
+            drift += paths.sync(k8s, False)
+            files.update(k8s)
     except (OSError, ValueError) as e:
         print(f"omniwatch generate: {e}", file=sys.stderr)
         return 2
