@@ -8,6 +8,7 @@ import sys
 
 from . import (__version__, agents, backtest, compose, dashboards, demo, discovery, docsgen, export, generated, relay,
                report, rules, server, stack)
+from .discovery import ps as raytasks
 from .redact import install_log_redaction
 
 AREAS = (
@@ -21,6 +22,7 @@ AREAS = (
     backtest,    # replay, backfill, backtest
     report,      # report, compare
     discovery,   # discover
+    raytasks,    # ps
     agents,      # agent, agents start|status|stop
     export,      # export rules|dashboards|k8s
     compose,     # compose render|check|secrets
