@@ -38,7 +38,7 @@ def look_once(address: str | None, job_id: str | None = None, timeout: float = 1
         names = {t.name for d in led._open_dispatch.values() for t in d.running if not t.call.role.endswith("_server")}
         job_f = [("job_id", "=", snap.job_id)] if snap.job_id else []
         for name in sorted(names):
-            page = p.api.list("tasks", [("state", "=", "FINISHED"), ("name", "=", name)] + job_f)
+            page = p.api.list("tasks", [("state", "=", "FINISHED"), ("name", "=", name)] + job_f, detail=True)
             led.add_finished(page.rows)
         now = time.time()
         return TaskSnapshot(now, True, snap.why, snap.job_id, te.holder(led, now, snap.job_id or None),

@@ -292,7 +292,7 @@ def holder(ledger: TaskLedger, now: float, job_id: str | None = None) -> dict:
     if dead:
         a = dead[0]
         rank = ledger.rank_of.get(a.name)
-        who = f"{a.class_name or 'actor'}" + (f" rank {rank}" if rank is not None else "") + \
+        who = f"{a.class_name.rsplit('.', 1)[-1] or 'actor'}" + (f" rank {rank}" if rank is not None else "") + \
               (f" ({a.name})" if a.name else "")
         more = f" and {len(dead) - 1} more" if len(dead) > 1 else ""
         return {"phase": "dead", "role": "other", "age_s": 0.0,

@@ -77,8 +77,9 @@ class TaskPoller:
         cpu0, t0 = time.process_time(), time.monotonic()
         led = self.ledger
         job_f = [("job_id", "=", self.job_id)] if self.job_id else []
-        running = self.api.list("tasks", [("state", "=", "RUNNING")] + job_f)
-        failed = self.api.list("tasks", [("state", "=", "FAILED")] + job_f)
+        # detail: Ray returns start_time_ms / end_time_ms only in the detailed view
+        running = self.api.list("tasks", [("state", "=", "RUNNING")] + job_f, detail=True)
+        failed = self.api.list("tasks", [("state", "=", "FAILED")] + job_f, detail=True)
         unknown = led.unknown_actor_ids(running.rows)
         wall = time.monotonic()
         if unknown and wall - self._last_actor_refresh >= self.actor_refresh_s or not led.actors and running.rows:
