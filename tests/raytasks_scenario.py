@@ -181,7 +181,14 @@ def main(out_path: str, record_dir: str | None = None) -> int:
             g = [g for g in snap.groups if g["phase"] == "update_actor" and g["running"] == 1 and g["done"] == 3]
             return (snap, g[0]) if g else None
         seen = wait_for("poller names the hung rank", hung_named, 60, 0.1)
-        obs["hang_named_after_s"] = round(time.time() - t_hang, 2) if seen else None
+        named_at = time.time()
+        obs["hang_named_after_s"] = round(named_at - t_hang, 2) if seen else None
+        if seen:  # latency: from the true end of the last healthy rank (its start is Ray's, its sleep known)
+            from raytasks_trainer import SLOW_EXTRA_S, SLOW_RANK, UPDATE_S
+            with poller.lock:
+                d = [d for d in poller.ledger.dispatches if d.phase == "update_actor"][-1]
+                starts = {poller.ledger.rank(t): t.start for t in d.tasks}
+            obs["hang_latency_s"] = round(named_at - (starts[SLOW_RANK] + UPDATE_S + SLOW_EXTRA_S), 2)
         # when did the other 3 ranks finish (the workers' own clock, from the truth file after the fact)?
         obs["hang_group"] = seen[1] if seen else None
         obs["hang_holder"] = seen[0].holder if seen else None

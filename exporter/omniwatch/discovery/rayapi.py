@@ -125,11 +125,20 @@ class StateAPI:
             body = r.json()
         except ValueError:
             raise RayAPIError(f"Ray state API at {self.base}: HTTP {r.status_code}, not JSON") from None
-        data = (body.get("data") or {}).get("result") if isinstance(body, dict) else None
-        if r.status_code != 200 or not isinstance(data, dict):
-            msg = str(body.get("msg", ""))[:200] if isinstance(body, dict) else ""
-            raise RayAPIError(f"Ray state API at {self.base}: HTTP {r.status_code} {msg}".rstrip())
-        rows = data.get("result") or []
+        return parse_page(body, r.status_code, self.base)
+
+
+def parse_page(body, status: int = 200, where: str = "Ray state API") -> Page:
+    """The dashboard's list answer (``{"result": true, "data": {"result": {total, num_after_truncation,
+    num_filtered, result: [...], warnings}}}``) -> Page; anything else raises RayAPIError."""
+    data = (body.get("data") or {}).get("result") if isinstance(body, dict) else None
+    if status != 200 or not isinstance(data, dict):
+        msg = str(body.get("msg", ""))[:200] if isinstance(body, dict) else ""
+        raise RayAPIError(f"Ray state API at {where}: HTTP {status} {msg}".rstrip())
+    rows = data.get("result") or []
+    try:
         return Page([x for x in rows if isinstance(x, dict)], int(data.get("total") or 0),
                     int(data.get("num_after_truncation") or 0), int(data.get("num_filtered") or 0),
                     [str(w)[:200] for w in (data.get("warnings") or [])])
+    except (TypeError, ValueError):
+        raise RayAPIError(f"Ray state API at {where}: counts are not numbers") from None
