@@ -11,7 +11,7 @@ from __future__ import annotations
 import yaml
 
 from .. import names as n
-from . import endpoints, spec, stalls
+from . import endpoints, holder, spec, stalls
 from .config import Config
 from .prose import STEP, Ctx, key_of
 from .testcase import INTERVAL, JOB, Case, Check, Expect, Series, dur, every, num, run_labels, secs
@@ -318,6 +318,7 @@ def health_cases(cfg: Config) -> list[Case]:
     out = []
     # TrainingStalled in stages (info, warning, critical) and quiet through planned work: alerting/stalls.py
     out += stalls.cases(c)
+    out += holder.cases(c)  # ... and names who holds the step (alerting/holder.py)
     out.append(quiet(n.ALERT_STALLED, "TrainingStalled stays quiet while steps arrive, through one slow step, and before "
                                       "the run has a typical step", [
         Series(n.LAST_STEP_TS, {"project": "p", "experiment": "healthy"}, " ".join(str(30 * (i // 2)) for i in range(21))),
