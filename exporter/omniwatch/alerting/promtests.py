@@ -11,7 +11,7 @@ from __future__ import annotations
 import yaml
 
 from .. import names as n
-from . import endpoints, holder, spec, stalls
+from . import endpoints, holder, rankstraggler, spec, stalls
 from .config import Config
 from .prose import STEP, Ctx, key_of
 from .testcase import INTERVAL, JOB, Case, Check, Expect, Series, dur, every, num, run_labels, secs
@@ -515,4 +515,4 @@ def timers_exceed_cases(cfg: Config) -> list[Case]:
 
 def signals_cases(cfg: Config) -> list[Case]:
     return (straggler_cases(cfg) + grad_nonfinite_cases(cfg) + rs_rejection_cases(cfg) + outside_step_cases(cfg)
-            + timers_exceed_cases(cfg))
+            + timers_exceed_cases(cfg) + rankstraggler.cases(cfg))
