@@ -32,7 +32,7 @@ from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup, create_colocated_worker_cls
 
-GEN_S, INFER_S, UPDATE_S, SLOW_EXTRA_S, WEIGHTS_S = 2.0, 1.5, 2.5, 2.5, 1.5
+GEN_S, INFER_S, UPDATE_S, SLOW_EXTRA_S, WEIGHTS_S = 2.0, 1.5, 2.5, 4.0, 1.5
 SLOW_RANK, HANG_RANK = 2, 1
 
 

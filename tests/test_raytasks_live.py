@@ -17,6 +17,7 @@ import pytest
 from conftest import require_ray_tq
 
 ROOT = Path(__file__).resolve().parent.parent
+RAY_REPORT_S = 1.0  # RAY_task_events_report_interval_ms default: how late a worker's task events reach the GCS
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.ray]
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -50,7 +51,9 @@ def test_lanes_match_the_workers_own_spans(seen):
     done = seen["ledger_done"]
     polls = seen["poll_times"]
     gaps = [b - a for a, b in zip(polls, polls[1:])]
-    slack = max(gaps) + 0.05  # the interval the poller actually kept under this machine's load
+    # the interval the poller actually kept under this machine's load, + Ray's own lag: a worker reports its
+    # task events to the GCS every RAY_task_events_report_interval_ms (default 1 s)
+    slack = max(gaps) + RAY_REPORT_S + 0.1
     assert slack < 4 * INTERVAL, f"polls far slower than asked: {max(gaps):.2f} s"
     matched = 0
     for span in seen["truth"]:
@@ -69,7 +72,11 @@ def test_lanes_match_the_workers_own_spans(seen):
 
 def test_slow_rank_named_as_straggler(seen):
     s = {(x["role"], x["phase"]): x for x in seen["streaks"]}[("actor_rollout", "update_actor")]
-    assert s["rank"] == 2 and s["streak"] >= 3 and s["spread_min"] > 1.8
+    from omniwatch.alerting.config import DEFAULT
+    # the slow rank takes (UPDATE_S + SLOW_EXTRA_S) / UPDATE_S = 2.6x the others; ends are known to a poll
+    # interval + Ray's report lag, so the measured spread is lower, but above RankStraggler's threshold
+    assert s["rank"] == 2 and s["streak"] >= DEFAULT.rank_straggler.dispatches
+    assert s["spread_min"] >= DEFAULT.rank_straggler.spread, s
     m = seen["metrics_hang"]
     assert 'omniwatch_ray_straggler_dispatches{experiment="exp1",node="127.0.0.1",phase="update_actor",project="proj",rank="2",role="actor_rollout"}' in m
 
@@ -81,14 +88,16 @@ def test_hang_named_by_ps_json_and_holder_series(seen):
     assert (g["role"], g["phase"], g["running"], g["done"]) == ("actor_rollout", "update_actor", 1, 3)
     assert g["slowest"]["rank"] == 1
     # named within two poll intervals of the last healthy rank's end (rank 2 takes UPDATE_S + SLOW_EXTRA_S)
-    assert seen["hang_latency_s"] <= 2 * INTERVAL + 0.5, seen["hang_latency_s"]
+    assert seen["hang_latency_s"] <= 2 * INTERVAL + RAY_REPORT_S, seen["hang_latency_s"]
     (job,) = seen["ps_hang"]["jobs"]
     (pg,) = [x for x in job["groups"] if x["phase"] == "update_actor"]
     for k in ("role", "phase", "running", "done", "age_s", "slowest"):
         assert k in pg
     assert (pg["running"], pg["done"], pg["slowest"]["rank"]) == (1, 3, 1)
     assert set(pg["slowest"]) >= {"rank", "node", "pid", "age_s"} and pg["slowest"]["pid"] > 0
-    assert job["holder"] == f"update_actor: 3/4 ranks done in {UPDATE_S + SLOW_EXTRA_S:.0f} s, rank 1 on node 127.0.0.1 still running"
+    import re
+    m = re.fullmatch(r"update_actor: 3/4 ranks done in (\d+) s, rank 1 on node 127\.0\.0\.1 still running", job["holder"])
+    assert m and UPDATE_S + SLOW_EXTRA_S - 0.5 <= int(m[1]) <= UPDATE_S + SLOW_EXTRA_S + 2 * INTERVAL + RAY_REPORT_S, job["holder"]
     assert 'holder="update_actor: 3/4 ranks done in' in seen["metrics_hang"] and "rank 1 on node 127.0.0.1 still running" in seen["metrics_hang"]
     ex = seen["ps_exporter"]["jobs"][0]
     assert (ex["project"], ex["experiment"], ex["phase"]) == ("proj", "exp1", "update_actor")
