@@ -66,7 +66,7 @@ def test_lanes_match_the_workers_own_spans(seen):
         t = min(cands, key=lambda t: abs(t["end"] - span["end"]))
         assert 0 <= t["end"] - span["end"] <= slack, (span, t, slack)
         matched += 1
-    assert matched >= 3 * (8 + 4 + 4 + 4)  # steps 2..4: 8 generate requests + 4 ranks x 3 phases
+    assert matched >= 2 * (8 + 4 + 4 + 4)  # at least two whole steps: 8 generate requests + 4 ranks x 3 phases
     assert GEN_S > 2 * INTERVAL  # a lane shorter than the poll interval could be missed: the test keeps them longer
 
 

@@ -5,8 +5,10 @@ Runs beside discovery (``--ray-tasks``; on a multi-node cluster on the node whos
 discovery: the state API is the head's dashboard). Readers (the collector, ``omniwatch ps`` through
 ``/api/v1/ps``) only read ``snapshot``, swapped whole, so a slow Ray never slows a scrape.
 
-One poll = 3 state-API calls (RUNNING tasks, FAILED tasks, DEAD/RESTARTING actors of the watched job)
-+ 1 call for the actor table when an actor not seen before runs a task (rate-limited).
+One poll = 3 state-API calls (RUNNING tasks, FAILED tasks, actors not ALIVE — of the watched job) + the
+actor and node tables when an actor not seen before runs a task (at most every ``actor_refresh_s``).
+Measured (benchmarks/raytasks_poll.py): 8 / 64 / 512 workers -> 14 / 111 / 881 KiB and a median 5 / 9 / 34 ms
+of exporter CPU per poll.
 """
 from __future__ import annotations
 
@@ -87,8 +89,8 @@ class TaskPoller:
             led.apply_actors(actors.rows)
             led.apply_nodes(self.api.list("nodes", limit=1000).rows)
             self._last_actor_refresh = wall
-        for state in te.DEAD_STATES:
-            led.apply_actors(self.api.list("actors", [("state", "=", state)] + job_f, limit=200).rows)
+        # DEAD / RESTARTING (and not yet created) actors: one call; a healthy job has few
+        led.apply_actors(self.api.list("actors", [("state", "!=", "ALIVE")] + job_f, limit=200).rows)
         now = time.time() if now is None else now
         res = led.apply(running.rows, failed.rows, now, dropped=max(running.dropped, failed.dropped),
                         truncated=running.truncated)
