@@ -225,6 +225,14 @@ def tail(r: dict) -> list[str]:
         ["descriptors held", f"{b['descriptors']:,}", f"{a['descriptors']:,}", ratio(a["descriptors"], b["descriptors"], 3)]])
 
 
+def raytasks(r: dict) -> list[str]:
+    return table(["workers x 10 phases per step", "state-API calls / poll", "bytes / poll", "exporter CPU / poll, median",
+                  "max", "wall / poll, median"],
+                 [[f"{x['workers']:,}", str(x["calls_per_poll"]), num(x["kbytes_per_poll"], 0, " KiB"),
+                   f"**{num(x['cpu_ms_median'], 1, ' ms')}**", num(x["cpu_ms_max"], 1, " ms"), num(x["wall_ms_median"], 0, " ms")]
+                  for x in r["workers"]])
+
+
 def connections(r: dict) -> list[str]:
     closed = r.get("closed_by_guard") or {}
     why = ", ".join(f"{k} {v:,.0f}" for k, v in closed.items() if _ok(v) and v)
@@ -406,6 +414,7 @@ SECTION_BLOCKS: dict[str, tuple[str, str, Callable[[dict], list[str]]]] = {
     "files": ("docs/benchmarks.md", "files", files),
     "tail": ("docs/benchmarks.md", "tail", tail),
     "connections": ("docs/benchmarks.md", "connections", connections),
+    "raytasks": ("docs/benchmarks.md", "raytasks", raytasks),
     "gpu_idle": ("docs/benchmarks.md", "gpu_idle", gpu_idle),
     "prometheus-series": ("docs/scaling.md", "prometheus", prometheus_series),
     "prometheus": ("docs/scaling.md", "prometheus", prometheus),

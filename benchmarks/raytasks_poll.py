@@ -90,12 +90,16 @@ def measure(workers: int, polls: int) -> dict:
         srv.wait()
 
 
+def run(polls: int = 20) -> list[dict]:
+    return [measure(n, polls) for n in (8, 64, 512)]
+
+
 def main() -> int:
     a = argparse.ArgumentParser()
     a.add_argument("--polls", type=int, default=30)
     a.add_argument("--json", action="store_true")
     args = a.parse_args()
-    out = [measure(n, args.polls) for n in (8, 64, 512)]
+    out = run(args.polls)
     if args.json:
         print(json.dumps(out, indent=1))
     else:
