@@ -135,6 +135,13 @@ def test_straggler_streak_from_recorded_steps():
     assert 1.9 < s["spread_min"] < 2.1   # 5 s against 2.5 s
 
 
+def test_tied_ends_name_no_straggler():
+    """Ranks that finish between the same two polls get the same estimated end: none of them is 'last'."""
+    led = synthetic(8)
+    led.apply([], [], 1010.0)  # all 8 close on the same poll
+    assert straggler_streaks(led) == []
+
+
 def synthetic(n: int, phase: str = "update_actor") -> te.TaskLedger:
     led = te.TaskLedger()
     led.apply_actors([{"actor_id": f"a{i}", "name": f"pWorkerDict_{i // 8}:{i % 8}", "class_name": "WorkerDict",

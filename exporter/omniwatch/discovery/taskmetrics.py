@@ -28,8 +28,8 @@ def straggler_streaks(ledger: te.TaskLedger) -> list[dict]:
         for d in reversed(ds):
             t = max(d.tasks, key=lambda t: t.end)
             r = ledger.rank(t)
-            if r is None:
-                break
+            if r is None or sum(1 for x in d.tasks if x.end == t.end) > 1:
+                break  # no single last worker (ranks closed by the same poll tie): the streak ends here
             if last_rank is None:
                 last_rank, node = r, te._node(ledger, t.node_id)
             elif r != last_rank:
