@@ -54,7 +54,7 @@ def test_lanes_match_the_workers_own_spans(seen):
     # the interval the poller actually kept under this machine's load, + Ray's own lag: a worker reports its
     # task events to the GCS every RAY_task_events_report_interval_ms (default 1 s)
     slack = max(gaps) + RAY_REPORT_S + 0.1
-    assert slack < 4 * INTERVAL, f"polls far slower than asked: {max(gaps):.2f} s"
+    assert max(gaps) < 6 * INTERVAL, f"polls far slower than asked: {max(gaps):.2f} s"
     matched = 0
     for span in seen["truth"]:
         if span["step"] < 2 or span["end"] > polls[-1] - slack:
