@@ -189,3 +189,40 @@ def test_holder_texts_for_replica_idle_and_dead():
                        "node_id": "n3", "pid": 9, "job_id": "01"}])
     led.apply_nodes([{"node_id": "n3", "node_ip": "10.0.0.3"}])
     assert te.holder(led, 10.0)["text"] == "actor DEAD: WorkerDict rank 0 (pWorkerDict_0:7) on node 10.0.0.3"
+
+
+# --- report lanes (report/lanes.py) ---------------------------------------------------------------------
+def test_report_lanes_segments_and_chart():
+    from omniwatch.report import lanes as rl
+    up, ref = PHASE_CODE["update_actor"], PHASE_CODE["infer_ref_batch"]
+    series = {"actor_rollout rank 000": {0.0: ref, 15.0: ref, 30.0: 0, 45.0: up, 60.0: up, 75.0: up, 90.0: 0},
+              "actor_rollout rank 001": {45.0: up, 60.0: up, 105.0: up}}  # a scrape gap (75, 90 missing) splits a bar
+    bars = rl.segments(series, 15.0)
+    assert [(b.lane[-1], b.phase, b.start, b.end) for b in bars] == [
+        ("0", "infer_ref_batch", 0.0, 30.0), ("0", "update_actor", 45.0, 90.0),
+        ("1", "update_actor", 45.0, 75.0), ("1", "update_actor", 105.0, 120.0)]
+    fig = rl.chart(bars)
+    assert fig is not None and list(fig.y_range.factors) == ["actor_rollout rank 001", "actor_rollout rank 000"]
+    assert rl.chart([]) is None
+
+
+@pytest.mark.integration
+def test_report_lanes_read_back_from_a_real_prometheus(tmp_path):
+    """The lanes series as scraped (written as OpenMetrics, made blocks by promtool, served by a real
+    Prometheus) come back as the report's bars: rank 1 in update_actor for 4 scrapes, rank 0 for 1."""
+    from omniwatch.backtest.tsdb import TempPrometheus, create_blocks_from_openmetrics
+    from omniwatch.report import lanes as rl
+    up = PHASE_CODE["update_actor"]
+    t0 = 1_800_000_000
+    lines = ["# TYPE omniwatch_ray_worker_phase gauge"]
+    for rank, codes in (("0", [up, 0, 0, 0, 0]), ("1", [up, up, up, up, 0])):
+        for k, c in enumerate(codes):
+            lines.append(f'omniwatch_ray_worker_phase{{project="p",experiment="e",role="actor_rollout",rank="{rank}"}} '
+                         f"{c} {t0 + 15 * k}")
+    om = tmp_path / "lanes.om"
+    om.write_text("\n".join(lines) + "\n# EOF\n")
+    create_blocks_from_openmetrics(str(om), str(tmp_path / "data"))
+    with TempPrometheus(str(tmp_path / "data")) as prom:
+        bars = rl.query(prom, 'project="p",experiment="e"', t0, t0 + 60, 15.0)
+    assert [(b.lane, b.phase, b.end - b.start) for b in bars] == [
+        ("actor_rollout rank 000", "update_actor", 15.0), ("actor_rollout rank 001", "update_actor", 60.0)]

@@ -78,6 +78,7 @@ class RunFacts:
     gpu_phases: dict[str, dict[str, float]] = field(default_factory=dict)  # phase -> {busy, idle} GPU-seconds
     series: dict[str, float] = field(default_factory=dict)  # run series for the remedy prose (device peak)
     skipped: dict[str, int] = field(default_factory=dict)
+    lanes: list = field(default_factory=list)  # report/lanes.Bar: per-worker phase lanes (live reports with task events)
 
     # -- header -------------------------------------------------------------------------------------
     @property
