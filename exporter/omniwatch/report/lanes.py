@@ -67,5 +67,5 @@ def chart(bars: list[Bar], width: int = 1000):
                height=80 + 18 * len(lanes), tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="right")
     f.hbar(y="lane", left="left", right="right", height=0.8, color="color", legend_field="phase", source=src)
     f.add_tools(HoverTool(tooltips=[("lane", "@lane"), ("phase", "@phase"), ("seconds", "@secs")]))
-    f.legend.location = "top_left"
+    f.add_layout(f.legend[0], "right")  # beside the lanes, never over them
     return f
