@@ -226,3 +226,17 @@ def test_report_lanes_read_back_from_a_real_prometheus(tmp_path):
         bars = rl.query(prom, 'project="p",experiment="e"', t0, t0 + 60, 15.0)
     assert [(b.lane, b.phase, b.end - b.start) for b in bars] == [
         ("actor_rollout rank 000", "update_actor", 15.0), ("actor_rollout rank 001", "update_actor", 60.0)]
+
+
+def test_holder_label_is_redacted():
+    """Actor names are the trainer's: a credential-shaped one never becomes a label value."""
+    led = te.TaskLedger()
+    led.apply_actors([{"actor_id": "w", "name": "hf_abcdefghijklmnopqrstuvwxyzABCDEF", "class_name": "WorkerDict",
+                       "state": "DEAD", "node_id": "n3", "pid": 9, "job_id": "01"}])
+    poller = TaskPoller("http://127.0.0.1:9", interval=1.0, ledger=led)
+    poller.snapshot = TaskSnapshot(10.0, True, "", "01", te.holder(led, 10.0), polls=1)
+    reg = CollectorRegistry()
+    reg.register(TaskCollector(poller, lambda: ("p", "e")))
+    body = generate_latest(reg).decode()
+    assert "omniwatch_step_holder_info{" in body and "hf_abcdefghijklmnopqrstuvwxyzABCDEF" not in body
+    poller.api.close()

@@ -12,6 +12,7 @@ import time
 
 import httpx
 
+from ..redact import redact
 from . import taskevents as te
 from .rayapi import RayAPIError
 from .taskwatch import TaskPoller, TaskSnapshot
@@ -20,7 +21,7 @@ from .taskwatch import TaskPoller, TaskSnapshot
 def snapshot_json(snap: TaskSnapshot, project: str | None = None, experiment: str | None = None) -> dict:
     return {"ts": snap.ts, "up": snap.up, "why": snap.why,
             "jobs": [{"job_id": snap.job_id, "project": project, "experiment": experiment,
-                      "holder": snap.holder.get("text", ""), "phase": snap.holder.get("phase", ""),
+                      "holder": redact(snap.holder.get("text", "")), "phase": snap.holder.get("phase", ""),
                       "role": snap.holder.get("role", ""), "age_s": snap.holder.get("age_s", 0.0),
                       "since": (snap.ts - snap.holder.get("age_s", 0.0)) if snap.holder else None,
                       "groups": list(snap.groups), "replicas": list(snap.replicas), "dead": list(snap.dead)}]

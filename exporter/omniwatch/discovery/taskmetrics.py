@@ -7,6 +7,7 @@ from __future__ import annotations
 from prometheus_client.registry import Collector
 
 from .. import names as n
+from ..redact import redact
 from . import taskevents as te
 from .phases import PHASES
 
@@ -96,7 +97,8 @@ class TaskCollector(Collector):
             fams[n.RAY_TASK_EVENTS_LOSSY].add_metric([], 1 if snap.lossy else 0)
             h = snap.holder
             if h:
-                fams[n.STEP_HOLDER_INFO].add_metric(run + [h["role"], h["phase"], h["text"]], 1)
+                # actor names are the trainer's: the text goes through the one redactor before it is a label
+                fams[n.STEP_HOLDER_INFO].add_metric(run + [h["role"], h["phase"], redact(h["text"])], 1)
                 fams[n.STEP_HOLDER_SECONDS].add_metric(run, h["age_s"])
             with self.poller.lock:
                 counts: dict[tuple[str, str], int] = {}
