@@ -240,3 +240,15 @@ def test_holder_label_is_redacted():
     body = generate_latest(reg).decode()
     assert "omniwatch_step_holder_info{" in body and "hf_abcdefghijklmnopqrstuvwxyzABCDEF" not in body
     poller.api.close()
+
+
+def test_pending_actor_seen_first_is_refreshed_once_it_runs():
+    """An actor first seen PENDING_CREATION (the non-ALIVE query) has no pid / node yet: a call running on it
+    makes it stale, so the poller fetches the actor and node tables (regression: nodes shown as ids)."""
+    led = te.TaskLedger()
+    actors = page("actors").rows
+    led.apply_actors([dict(a, state="PENDING_CREATION", pid=None, node_id="") for a in actors])
+    run = page("tasks_running_hang").rows
+    assert led.stale_actor_ids(run) == {run[0]["actor_id"]}
+    led.apply_actors(actors)
+    assert led.stale_actor_ids(run) == set()

@@ -119,8 +119,11 @@ class TaskLedger:
         self.lossy_since: float | None = None
 
     # -- actors ----------------------------------------------------------------------------------
-    def unknown_actor_ids(self, rows: list[dict]) -> set[str]:
-        return {r.get("actor_id") for r in rows if r.get("actor_id") and r.get("actor_id") not in self.actors}
+    def stale_actor_ids(self, rows: list[dict]) -> set[str]:
+        """Actors of running calls that are unknown, or known only from before they were ALIVE (a pending
+        actor has no pid or node yet)."""
+        return {r["actor_id"] for r in rows if r.get("actor_id")
+                and (r["actor_id"] not in self.actors or self.actors[r["actor_id"]].state != "ALIVE")}
 
     def apply_actors(self, rows: list[dict]) -> None:
         for r in rows:

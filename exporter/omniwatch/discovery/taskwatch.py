@@ -82,12 +82,16 @@ class TaskPoller:
         # detail: Ray returns start_time_ms / end_time_ms only in the detailed view
         running = self.api.list("tasks", [("state", "=", "RUNNING")] + job_f, detail=True)
         failed = self.api.list("tasks", [("state", "=", "FAILED")] + job_f, detail=True)
-        unknown = led.unknown_actor_ids(running.rows)
+        # the actor table (names -> ranks, pids) and the node table (ids -> IPs) when a running call's actor is
+        # new or was last seen before it was ALIVE, or its node is new; at most every actor_refresh_s
+        stale = led.stale_actor_ids(running.rows)
+        new_nodes = {r.get("node_id") for r in running.rows if r.get("node_id") and r.get("node_id") not in led.nodes}
         wall = time.monotonic()
-        if unknown and wall - self._last_actor_refresh >= self.actor_refresh_s or not led.actors and running.rows:
-            actors = self.api.list("actors", job_f)
-            led.apply_actors(actors.rows)
-            led.apply_nodes(self.api.list("nodes", limit=1000).rows)
+        if (stale or new_nodes) and (not self._last_actor_refresh or wall - self._last_actor_refresh >= self.actor_refresh_s):
+            if stale:
+                led.apply_actors(self.api.list("actors", job_f).rows)
+            if new_nodes:
+                led.apply_nodes(self.api.list("nodes", limit=1000).rows)
             self._last_actor_refresh = wall
         # DEAD / RESTARTING (and not yet created) actors: one call; a healthy job has few
         led.apply_actors(self.api.list("actors", [("state", "!=", "ALIVE")] + job_f, limit=200).rows)
