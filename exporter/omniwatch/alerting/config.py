@@ -158,9 +158,9 @@ class Straggler(_Part):
 class RankStraggler(_Part):
     spread: float = Field(1.5, description=(
         "Smallest slowest/median duration over the streak's dispatches (Ray task events). Ranks of a verl worker "
-        "group doing equal work finish within 1.00-1.03x of each other (measured on verl's single controller, "
-        "tests/test_raytasks_live.py); a rank that takes twice as long measures 2.0-2.2. 1.5 is far above "
-        "jitter and catches a rank 50 % slower."))
+        "group doing equal work measure 1.00 (they close on the same poll; verl's single controller, "
+        "tests/test_raytasks_live.py); a rank sleeping 2.6x as long measured 2.22-2.64 with 0.5 s polls (ends known "
+        "to a poll + Ray's 1 s report lag). 1.5 is far above jitter and catches a rank 50 % slower."))
     dispatches: int = Field(3, description=(
         "Finished dispatches in a row with the same last rank. On equal work the last rank is a coin toss "
         "among N ranks (3 in a row: 1/N^2), and the spread condition must hold in all of them."))
