@@ -11,11 +11,12 @@ PY="$VENV/bin/python"
 TORCH_VERSION="2.13.0"
 RAY_VERSION="2.60.0"
 TQ_VERSION="0.1.11"
+VERL_VERSION="0.9.1"
 
 have() {  # have <import name> <version prefix>
   "$PY" - "$1" "$2" <<'PYEOF' 2>/dev/null
 import importlib.metadata as md, sys
-dist = {"torch": "torch", "ray": "ray", "transfer_queue": "TransferQueue"}[sys.argv[1]]
+dist = {"torch": "torch", "ray": "ray", "transfer_queue": "TransferQueue", "verl": "verl"}[sys.argv[1]]
 try:
     v = md.version(dist)
 except md.PackageNotFoundError:
@@ -35,4 +36,14 @@ fi
 if have transfer_queue "$TQ_VERSION"; then echo "transferqueue $TQ_VERSION present"; else
   "$PY" -m pip install "transferqueue==$TQ_VERSION"
 fi
+# verl's real single controller (RayResourcePool, RayWorkerGroup, create_colocated_worker_cls, @register) for the
+# task-event tests (tests/test_raytasks_live.py). --no-deps: verl's own requirements pull vLLM-era GPU stacks; its
+# single_controller needs only what is already here (ray, torch, tensordict, numpy, omegaconf) plus transformers,
+# which verl/__init__ -> protocol -> utils/torch_functional imports at load. 0.9.1: the PyPI release whose
+# single_controller/ray/base.py equals VeRL-Omni's verl pin (8a694930) but for one runtime_env refactor.
+if have verl "$VERL_VERSION"; then echo "verl $VERL_VERSION present"; else
+  "$PY" -m pip install --no-deps "verl==$VERL_VERSION"
+  "$PY" -m pip install "transformers>=5.5.3,<5.11,!=5.6.0"   # verl 0.9.1's own bound
+fi
 "$PY" -c "import ray, transfer_queue, torch, tensordict; print('ok: ray', ray.__version__, 'torch', torch.__version__)"
+"$PY" -c "from verl.single_controller.ray import RayWorkerGroup, create_colocated_worker_cls; import verl; print('ok: verl', verl.__version__)"

@@ -246,6 +246,14 @@ def idle(r: dict) -> list[str]:
          ratio(large["first_pass_cpu_s"], small["first_pass_cpu_s"], 0), num(b.get("first_pass_cpu_s"), 1, " s")]])
 
 
+def raytasks(r: dict) -> list[str]:
+    return table(["workers x 10 phases per step", "state-API calls / poll", "bytes / poll", "exporter CPU / poll, median",
+                  "max", "wall / poll, median"],
+                 [[f"{x['workers']:,}", str(x["calls_per_poll"]), num(x["kbytes_per_poll"], 0, " KiB"),
+                   f"**{num(x['cpu_ms_median'], 1, ' ms')}**", num(x["cpu_ms_max"], 1, " ms"), num(x["wall_ms_median"], 0, " ms")]
+                  for x in r["workers"]])
+
+
 def connections(r: dict) -> list[str]:
     closed = r.get("closed_by_guard") or {}
     why = ", ".join(f"{k} {v:,.0f}" for k, v in closed.items() if _ok(v) and v)
@@ -437,6 +445,7 @@ SECTION_BLOCKS: dict[str, tuple[str, str, Callable[[dict], list[str]]]] = {
     "tail": ("docs/benchmarks.md", "tail", tail),
     "idle": ("docs/benchmarks.md", "idle", idle),
     "connections": ("docs/benchmarks.md", "connections", connections),
+    "raytasks": ("docs/benchmarks.md", "raytasks", raytasks),
     "gpu_idle": ("docs/benchmarks.md", "gpu_idle", gpu_idle),
     "prometheus-series": ("docs/scaling.md", "prometheus", prometheus_series),
     "prometheus": ("docs/scaling.md", "prometheus", prometheus),

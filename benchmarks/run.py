@@ -9,7 +9,8 @@ trial), files (5,000 watched files under ``prlimit --nofile=1024``: descriptors,
 descriptor per file), tail (one in-process ``FileSource`` poll over 5,000 idle files, against the code
 before issue 14), connections (/metrics latency while 1,000 idle connections are held, against no
 load), prometheus (a real Prometheus scraping 64 and 512 GPUs x 10 runs of omniwatch series: head series,
-ingest, RSS), queries (every dashboard panel as a range query over 24 h of backfilled 64-GPU data).
+ingest, RSS), queries (every dashboard panel as a range query over 24 h of backfilled 64-GPU data), raytasks
+(one Ray task-event poll at 8, 64 and 512 workers x 10 phases against a stand-in of Ray's state API).
 Prints a table and writes ``benchmarks/results.json`` (sections not run keep their last results; each
 section records when and where it ran under its own ``meta``), then re-renders the generated figures of
 docs/benchmarks.md and docs/scaling.md from it (``benchmarks/docs.py``). Nothing here is a pass/fail test.
@@ -39,7 +40,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "idle", "connections",
-            "prometheus", "queries")
+            "prometheus", "queries", "raytasks")
 RESULTS = HERE / "results.json"
 
 
@@ -132,6 +133,11 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
         out.append((f"{r['range_queries']} panel queries over {r['hours']:.0f} h of {r['gpus']} GPUs",
                     f"{_f(r['range_total_s'], ' s', 1)} in all, slowest {_f(r['slowest'][0][0], ' s', 2)}; "
                     f"create-blocks {_f(r['create_blocks_s'], ' s', 0)}", f"{r['samples'] / 1e6:.2f} M samples"))
+    if (r := results.get("raytasks")) and "error" not in r:
+        for x in r["workers"]:  # benchmarks/raytasks_poll.py
+            out.append((f"Ray task-event poll, {x['workers']} workers x 10 phases", f"{x['calls_per_poll']} calls, "
+                        f"{_f(x['kbytes_per_poll'], ' KiB', 0)}, CPU p50 {_f(x['cpu_ms_median'], ' ms', 1)} "
+                        f"(max {_f(x['cpu_ms_max'], ' ms', 1)})", "3 calls; < 1 % of a core at 5 s"))
     for name, r in results.items():
         if isinstance(r, dict) and "error" in r:
             out.append((name, "ERROR", r["error"][:80]))
@@ -173,6 +179,7 @@ def main(argv=None) -> int:
     chosen = [s for s in (args.only or SECTIONS) if s not in args.skip]
 
     import alert_latency, backtest_bench, idle_files, ingest, load_prometheus, memory, pressure, push_load, render, report_bench, tail_idle_poll  # noqa: E401
+    import raytasks_poll
     runners = {
         "ingest": lambda: ingest.run(args.ingest_steps),
         "render": lambda: render.run(args.render_iterations),
@@ -187,6 +194,7 @@ def main(argv=None) -> int:
         "connections": lambda: pressure.connections(args.idle_connections),
         "prometheus": lambda: load_prometheus.sizing(args.prometheus_seconds),
         "queries": lambda: load_prometheus.queries(),
+        "raytasks": lambda: {"workers": raytasks_poll.run(20)},
     }
     con = Console()
     run_argv = list(sys.argv[1:] if argv is None else argv)

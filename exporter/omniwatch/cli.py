@@ -15,7 +15,7 @@ from . import __version__
 
 # area modules, each with add_commands(sub)
 AREAS = ("server", "stack", "demo", "rules", "docsgen", "relay", "dashboards", "backtest", "report", "discovery",
-         "agents", "export", "compose", "generated")
+         "raytasks", "agents", "export", "compose", "generated")
 
 GROUPS = {
     "run": "run omniwatch beside training",
@@ -38,6 +38,7 @@ COMMANDS = {
     "backfill": ("backtest", "inspect", "load a finished run into Prometheus for the dashboards"),
     "replay": ("backtest", "inspect", "feed a recorded run to the live stack"),
     "discover": ("discovery", "inspect", "what Ray discovery finds (TransferQueue, vLLM-Omni, reward, nodes)"),
+    "ps": ("raytasks", "inspect", "who holds the step: phase in progress, slowest worker, replicas, dead actors (Ray task events)"),
     "generate": ("generated", "maintain", "write every generated file (--check: fail on drift)"),
     "rules": ("rules", "maintain", "alert rules: generate | sync | check"),
     "dashboards": ("dashboards", "maintain", "dashboards: generate | check | verify | render"),
@@ -90,6 +91,8 @@ def _area(name: str):
         from . import report as area
     elif name == "discovery":
         from . import discovery as area
+    elif name == "raytasks":
+        from .discovery import ps as area
     elif name == "agents":
         from . import agents as area
     elif name == "export":

@@ -402,6 +402,7 @@ ALERT_ROLLOUT_SATURATED = "RolloutQueueSaturated"
 ALERT_TQ_BACKLOG = "TransferQueueBacklog"
 ALERT_TQ_SLOW_LEAK = "TransferQueueSlowLeak"
 ALERT_STRAGGLER = "RolloutStraggler"
+ALERT_RANK_STRAGGLER = "RankStraggler"
 ALERT_GRAD_NONFINITE = "GradNormNonFinite"
 ALERT_RS_REJECTION = "RolloutRejectionHigh"
 ALERT_OUTSIDE_STEP = "TimeOutsideStep"
@@ -417,3 +418,39 @@ FAULT_TO_ALERT = {
     "actor_slow": ALERT_MFU_DROP,
     "stalled_after_step": ALERT_STALLED,
 }
+
+# --- Ray task events: who holds the step (discovery/taskwatch.py, taskmetrics.py) -------------------
+L_PHASE_T, L_RANK, L_NODE, L_HOLDER = "phase", "rank", "node", "holder"
+RAY_TASK_POLLS_TOTAL = _m("omniwatch_ray_task_polls_total", "counter", "Polls of Ray's state API for task events.")
+RAY_TASK_POLL_SECONDS = _m("omniwatch_ray_task_poll_seconds", "gauge",
+                           "Cost of the latest task-event poll: wall seconds and exporter CPU seconds (kind).", ("kind",),
+                           "seconds")
+RAY_STATE_API_CALLS_TOTAL = _m("omniwatch_ray_state_api_calls_total", "counter",
+                               "HTTP calls to Ray's state API made by the task-event source.")
+RAY_TASK_EVENTS_DROPPED = _m("omniwatch_ray_task_events_dropped", "gauge",
+                             "Task events Ray's GCS reports it dropped (it keeps a bounded number): lanes drawn "
+                             "while this grows are incomplete.")
+RAY_TASK_EVENTS_LOSSY = _m("omniwatch_ray_task_events_lossy", "gauge",
+                           "1 while the latest task-event poll lost events (Ray dropped some, or the page size cut "
+                           "the answer): no call is closed on such a poll.")
+STEP_HOLDER_INFO = _m("omniwatch_step_holder_info", "gauge",
+                      "Who holds the step now, from Ray's task events: the one-line answer as label holder "
+                      "(no ages in it, so it changes only when the situation does), the phase and role. Value 1.",
+                      R + (L_ROLE_T, L_PHASE_T, L_HOLDER))
+STEP_HOLDER_SECONDS = _m("omniwatch_step_holder_seconds", "gauge",
+                         "How long the holder named by omniwatch_step_holder_info has held the step.", R, "seconds")
+RAY_WORKERS_RUNNING = _m("omniwatch_ray_workers_running", "gauge",
+                         "Worker calls running now, by role and phase (Ray task events).", R + (L_ROLE_T, L_PHASE_T))
+RAY_WORKER_PHASE = _m("omniwatch_ray_worker_phase", "gauge",
+                      "One lane per worker rank: the code of the phase it runs now (0 idle; the dashboard maps codes "
+                      "to phase names). Absent for a role with more workers than --ray-lanes-max (then "
+                      "omniwatch_ray_workers_running counts them).", R + (L_ROLE_T, L_RANK))
+RAY_DISPATCH_SPREAD = _m("omniwatch_ray_dispatch_spread_ratio", "gauge",
+                         "Latest finished dispatch of a role's phase: the slowest worker's duration / the median "
+                         "worker's.", R + (L_ROLE_T, L_PHASE_T), "ratio")
+RAY_STRAGGLER_STREAK = _m("omniwatch_ray_straggler_dispatches", "gauge",
+                          "Finished dispatches in a row (most recent first) whose last worker to finish was this rank.",
+                          R + (L_ROLE_T, L_PHASE_T, L_RANK, L_NODE))
+RAY_STRAGGLER_SPREAD_MIN = _m("omniwatch_ray_straggler_spread_ratio_min", "gauge",
+                              "Smallest spread (slowest / median duration) over the dispatches of that streak.",
+                              R + (L_ROLE_T, L_PHASE_T, L_RANK, L_NODE), "ratio")

@@ -186,6 +186,17 @@ class Straggler(_Part):
         "`straggler` fault) 3.0. 2.5 is 25 % beyond anything queueing explains."))
 
 
+class RankStraggler(_Part):
+    spread: float = Field(1.5, description=(
+        "Smallest slowest/median duration over the streak's dispatches (Ray task events). Ranks of a verl worker "
+        "group doing equal work measure 1.00 (they close on the same poll; verl's single controller, "
+        "tests/test_raytasks_live.py); a rank sleeping 2.6x as long measured 2.22-2.64 with 0.5 s polls (ends known "
+        "to a poll + Ray's 1 s report lag). 1.5 is far above jitter and catches a rank 50 % slower."))
+    dispatches: int = Field(3, description=(
+        "Finished dispatches in a row with the same last rank. On equal work the last rank is a coin toss "
+        "among N ranks (3 in a row: 1/N^2), and the spread condition must hold in all of them."))
+
+
 class GradNorm(_Part):
     nonfinite_steps: int = Field(3, description=(
         "Skipped updates (actor/grad_norm logged non-finite: VeRL-Omni zeroes the gradients and skips the "
@@ -283,6 +294,7 @@ class Config(_Part):
     reward_server: RewardServer = RewardServer()
     transferqueue: TransferQueue = TransferQueue()
     straggler: Straggler = Straggler()
+    rank_straggler: RankStraggler = RankStraggler()
     grad_norm: GradNorm = GradNorm()
     rollout_rejection: RolloutRejection = RolloutRejection()
     outside_step: OutsideStep = OutsideStep()

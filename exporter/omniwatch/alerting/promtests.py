@@ -11,7 +11,7 @@ from __future__ import annotations
 import yaml
 
 from .. import names as n
-from . import endpoints, spec, stalls
+from . import endpoints, holder, rankstraggler, spec, stalls
 from .config import Config
 from .prose import STEP, Ctx, key_of
 from .records import REC_STEP_DRIFT_CAUSE_TOP
@@ -358,6 +358,7 @@ def health_cases(cfg: Config) -> list[Case]:
     out = []
     # TrainingStalled in stages (info, warning, critical) and quiet through planned work: alerting/stalls.py
     out += stalls.cases(c)
+    out += holder.cases(c)  # ... and names who holds the step (alerting/holder.py)
     out.append(quiet(n.ALERT_STALLED, "TrainingStalled stays quiet while steps arrive, through one slow step, and before "
                                       "the run has a typical step", [
         Series(n.LAST_STEP_TS, {"project": "p", "experiment": "healthy"}, " ".join(str(30 * (i // 2)) for i in range(21))),
@@ -563,4 +564,4 @@ def timers_exceed_cases(cfg: Config) -> list[Case]:
 
 def signals_cases(cfg: Config) -> list[Case]:
     return (straggler_cases(cfg) + grad_nonfinite_cases(cfg) + rs_rejection_cases(cfg) + outside_step_cases(cfg)
-            + timers_exceed_cases(cfg))
+            + timers_exceed_cases(cfg) + rankstraggler.cases(cfg))

@@ -14,7 +14,7 @@ inhibits them while TrainingStalled fires for the run).
 from __future__ import annotations
 
 from .. import names as n
-from . import endpoints, remedies, stalls
+from . import endpoints, rankstraggler, remedies, stalls
 from .config import Config
 from .rule import RUN_BY, Alert, Group, Record, RuleFile, pct, sel
 from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, Value
@@ -309,6 +309,7 @@ def signals(cfg: Config) -> Group:
           ": a timer nested inside another phase is counted twice, which hides untimed time between phases."),
         c.step_for, steps, remedies.timers_exceed(), step=True,
         comment="A monitoring finding, not a training fault: InterStageIdleGPU's timer evidence is blind while it holds."))
+    rules += rankstraggler.rules(c)  # RankStraggler, from Ray's task events (alerting/rankstraggler.py)
     return Group("omniwatch.signals", rules,
                  "Signals the VeRL-Omni sources name: rollout stragglers, skipped updates, rollout-correction\n"
                  "rejection, time outside the step timer, nested timers (persistence counted in steps).")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from .. import names as n
 from . import remedies
+from .holder import HOLDER
 from .config import Config
 from .prose import RUN, Ctx, P, Query, SeriesValue, Value, key_of
 from .rule import Alert, Record, sel
@@ -133,7 +134,7 @@ SUMMARIES = {
 
 
 def alerts(cfg: Config) -> list:
-    desc = descriptions(cfg)
+    desc = {sev: text + HOLDER for sev, text in descriptions(cfg).items()}  # + who holds the step (holder.py)
     out = []
     for sev in SEVERITIES:
         out.append(Alert(

@@ -1,11 +1,12 @@
 """The dashboards omniwatch ships, in the order they are listed and rendered."""
 from __future__ import annotations
 
-from . import bottlenecks, factory, gpus, overview, rollout, transferqueue
+from . import bottlenecks, factory, gpus, lanes, overview, rollout, transferqueue
 from .spec import Dashboard, dashboard_ids
 
 DASHBOARDS: tuple[Dashboard, ...] = (
     overview.DASHBOARD, bottlenecks.DASHBOARD, rollout.DASHBOARD, transferqueue.DASHBOARD, gpus.DASHBOARD,
+    lanes.DASHBOARD,
 )
 dashboard_ids(DASHBOARDS)  # import-time: unique uids and panel titles
 # A run's data links lead to that run on the other dashboards.

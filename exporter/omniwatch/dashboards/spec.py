@@ -190,6 +190,8 @@ THRESHOLD_ALERT = {
     "reward_saturation.zero_std_ratio": n.ALERT_REWARD_SATURATION,
     "stall.notice_steps": n.ALERT_STALLED,
     "straggler.ratio": n.ALERT_STRAGGLER,
+    "rank_straggler.spread": n.ALERT_RANK_STRAGGLER,
+    "rank_straggler.dispatches": n.ALERT_RANK_STRAGGLER,
     "grad_norm.nonfinite_steps": n.ALERT_GRAD_NONFINITE,
     "rollout_rejection.seq_masked_fraction": n.ALERT_RS_REJECTION,
     "outside_step.ratio": n.ALERT_OUTSIDE_STEP,

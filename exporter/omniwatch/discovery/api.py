@@ -14,7 +14,10 @@ from prometheus_client.registry import Collector
 from .. import names as n
 from ..web import on_lifespan
 from .config import from_settings
+from . import ps
 from .service import Discovery
+from .taskmetrics import TaskCollector
+from .taskwatch import TaskPoller
 from .targets import KINDS, http_sd
 
 router = APIRouter()
@@ -51,6 +54,17 @@ def service_discovery(request: Request, kind: str | None = None):
     return JSONResponse(http_sd(list(snap.targets), snap.project, snap.experiment, kind))
 
 
+@router.get("/api/v1/ps")
+def who_holds_the_step(request: Request):
+    """What ``omniwatch ps`` prints: who holds the step, from the task-event source's latest poll."""
+    poller = getattr(request.app.state, "ray_tasks", None)
+    disc: Discovery | None = getattr(request.app.state, "discovery", None)
+    if poller is None:
+        return JSONResponse({"enabled": False, "jobs": [], "why": "the Ray task-event source is off (--ray-tasks)"})
+    project, experiment = disc._run_labels() if disc else (None, None)
+    return JSONResponse(ps.snapshot_json(poller.snapshot, project, experiment))
+
+
 @router.get("/api/v1/discovery")
 def discovery_status(request: Request):
     """What discovery found and why anything is missing (the same facts ``omniwatch discover`` prints)."""
@@ -65,10 +79,15 @@ def discovery_status(request: Request):
 
 def init(app) -> None:
     cfg = from_settings(app.state.settings)
-    app.state.discovery = None
+    app.state.discovery = app.state.ray_tasks = None
     if cfg is None:
         return
     disc = Discovery(cfg, store=app.state.store)
     app.state.discovery = disc
     app.state.registry.register(DiscoveryCollector(disc))
     on_lifespan(app, disc.start, disc.stop)
+    if cfg.ray_tasks:
+        poller = TaskPoller(cfg.ray_tasks, interval=cfg.ray_tasks_interval, timeout=cfg.timeout, job_id=cfg.ray_job)
+        app.state.ray_tasks = poller
+        app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))
+        on_lifespan(app, poller.start, poller.stop)

@@ -25,6 +25,10 @@ class DiscoveryConfig:
     project: str | None = None                 # run labels put on every discovered target
     experiment: str | None = None
     rejected: list[str] = field(default_factory=list)  # flag values that were not host:port
+    ray_tasks: str | None = None               # Ray dashboard (state API) for task events; None = off
+    ray_tasks_interval: float = 5.0            # seconds between task-event polls
+    ray_job: str | None = None                 # the Ray job of the watched run (default: the job whose workers run)
+    ray_lanes_max: int = 64                    # above this many workers a role's lanes collapse to counts
 
 
 def parse_max_num_seqs(text: str | None) -> dict[str, int]:
@@ -62,6 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--discovery-interval", type=cliargs.positive_float, default=10.0, help="seconds between discovery rounds")
     g.add_argument("--discovery-project", default=None, help="project label for discovered targets (default: the only run)")
     g.add_argument("--discovery-experiment", default=None, help="experiment label for discovered targets")
+    g.add_argument("--ray-tasks", default="off", metavar="ADDR|auto|off",
+                   help="read Ray's task events from this Ray dashboard (state API: http://host:port; auto: "
+                        "RAY_API_SERVER_ADDRESS or 127.0.0.1:8265): who holds the step, lanes, stragglers")
+    g.add_argument("--ray-tasks-interval", type=float, default=5.0, help="seconds between task-event polls")
+    g.add_argument("--ray-job", default=None, help="Ray job id of the watched run (default: the job whose workers run)")
+    g.add_argument("--ray-lanes-max", type=int, default=64,
+                   help="per-worker lanes up to this many workers per role; above, counts per phase")
 
 
 def from_args(a: argparse.Namespace) -> DiscoveryConfig:
@@ -76,6 +87,9 @@ def from_args(a: argparse.Namespace) -> DiscoveryConfig:
         rollout=rollout, reward=reward, rejected=bad1 + bad2,
         max_num_seqs=parse_max_num_seqs(getattr(a, "max_num_seqs", None)),
         project=getattr(a, "discovery_project", None), experiment=getattr(a, "discovery_experiment", None),
+        ray_tasks=None if str(getattr(a, "ray_tasks", "off") or "off").lower() in OFF else str(a.ray_tasks),
+        ray_tasks_interval=max(0.2, float(getattr(a, "ray_tasks_interval", 5.0))),
+        ray_job=getattr(a, "ray_job", None), ray_lanes_max=max(1, int(getattr(a, "ray_lanes_max", 64))),
     )
 
 

@@ -23,6 +23,7 @@ from bokeh.resources import Resources
 
 from .. import __version__, ledger
 from ..alerting.config import DEFAULT
+from . import lanes
 from .facts import HOUR, RunFacts
 from .verdict import Bottleneck
 from .compare import name
@@ -334,7 +335,9 @@ def run_page(f: RunFacts, bs: list[Bottleneck], back_link: str | None = None) ->
               ("", mfu_chart(f, x_range), "no perf/mfu/* keys in this run"),
               ("Alert timeline", alert_chart(f, x_range), "no alert fired"),
               ("GPU busy / idle by phase", gpu_phase_chart(f), "no GPU data: omniwatch's NVML sampler did not watch "
-                                                                "this run's GPUs (a log file has none)")]
+                                                                "this run's GPUs (a log file has none)"),
+              ("Worker lanes", lanes.chart(f.lanes, WIDTH), "no Ray task events for this run (a live report of an "
+                                                            "exporter run with --ray-tasks draws them)")]
     body = []
     if back_link:
         body.append(f"<p><a href=\"{html.escape(back_link)}\">← all runs</a></p>")

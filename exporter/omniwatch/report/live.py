@@ -14,6 +14,7 @@ import time
 
 from .. import names as n
 from ..promapi import PromAPI, PromError
+from . import lanes
 from .facts import AlertSpan, RunFacts, StepPoint
 
 DEFAULT_SINCE = 30 * 86400.0
@@ -108,10 +109,13 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     peak = prom.query(f"max({n.MFU_DEVICE_PEAK}{{{sel}}})", until)
     series = {n.MFU_DEVICE_PEAK: float(peak[0]["value"][1])} if peak else {}
     alerts = _alerts(prom, sel, start, until, res, marks)
+    # per-worker lanes of the last steps (report/lanes.py), from the task-event source's series
+    lane_start = marks[-lanes.LAST_STEPS - 1][0] if len(marks) > lanes.LAST_STEPS else start
+    bars = lanes.query(prom, sel, lane_start, until, res)
     return RunFacts(run=f"{prom.url} {project}/{experiment}", project=project, experiment=experiment,
                     source="prometheus", steps=points, gpu_seconds=final, gpus=gpus,
                     gpus_source=gsrc or "unknown", modes=modes, alerts=alerts, alerts_source="prometheus",
-                    gpu_phases=phases, series=series)
+                    gpu_phases=phases, series=series, lanes=bars)
 
 
 def _alerts(prom, sel, start, until, res, marks) -> list[AlertSpan]:

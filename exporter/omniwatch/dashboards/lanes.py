@@ -1,0 +1,82 @@
+"""Worker lanes: inside the step, live, from Ray's task events (the exporter's ``--ray-tasks`` source):
+who holds the step now, one lane per worker rank (a state timeline of the phase each rank runs; a role
+with more workers than ``--ray-lanes-max`` shows counts per phase instead), straggler spread per role and
+phase, and what the source itself costs and loses. Every aggregation keeps ``project, experiment``."""
+from __future__ import annotations
+
+from .. import names as n
+from ..discovery.phases import PHASES
+from .spec import EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, rate, run_max, sel
+
+ROLE, PHASE, RANK = n.L_ROLE_T, n.L_PHASE_T, n.L_RANK
+PALETTE = ("blue", "purple", "orange", "green", "yellow", "red", "dark-blue", "dark-purple", "dark-orange",
+           "dark-green", "dark-yellow", "light-blue", "light-purple", "light-orange", "light-green")
+# omniwatch_ray_worker_phase's codes (discovery/taskmetrics.PHASE_CODE): 0 idle, then PHASES in order
+PHASE_MAPPINGS = ((0, "idle", "transparent"),) + tuple(
+    (i + 1, p, "text" if p == "other" else PALETTE[i % len(PALETTE)]) for i, p in enumerate(PHASES))
+LANE_EXPR = run_max(sel(n.RAY_WORKER_PHASE), ROLE, RANK)
+
+NOW = Row("Who holds the step", (
+    Panel("Holder now",
+          "The one-line answer from Ray's task events (what TrainingStalled's description and `omniwatch ps` say): "
+          "the phase in progress, how many ranks are done, the slowest worker and its node; or the replica holding "
+          "requests; or a dead actor; or that no worker call runs (the driver is between calls).",
+          (Target(run_max(sel(n.STEP_HOLDER_INFO), ROLE, PHASE, n.L_HOLDER), "{{holder}}", instant=True, table=True),),
+          unit="none", kind="table", w=16, h=5),
+    Panel("Held for", "How long the holder has held the step.",
+          (Target(run_max(sel(n.STEP_HOLDER_SECONDS)), EXP, instant=True),), unit="s", kind="stat", w=8, h=5),
+))
+
+LANES = Row("Worker lanes", (
+    Panel("Phase per worker rank",
+          "One lane per worker rank (rank = the worker group's order, as verl assigns it): the phase of the call it "
+          "runs, idle between calls. Calls shorter than the poll interval may not show. Query: "
+          f"`{LANE_EXPR}`.",
+          (Target(LANE_EXPR, EXP + " {{role}} rank {{rank}}"),),
+          unit="none", kind="statetimeline", w=24, h=12, mappings=PHASE_MAPPINGS),
+    Panel("Workers per phase: $experiment",
+          "Worker calls running, per role and phase: the lanes of a large role collapse to this "
+          "(N of M ranks in phase X).",
+          (Target(f"sum by ({by_run(ROLE, PHASE)}) ({sel(n.RAY_WORKERS_RUNNING)})", EXP + " {{role}} {{phase}}"),),
+          unit="none", stack=True, min=0, w=24, h=8, repeat=True),
+))
+
+STRAGGLERS = Row("Stragglers", (
+    Panel("Dispatch spread (slowest / median worker)",
+          "Latest finished dispatch of each role's phase: the slowest worker's duration over the median worker's. "
+          "Ranks doing equal work stay near 1; RankStraggler fires when the same rank is last in several "
+          "dispatches in a row above the red line.",
+          (Target(run_max(sel(n.RAY_DISPATCH_SPREAD), ROLE, PHASE), EXP + " {{role}} {{phase}}"),),
+          unit="none", min=1, thresholds=(Step(None, "green"), cfg_step("rank_straggler.spread", "red")),
+          show_thresholds="dashed", w=12, runbook=n.ALERT_RANK_STRAGGLER),
+    Panel("Last rank streak",
+          "The rank that finished last in the most recent dispatches of each role's phase, how many dispatches in a "
+          "row, and its node.",
+          (Target(run_max(sel(n.RAY_STRAGGLER_STREAK), ROLE, PHASE, RANK, n.L_NODE),
+                  EXP + " {{role}} {{phase}} rank {{rank}} ({{node}})"),),
+          unit="none", min=0, thresholds=(Step(None, "green"), cfg_step("rank_straggler.dispatches", "orange")),
+          show_thresholds="dashed", w=12, runbook=n.ALERT_RANK_STRAGGLER),
+))
+
+SOURCE = Row("Task-event source", (
+    Panel("Poll cost", "Wall and exporter-CPU seconds of the latest poll of Ray's state API.",
+          (Target(f"max by (kind) ({n.RAY_TASK_POLL_SECONDS})", "{{kind}}"),), unit="s", min=0, w=8, scope="global"),
+    Panel("Task events Ray dropped", "Ray's GCS keeps a bounded number of task events and reports how many it "
+          "dropped; while this grows, lanes are incomplete (the source closes no call it merely failed to see).",
+          (Target(f"max({n.RAY_TASK_EVENTS_DROPPED})", "dropped"),
+           Target(f"max({n.RAY_TASK_EVENTS_LOSSY})", "latest poll lossy", dashed=True)),
+          unit="none", min=0, w=8, scope="global"),
+    Panel("State-API calls", "Calls per second to Ray's state API (3 per poll, + the actor table when a new actor "
+          "runs).", (Target(f"sum({rate(n.RAY_STATE_API_CALLS_TOTAL + '{}')})", "calls/s"),),
+          unit="reqps", min=0, w=8, scope="global"),
+), collapsed=True)
+
+DASHBOARD = Dashboard(
+    uid="omniwatch-worker-lanes",
+    title="omniwatch / Worker lanes",
+    description="Inside the step, live, from Ray's own task events: who holds the step, one lane per worker rank, "
+                "stragglers per role and phase, and the task-event source's own cost.",
+    rows=(NOW, LANES, STRAGGLERS, SOURCE),
+    tags=default_tags("ray"),
+    variable_metrics=(n.STEP_HOLDER_INFO,),
+)

@@ -1,0 +1,108 @@
+"""``omniwatch ps [--ray-address ADDR] [--json]``: who holds the step, from Ray's own task events.
+
+Asks the running exporter first (``--exporter``, ``GET /api/v1/ps``: it has watched every poll) and
+otherwise looks at Ray once: the RUNNING tasks, then, for each worker group still running, the
+FINISHED calls of the same method that started with it (how many ranks are done, and when).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import httpx
+
+from ..redact import redact
+from . import taskevents as te
+from .rayapi import RayAPIError
+from .taskwatch import TaskPoller, TaskSnapshot
+
+
+def snapshot_json(snap: TaskSnapshot, project: str | None = None, experiment: str | None = None) -> dict:
+    return {"ts": snap.ts, "up": snap.up, "why": snap.why,
+            "jobs": [{"job_id": snap.job_id, "project": project, "experiment": experiment,
+                      "holder": redact(snap.holder.get("text", "")), "phase": snap.holder.get("phase", ""),
+                      "role": snap.holder.get("role", ""), "age_s": snap.holder.get("age_s", 0.0),
+                      "since": (snap.ts - snap.holder.get("age_s", 0.0)) if snap.holder else None,
+                      "groups": list(snap.groups), "replicas": list(snap.replicas), "dead": list(snap.dead)}]
+            if snap.up else [],
+            "ray_dropped_task_events": snap.dropped, "lossy": snap.lossy, "truncated_polls": snap.truncated_polls,
+            "poll": {"polls": snap.polls, "calls": snap.cost.calls, "bytes": snap.cost.bytes,
+                     "wall_s": round(snap.cost.wall_s, 4), "cpu_s": round(snap.cost.cpu_s, 4)}}
+
+
+def look_once(address: str | None, job_id: str | None = None, timeout: float = 10.0) -> TaskSnapshot:
+    p = TaskPoller(address, interval=1.0, timeout=timeout, page=10000, job_id=job_id, actor_refresh_s=0)
+    try:
+        snap = p.poll()
+        led = p.ledger
+        names = {t.name for d in led._open_dispatch.values() for t in d.running if not t.call.role.endswith("_server")}
+        job_f = [("job_id", "=", snap.job_id)] if snap.job_id else []
+        for name in sorted(names):
+            page = p.api.list("tasks", [("state", "=", "FINISHED"), ("name", "=", name)] + job_f, detail=True)
+            led.add_finished(page.rows)
+        now = time.time()
+        return TaskSnapshot(now, True, snap.why, snap.job_id, te.holder(led, now, snap.job_id or None),
+                            tuple(te.groups(led, now, snap.job_id or None)), snap.replicas, snap.dead,
+                            snap.dropped, snap.lossy, snap.truncated_polls, snap.drop_increases, snap.polls, snap.cost)
+    finally:
+        p.api.close()
+
+
+def _print(out: dict) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    con = Console()
+    if not out["jobs"]:
+        con.print(f"[yellow]no answer[/yellow]: {escape(out.get('why', ''))}")
+        return
+    for j in out["jobs"]:
+        run = f"{j['project']}/{j['experiment']}" if j.get("project") else f"Ray job {j['job_id'] or '?'}"
+        con.print(f"[bold]{escape(run)}[/bold]: {escape(j['holder'])} (for {j['age_s']:.0f} s)")
+        for g in j["groups"]:
+            s = g["slowest"]
+            con.print(f"  {g['role']:<18} {g['phase']:<22} running {g['running']:>4}  done {g['done']:>4}  "
+                      f"for {g['age_s']:>7.1f} s  slowest rank {s['rank']} node {escape(str(s['node']))} pid {s['pid']} "
+                      f"({s['age_s']:.1f} s)")
+        for r in j["replicas"]:
+            con.print(f"  {r['role']:<18} replica {r['replica']:<6} {r['in_flight']} requests in flight, oldest {r['oldest_s']:.1f} s")
+        for d in j["dead"]:
+            con.print(f"  [red]{d['state']}[/red] {escape(str(d['class']))} {escape(str(d['name']))} rank {d['rank']} "
+                      f"node {escape(str(d['node']))}: {escape(d['why'])}")
+    if out["lossy"]:
+        con.print("[yellow]Ray dropped task events or the answer was cut: lanes may be incomplete[/yellow]")
+
+
+def run_ps(args) -> int:
+    out = None
+    if args.exporter:
+        try:
+            with httpx.Client(timeout=5, trust_env=False) as c:
+                r = c.get(args.exporter.rstrip("/") + "/api/v1/ps")
+            if r.status_code == 200 and r.json().get("enabled", True) is not False:
+                out = r.json()
+        except (httpx.HTTPError, ValueError):
+            out = None
+    if out is None:
+        try:
+            out = snapshot_json(look_once(args.ray_address, args.ray_job, args.timeout))
+        except RayAPIError as e:
+            out = {"jobs": [], "why": str(e), "up": False, "lossy": False}
+    if args.json:
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print(out)
+    return 0 if out.get("jobs") else 1
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("ps", help="who holds the step: phase in progress, slowest worker, replicas, dead actors (Ray task events)")
+    p.add_argument("--ray-address", default="auto",
+                   help="Ray dashboard (state API) address, http://host:port or host:port (default auto: "
+                        "RAY_API_SERVER_ADDRESS / an http RAY_ADDRESS / 127.0.0.1:8265)")
+    p.add_argument("--ray-job", default=None, help="Ray job id to look at (default: the job whose workers run)")
+    p.add_argument("--exporter", default=None, help="ask this omniwatch exporter (http://host:port) first")
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_ps)

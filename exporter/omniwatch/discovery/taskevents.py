@@ -1,0 +1,327 @@
+"""Ray task events -> who holds the step, per-worker lanes and stragglers (pure; fed by taskwatch.py).
+
+One poll = the RUNNING tasks, the FAILED tasks and the DEAD / RESTARTING actors of the watched job, plus
+the actor table when an unknown actor shows up (rayapi.py says why nothing else can be asked
+incrementally). ``TaskLedger.apply`` merges a poll:
+
+- a task seen RUNNING for the first time opens with Ray's ``start_time_ms``;
+- a task that was running and is no longer in the RUNNING set ended between the two polls: it closes at
+  its FAILED row's ``end_time_ms`` when there is one, else at the time of the poll that missed it
+  (``end_estimated``; at most one poll interval late, which is what the lanes promise);
+- a call that starts and ends between two polls is never seen (documented: lanes show calls longer
+  than the poll interval);
+- Ray's own dropped-event count going up, or a page our ``limit`` cut, marks the poll ``lossy``: the
+  ledger then does not close tasks it merely failed to see, and says so (``drops``, ``truncated``).
+
+Dispatches: verl's worker group sends one call per rank at once (``func_generator`` ->
+``execute_all_async``), so the calls of one (worker group, method) that open within ``dispatch_gap_s``
+of the first are one dispatch; its straggler spread is (last end - start) / median(end - start).
+Memory is bounded: at most ``max_done`` closed calls and ``max_dispatches`` dispatches are kept.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .phases import Call, classify, ranks
+
+DEAD_STATES = ("DEAD", "RESTARTING")
+
+
+@dataclass
+class Task:
+    key: tuple[str, int]
+    name: str
+    call: Call
+    actor_id: str
+    node_id: str
+    pid: int | None
+    job_id: str
+    start: float
+    end: float | None = None
+    end_estimated: bool = False
+    failed: bool = False
+
+    def age(self, now: float) -> float:
+        return max(0.0, (self.end if self.end is not None else now) - self.start)
+
+
+@dataclass
+class Dispatch:
+    group: str
+    role: str
+    phase: str
+    method: str
+    start: float
+    tasks: list[Task] = field(default_factory=list)
+
+    @property
+    def done(self) -> list[Task]:
+        return [t for t in self.tasks if t.end is not None]
+
+    @property
+    def running(self) -> list[Task]:
+        return [t for t in self.tasks if t.end is None]
+
+    def spread(self) -> float | None:
+        """(slowest duration) / (median duration) of a finished dispatch of >= 2 workers."""
+        if len(self.tasks) < 2 or self.running:
+            return None
+        durs = [t.age(0) for t in self.tasks]
+        med = statistics.median(durs)
+        return max(durs) / med if med > 0 else None
+
+
+@dataclass
+class Actor:
+    actor_id: str
+    name: str
+    class_name: str
+    state: str
+    node_id: str
+    pid: int | None
+    job_id: str
+    death: str = ""
+
+
+def _ms(v) -> float | None:
+    try:
+        return float(v) / 1000.0 if v not in (None, "", 0) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _pid(v) -> int | None:
+    try:
+        return int(v) if v not in (None, "", 0) else None
+    except (TypeError, ValueError):
+        return None
+
+
+class TaskLedger:
+    def __init__(self, max_done: int = 20000, max_dispatches: int = 2000, dispatch_gap_s: float = 5.0):
+        self.running: dict[tuple[str, int], Task] = {}
+        self.done: deque[Task] = deque(maxlen=max_done)
+        self.dispatches: deque[Dispatch] = deque(maxlen=max_dispatches)
+        self._open_dispatch: dict[tuple[str, str], Dispatch] = {}
+        self.actors: dict[str, Actor] = {}
+        self.rank_of: dict[str, int] = {}
+        self.nodes: dict[str, str] = {}   # node_id -> node IP (or name)
+        self.dispatch_gap_s = dispatch_gap_s
+        self.dropped_seen = 0        # Ray's dropped task-event count, max seen
+        self.drop_increases = 0      # polls on which it went up
+        self.truncated_polls = 0
+        self.bad_rows = 0            # rows without a task id / start time (counted, skipped)
+        self.polls = 0
+        self.last_poll = 0.0
+        self.lossy_since: float | None = None
+
+    # -- actors ----------------------------------------------------------------------------------
+    def stale_actor_ids(self, rows: list[dict]) -> set[str]:
+        """Actors of running calls that are unknown, or known only from before they were ALIVE (a pending
+        actor has no pid or node yet)."""
+        return {r["actor_id"] for r in rows if r.get("actor_id")
+                and (r["actor_id"] not in self.actors or self.actors[r["actor_id"]].state != "ALIVE")}
+
+    def apply_actors(self, rows: list[dict]) -> None:
+        for r in rows:
+            aid = r.get("actor_id")
+            if not aid:
+                self.bad_rows += 1
+                continue
+            death = r.get("death_cause") or {}
+            why = ""
+            if isinstance(death, dict):
+                ctx = death.get("actor_died_error_context") or {}
+                why = str(ctx.get("error_message") or "")[:160] if isinstance(ctx, dict) else ""
+            self.actors[aid] = Actor(aid, str(r.get("name") or ""), str(r.get("class_name") or ""),
+                                     str(r.get("state") or ""), str(r.get("node_id") or ""), _pid(r.get("pid")),
+                                     str(r.get("job_id") or ""), why)
+        self.rank_of = ranks([a.name for a in self.actors.values()])
+
+    def apply_nodes(self, rows: list[dict]) -> None:
+        for r in rows:
+            if r.get("node_id"):
+                self.nodes[str(r["node_id"])] = str(r.get("node_name") or r.get("node_ip") or "")[:64]
+
+    def add_finished(self, rows: list[dict]) -> int:
+        """FINISHED rows of tasks that belong to an open dispatch (same worker group and method, started
+        within ``dispatch_gap_s`` of it): ``omniwatch ps`` asks for them once, so a single look knows how
+        many ranks of the current call are done and when. Returns how many were added."""
+        added = 0
+        known = {t.key for d in self._open_dispatch.values() for t in d.tasks}
+        for r in rows:
+            t = self._task(r)
+            end = _ms(r.get("end_time_ms"))
+            if t is None or end is None or t.key in known:
+                continue
+            d = self._open_dispatch.get((t.call.group or t.actor_id, t.call.method))
+            if d is None or abs(t.start - d.start) > self.dispatch_gap_s:
+                continue
+            t.end = end
+            d.tasks.append(t)
+            d.start = min(d.start, t.start)
+            self.done.append(t)
+            added += 1
+        return added
+
+    # -- tasks -----------------------------------------------------------------------------------
+    def _task(self, r: dict) -> Task | None:
+        tid, start = r.get("task_id"), _ms(r.get("start_time_ms"))
+        if not tid or start is None:
+            return None
+        actor = self.actors.get(r.get("actor_id") or "")
+        call = classify(str(r.get("name") or ""), actor.name if actor else "", actor.class_name if actor else "")
+        return Task((str(tid), int(r.get("attempt_number") or 0)), str(r.get("name") or ""), call,
+                    str(r.get("actor_id") or ""), str(r.get("node_id") or ""), _pid(r.get("worker_pid")),
+                    str(r.get("job_id") or ""), start)
+
+    def _dispatch_for(self, t: Task) -> None:
+        k = (t.call.group or t.actor_id, t.call.method)
+        d = self._open_dispatch.get(k)
+        if d is None or t.start - d.start > self.dispatch_gap_s:
+            d = Dispatch(k[0], t.call.role, t.call.phase, t.call.method, t.start)
+            self._open_dispatch[k] = d
+            self.dispatches.append(d)
+        d.tasks.append(t)
+
+    def apply(self, running: list[dict], failed: list[dict] = (), now: float | None = None,
+              dropped: int = 0, truncated: bool = False) -> dict:
+        """Merge one poll; returns what changed (opened / closed counts, lossy)."""
+        now = time.time() if now is None else now
+        self.polls += 1
+        lossy = truncated or dropped > self.dropped_seen
+        if dropped > self.dropped_seen:
+            self.drop_increases += 1
+            self.dropped_seen = dropped
+        if truncated:
+            self.truncated_polls += 1
+        self.lossy_since = (self.lossy_since or now) if lossy else None
+        seen: set[tuple[str, int]] = set()
+        opened = closed = 0
+        for r in running:
+            if r.get("type") not in (None, "ACTOR_TASK"):
+                continue
+            t = self._task(r)
+            if t is None:
+                self.bad_rows += 1
+                continue
+            seen.add(t.key)
+            if t.key not in self.running:
+                self.running[t.key] = t
+                self._dispatch_for(t)
+                opened += 1
+        failed_end = {}
+        for r in failed:
+            tid = r.get("task_id")
+            if tid:
+                failed_end[(str(tid), int(r.get("attempt_number") or 0))] = _ms(r.get("end_time_ms"))
+        for key in [k for k in self.running if k not in seen]:
+            if lossy and key not in failed_end:
+                continue  # a cut page or dropped events: not seeing it proves nothing
+            t = self.running.pop(key)
+            if key in failed_end:
+                t.failed, t.end = True, failed_end[key] or now
+            else:
+                t.end, t.end_estimated = now, True
+            self.done.append(t)
+            closed += 1
+        self.last_poll = now
+        return {"opened": opened, "closed": closed, "lossy": lossy}
+
+    # -- views -----------------------------------------------------------------------------------
+    def rank(self, t: Task) -> int | None:
+        a = self.actors.get(t.actor_id)
+        return self.rank_of.get(a.name) if a else None
+
+    def dead_actors(self, job_id: str | None = None) -> list[Actor]:
+        return [a for a in self.actors.values() if a.state in DEAD_STATES and (job_id is None or a.job_id == job_id)]
+
+    def jobs(self) -> list[str]:
+        js = {t.job_id for t in self.running.values()} | {a.job_id for a in self.actors.values() if a.state == "ALIVE"}
+        return sorted(j for j in js if j)
+
+
+def _node(ledger: TaskLedger, node_id: str) -> str:
+    return ledger.nodes.get(node_id) or (node_id[:12] if node_id else "?")
+
+
+def _mins(s: float) -> str:
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def groups(ledger: TaskLedger, now: float, job_id: str | None = None) -> list[dict]:
+    """Every running worker group / fleet: the open dispatch's role, phase, running / done, age and the
+    slowest running worker (the ``omniwatch ps --json`` objects)."""
+    out = []
+    for d in ledger._open_dispatch.values():
+        run = [t for t in d.running if job_id is None or t.job_id == job_id]
+        if not run:
+            continue
+        slow = min(run, key=lambda t: t.start)
+        done = d.done
+        item = {"role": d.role, "phase": d.phase, "method": d.method, "group": d.group,
+                "running": len(run), "done": len(done), "since": d.start, "age_s": round(now - d.start, 1),
+                "done_within_s": round(max(t.end for t in done) - d.start, 1) if done else None,
+                "slowest": {"rank": ledger.rank(slow), "node": _node(ledger, slow.node_id), "pid": slow.pid,
+                            "age_s": round(now - slow.start, 1)}}
+        if d.role.endswith("_server"):
+            item["replica"] = slow.call.replica
+        out.append(item)
+    out.sort(key=lambda g: -g["age_s"])
+    return out
+
+
+def replicas(ledger: TaskLedger, now: float, job_id: str | None = None) -> list[dict]:
+    """Per rollout / reward server replica: requests in flight (``generate`` calls running) and the oldest."""
+    per: dict[tuple[str, str], list[Task]] = {}
+    for t in ledger.running.values():
+        if t.call.role.endswith("_server") and t.call.method == "generate" and (job_id is None or t.job_id == job_id):
+            per.setdefault((t.call.role, t.call.replica or t.actor_id[:8]), []).append(t)
+    return [{"role": r, "replica": rep, "in_flight": len(ts), "oldest_s": round(now - min(t.start for t in ts), 1)}
+            for (r, rep), ts in sorted(per.items())]
+
+
+def holder(ledger: TaskLedger, now: float, job_id: str | None = None) -> dict:
+    """The one-line answer: {phase, role, since, text} (text without ages that change every poll, so the
+    info series the exporter derives from it changes only when the situation does; ``age_s`` separately)."""
+    dead = [a for a in ledger.dead_actors(job_id)]
+    if dead:
+        a = dead[0]
+        rank = ledger.rank_of.get(a.name)
+        who = f"{a.class_name.rsplit('.', 1)[-1] or 'actor'}" + (f" rank {rank}" if rank is not None else "") + \
+              (f" ({a.name})" if a.name else "")
+        more = f" and {len(dead) - 1} more" if len(dead) > 1 else ""
+        return {"phase": "dead", "role": "other", "age_s": 0.0,
+                "text": f"actor {a.state}: {who} on node {_node(ledger, a.node_id)}{more}"}
+    reps = [r for r in replicas(ledger, now, job_id) if r["in_flight"]]
+    gs = groups(ledger, now, job_id)
+    worker_gs = [g for g in gs if not g["role"].endswith("_server")]
+    if worker_gs:
+        g = worker_gs[0]
+        s = g["slowest"]
+        total = g["running"] + g["done"]
+        who = (f"rank {s['rank']}" if s["rank"] is not None else f"pid {s['pid']}") + f" on node {s['node']}"
+        if g["done"]:
+            text = (f"{g['phase'] if g['phase'] != 'other' else g['method']}: {g['done']}/{total} ranks done in "
+                    f"{_mins(g['done_within_s'] or 0)}, {who} still running")
+        else:
+            text = f"{g['phase'] if g['phase'] != 'other' else g['method']}: {total} {g['role']} worker(s) running, slowest {who}"
+        if reps and g["role"] in ("agent_loop",):
+            r = max(reps, key=lambda r: r["oldest_s"])
+            text += f"; replica {r['replica']} holds {r['in_flight']} requests"
+        return {"phase": g["phase"], "role": g["role"], "age_s": g["age_s"], "text": text}
+    if reps:
+        r = max(reps, key=lambda r: r["oldest_s"])
+        idle = len(reps) == 1
+        return {"phase": "generate", "role": r["role"], "age_s": r["oldest_s"],
+                "text": f"generation: replica {r['replica']} holds {r['in_flight']} requests"
+                        + (", other replicas idle" if idle else f", {len(reps) - 1} other replica(s) busy")}
+    return {"phase": "idle", "role": "other", "age_s": 0.0,
+            "text": "no Ray task running: the driver is outside any worker call"}
