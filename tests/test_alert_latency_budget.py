@@ -49,14 +49,15 @@ def test_the_worst_case_latency_of_a_step_alert_is_within_60_s():
 def test_an_inhibitor_from_another_rule_group_is_waited_for():
     groups, every = _group_of(), dur(PROFILES["default"]["evaluation_interval"])
     checked = 0
+    def alertnames(matchers: list[str]) -> list[str]:  # `alertname = "A"` or `alertname =~ "A|B"`
+        return [n for m in matchers if m.startswith("alertname =") for n in m.split('"')[1].split("|")]
+
     for rule in AM["inhibit_rules"]:
-        src = [m.split('"')[1] for m in rule["source_matchers"] if m.startswith("alertname =")]
-        tgt = [m.split('"')[1] for m in rule["target_matchers"] if m.startswith("alertname =")]
-        if not src or not tgt or src[0] == tgt[0]:
-            continue
-        if groups[src[0]] & groups[tgt[0]]:
-            continue  # one evaluation sends both together
-        checked += 1
-        wait = _group_wait(['alertname = "%s"' % tgt[0], *[m for m in rule["target_matchers"]]])
-        assert wait > every, (rule, wait)
+        for src in alertnames(rule["source_matchers"]):
+            for tgt in alertnames(rule["target_matchers"]):
+                if src == tgt or groups[src] & groups[tgt]:
+                    continue  # one evaluation sends both together
+                checked += 1
+                wait = _group_wait(['alertname = "%s"' % tgt, *rule["target_matchers"]])
+                assert wait > every, (rule, wait)
     assert checked >= 1  # RolloutStraggler (omniwatch.signals) -> StepTimeRegression{cause="rollout"} (omniwatch.steps)
