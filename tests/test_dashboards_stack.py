@@ -13,6 +13,7 @@ import time
 import pytest
 
 from omniwatch import demo, demo_endpoints, names
+from omniwatch.alerting.records import REC_STEP_DRIFT
 from omniwatch.dashboards import verify as v
 from omniwatch.gpu import loop
 from omniwatch.promapi import PromAPI, PromError
@@ -89,6 +90,9 @@ def _wait_ready(prom: str, timeout: float) -> None:
         "gpu idle ratio": lambda: bool(_query(prom, f"{names.GPU_IDLE_RATIO}{{{run}}}")),
         "demo endpoints": lambda: bool(_query(prom, "rate(vllm_omni:e2e_request_latency_s_count[1m]) > 0")),
         "alerts": lambda: bool(_query(prom, 'ALERTS{experiment=~".+"}')),
+        # StepTimeDrift's series needs the reference (first 10 normal steps after warm-up) and 10 normal steps
+        # after it: step ~22 of the joined run (the demo writes 24)
+        "drift": lambda: bool(_query(prom, f'{REC_STEP_DRIFT}{{{run}}}')),
     }
     pending = dict(checks)
     deadline = time.monotonic() + timeout
