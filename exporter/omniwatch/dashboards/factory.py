@@ -47,15 +47,18 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
+from ..stack import PROFILES
 from . import spec as s
 
 PROM = DataSourceRef(type_val="prometheus", uid=s.DATASOURCE_UID)
 GRID_COLUMNS = 24
 REF_IDS = string.ascii_uppercase
 REPEAT_MAX_PER_ROW = 2
-# XY charts against step: a point per step needs a query step <= the training step. Min interval 1 s
-# and Prometheus' 11,000-point cap: a 6 h range is queried every 2 s, 24 h every 8 s, 7 days every 55 s.
-XY_INTERVAL = "1s"
+# XY charts against step: a point per step needs a query step <= the training step, and a query step below
+# the scrape interval only repeats the same sample (min interval 1 s fetched each step ~7.5 times: issue 26).
+# Min interval = the default profile's scrape interval (stack.PROFILES); with Prometheus' 11,000-point cap a
+# 6 h range is queried every 15 s, 7 days every 55 s. A step is never shorter than a scrape.
+XY_INTERVAL = PROFILES["default"]["scrape_interval"]
 XY_MAX_DATA_POINTS = 11000
 ANNOTATION_STEP = "1m"
 
@@ -291,7 +294,9 @@ def _dash(b, p: s.Panel):
 
 
 def _timeseries(p: s.Panel, pl: Placed, uid: str):
-    b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(True)
+    # A panel on step-window ratios shows a stall as the gap it is (the ratio has no value while no step
+    # comes); bridging it with spanNulls would draw a 3 h hang as a slow drift (issue 26 item 5).
+    b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(not s.reads_step_window(p))
          .legend(_legend()).tooltip(_tooltip()))
     if p.stack:
         b = b.stacking(StackingConfig().mode(StackingMode.NORMAL))

@@ -29,6 +29,7 @@ from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
+from ..alerting import records as _records
 from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO,
                                 REC_STALL_WARNING)
 
@@ -70,6 +71,8 @@ ALERT_WATCHDOG = n.ALERT_WATCHDOG
 # Recording rules of alerts/*.rules.yml the panels plot (each alert's own series); tests check each is a
 # `record:` there.
 RECORDS = tuple(v for k, v in dict(globals()).items() if k.startswith("REC_"))
+# Every recording rule of alerts/ (the panels' step-window statistics among them).
+ALL_RECORDS = tuple(v for k, v in vars(_records).items() if k.startswith("REC_") and isinstance(v, str))
 
 # Counters that move once per training step: never read over $__rate_interval (tests check it).
 PER_STEP_COUNTERS = (n.STAGE_SECONDS_TOTAL, n.GPU_PHASE_IDLE_SECONDS_TOTAL, n.GPU_PHASE_BUSY_SECONDS_TOTAL,
@@ -340,6 +343,13 @@ class Dashboard:
     @property
     def uses_window(self) -> bool:
         return any(WINDOW in t.expr for p in self.panels() for t in p.targets)
+
+
+def reads_step_window(p: "Panel") -> bool:
+    """Whether the panel is built on step-window statistics: ``increase`` over ``$window`` or a recording rule of
+    the alerts (their ``*_k`` window statistics, stage shares, stall thresholds). Such a series has no value
+    while no step comes, and the panel must show that gap (``spanNulls`` off)."""
+    return any(WINDOW in t.expr or any(rec in t.expr for rec in ALL_RECORDS) for t in p.targets)
 
 
 def dashboard_ids(dashboards) -> None:

@@ -1,0 +1,50 @@
+"""Dashboards III (issue 26): a stall is a gap, XY charts query at the scrape interval, the validation reward
+keeps every key, annotations look back over their own interval, the overview judges each run against its
+anchored reference. Each test reads the generated JSON (what Grafana imports) or evaluates the panel's own
+query in promtool."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omniwatch import names
+from omniwatch.alerting import records
+from omniwatch.dashboards import factory, spec
+from omniwatch.dashboards.catalog import DASHBOARDS
+from omniwatch.stack import PROFILES
+
+from .test_dashboards import _promtool_eval, by_title, load
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_panels_on_step_windows_show_a_stall_as_a_gap():
+    """Item 5: no spanNulls on a timeseries built on step-window ratios ($window increases, recording rules)."""
+    checked = 0
+    for d in DASHBOARDS:
+        j = by_title(load(d))
+        for p in d.panels():
+            if p.kind != "timeseries":
+                continue
+            exprs = [t["expr"] for t in j[p.title]["targets"]]
+            on_window = any(spec.WINDOW in e or any(r in e for r in spec.ALL_RECORDS) for e in exprs)
+            if on_window:
+                checked += 1
+                assert j[p.title]["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False, (d.uid, p.title)
+    assert checked >= 10, checked
+    # the ones the issue names
+    ov = by_title(load(DASHBOARDS[0]))
+    assert ov["Where the GPU-hours went: $experiment"]["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False
+
+
+def test_xy_charts_query_no_finer_than_a_scrape():
+    """Item 8: the XY charts' min interval is the scrape interval (15 s), not 1 s."""
+    assert factory.XY_INTERVAL == PROFILES["default"]["scrape_interval"] == "15s"
+    found = 0
+    for d in DASHBOARDS:
+        for p in load(d)["panels"] + [q for r in load(d)["panels"] for q in r.get("panels", [])]:
+            if p["type"] == "xychart":
+                found += 1
+                assert p["interval"] == "15s", p["title"]
+                assert all(t["interval"] == "15s" for t in p["targets"]), p["title"]
+    assert found >= 8
