@@ -358,7 +358,7 @@ def test_xy_charts_plot_against_step_with_the_grafana_11_recipe():
             group = x["transformations"][1]["options"]["fields"]
             assert group["project"]["operation"] == group["experiment"]["operation"] == "groupby"
             assert group["Value #A"]["operation"] == "groupby"
-            assert x["transformations"][3]["options"]["fields"] == ["project", "experiment"]
+            assert x["transformations"][3]["options"]["fields"] == ["project", "experiment", *p.xy_labels]
             assert x["options"]["mapping"] == "auto"
             assert x["options"]["series"][0]["x"]["matcher"] == {"id": "byName", "options": "Value #A"}
     assert found >= 8  # reward mean/std, zero-std, validation, clip, KL, grad norm, ratio, phases

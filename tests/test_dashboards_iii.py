@@ -48,3 +48,30 @@ def test_xy_charts_query_no_finer_than_a_scrape():
                 assert p["interval"] == "15s", p["title"]
                 assert all(t["interval"] == "15s" for t in p["targets"]), p["title"]
     assert found >= 8
+
+
+VAL_CORE = "val-core/geneval/reward/mean@1"
+VAL_AUX = "val-aux/geneval/reward/mean@1"
+
+
+def test_validation_reward_keeps_val_core_and_val_aux(tmp_path):
+    """Item 6: the step target carries the y target's ``key``, so merge pairs each key's row with its own step
+    (a step row without ``key`` joins one key only); groupBy and partitionByValues keep ``key``. promtool
+    evaluates the generated panel's own queries: both keys have the step and their own value."""
+    from omniwatch.model import passthrough_name
+    from omniwatch.dashboards.verify import substitute
+    p = by_title(load(DASHBOARDS[0]))["Validation reward"]
+    x, y = (substitute(t["expr"]) for t in p["targets"])
+    run = 'project="p", experiment="e"'
+    series = {f'{names.STEP}{{{run}}}': 120,
+              f'{passthrough_name(VAL_CORE)}{{{run}, key="{VAL_CORE}"}}': 0.61,
+              f'{passthrough_name(VAL_AUX)}{{{run}, key="{VAL_AUX}"}}': 0.35}
+    lab = lambda k: {"project": "p", "experiment": "e", "key": k}  # noqa: E731
+    _promtool_eval(tmp_path, series, [(x, [(lab(VAL_AUX), 120), (lab(VAL_CORE), 120)]),
+                                      (y, [(lab(VAL_AUX), 0.35), (lab(VAL_CORE), 0.61)])])
+    t = {tr["id"]: tr["options"] for tr in p["transformations"]}
+    assert t["groupBy"]["fields"]["key"]["operation"] == "groupby"
+    assert t["partitionByValues"]["fields"] == ["project", "experiment", "key"]
+    # the other XY charts (one series per run) are unchanged
+    assert by_title(load(DASHBOARDS[0]))["Reward mean"]["transformations"][3]["options"]["fields"] == [
+        "project", "experiment"]

@@ -372,11 +372,12 @@ def _grafana_legend(template: str) -> str:
 def xy_transformations(p: s.Panel) -> list[DataTransformerConfig]:
     """Step-axis recipe (Grafana 11.6): table-format range queries -> merge (one row per timestamp and
     run) -> group by run and step (last value per step) -> sort by step -> partition by run (one frame,
-    hence one XY series, per run)."""
+    hence one XY series, per run). ``Panel.xy_labels`` (the validation reward's ``key``) are grouped and
+    partitioned on like the run: one series per run and key, none dropped."""
     step_field = value_field(p, 0)
-    fields = {n.L_PROJECT: {"operation": "groupby", "aggregations": []},
-              n.L_EXPERIMENT: {"operation": "groupby", "aggregations": []},
-              step_field: {"operation": "groupby", "aggregations": []}}
+    run_labels = [n.L_PROJECT, n.L_EXPERIMENT, *p.xy_labels]
+    fields = {label: {"operation": "groupby", "aggregations": []} for label in run_labels}
+    fields[step_field] = {"operation": "groupby", "aggregations": []}
     for i in range(1, len(p.targets)):
         fields[value_field(p, i)] = {"operation": "aggregate", "aggregations": ["lastNotNull"]}
     return [
@@ -384,7 +385,7 @@ def xy_transformations(p: s.Panel) -> list[DataTransformerConfig]:
         DataTransformerConfig(id_val="groupBy", options={"fields": fields}),
         DataTransformerConfig(id_val="sortBy", options={"fields": {}, "sort": [{"field": step_field, "desc": False}]}),
         DataTransformerConfig(id_val="partitionByValues", options={
-            "fields": [n.L_PROJECT, n.L_EXPERIMENT], "keepFields": False}),
+            "fields": run_labels, "keepFields": False}),
     ]
 
 

@@ -55,12 +55,23 @@ STAGE_DESC = (f"TrainingStalled's stages, per run (the rules' own thresholds): i
 # does (the trainer ended), absent never seen (-1 here).
 LOG_WRITER_MAPPINGS = ((1, "writing", "green"), (0, "closed", "orange"), (-1, "not seen", "transparent"))
 def step_xy(title: str, description: str, *targets: Target, unit: str = "short", w: int = 8, h: int = 8,
-            runbook=(), repeat: bool = False, log: bool = False, minimum=None, maximum=None, thresholds=()) -> Panel:
-    """A learning curve against training step: the first target is the run's step (x), the others y."""
-    x = Target(run_max(sel(n.STEP)), "step", table=True)
+            runbook=(), repeat: bool = False, log: bool = False, minimum=None, maximum=None, thresholds=(),
+            keyed: str = "") -> Panel:
+    """A learning curve against training step: the first target is the run's step (x), the others y.
+    ``keyed``: the single y target has several series per run told apart by its ``key`` label; the step is
+    then given once per key (x_by_key) so the merge pairs every key with its step (issue 26 item 6)."""
+    x = Target(x_by_key(keyed) if keyed else run_max(sel(n.STEP)), "step", table=True)
     return Panel(title, description + " X axis: training step (omniwatch_step), one line per run.",
                  (x, *targets), unit=unit, kind="xychart", w=w, h=h, runbook=runbook, repeat=repeat,
-                 log_scale=log, min=minimum, max=maximum, thresholds=thresholds)
+                 log_scale=log, min=minimum, max=maximum, thresholds=thresholds,
+                 xy_labels=(n.L_KEY,) if keyed else ())
+
+
+def x_by_key(y_expr: str) -> str:
+    """The run's step once per series of ``y_expr`` (labels project, experiment, key): Grafana's merge joins
+    table rows on their common fields, so a step row without ``key`` would pair with one key only and drop the
+    others (val-core lost to val-aux)."""
+    return f"{run_max(sel(n.STEP))} + on ({RUN_BY}) group_right () (0 * {y_expr})"
 
 
 def key_y(key: str, legend: str | None = None) -> Target:
@@ -192,7 +203,8 @@ CURVES = Row("Learning curves by step", (
     step_xy("Validation reward", "Validation rewards (val-core/<data source>/reward/mean@N and val-aux keys), logged on "
             "test_freq steps; the line holds the last validation between them. Train reward rising while validation "
             "falls is reward hacking or overfitting to the training prompts.",
-            Target(run_max(val_reward(), n.L_KEY), EXP + " {{key}}", table=True), w=8),
+            Target(run_max(val_reward(), n.L_KEY), EXP + " {{key}}", table=True), w=8,
+            keyed=run_max(val_reward(), n.L_KEY)),
     Panel("Zero-std groups, window min",
           "The series RewardSaturation thresholds: the lowest zero_std_ratio of the last k normal steps (every one of "
           f"them above {CONFIG.reward_saturation.zero_std_ratio:g} fires), with the latest step's value dashed.",

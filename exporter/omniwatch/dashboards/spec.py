@@ -284,6 +284,9 @@ class Panel:
     # (regex on the whole display name, colour): a fixed colour for the series it matches, whatever the
     # thresholds say (the stall gauge colours each run by its stage, which no fixed threshold can express)
     fixed_colors: tuple[tuple[str, str], ...] = ()
+    # XY charts: labels besides the run that tell the y series apart (the validation reward's ``key``); the
+    # step target carries them too, so Grafana's merge joins each y row to its own step (issue 26 item 6)
+    xy_labels: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
