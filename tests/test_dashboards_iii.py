@@ -75,3 +75,45 @@ def test_validation_reward_keeps_val_core_and_val_aux(tmp_path):
     # the other XY charts (one series per run) are unchanged
     assert by_title(load(DASHBOARDS[0]))["Reward mean"]["transformations"][3]["options"]["fields"] == [
         "project", "experiment"]
+
+
+def _annotation(doc, name):
+    return next(a for a in doc["annotations"]["list"] if a.get("name") == name)
+
+
+def test_annotations_look_back_over_their_interval(tmp_path):
+    """Item 7: a validation step flagged for one minute and a restart, both between two annotation samples
+    3 minutes apart, are annotated at the next sample: the generated queries look back over $__interval
+    (a fixed [1m] or an instant value missed both). promtool evaluates the generated queries."""
+    import subprocess
+    import yaml
+    from omniwatch.dashboards.verify import substitute
+    from .conftest import require_binary
+    doc = load(DASHBOARDS[0])
+    flag = substitute(_annotation(doc, "validation / checkpoint steps")["expr"], interval="3m")
+    restart = substitute(_annotation(doc, "trainer restarts")["expr"], interval="3m")
+    run = 'project="p", experiment="e"'
+    t = {"rule_files": [], "evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": [
+        {"series": f'{names.STEP_FLAG}{{{run}, flag="validation"}}', "values": "0 0 1 0 0 0"},
+        {"series": f'{names.TRAINER_RESTARTS_TOTAL}{{{run}}}', "values": "0 0 1 1 1 1"}],
+        "promql_expr_test": [
+            {"expr": flag, "eval_time": "4m",
+             "exp_samples": [{"labels": f'{{{run}, flag="validation"}}', "value": 1}]},
+            {"expr": restart, "eval_time": "4m", "exp_samples": [{"labels": f"{{{run}}}", "value": 1}]}]}]}
+    (tmp_path / "a.yml").write_text(yaml.safe_dump(t, sort_keys=False, width=10_000))
+    r = subprocess.run([require_binary("promtool"), "test", "rules", str(tmp_path / "a.yml")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+
+
+def test_per_run_copies_leave_out_the_all_runs_alert_annotation():
+    """Item 7: the alerts annotation is filtered off the panels repeated per run (and only those)."""
+    for d in DASHBOARDS:
+        doc = load(d)
+        repeated = sorted(p["id"] for p in doc["panels"] + [q for r in doc["panels"] for q in r.get("panels", [])]
+                          if p.get("repeat"))
+        flt = _annotation(doc, "omniwatch alerts").get("filter")
+        if repeated:
+            assert flt == {"exclude": True, "ids": repeated}, d.uid
+        else:
+            assert not flt, d.uid

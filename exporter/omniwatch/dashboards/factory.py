@@ -145,8 +145,10 @@ class PromAnnotation(dm.AnnotationQuery):
     text templates and "series value as timestamp" at the top level)."""
 
     def __init__(self, name: str, expr: str, color: str, title: str, tags: str, text: str,
-                 step: str = ANNOTATION_STEP, enable: bool = True):
-        super().__init__(name=name, datasource=PROM, enable=enable, hide=False, icon_color=color, expr=expr)
+                 step: str = ANNOTATION_STEP, enable: bool = True, exclude_panels: tuple[int, ...] = ()):
+        flt = dm.AnnotationPanelFilter(exclude=True, ids=list(exclude_panels)) if exclude_panels else None
+        super().__init__(name=name, datasource=PROM, enable=enable, hide=False, icon_color=color, expr=expr,
+                         filter_val=flt)
         self.title_format, self.tag_keys, self.text_format, self.step = title, tags, text, step
         self.query = Dataquery().expr(expr).interval(step).ref_id("Anno").datasource(PROM).range().build()
 
@@ -165,20 +167,30 @@ class _Built(cogbuilder.Builder):
         return self.model
 
 
-def annotations() -> list[PromAnnotation]:
+# Annotation lookbacks: each point of an annotation query covers the whole interval since the previous one
+# (Grafana's step for the query is $__interval, at least ANNOTATION_STEP), so an event shorter than the step
+# (a validation step's flag, a restart) is not missed between two samples (issue 26 item 7).
+ANNOTATION_LOOKBACK = "$__interval"
+
+
+def annotations(d: s.Dashboard | None = None) -> list[PromAnnotation]:
     """On every dashboard: firing alerts (title = alert name; tags = run and severity; Watchdog left out),
-    validation and checkpoint steps (they explain step-time spikes) and trainer restarts."""
+    validation and checkpoint steps (they explain step-time spikes) and trainer restarts. Panels repeated per
+    run are left out of the all-runs alert annotation (a run's copy would show every run's alerts; the Alerts
+    row's timeline has them per run)."""
+    repeated = tuple(pl.id for pl in layout(d) if pl.panel is not None and pl.panel.repeat) if d else ()
     return [
         PromAnnotation("omniwatch alerts", f"max by ({s.by_run('alertname', 'severity')}) "
                                            f"({s.alerts_sel(alertstate='firing')})",
                        "red", "{{alertname}}", "project,experiment,severity",
-                       "{{alertname}} ({{severity}}) on {{project}}/{{experiment}}"),
+                       "{{alertname}} ({{severity}}) on {{project}}/{{experiment}}", exclude_panels=repeated),
         PromAnnotation("validation / checkpoint steps",
-                       f"{s.run_max(s.sel(n.STEP_FLAG, flag='=~validation|checkpoint'), 'flag')} == 1",
+                       s.run_max(f"max_over_time({s.sel(n.STEP_FLAG, flag='=~validation|checkpoint')}"
+                                 f"[{ANNOTATION_LOOKBACK}])", 'flag') + " == 1",
                        "blue", "{{flag}} step", "project,experiment,flag",
                        "{{project}}/{{experiment}}: the latest step was a {{flag}} step (left out of the windows)"),
         PromAnnotation("trainer restarts",
-                       f"{s.run_max(f'changes({s.sel(n.TRAINER_RESTARTS_TOTAL)}[{ANNOTATION_STEP}])')} > 0",
+                       f"{s.run_max(f'changes({s.sel(n.TRAINER_RESTARTS_TOTAL)}[{ANNOTATION_LOOKBACK}])')} > 0",
                        "orange", "trainer restart", "project,experiment",
                        "{{project}}/{{experiment}}: the trainer restarted (log truncated or step counter went back); "
                        "baselines start again"),
@@ -433,7 +445,7 @@ def build(d: s.Dashboard) -> SdkDashboard:
         raise ValueError(f"{d.uid}: more targets in a panel than refIds")
     b = (SdkDashboard(d.title).uid(d.uid).description(d.description).tags(list(d.tags)).refresh("30s")
          .time("now-6h", "now").timezone("browser").tooltip(DashboardCursorSync.CROSSHAIR).editable())
-    for a in annotations():
+    for a in annotations(d):
         b = b.annotation(_Built(a))
     for link in dashboard_links():
         b = b.link(link)
