@@ -117,3 +117,43 @@ def test_per_run_copies_leave_out_the_all_runs_alert_annotation():
             assert flt == {"exclude": True, "ids": repeated}, d.uid
         else:
             assert not flt, d.uid
+
+
+def _colour(panel: dict, legend: str, value: float) -> str:
+    """The colour Grafana gives ``value`` in the table column named ``legend`` (absolute thresholds: the last
+    step whose value is <= the cell's)."""
+    for o in panel["fieldConfig"]["overrides"]:
+        props = {p["id"]: p["value"] for p in o["properties"]}
+        if props.get("displayName") == legend:
+            steps = props["thresholds"]["steps"]
+            colour = steps[0]["color"]
+            for st in steps[1:]:
+                if value >= st["value"]:
+                    colour = st["color"]
+            return colour
+    raise AssertionError(f"no column {legend!r}")
+
+
+def test_a_lasting_slowdown_is_red_against_the_anchored_reference(tmp_path):
+    """Item 2: a run 17 % slower than its start (window median 117 s, anchored reference 100 s) with 44 % less
+    MFU (window median 0.28, reference 0.50) is red in both new Runs columns, while the fastest-step column
+    (step / baseline: 112 s, one fast step) stays green. promtool evaluates the generated columns' queries."""
+    from omniwatch.dashboards.verify import substitute
+    runs = by_title(load(DASHBOARDS[0]))["Runs"]
+    expr = {t["refId"]: substitute(t["expr"]) for t in runs["targets"]}
+    legend = {o["matcher"]["options"]: next(p["value"] for p in o["properties"] if p["id"] == "displayName")
+              for o in runs["fieldConfig"]["overrides"]}
+    ref = {name: ref for ref, name in ((k.removeprefix("Value #"), v) for k, v in legend.items())}
+    run = 'project="p", experiment="slow"'
+    series = {f"{records.REC_STEP_MEDIAN}{{{run}}}": 117, f"{names.STEP_DURATION_BASELINE}{{{run}}}": 100,
+              f"{records.REC_STEP_VS_BASELINE}{{{run}}}": 1.12,
+              f'{records.REC_MFU_MEDIAN}{{{run}, role="actor"}}': 0.28,
+              f'{names.MFU_BASELINE}{{{run}, role="actor"}}': 0.5}
+    lab = {"project": "p", "experiment": "slow"}
+    _promtool_eval(tmp_path, series, [(expr[ref["step time vs run start"]], [(lab, 1.17)]),
+                                      (expr[ref["MFU vs reference"]], [(lab, 0.56)])])
+    assert _colour(runs, "step time vs run start", 1.17) == "red"
+    assert _colour(runs, "MFU vs reference", 0.56) == "red"
+    assert _colour(runs, "step / baseline", 1.12) == "green"  # what the table showed before
+    assert _colour(runs, "step time vs run start", 1.05) == "green"
+    assert _colour(runs, "MFU vs reference", 0.95) == "green"

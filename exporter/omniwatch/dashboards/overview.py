@@ -11,8 +11,9 @@ from __future__ import annotations
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import K_ZERO_STD
-from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
-                                REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_WARNING, REC_STEP_VS_BASELINE,
+from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
+                                REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_WARNING, REC_STEP_MEDIAN,
+                                REC_STEP_VS_BASELINE,
                                 REC_ZERO_STD_MIN)
 from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
                    STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags,
@@ -74,6 +75,19 @@ def x_by_key(y_expr: str) -> str:
     return f"{run_max(sel(n.STEP))} + on ({RUN_BY}) group_right () (0 * {y_expr})"
 
 
+def step_vs_start() -> str:
+    """Median of the run's last k normal steps / its anchored step-time reference (the median of the trainer
+    incarnation's first 10 normal steps, omniwatch_step_duration_baseline_seconds): what StepTimeDrift judges,
+    never a moving baseline (issue 26 item 2)."""
+    return f"{run_max(sel(REC_STEP_MEDIAN))} / on ({RUN_BY}) {run_max(sel(n.STEP_DURATION_BASELINE))}"
+
+
+def mfu_vs_reference() -> str:
+    """Per run, the lowest role's window median MFU / its anchored MFU reference (omniwatch_mfu_baseline_ratio)."""
+    return (f"min by ({RUN_BY}) ({run_max(sel(REC_MFU_MEDIAN), n.L_ROLE)} / on ({RUN_BY}, {n.L_ROLE}) "
+            f"({run_max(sel(n.MFU_BASELINE), n.L_ROLE)} > 0))")
+
+
 def key_y(key: str, legend: str | None = None) -> Target:
     return Target(run_max(verl(key)), legend or f"{EXP} {key}", table=True)
 
@@ -110,10 +124,15 @@ NOW = Row("Now", (
           "start, in typical steps (they add the run's planned work); whether a trainer process holds its log open "
           "(writing; closed: the trainer ended, finished or crashed; not seen: another node, a push feed); the "
           "fastest of the last k normal steps over the step-time baseline (StepTimeRegression above "
-          f"{CONFIG.step_time.regression_ratio:g}); window minima of the reward-bound ratio (RewardBoundRollout "
+          f"{CONFIG.step_time.regression_ratio:g}); the median of the last k normal steps over the run's anchored "
+          "reference, the median of its first 10 normal steps (step time vs run start: red above StepTimeDrift's "
+          f"{CONFIG.step_drift.ratio:g}; a lasting slowdown stays red, it never becomes the baseline); window minima "
+          "of the reward-bound ratio (RewardBoundRollout "
           f"above {CONFIG.reward_bound.ratio:g}) and of the inter-stage idle ratio (InterStageIdleGPU above "
           f"{CONFIG.inter_stage_idle.ratio:g}; GPU evidence where sampled); the best window MFU over its baseline "
-          f"(lowest role; MFUDrop below {CONFIG.mfu.drop_ratio:g}); the GPUs the ledger counts (omniwatch_run_gpus: "
+          f"(lowest role; MFUDrop below {CONFIG.mfu.drop_ratio:g}) and the window median MFU over the anchored MFU "
+          f"reference (MFU vs reference, lowest role; red below the same {CONFIG.mfu.drop_ratio:g}: a run that lost "
+          "44 % of its MFU is red even when one fast step keeps the best window step near the reference); the GPUs the ledger counts (omniwatch_run_gpus: "
           "from the run's keys, or --gpus) and the GPU-hours accounted so far (omniwatch_gpu_seconds_total, since "
           "omniwatch first saw the run); firing alerts (Watchdog left out). Colours are the rules' thresholds. "
           "Click a row for that run on the other dashboards.",
@@ -131,6 +150,8 @@ NOW = Row("Now", (
            Target(run_max(sel(REC_STEP_VS_BASELINE)),
                   "step / baseline", instant=True, table=True, unit="none",
                   thresholds=(Step(None, "green"), cfg_step("step_time.regression_ratio", "red"))),
+           Target(step_vs_start(), "step time vs run start", instant=True, table=True, unit="none",
+                  thresholds=(Step(None, "green"), cfg_step("step_drift.ratio", "red"))),
            Target(run_max(sel(REC_REWARD_BOUND_MIN)),
                   "reward-bound min", instant=True, table=True, unit="percentunit",
                   thresholds=(Step(None, "green"), cfg_step("reward_bound.ratio", "red"))),
@@ -139,13 +160,16 @@ NOW = Row("Now", (
                   thresholds=(Step(None, "green"), cfg_step("inter_stage_idle.ratio", "red"))),
            Target(f"min by ({RUN_BY}) ({sel(REC_MFU_VS_BASELINE)})", "MFU / baseline", instant=True, table=True, unit="percentunit",
                   thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green"))),
+           Target(mfu_vs_reference(), "MFU vs reference", instant=True, table=True, unit="percentunit",
+                  thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green"))),
            Target(run_max(sel(n.RUN_GPUS)), "GPUs", instant=True, table=True, unit="none"),
            Target(f"sum by ({RUN_BY}) ({sel(n.GPU_SECONDS_TOTAL)}) / 3600", "GPU-hours", instant=True, table=True,
                   unit="suffix: GPU-h"),
            Target(firing_by_run(), "alerts firing", instant=True, table=True, unit="none",
                   thresholds=(Step(None, "green"), Step(1, "red", note="any firing alert of the run")))),
           unit="none", kind="table", w=24, h=8,
-          runbook=(n.ALERT_STALLED, n.ALERT_STEP_REGRESSION, n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_MFU_DROP)),
+          runbook=(n.ALERT_STALLED, n.ALERT_STEP_REGRESSION, n.ALERT_STEP_DRIFT, n.ALERT_REWARD_BOUND, n.ALERT_IDLE,
+                   n.ALERT_MFU_DROP)),
 ))
 
 ALERT_ROW = Row("Alerts", (
