@@ -157,3 +157,36 @@ def test_a_lasting_slowdown_is_red_against_the_anchored_reference(tmp_path):
     assert _colour(runs, "step / baseline", 1.12) == "green"  # what the table showed before
     assert _colour(runs, "step time vs run start", 1.05) == "green"
     assert _colour(runs, "MFU vs reference", 0.95) == "green"
+
+
+def test_why_slow_names_the_phase_the_cause_its_cost_and_the_alert(tmp_path):
+    """Item 1: the "Why slow" row sits right under "Now" and gives per run the largest phase, the costliest
+    cause of growth with its GPU-hours per day, the costliest non-phase ledger bucket and the most severe
+    firing alert; a quiet run has a row too ("none"). promtool evaluates the generated queries."""
+    from omniwatch.dashboards.verify import substitute
+    doc = load(DASHBOARDS[0])
+    rows = [p["title"] for p in doc["panels"] if p["type"] == "row"]
+    assert rows[:2] == ["Now", "Why slow"]
+    p = by_title(doc)["Why slow"]
+    q = [substitute(t["expr"]) for t in p["targets"]]
+    slow, quiet = 'project="p", experiment="slow"', 'project="p", experiment="quiet"'
+    series = {f"{names.STEP}{{{slow}}}": 50, f"{names.STEP}{{{quiet}}}": 50,
+              f'{records.REC_STAGE_SHARE}{{{slow}, phase="gen"}}': 0.6,
+              f'{records.REC_STAGE_SHARE}{{{slow}, phase="update_actor"}}': 0.3,
+              f'{records.REC_STAGE_SHARE}{{{quiet}, phase="update_actor"}}': 0.5,
+              f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{slow}, cause="rollout"}}': 40,
+              f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{slow}, cause="actor"}}': 5,
+              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="gen"}}': 100,
+              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="reward_critical_path"}}': 12,
+              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="inter_stage_idle"}}': 3,
+              f'ALERTS{{{slow}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="info"}}': 1,
+              f'ALERTS{{{slow}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning"}}': 1,
+              f'ALERTS{{{quiet}, alertname="{names.ALERT_STEP_DRIFT}", alertstate="pending", severity="warning"}}': 1}
+    s = lambda **k: {"project": "p", "experiment": "slow", **k}  # noqa: E731
+    qu = lambda **k: {"project": "p", "experiment": "quiet", **k}  # noqa: E731
+    _promtool_eval(tmp_path, series, [
+        (q[0], [(s(phase="gen"), 0.6), (qu(phase="update_actor"), 0.5)]),
+        (q[1], [(s(cause="rollout"), 40), (qu(cause="none"), 0)]),
+        (q[2], [(s(bucket="reward_critical_path"), 12), (qu(bucket="none"), 0)]),
+        (q[3], [(s(alertname=names.ALERT_STEP_REGRESSION), 2), (qu(alertname="none"), 0)]),
+    ])

@@ -8,14 +8,15 @@ step goes (stacked phases in the exporter's order, one panel per run) -> GPU-hou
 """
 from __future__ import annotations
 
+from .. import ledger
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import K_ZERO_STD
 from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
                                 REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_WARNING, REC_STEP_MEDIAN,
-                                REC_STEP_VS_BASELINE,
+                                REC_STAGE_SHARE, REC_STEP_VS_BASELINE,
                                 REC_ZERO_STD_MIN)
-from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
+from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
                    STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags,
                    firing_by_run, gpu_hours_panel, idle_evidence, in_order, per_typical_step, run_max, sel,
                    stage_colors, stall_stage, verl)
@@ -172,6 +173,62 @@ NOW = Row("Now", (
                    n.ALERT_MFU_DROP)),
 ))
 
+def _top(expr: str, label: str) -> str:
+    """Per run, the series of ``expr`` (labelled ``label``) with the highest value; a run without one shows
+    ``label="none"`` at 0, so every run has its row."""
+    return (f"topk by ({RUN_BY}) (1, {expr}) or on ({RUN_BY}) "
+            f'label_replace(0 * {run_max(sel(n.STEP))}, "{label}", "none", "", "")')
+
+
+def largest_phase() -> str:
+    """Per run, the timed phase with the largest share of the latest step (label ``phase``)."""
+    return _top(run_max(sel(REC_STAGE_SHARE), n.L_PHASE), n.L_PHASE)
+
+
+def top_cause_per_day() -> str:
+    """Per run, the cause of its step-time growth over the anchored reference that costs most, in GPU-hours per
+    day at the current rate (omniwatch_step_regression_gpu_hours_per_day, label ``cause``)."""
+    return _top(run_max(sel(n.STEP_REGRESSION_GPU_HOURS_PER_DAY), "cause"), "cause")
+
+
+def top_waste_per_day() -> str:
+    """Per run, the ledger bucket outside the step's phases (reward on the critical path, idle, checkpoint,
+    validation, outside the step timer, stalled) that costs most GPU-hours per day (label ``bucket``)."""
+    waste = "|".join(ledger.NON_PHASE)
+    return _top(run_max(sel(n.GPU_HOURS_PER_DAY, **{n.L_BUCKET: "=~" + waste}), n.L_BUCKET), n.L_BUCKET)
+
+
+def firing_alert() -> str:
+    """Per run, one firing alert (critical before warning before info; label ``alertname``; ``none`` if none),
+    valued by severity: 3 critical, 2 warning, 1 info."""
+    ranked = " or ".join(f'{rank} * {run_max(alerts_sel(alertstate="firing", severity=sev), "alertname")}'
+                         for rank, sev in ((3, "critical"), (2, "warning"), (1, "info")))
+    return _top(f"max by ({RUN_BY}, alertname) ({ranked})", "alertname")
+
+
+WHY_SLOW = Row("Why slow", (
+    Panel("Why slow",
+          "One row per run, what its step time goes to and what it costs: the timed phase with the largest share "
+          "of the latest step (omniwatch_stage_duration_seconds / the step; the whole breakdown is 'Where the step "
+          "goes' below); the part of the step that grew most over the run's anchored reference (the median of its "
+          "first 10 normal steps) and what that growth costs in GPU-hours per day at the current pace "
+          "(omniwatch_step_regression_gpu_hours_per_day, cause 'none' while nothing grew); the costliest ledger "
+          "bucket outside the phases (reward on the critical path, inter-stage idle, checkpoint, validation, "
+          "outside the step timer, stalled) in GPU-hours per day (omniwatch_gpu_hours_per_day); and the most "
+          "severe firing alert of the run. What to change for that alert, for this run's layout, is the alert's "
+          "'remedy' annotation (in the notification) and its runbook (panel links).",
+          (Target(largest_phase(), "largest phase share", instant=True, table=True, unit="percentunit"),
+           Target(top_cause_per_day(), "growth cost (GPU-h/day)", instant=True, table=True, unit="none"),
+           Target(top_waste_per_day(), "costliest non-phase bucket (GPU-h/day)", instant=True, table=True,
+                  unit="none"),
+           Target(firing_alert(), "most severe firing alert", instant=True, table=True, unit="none",
+                  mappings=((0, "none", "green"), (1, "info", "yellow"), (2, "warning", "orange"),
+                            (3, "critical", "red")))),
+          unit="none", kind="table", w=24, h=6, decimals=1,
+          runbook=(n.ALERT_STEP_REGRESSION, n.ALERT_STEP_DRIFT, n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_MFU_DROP,
+                   n.ALERT_STALLED)),
+))
+
 ALERT_ROW = Row("Alerts", (
     Panel("Alerts of $experiment",
           "Firing (red) and pending (orange) omniwatch alerts of this run over time, one row per alert (Watchdog "
@@ -285,7 +342,7 @@ DASHBOARD = Dashboard(
     description="Each VeRL-Omni run at a glance: alive, stalling (by stage) or finished, step and speed against its "
                 "own baseline, alerts, step time by phase, where its GPU-hours went, and the learning curves against "
                 "training step.",
-    rows=(NOW, ALERT_ROW, STEP_TIME, GPU_HOURS, CURVES, POLICY),
+    rows=(NOW, WHY_SLOW, ALERT_ROW, STEP_TIME, GPU_HOURS, CURVES, POLICY),
     tags=default_tags("overview"),
     variable_metrics=(n.STEP,),
 )
