@@ -190,3 +190,13 @@ def test_why_slow_names_the_phase_the_cause_its_cost_and_the_alert(tmp_path):
         (q[2], [(s(bucket="reward_critical_path"), 12), (qu(bucket="none"), 0)]),
         (q[3], [(s(alertname=names.ALERT_STEP_REGRESSION), 2), (qu(alertname="none"), 0)]),
     ])
+
+
+def test_one_stall_is_one_firing_alert(tmp_path):
+    """Item 9: TrainingStalled firing at info, warning and critical counts once in 'alerts firing'."""
+    run = 'project="p", experiment="e"'
+    series = {f"{names.STEP}{{{run}}}": 5}
+    for sev in ("info", "warning", "critical"):
+        series[f'ALERTS{{{run}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="{sev}"}}'] = 1
+    series[f'ALERTS{{{run}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning"}}'] = 1
+    _promtool_eval(tmp_path, series, [(spec.firing_by_run(), [({"project": "p", "experiment": "e"}, 2)])])

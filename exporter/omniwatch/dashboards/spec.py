@@ -408,8 +408,9 @@ ALERT_STATE_MAPPINGS = ((0, "no alert", "green"), (1, "pending", "orange"), (2, 
 
 
 def firing_by_run() -> str:
-    """Firing alerts per run (0 for a run with none: the runs come from omniwatch_step)."""
-    return (f"count by ({RUN_BY}) ({alerts_sel(alertstate='firing')}) "
+    """Firing alerts per run, each alert name once (TrainingStalled firing at info, warning and critical is one
+    stall, not 3 alerts); 0 for a run with none (the runs come from omniwatch_step)."""
+    return (f"count by ({RUN_BY}) (max by ({RUN_BY}, alertname) ({alerts_sel(alertstate='firing')})) "
             f"or on ({RUN_BY}) 0 * {run_max(sel(n.STEP))}")
 
 
