@@ -200,3 +200,24 @@ def test_one_stall_is_one_firing_alert(tmp_path):
         series[f'ALERTS{{{run}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="{sev}"}}'] = 1
     series[f'ALERTS{{{run}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning"}}'] = 1
     _promtool_eval(tmp_path, series, [(spec.firing_by_run(), [({"project": "p", "experiment": "e"}, 2)])])
+
+
+def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
+    """Item 4: during a stall (no step for an hour, the ledger counter flat), 'Where the GPU-hours went' shows the
+    run's GPUs as stalled (it was 0/0 -> no data); a finished run is not stalled; a running run is unchanged.
+    promtool evaluates the generated panel query with $window = 180 s."""
+    from omniwatch import ledger
+    from omniwatch.dashboards.verify import substitute
+    p = by_title(load(DASHBOARDS[0]))["Where the GPU-hours went: $experiment"]
+    q = substitute(p["targets"][0]["expr"], window="180")
+    series = {}
+    for exp, age, fin in (("hung", 3600, 0), ("done", 3600, 1)):
+        r = f'project="p", experiment="{exp}"'
+        series.update({f"{records.REC_AGE}{{{r}}}": age, f"{names.TYPICAL_STEP}{{{r}}}": 60,
+                       f'{names.RUN_GPUS}{{{r}, origin="log"}}': 8, f"{names.RUN_FINISHED}{{{r}}}": fin,
+                       f'{names.GPU_SECONDS_TOTAL}{{{r}, bucket="gen"}}': 5000})
+    order = spec.order_key(ledger.STALLED, spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]
+    _promtool_eval(tmp_path, series, [
+        (q, [({"project": "p", "experiment": "hung", "bucket": ledger.STALLED, spec.ORDER_LABEL: order}, 1.0),
+             ({"project": "p", "experiment": "hung", "bucket": "gen",
+               spec.ORDER_LABEL: spec.order_key("gen", spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]}, 0.0)])])

@@ -503,10 +503,30 @@ def gpu_seconds(*labels: str) -> str:
     return f"sum by ({by_run(*labels)}) ({increase_w(sel(n.GPU_SECONDS_TOTAL))})"
 
 
+def open_stall_gpu_seconds() -> str:
+    """GPU-seconds of a stall still going on, inside the last $window seconds (label ``bucket="stalled"``):
+    the run's GPUs x the time since its last step beyond the ledger's stall tolerance
+    (ledger.STALL_TOLERANCE_STEPS typical steps), at most $window. The ledger counter books a stall only when
+    the next step comes, which never happens after a crash; this shows the idle GPUs while the stall lasts
+    (issue 26 item 4). A finished run is not stalled."""
+    beyond = (f"{run_max(sel(REC_AGE))} - on ({RUN_BY}) {ledger.STALL_TOLERANCE_STEPS:g} * "
+              f"{run_max(sel(n.TYPICAL_STEP))}")
+    secs = (f"{run_max(sel(n.RUN_GPUS))} * on ({RUN_BY}) clamp_max({beyond}, ${V_WINDOW}) > 0 "
+            f"unless on ({RUN_BY}) ({run_max(sel(n.RUN_FINISHED))} == 1)")
+    return f'label_replace(label_replace({secs}, "{n.L_BUCKET}", "{ledger.STALLED}", "", ""), "src", "open", "", "")'
+
+
+def ledger_gpu_seconds(*labels: str) -> str:
+    """``gpu_seconds`` plus the open stall (``open_stall_gpu_seconds``), by ``labels``."""
+    booked = f'label_replace({increase_w(sel(n.GPU_SECONDS_TOTAL))}, "src", "ledger", "", "")'
+    return f"sum by ({by_run(*labels)}) ({booked} or {open_stall_gpu_seconds()})"
+
+
 def ledger_share() -> str:
-    """Each bucket's share of the run's GPU-seconds over $window, buckets in ledger order."""
-    share = (f"{gpu_seconds(n.L_BUCKET)} / on ({RUN_BY}) group_left () "
-             f"({gpu_seconds()} > 0)")
+    """Each bucket's share of the run's GPU-seconds over $window (a stall still going on included as
+    ``stalled``), buckets in ledger order."""
+    share = (f"{ledger_gpu_seconds(n.L_BUCKET)} / on ({RUN_BY}) group_left () "
+             f"({ledger_gpu_seconds()} > 0)")
     return in_order(share, n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL)
 
 
