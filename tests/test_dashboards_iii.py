@@ -221,3 +221,16 @@ def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
         (q, [({"project": "p", "experiment": "hung", "bucket": ledger.STALLED, spec.ORDER_LABEL: order}, 1.0),
              ({"project": "p", "experiment": "hung", "bucket": "gen",
                spec.ORDER_LABEL: spec.order_key("gen", spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]}, 0.0)])])
+
+
+def test_per_second_and_tflops_panels_carry_units():
+    """Item 9: TFLOP/s and per-second panels say their unit (they were 'short')."""
+    want = {"MFU implied vs device peak": "suffix: TFLOP/s", "Images per second": "suffix: images/s",
+            "Reward preemptions": "suffix: preemptions/s", "Net change of live samples": "suffix: samples/s",
+            "Samples written and cleared": "suffix: samples/s"}
+    got = {}
+    for d in DASHBOARDS:
+        for title, p in by_title(load(d)).items():
+            if title in want:
+                got[title] = p["fieldConfig"]["defaults"]["unit"]
+    assert got == want

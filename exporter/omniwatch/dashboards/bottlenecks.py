@@ -114,7 +114,7 @@ MFU_ROW = Row("MFU", (
           "VERL_OMNI_DEVICE_FLOPS_TFLOPS to the dashed value).",
           (Target(run_max(sel(n.MFU_IMPLIED_PEAK), n.L_ROLE), W + " {{role}} implied"),
            Target(run_max(sel(n.MFU_DEVICE_PEAK), n.L_ROLE), W + " {{role}} device", dashed=True)),
-          unit="short", min=0, w=8, runbook=n.ALERT_MFU_IMPOSSIBLE),
+          unit="suffix: TFLOP/s", min=0, w=8, runbook=n.ALERT_MFU_IMPOSSIBLE),
     Panel("MFU suspected cause",
           "While MFUImpossible's evidence holds, the cause the MFU check suspects per run and role: relabeled_sku "
           "(the GPU is another part than verl matched), peak_mismatch (wrong peak table entry) or flops_overcount "

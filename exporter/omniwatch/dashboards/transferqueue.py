@@ -41,7 +41,7 @@ BACKLOG = Row("Backlog: live samples", (
           f"regression of active keys over {span(TQ.net_rate_window)} (recording rule {REC_TQ_DERIV}, what "
           "TransferQueueBacklog reads). Oscillating around 0 is healthy; positive for minutes is a backlog.",
           (Target(f"sum by ({RUN}) ({sel(REC_TQ_DERIV)})", EXP),),
-          unit="short", w=5, runbook=n.ALERT_TQ_BACKLOG),
+          unit="suffix: samples/s", w=5, runbook=n.ALERT_TQ_BACKLOG),
     Panel("Time to full at the current net rate", "Seconds until the first storage unit is full if the net rate "
           f"of the last {span(TQ.net_rate_window)} holds ({REC_TQ_SECONDS_TO_FULL}). Shown as 1 h when it is an "
           f"hour or more or storage does not fill. TransferQueueBacklog fires when it stays under "
@@ -66,7 +66,7 @@ SAMPLES = Row("Sample writes and clears (rates, not the backlog)", (
           "pattern writes each sample twice); CLEAR_META counts cleared samples, clear_partition is not counted. "
           "Writes above clears is therefore no backlog: read Live samples.",
           (Target(f"sum by ({RUN}, {OP}) ({rate(sel(x.TQ_REQUEST_SAMPLES))})", f"{EXP} {{{{op_type}}}}"),),
-          unit="short", min=0, w=12),
+          unit="suffix: samples/s", min=0, w=12),
     Panel("Production / consumption progress (streaming API)", "Produced/total and consumed/total per partition "
           "and consumer task, for consumers of the streaming API (get_meta with a task_name, StreamingDataLoader): "
           "only they register tasks. The KV API (kv_batch_put / kv_batch_get / kv_clear, what verl-omni V1 uses) "
