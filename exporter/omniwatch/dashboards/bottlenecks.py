@@ -62,7 +62,8 @@ SIGNALS = Row("Signals vs alert thresholds", (
           show_thresholds="dashed+area", w=6, runbook=n.ALERT_IDLE),
     Panel("Step time / baseline (window min)",
           "The series StepTimeRegression thresholds: the fastest of the last k normal steps over the run's reference "
-          f"(median of the first 10 normal steps of the trainer incarnation). Above {C.step_time.regression_ratio:g} fires; the alert names "
+          f"(median of the first {C.window.reference} normal steps of the trainer incarnation). Above "
+          f"{C.step_time.regression_ratio:g} fires; the alert names "
           "the part that grew (next row).",
           (Target(sel(REC_STEP_VS_BASELINE), W + " window min / baseline"),),
           unit="none", min=0, decimals=2,
@@ -74,8 +75,9 @@ SIGNALS = Row("Signals vs alert thresholds", (
           (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
           unit="s", w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step time drift vs the run's reference",
-          "The series StepTimeDrift thresholds: the median of the last 10 normal steps after the reference over the "
-          "run's reference (median of the first 10 normal steps of the trainer incarnation; a restart starts a new "
+          f"The series StepTimeDrift thresholds: the median of the last {C.window.drift} normal steps after the "
+          f"reference over the run's reference (median of the first {C.window.reference} normal steps of the trainer "
+          "incarnation; a restart starts a new "
           f"one, from omniwatch_baseline_first_step). Above {C.step_drift.ratio:g} fires while the last k steps are "
           "over too: a creep over tens of steps.",
           (Target(sel(REC_STEP_DRIFT), W + " last 10 / reference"),),
