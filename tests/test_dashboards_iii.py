@@ -5,6 +5,7 @@ query in promtool."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from omniwatch import names
@@ -234,3 +235,23 @@ def test_per_second_and_tflops_panels_carry_units():
             if title in want:
                 got[title] = p["fieldConfig"]["defaults"]["unit"]
     assert got == want
+
+
+def test_every_alert_has_a_panel_with_its_runbook():
+    """Item 9: TransferQueueSlowLeak had no panel and no runbook link; every alert of names.py has one now."""
+    rules = "".join(p.read_text() for p in (REPO / "alerts").glob("*.rules.yml"))
+    alerts = {a for a in re.findall(r"- alert: (\w+)", rules)} - {names.ALERT_WATCHDOG}
+    assert names.ALERT_TQ_SLOW_LEAK in alerts and names.ALERT_RUN_CAP in alerts
+    linked = {a for d in DASHBOARDS for p in d.panels() for a in p.alerts}
+    assert alerts - linked == set()
+    p = by_title(load(next(d for d in DASHBOARDS if d.uid == "omniwatch-transferqueue")))["Utilisation floors (slow leak)"]
+    assert any(names.ALERT_TQ_SLOW_LEAK in link["title"] for link in p["links"])
+    assert [records.REC_TQ_FLOOR_SHORT in t["expr"] for t in p["targets"]] == [False, True, False, False]
+
+
+def test_sources_up_timeline_is_not_red_before_the_exporter_existed():
+    """Item 9: the exporter row of 'Sources up' has no value where Prometheus never scraped it (it was drawn
+    'down' from a vector(0) fallback); a failed scrape (up 0) is still down."""
+    p = by_title(load(next(d for d in DASHBOARDS if d.uid == "omniwatch-bottlenecks")))["Sources up"]
+    expr = p["targets"][1]["expr"]
+    assert "vector(0)" not in expr and expr.startswith("min(up{")

@@ -264,9 +264,17 @@ PIPELINE = Row("Pipeline alerts", (
           "scrapes the exporter (up). OmniwatchSourceDown fires after "
           f"{C.source_down.for_} at 0 (critical for the exporter itself).",
           (Target(f"min by ({n.L_SOURCE}, {n.L_TARGET}) ({n.SOURCE_UP})", "{{source}} {{target}}"),
-           Target(f'min(up{{job="{C.selectors.job}"}}) or on () vector(0)', "exporter scraped")),
+           Target(f'min(up{{job="{C.selectors.job}"}})', "exporter scraped")),
           unit="none", min=0, max=1, kind="statetimeline", w=8, scope="global", runbook=n.ALERT_SOURCE_DOWN,
           mappings=((1, "up", "green"), (0, "down", "red"))),
+    Panel("Runs dropped at the run cap",
+          "Runs the exporter dropped at its run cap (--max-runs; omniwatch_runs_evicted_total, since it started), "
+          "next to the runs it holds (omniwatch_runs) and the cap (omniwatch_max_runs). RunCapReached fires while "
+          f"'dropped' rose within the last {C.run_cap.window}: a dropped run's series ended and its alerts resolved.",
+          (Target(f"sum({n.RUNS_EVICTED_TOTAL})", "dropped"),
+           Target(f"sum({n.RUNS})", "runs held"),
+           Target(f"max({n.MAX_RUNS})", "cap", dashed=True)),
+          unit="none", min=0, w=8, scope="global", runbook=n.ALERT_RUN_CAP),
 ))
 
 ALERT_ROW = Row("Alerts", (

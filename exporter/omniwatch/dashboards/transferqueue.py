@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..alerting.config import DEFAULT as CONFIG
 from ..alerting.prose import span
-from ..alerting.records import REC_TQ_DERIV, REC_TQ_SECONDS_TO_FULL
+from ..alerting.records import (REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT,
+                                REC_TQ_SECONDS_TO_FULL, REC_TQ_UTILIZATION)
 from .. import external as x
 from .. import names as n
 from .spec import (Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate,
@@ -58,6 +59,17 @@ BACKLOG = Row("Backlog: live samples", (
           unit="percentunit", kind="bargauge", min=0, max=1,
           thresholds=(Step(None, "green"), Step(0.7, "yellow", note=TQ_BAND), cfg_step("transferqueue.full_utilization", "red")),
           w=5, runbook=n.ALERT_TQ_BACKLOG),
+    Panel("Utilisation floors (slow leak)",
+          "The series TransferQueueSlowLeak reads: the fullest storage unit's utilisation and its lowest value over "
+          f"the last {span(TQ.floor_short)}, {span(TQ.floor_mid)} and {span(TQ.floor_long)} (the level every step "
+          f"drains to). Each shorter floor above the next longer one by {TQ.leak_min_rise:g} of capacity, for "
+          f"{TQ.leak_for}, fires: samples are written and never cleared (a partition nobody clears, failed samples "
+          "left behind). Flat floors under a saw-tooth utilisation are healthy.",
+          (Target(f"max by ({RUN}) ({sel(REC_TQ_UTILIZATION)})", EXP + " utilisation"),
+           Target(f"max by ({RUN}) ({sel(REC_TQ_FLOOR_SHORT)})", EXP + f" floor {TQ.floor_short}", dashed=True),
+           Target(f"max by ({RUN}) ({sel(REC_TQ_FLOOR_MID)})", EXP + f" floor {TQ.floor_mid}", dashed=True),
+           Target(f"max by ({RUN}) ({sel(REC_TQ_FLOOR_LONG)})", EXP + f" floor {TQ.floor_long}", dashed=True)),
+          unit="percentunit", min=0, max=1, w=24, h=7, runbook=n.ALERT_TQ_SLOW_LEAK),
 ))
 
 SAMPLES = Row("Sample writes and clears (rates, not the backlog)", (
