@@ -255,3 +255,16 @@ def test_sources_up_timeline_is_not_red_before_the_exporter_existed():
     p = by_title(load(next(d for d in DASHBOARDS if d.uid == "omniwatch-bottlenecks")))["Sources up"]
     expr = p["targets"][1]["expr"]
     assert "vector(0)" not in expr and expr.startswith("min(up{")
+
+
+def test_gpu_hours_of_a_run_scraped_by_two_exporters_count_once(tmp_path):
+    """Item 9: the Runs table's GPU-hours takes each bucket once across exporters (it summed both)."""
+    from omniwatch.dashboards.verify import substitute
+    runs = by_title(load(DASHBOARDS[0]))["Runs"]
+    expr = next(substitute(t["expr"]) for t in runs["targets"] if names.GPU_SECONDS_TOTAL in t["expr"])
+    series = {}
+    for inst in ("a:9400", "b:9400"):
+        for bucket, secs in (("gen", 7200), ("update_actor", 3600)):
+            series[f'{names.GPU_SECONDS_TOTAL}{{project="p", experiment="e", bucket="{bucket}", '
+                   f'instance="{inst}"}}'] = secs
+    _promtool_eval(tmp_path, series, [(expr, [({"project": "p", "experiment": "e"}, 3.0)])])

@@ -89,6 +89,12 @@ def mfu_vs_reference() -> str:
             f"({run_max(sel(n.MFU_BASELINE), n.L_ROLE)} > 0))")
 
 
+def gpu_hours_accounted() -> str:
+    """GPU-hours the ledger accounted per run: each bucket once (``max`` over the exporters that scrape the same
+    run: two exporters of one run doubled the sum), then summed over buckets."""
+    return f"sum by ({RUN_BY}) ({run_max(sel(n.GPU_SECONDS_TOTAL), n.L_BUCKET)}) / 3600"
+
+
 def key_y(key: str, legend: str | None = None) -> Target:
     return Target(run_max(verl(key)), legend or f"{EXP} {key}", table=True)
 
@@ -165,7 +171,7 @@ NOW = Row("Now", (
            Target(mfu_vs_reference(), "MFU vs reference", instant=True, table=True, unit="percentunit",
                   thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green"))),
            Target(run_max(sel(n.RUN_GPUS)), "GPUs", instant=True, table=True, unit="none"),
-           Target(f"sum by ({RUN_BY}) ({sel(n.GPU_SECONDS_TOTAL)}) / 3600", "GPU-hours", instant=True, table=True,
+           Target(gpu_hours_accounted(), "GPU-hours", instant=True, table=True,
                   unit="suffix: GPU-h"),
            Target(firing_by_run(), "alerts firing", instant=True, table=True, unit="none",
                   thresholds=(Step(None, "green"), Step(1, "red", note="any firing alert of the run")))),
