@@ -268,3 +268,14 @@ def test_gpu_hours_of_a_run_scraped_by_two_exporters_count_once(tmp_path):
             series[f'{names.GPU_SECONDS_TOTAL}{{project="p", experiment="e", bucket="{bucket}", '
                    f'instance="{inst}"}}'] = secs
     _promtool_eval(tmp_path, series, [(expr, [({"project": "p", "experiment": "e"}, 3.0)])])
+
+
+def test_least_busy_gpus_are_ranked_once_over_the_range():
+    """Item 9: the bottom-10 GPUs are ranked once over the dashboard's range (@ end()), not at every step (which
+    drew the union of every GPU ever among the lowest). The live test runs the query against Prometheus."""
+    from omniwatch.dashboards import gpus
+    p = by_title(load(next(d for d in DASHBOARDS if d.uid == "omniwatch-gpus")))[
+        f"Least busy GPUs (bottom {gpus.BOTTOM_K})"]
+    expr = p["targets"][0]["expr"]
+    assert f"bottomk({gpus.BOTTOM_K}, avg_over_time((" in expr and "[$__range:$__interval] @ end())" in expr
+    assert not expr.startswith("bottomk(")
