@@ -279,3 +279,47 @@ def test_least_busy_gpus_are_ranked_once_over_the_range():
     expr = p["targets"][0]["expr"]
     assert f"bottomk({gpus.BOTTOM_K}, avg_over_time((" in expr and "[$__range:$__interval] @ end())" in expr
     assert not expr.startswith("bottomk(")
+
+
+def test_the_exporter_serves_each_alerts_remedy_for_the_runs_layout():
+    """Item 1: /metrics carries omniwatch_remedy_info for the layout of the exported run, the same text the
+    alert's remedy annotation renders for it (report.verdict.remedy), one line per alert."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from omniwatch.exposition import make_registry
+    from omniwatch.model import RunStore
+    from omniwatch.parse import parse_jsonl_line
+    from omniwatch.report.verdict import remedy
+    from .conftest import fixture_path
+    store = RunStore()
+    for line in fixture_path("flowgrpo_async_reward_tail").read_bytes().splitlines():
+        store.ingest("p", "e", parse_jsonl_line(line), "jsonl")
+    text = generate_latest(make_registry(store)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    info = next(s.labels for s in fams["omniwatch_run"].samples) if "omniwatch_run" in fams else \
+        next(s.labels for s in fams[names.RUN_INFO].samples)
+    layout = {k: info[k] for k in ("trainer", "reward", "async_mode")}
+    got = {s.labels["alertname"]: s.labels for s in fams[names.REMEDY_INFO].samples}
+    assert names.ALERT_REWARD_BOUND in got and names.ALERT_STEP_REGRESSION in got
+    for alertname, labels in got.items():
+        assert {k: labels[k] for k in layout} == layout
+        assert labels["remedy"] == " ".join(remedy(alertname, {}, layout).split()) != ""
+
+
+def test_why_slow_shows_the_firing_alerts_remedy(tmp_path):
+    """Item 1: the 'most severe firing alert' column carries the remedy of that alert for the run's layout
+    (omniwatch_remedy_info through omniwatch_run_info); a run with no firing alert keeps its 'none' row."""
+    from omniwatch.dashboards.verify import substitute
+    q = substitute(by_title(load(DASHBOARDS[0]))["Why slow"]["targets"][3]["expr"])
+    slow, quiet = 'project="p", experiment="slow"', 'project="p", experiment="quiet"'
+    lay = 'trainer="v1", reward="colocated", async_mode="sync"'
+    series = {f"{names.STEP}{{{slow}}}": 50, f"{names.STEP}{{{quiet}}}": 50,
+              f"{names.RUN_INFO}{{{slow}, {lay}}}": 1, f"{names.RUN_INFO}{{{quiet}, {lay}}}": 1,
+              f'{names.REMEDY_INFO}{{alertname="{names.ALERT_REWARD_BOUND}", {lay}, remedy="give reward its own GPUs"}}': 1,
+              f'{names.REMEDY_INFO}{{alertname="{names.ALERT_REWARD_BOUND}", trainer="legacy", reward="colocated", '
+              f'async_mode="sync", remedy="legacy text"}}': 1,
+              f'ALERTS{{{slow}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1}
+    _promtool_eval(tmp_path, series, [(q, [
+        ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND,
+          "remedy": "give reward its own GPUs"}, 2),
+        ({"project": "p", "experiment": "quiet", "alertname": "none"}, 0)])])

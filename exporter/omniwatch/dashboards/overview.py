@@ -213,6 +213,23 @@ def firing_alert() -> str:
     return _top(f"max by ({RUN_BY}, alertname) ({ranked})", "alertname")
 
 
+LAYOUT = "trainer, reward, async_mode"
+# The one join that is not on the run: omniwatch_remedy_info is keyed by alert and layout (a handful of series,
+# not one ~2 KB text per run); the run's layout labels come from omniwatch_run_info first.
+REMEDY_JOIN = (f" * on (alertname, {LAYOUT}) group_left (remedy) "
+               f"max by (alertname, {LAYOUT}, remedy) ({n.REMEDY_INFO})")
+
+
+def firing_alert_remedy() -> str:
+    """``firing_alert()`` with the alert's remedy text for the run's layout as label ``remedy``
+    (omniwatch_remedy_info joined through omniwatch_run_info); a run without a firing alert, or an alert without
+    a remedy, keeps its row without it."""
+    with_layout = (f"({firing_alert()}) * on ({RUN_BY}) group_left ({LAYOUT}) "
+                   f"{run_max(sel(n.RUN_INFO), 'trainer', 'reward', 'async_mode')}")
+    joined = f"({with_layout}){REMEDY_JOIN}"
+    return f"max by ({RUN_BY}, alertname, remedy) ({joined}) or on ({RUN_BY}) {firing_alert()}"
+
+
 WHY_SLOW = Row("Why slow", (
     Panel("Why slow",
           "One row per run, what its step time goes to and what it costs: the timed phase with the largest share "
@@ -223,13 +240,14 @@ WHY_SLOW = Row("Why slow", (
           "(omniwatch_step_regression_gpu_hours_per_day, cause 'none' while nothing grew); the costliest ledger "
           "bucket outside the phases (reward on the critical path, inter-stage idle, checkpoint, validation, "
           "outside the step timer, stalled) in GPU-hours per day (omniwatch_gpu_hours_per_day); and the most "
-          "severe firing alert of the run. What to change for that alert, for this run's layout, is the alert's "
-          "'remedy' annotation (in the notification) and its runbook (panel links).",
+          "severe firing alert of the run with its remedy: what to change, for this run's layout (trainer, reward, "
+          "async mode: omniwatch_remedy_info joined through omniwatch_run_info; where the remedy quotes a run's own "
+          "value or trainer config, the notification's text is the full one). The runbooks are the panel links.",
           (Target(largest_phase(), "largest phase share", instant=True, table=True, unit="percentunit"),
            Target(top_cause_per_day(), "growth cost (GPU-h/day)", instant=True, table=True, unit="none"),
            Target(top_waste_per_day(), "costliest non-phase bucket (GPU-h/day)", instant=True, table=True,
                   unit="none"),
-           Target(firing_alert(), "most severe firing alert", instant=True, table=True, unit="none",
+           Target(firing_alert_remedy(), "most severe firing alert", instant=True, table=True, unit="none",
                   mappings=((0, "none", "green"), (1, "info", "yellow"), (2, "warning", "orange"),
                             (3, "critical", "red")))),
           unit="none", kind="table", w=24, h=6, decimals=1,
