@@ -57,7 +57,8 @@ REPEAT_MAX_PER_ROW = 2
 # XY charts against step: a point per step needs a query step <= the training step, and a query step below
 # the scrape interval only repeats the same sample (min interval 1 s fetched each step ~7.5 times: issue 26).
 # Min interval = the default profile's scrape interval (stack.PROFILES); with Prometheus' 11,000-point cap a
-# 6 h range is queried every 15 s, 7 days every 55 s. A step is never shorter than a scrape.
+# 6 h and 24 h range are queried every 15 s, 7 days every 1 m (Grafana rounds 55 s up). A step is never shorter
+# than a scrape.
 XY_INTERVAL = PROFILES["default"]["scrape_interval"]
 XY_MAX_DATA_POINTS = 11000
 ANNOTATION_STEP = "1m"
