@@ -12,6 +12,7 @@ from . import __version__, names as n
 from .analytics import CONTRACT_KEYS, is_validation_key
 from .model import RunStore, passthrough_name
 from .planned import PlannedCollector
+from .remedy_info import RemedyCollector
 from .trainer_config import ConfigCollector
 
 
@@ -177,4 +178,5 @@ def make_registry(store: RunStore) -> CollectorRegistry:
     reg.register(RunCollector(store))
     reg.register(PlannedCollector(store))  # checkpoint / validation facts, end of run (planned.py)
     reg.register(ConfigCollector(store))  # what the trainer's configuration says (trainer_config.py)
+    reg.register(RemedyCollector(store))  # each alert's remedy per run layout, for the dashboards (remedy_info.py)
     return reg

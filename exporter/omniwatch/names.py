@@ -177,6 +177,10 @@ RUN_INFO = _m("omniwatch_run_info", "gauge",
               "(colocated: the reward model runs inside the step; streamed: scored while samples generate, by a reward "
               "pool or a reward function; unknown) and async_mode (sync | separate_async | unknown). Alerts pick their "
               "remedy by it.", R + ("trainer", "reward", "async_mode"))
+REMEDY_INFO = _m("omniwatch_remedy_info", "gauge",
+                 "Always 1; the remedy text of an alert (label remedy, one line) for a run layout (trainer, reward, "
+                 "async_mode as omniwatch_run_info) that an exported run has: the overview's 'Why slow' row joins it "
+                 "to the run's firing alert (remedy_info.py).", ("alertname", "trainer", "reward", "async_mode", "remedy"))
 REWARD_STEP_SHARE_WINDOW = _m("omniwatch_reward_step_share_window", "gauge",
                               "min/median/max over the last k normal steps of reward seconds on the critical path / step "
                               "seconds (how much reward matters to the step).", R + (L_STAT,), "ratio")

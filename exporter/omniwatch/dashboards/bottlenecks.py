@@ -75,9 +75,9 @@ SIGNALS = Row("Signals vs alert thresholds", (
           (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
           unit="s", w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step time drift vs the run's reference",
-          f"The series StepTimeDrift thresholds: the median of the last {C.window.drift} normal steps after the reference "
-          f"over the run's reference (median of the first {C.window.reference} normal steps of the trainer incarnation; "
-          "a restart starts a new "
+          f"The series StepTimeDrift thresholds: the median of the last {C.window.drift} normal steps after the "
+          f"reference over the run's reference (median of the first {C.window.reference} normal steps of the trainer "
+          "incarnation; a restart starts a new "
           f"one, from omniwatch_baseline_first_step). Above {C.step_drift.ratio:g} fires while the last k steps are "
           "over too: a creep over tens of steps.",
           (Target(sel(REC_STEP_DRIFT), W + f" last {C.window.drift} / reference"),),
@@ -116,7 +116,7 @@ MFU_ROW = Row("MFU", (
           "VERL_OMNI_DEVICE_FLOPS_TFLOPS to the dashed value).",
           (Target(run_max(sel(n.MFU_IMPLIED_PEAK), n.L_ROLE), W + " {{role}} implied"),
            Target(run_max(sel(n.MFU_DEVICE_PEAK), n.L_ROLE), W + " {{role}} device", dashed=True)),
-          unit="short", min=0, w=8, runbook=n.ALERT_MFU_IMPOSSIBLE),
+          unit="suffix: TFLOP/s", min=0, w=8, runbook=n.ALERT_MFU_IMPOSSIBLE),
     Panel("MFU suspected cause",
           "While MFUImpossible's evidence holds, the cause the MFU check suspects per run and role: relabeled_sku "
           "(the GPU is another part than verl matched), peak_mismatch (wrong peak table entry) or flops_overcount "
@@ -264,9 +264,17 @@ PIPELINE = Row("Pipeline alerts", (
           "scrapes the exporter (up). OmniwatchSourceDown fires after "
           f"{C.source_down.for_} at 0 (critical for the exporter itself).",
           (Target(f"min by ({n.L_SOURCE}, {n.L_TARGET}) ({n.SOURCE_UP})", "{{source}} {{target}}"),
-           Target(f'min(up{{job="{C.selectors.job}"}}) or on () vector(0)', "exporter scraped")),
+           Target(f'min(up{{job="{C.selectors.job}"}})', "exporter scraped")),
           unit="none", min=0, max=1, kind="statetimeline", w=8, scope="global", runbook=n.ALERT_SOURCE_DOWN,
           mappings=((1, "up", "green"), (0, "down", "red"))),
+    Panel("Runs dropped at the run cap",
+          "Runs the exporter dropped at its run cap (--max-runs; omniwatch_runs_evicted_total, since it started), "
+          "next to the runs it holds (omniwatch_runs) and the cap (omniwatch_max_runs). RunCapReached fires while "
+          f"'dropped' rose within the last {C.run_cap.window}: a dropped run's series ended and its alerts resolved.",
+          (Target(f"sum({n.RUNS_EVICTED_TOTAL})", "dropped"),
+           Target(f"sum({n.RUNS})", "runs held"),
+           Target(f"max({n.MAX_RUNS})", "cap", dashed=True)),
+          unit="none", min=0, w=8, scope="global", runbook=n.ALERT_RUN_CAP),
 ))
 
 ALERT_ROW = Row("Alerts", (

@@ -47,15 +47,19 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
+from ..stack import PROFILES
 from . import spec as s
 
 PROM = DataSourceRef(type_val="prometheus", uid=s.DATASOURCE_UID)
 GRID_COLUMNS = 24
 REF_IDS = string.ascii_uppercase
 REPEAT_MAX_PER_ROW = 2
-# XY charts against step: a point per step needs a query step <= the training step. Min interval 1 s
-# and Prometheus' 11,000-point cap: a 6 h range is queried every 2 s, 24 h every 8 s, 7 days every 55 s.
-XY_INTERVAL = "1s"
+# XY charts against step: a point per step needs a query step <= the training step, and a query step below
+# the scrape interval only repeats the same sample (min interval 1 s fetched each step ~7.5 times: issue 26).
+# Min interval = the default profile's scrape interval (stack.PROFILES); with Prometheus' 11,000-point cap a
+# 6 h and 24 h range are queried every 15 s, 7 days every 1 m (Grafana rounds 55 s up). A step is never shorter
+# than a scrape.
+XY_INTERVAL = PROFILES["default"]["scrape_interval"]
 XY_MAX_DATA_POINTS = 11000
 ANNOTATION_STEP = "1m"
 
@@ -142,8 +146,10 @@ class PromAnnotation(dm.AnnotationQuery):
     text templates and "series value as timestamp" at the top level)."""
 
     def __init__(self, name: str, expr: str, color: str, title: str, tags: str, text: str,
-                 step: str = ANNOTATION_STEP, enable: bool = True):
-        super().__init__(name=name, datasource=PROM, enable=enable, hide=False, icon_color=color, expr=expr)
+                 step: str = ANNOTATION_STEP, enable: bool = True, exclude_panels: tuple[int, ...] = ()):
+        flt = dm.AnnotationPanelFilter(exclude=True, ids=list(exclude_panels)) if exclude_panels else None
+        super().__init__(name=name, datasource=PROM, enable=enable, hide=False, icon_color=color, expr=expr,
+                         filter_val=flt)
         self.title_format, self.tag_keys, self.text_format, self.step = title, tags, text, step
         self.query = Dataquery().expr(expr).interval(step).ref_id("Anno").datasource(PROM).range().build()
 
@@ -162,20 +168,30 @@ class _Built(cogbuilder.Builder):
         return self.model
 
 
-def annotations() -> list[PromAnnotation]:
+# Annotation lookbacks: each point of an annotation query covers the whole interval since the previous one
+# (Grafana's step for the query is $__interval, at least ANNOTATION_STEP), so an event shorter than the step
+# (a validation step's flag, a restart) is not missed between two samples (issue 26 item 7).
+ANNOTATION_LOOKBACK = "$__interval"
+
+
+def annotations(d: s.Dashboard | None = None) -> list[PromAnnotation]:
     """On every dashboard: firing alerts (title = alert name; tags = run and severity; Watchdog left out),
-    validation and checkpoint steps (they explain step-time spikes) and trainer restarts."""
+    validation and checkpoint steps (they explain step-time spikes) and trainer restarts. Panels repeated per
+    run are left out of the all-runs alert annotation (a run's copy would show every run's alerts; the Alerts
+    row's timeline has them per run)."""
+    repeated = tuple(pl.id for pl in layout(d) if pl.panel is not None and pl.panel.repeat) if d else ()
     return [
         PromAnnotation("omniwatch alerts", f"max by ({s.by_run('alertname', 'severity')}) "
                                            f"({s.alerts_sel(alertstate='firing')})",
                        "red", "{{alertname}}", "project,experiment,severity",
-                       "{{alertname}} ({{severity}}) on {{project}}/{{experiment}}"),
+                       "{{alertname}} ({{severity}}) on {{project}}/{{experiment}}", exclude_panels=repeated),
         PromAnnotation("validation / checkpoint steps",
-                       f"{s.run_max(s.sel(n.STEP_FLAG, flag='=~validation|checkpoint'), 'flag')} == 1",
+                       s.run_max(f"max_over_time({s.sel(n.STEP_FLAG, flag='=~validation|checkpoint')}"
+                                 f"[{ANNOTATION_LOOKBACK}])", 'flag') + " == 1",
                        "blue", "{{flag}} step", "project,experiment,flag",
                        "{{project}}/{{experiment}}: the latest step was a {{flag}} step (left out of the windows)"),
         PromAnnotation("trainer restarts",
-                       f"{s.run_max(f'changes({s.sel(n.TRAINER_RESTARTS_TOTAL)}[{ANNOTATION_STEP}])')} > 0",
+                       f"{s.run_max(f'changes({s.sel(n.TRAINER_RESTARTS_TOTAL)}[{ANNOTATION_LOOKBACK}])')} > 0",
                        "orange", "trainer restart", "project,experiment",
                        "{{project}}/{{experiment}}: the trainer restarted (log truncated or step counter went back); "
                        "baselines start again"),
@@ -291,7 +307,9 @@ def _dash(b, p: s.Panel):
 
 
 def _timeseries(p: s.Panel, pl: Placed, uid: str):
-    b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(True)
+    # A panel on step-window ratios shows a stall as the gap it is (the ratio has no value while no step
+    # comes); bridging it with spanNulls would draw a 3 h hang as a slow drift (issue 26 item 5).
+    b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(not s.reads_step_window(p))
          .legend(_legend()).tooltip(_tooltip()))
     if p.stack:
         b = b.stacking(StackingConfig().mode(StackingMode.NORMAL))
@@ -367,11 +385,12 @@ def _grafana_legend(template: str) -> str:
 def xy_transformations(p: s.Panel) -> list[DataTransformerConfig]:
     """Step-axis recipe (Grafana 11.6): table-format range queries -> merge (one row per timestamp and
     run) -> group by run and step (last value per step) -> sort by step -> partition by run (one frame,
-    hence one XY series, per run)."""
+    hence one XY series, per run). ``Panel.xy_labels`` (the validation reward's ``key``) are grouped and
+    partitioned on like the run: one series per run and key, none dropped."""
     step_field = value_field(p, 0)
-    fields = {n.L_PROJECT: {"operation": "groupby", "aggregations": []},
-              n.L_EXPERIMENT: {"operation": "groupby", "aggregations": []},
-              step_field: {"operation": "groupby", "aggregations": []}}
+    run_labels = [n.L_PROJECT, n.L_EXPERIMENT, *p.xy_labels]
+    fields = {label: {"operation": "groupby", "aggregations": []} for label in run_labels}
+    fields[step_field] = {"operation": "groupby", "aggregations": []}
     for i in range(1, len(p.targets)):
         fields[value_field(p, i)] = {"operation": "aggregate", "aggregations": ["lastNotNull"]}
     return [
@@ -379,7 +398,7 @@ def xy_transformations(p: s.Panel) -> list[DataTransformerConfig]:
         DataTransformerConfig(id_val="groupBy", options={"fields": fields}),
         DataTransformerConfig(id_val="sortBy", options={"fields": {}, "sort": [{"field": step_field, "desc": False}]}),
         DataTransformerConfig(id_val="partitionByValues", options={
-            "fields": [n.L_PROJECT, n.L_EXPERIMENT], "keepFields": False}),
+            "fields": run_labels, "keepFields": False}),
     ]
 
 
@@ -427,7 +446,7 @@ def build(d: s.Dashboard) -> SdkDashboard:
         raise ValueError(f"{d.uid}: more targets in a panel than refIds")
     b = (SdkDashboard(d.title).uid(d.uid).description(d.description).tags(list(d.tags)).refresh("30s")
          .time("now-6h", "now").timezone("browser").tooltip(DashboardCursorSync.CROSSHAIR).editable())
-    for a in annotations():
+    for a in annotations(d):
         b = b.annotation(_Built(a))
     for link in dashboard_links():
         b = b.link(link)

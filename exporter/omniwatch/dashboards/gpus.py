@@ -51,6 +51,13 @@ BOTTOM_K = 10
 BUSY_BAND = (Step(None, "red"), Step(0.8, "green", note="a GPU busy under 80 % of the time is worth a look; "
                                                        "the alerts count idle per phase, not per GPU"))
 
+def bottom_over_range() -> str:
+    """The busy share of the BOTTOM_K GPUs ranked once over the dashboard's range (mean busy share over
+    ``$__range`` evaluated ``@ end()``, so every step of the range query keeps the same GPUs)."""
+    rank = f"bottomk({BOTTOM_K}, avg_over_time(({BUSY})[$__range:$__interval] @ end()))"
+    return f"({BUSY}) and on ({BY}) ({rank})"
+
+
 SUMMARY = Row("Busy share", (
     Panel("Busy share by node (min / mean / max over its GPUs)",
           "Per node: the least busy, the mean and the busiest of its GPUs. Busy = share of time a kernel ran "
@@ -62,9 +69,10 @@ SUMMARY = Row("Busy share", (
           unit="percentunit", min=0, max=1, thresholds=BUSY_BAND, show_thresholds="dashed", w=12, h=9,
           scope="node", runbook=n.ALERT_IDLE),
     Panel(f"Least busy GPUs (bottom {BOTTOM_K})",
-          f"The {BOTTOM_K} GPUs with the lowest busy share at each moment, whatever the cluster size. The same GPU "
-          "here for hours is a GPU the job does not use (wrong placement, a dead rank).",
-          (Target(f"bottomk({BOTTOM_K}, {BUSY})", LEG),),
+          f"The {BOTTOM_K} GPUs with the lowest mean busy share over the whole time range (ranked once, at its end: "
+          "ranking at each moment drew the union of every GPU that was ever among the lowest), whatever the cluster "
+          "size. A GPU here for hours is a GPU the job does not use (wrong placement, a dead rank).",
+          (Target(bottom_over_range(), LEG),),
           unit="percentunit", min=0, max=1, thresholds=BUSY_BAND, w=12, h=9, scope="node", runbook=n.ALERT_IDLE),
     Panel("Busy share of every GPU (heatmap)",
           "How many GPUs sit at each busy share over time (buckets of 5 %): one glance at 8 or 1,500 GPUs. A band "

@@ -8,13 +8,15 @@ step goes (stacked phases in the exporter's order, one panel per run) -> GPU-hou
 """
 from __future__ import annotations
 
+from .. import ledger
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import K_ZERO_STD
-from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
-                                REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_WARNING, REC_STEP_VS_BASELINE,
+from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
+                                REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_WARNING, REC_STEP_MEDIAN,
+                                REC_STAGE_SHARE, REC_STEP_VS_BASELINE,
                                 REC_ZERO_STD_MIN)
-from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
+from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
                    STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags,
                    firing_by_run, gpu_hours_panel, idle_evidence, in_order, per_typical_step, run_max, sel,
                    stage_colors, stall_stage, verl)
@@ -55,12 +57,42 @@ STAGE_DESC = (f"TrainingStalled's stages, per run (the rules' own thresholds): i
 # does (the trainer ended), absent never seen (-1 here).
 LOG_WRITER_MAPPINGS = ((1, "writing", "green"), (0, "closed", "orange"), (-1, "not seen", "transparent"))
 def step_xy(title: str, description: str, *targets: Target, unit: str = "short", w: int = 8, h: int = 8,
-            runbook=(), repeat: bool = False, log: bool = False, minimum=None, maximum=None, thresholds=()) -> Panel:
-    """A learning curve against training step: the first target is the run's step (x), the others y."""
-    x = Target(run_max(sel(n.STEP)), "step", table=True)
+            runbook=(), repeat: bool = False, log: bool = False, minimum=None, maximum=None, thresholds=(),
+            keyed: str = "") -> Panel:
+    """A learning curve against training step: the first target is the run's step (x), the others y.
+    ``keyed``: the single y target has several series per run told apart by its ``key`` label; the step is
+    then given once per key (x_by_key) so the merge pairs every key with its step (issue 26 item 6)."""
+    x = Target(x_by_key(keyed) if keyed else run_max(sel(n.STEP)), "step", table=True)
     return Panel(title, description + " X axis: training step (omniwatch_step), one line per run.",
                  (x, *targets), unit=unit, kind="xychart", w=w, h=h, runbook=runbook, repeat=repeat,
-                 log_scale=log, min=minimum, max=maximum, thresholds=thresholds)
+                 log_scale=log, min=minimum, max=maximum, thresholds=thresholds,
+                 xy_labels=(n.L_KEY,) if keyed else ())
+
+
+def x_by_key(y_expr: str) -> str:
+    """The run's step once per series of ``y_expr`` (labels project, experiment, key): Grafana's merge joins
+    table rows on their common fields, so a step row without ``key`` would pair with one key only and drop the
+    others (val-core lost to val-aux)."""
+    return f"{run_max(sel(n.STEP))} + on ({RUN_BY}) group_right () (0 * {y_expr})"
+
+
+def step_vs_start() -> str:
+    """Median of the run's last k normal steps / its anchored step-time reference (the median of the trainer
+    incarnation's first 10 normal steps, omniwatch_step_duration_baseline_seconds): what StepTimeDrift judges,
+    never a moving baseline (issue 26 item 2)."""
+    return f"{run_max(sel(REC_STEP_MEDIAN))} / on ({RUN_BY}) {run_max(sel(n.STEP_DURATION_BASELINE))}"
+
+
+def mfu_vs_reference() -> str:
+    """Per run, the lowest role's window median MFU / its anchored MFU reference (omniwatch_mfu_baseline_ratio)."""
+    return (f"min by ({RUN_BY}) ({run_max(sel(REC_MFU_MEDIAN), n.L_ROLE)} / on ({RUN_BY}, {n.L_ROLE}) "
+            f"({run_max(sel(n.MFU_BASELINE), n.L_ROLE)} > 0))")
+
+
+def gpu_hours_accounted() -> str:
+    """GPU-hours the ledger accounted per run: each bucket once (``max`` over the exporters that scrape the same
+    run: two exporters of one run doubled the sum), then summed over buckets."""
+    return f"sum by ({RUN_BY}) ({run_max(sel(n.GPU_SECONDS_TOTAL), n.L_BUCKET)}) / 3600"
 
 
 def key_y(key: str, legend: str | None = None) -> Target:
@@ -99,10 +131,16 @@ NOW = Row("Now", (
           "start, in typical steps (they add the run's planned work); whether a trainer process holds its log open "
           "(writing; closed: the trainer ended, finished or crashed; not seen: another node, a push feed); the "
           "fastest of the last k normal steps over the step-time baseline (StepTimeRegression above "
-          f"{CONFIG.step_time.regression_ratio:g}); window minima of the reward-bound ratio (RewardBoundRollout "
+          f"{CONFIG.step_time.regression_ratio:g}); the median of the last k normal steps over the run's anchored "
+          f"reference, the median of its first {CONFIG.window.reference} normal steps (step time vs run start: red "
+          "above StepTimeDrift's "
+          f"{CONFIG.step_drift.ratio:g}; a lasting slowdown stays red, it never becomes the baseline); window minima "
+          "of the reward-bound ratio (RewardBoundRollout "
           f"above {CONFIG.reward_bound.ratio:g}) and of the inter-stage idle ratio (InterStageIdleGPU above "
           f"{CONFIG.inter_stage_idle.ratio:g}; GPU evidence where sampled); the best window MFU over its baseline "
-          f"(lowest role; MFUDrop below {CONFIG.mfu.drop_ratio:g}); the GPUs the ledger counts (omniwatch_run_gpus: "
+          f"(lowest role; MFUDrop below {CONFIG.mfu.drop_ratio:g}) and the window median MFU over the anchored MFU "
+          f"reference (MFU vs reference, lowest role; red below the same {CONFIG.mfu.drop_ratio:g}: a run that lost "
+          "44 % of its MFU is red even when one fast step keeps the best window step near the reference); the GPUs the ledger counts (omniwatch_run_gpus: "
           "from the run's keys, or --gpus) and the GPU-hours accounted so far (omniwatch_gpu_seconds_total, since "
           "omniwatch first saw the run); firing alerts (Watchdog left out). Colours are the rules' thresholds. "
           "Click a row for that run on the other dashboards.",
@@ -120,6 +158,8 @@ NOW = Row("Now", (
            Target(run_max(sel(REC_STEP_VS_BASELINE)),
                   "step / baseline", instant=True, table=True, unit="none",
                   thresholds=(Step(None, "green"), cfg_step("step_time.regression_ratio", "red"))),
+           Target(step_vs_start(), "step time vs run start", instant=True, table=True, unit="none",
+                  thresholds=(Step(None, "green"), cfg_step("step_drift.ratio", "red"))),
            Target(run_max(sel(REC_REWARD_BOUND_MIN)),
                   "reward-bound min", instant=True, table=True, unit="percentunit",
                   thresholds=(Step(None, "green"), cfg_step("reward_bound.ratio", "red"))),
@@ -128,13 +168,91 @@ NOW = Row("Now", (
                   thresholds=(Step(None, "green"), cfg_step("inter_stage_idle.ratio", "red"))),
            Target(f"min by ({RUN_BY}) ({sel(REC_MFU_VS_BASELINE)})", "MFU / baseline", instant=True, table=True, unit="percentunit",
                   thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green"))),
+           Target(mfu_vs_reference(), "MFU vs reference", instant=True, table=True, unit="percentunit",
+                  thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green"))),
            Target(run_max(sel(n.RUN_GPUS)), "GPUs", instant=True, table=True, unit="none"),
-           Target(f"sum by ({RUN_BY}) ({sel(n.GPU_SECONDS_TOTAL)}) / 3600", "GPU-hours", instant=True, table=True,
+           Target(gpu_hours_accounted(), "GPU-hours", instant=True, table=True,
                   unit="suffix: GPU-h"),
            Target(firing_by_run(), "alerts firing", instant=True, table=True, unit="none",
                   thresholds=(Step(None, "green"), Step(1, "red", note="any firing alert of the run")))),
           unit="none", kind="table", w=24, h=8,
-          runbook=(n.ALERT_STALLED, n.ALERT_STEP_REGRESSION, n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_MFU_DROP)),
+          runbook=(n.ALERT_STALLED, n.ALERT_STEP_REGRESSION, n.ALERT_STEP_DRIFT, n.ALERT_REWARD_BOUND, n.ALERT_IDLE,
+                   n.ALERT_MFU_DROP)),
+))
+
+def _top(expr: str, label: str) -> str:
+    """Per run, the series of ``expr`` (labelled ``label``) with the highest value; a run without one shows
+    ``label="none"`` at 0, so every run has its row."""
+    return (f"topk by ({RUN_BY}) (1, {expr}) or on ({RUN_BY}) "
+            f'label_replace(0 * {run_max(sel(n.STEP))}, "{label}", "none", "", "")')
+
+
+def largest_phase() -> str:
+    """Per run, the timed phase with the largest share of the latest step (label ``phase``)."""
+    return _top(run_max(sel(REC_STAGE_SHARE), n.L_PHASE), n.L_PHASE)
+
+
+def top_cause_per_day() -> str:
+    """Per run, the cause of its step-time growth over the anchored reference that costs most, in GPU-hours per
+    day at the current rate (omniwatch_step_regression_gpu_hours_per_day, label ``cause``)."""
+    return _top(run_max(sel(n.STEP_REGRESSION_GPU_HOURS_PER_DAY), "cause"), "cause")
+
+
+def top_waste_per_day() -> str:
+    """Per run, the ledger bucket outside the step's phases (reward on the critical path, idle, checkpoint,
+    validation, outside the step timer, stalled) that costs most GPU-hours per day (label ``bucket``)."""
+    waste = "|".join(ledger.NON_PHASE)
+    return _top(run_max(sel(n.GPU_HOURS_PER_DAY, **{n.L_BUCKET: "=~" + waste}), n.L_BUCKET), n.L_BUCKET)
+
+
+def firing_alert() -> str:
+    """Per run, one firing alert (critical before warning before info; label ``alertname``; ``none`` if none),
+    valued by severity: 3 critical, 2 warning, 1 info."""
+    ranked = " or ".join(f'{rank} * {run_max(alerts_sel(alertstate="firing", severity=sev), "alertname")}'
+                         for rank, sev in ((3, "critical"), (2, "warning"), (1, "info")))
+    return _top(f"max by ({RUN_BY}, alertname) ({ranked})", "alertname")
+
+
+LAYOUT = "trainer, reward, async_mode"
+# The one join that is not on the run: omniwatch_remedy_info is keyed by alert and layout (a handful of series,
+# not one ~2 KB text per run); the run's layout labels come from omniwatch_run_info first.
+REMEDY_JOIN = (f" * on (alertname, {LAYOUT}) group_left (remedy) "
+               f"max by (alertname, {LAYOUT}, remedy) ({n.REMEDY_INFO})")
+
+
+def firing_alert_remedy() -> str:
+    """``firing_alert()`` with the alert's remedy text for the run's layout as label ``remedy``
+    (omniwatch_remedy_info joined through omniwatch_run_info); a run without a firing alert, or an alert without
+    a remedy, keeps its row without it."""
+    with_layout = (f"({firing_alert()}) * on ({RUN_BY}) group_left ({LAYOUT}) "
+                   f"{run_max(sel(n.RUN_INFO), 'trainer', 'reward', 'async_mode')}")
+    joined = f"({with_layout}){REMEDY_JOIN}"
+    return f"max by ({RUN_BY}, alertname, remedy) ({joined}) or on ({RUN_BY}) {firing_alert()}"
+
+
+WHY_SLOW = Row("Why slow", (
+    Panel("Why slow",
+          "One row per run, what its step time goes to and what it costs: the timed phase with the largest share "
+          "of the latest step (omniwatch_stage_duration_seconds / the step; the whole breakdown is 'Where the step "
+          "goes' below); the part of the step that grew most over the run's anchored reference (the median of its "
+          f"first {CONFIG.window.reference} normal steps) and what that growth costs in GPU-hours per day at the "
+          "current pace "
+          "(omniwatch_step_regression_gpu_hours_per_day, cause 'none' while nothing grew); the costliest ledger "
+          "bucket outside the phases (reward on the critical path, inter-stage idle, checkpoint, validation, "
+          "outside the step timer, stalled) in GPU-hours per day (omniwatch_gpu_hours_per_day); and the most "
+          "severe firing alert of the run with its remedy: what to change, for this run's layout (trainer, reward, "
+          "async mode: omniwatch_remedy_info joined through omniwatch_run_info; where the remedy quotes a run's own "
+          "value or trainer config, the notification's text is the full one). The runbooks are the panel links.",
+          (Target(largest_phase(), "largest phase share", instant=True, table=True, unit="percentunit"),
+           Target(top_cause_per_day(), "growth cost (GPU-h/day)", instant=True, table=True, unit="none"),
+           Target(top_waste_per_day(), "costliest non-phase bucket (GPU-h/day)", instant=True, table=True,
+                  unit="none"),
+           Target(firing_alert_remedy(), "most severe firing alert", instant=True, table=True, unit="none",
+                  mappings=((0, "none", "green"), (1, "info", "yellow"), (2, "warning", "orange"),
+                            (3, "critical", "red")))),
+          unit="none", kind="table", w=24, h=6, decimals=1,
+          runbook=(n.ALERT_STEP_REGRESSION, n.ALERT_STEP_DRIFT, n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_MFU_DROP,
+                   n.ALERT_STALLED)),
 ))
 
 ALERT_ROW = Row("Alerts", (
@@ -192,7 +310,8 @@ CURVES = Row("Learning curves by step", (
     step_xy("Validation reward", "Validation rewards (val-core/<data source>/reward/mean@N and val-aux keys), logged on "
             "test_freq steps; the line holds the last validation between them. Train reward rising while validation "
             "falls is reward hacking or overfitting to the training prompts.",
-            Target(run_max(val_reward(), n.L_KEY), EXP + " {{key}}", table=True), w=8),
+            Target(run_max(val_reward(), n.L_KEY), EXP + " {{key}}", table=True), w=8,
+            keyed=run_max(val_reward(), n.L_KEY)),
     Panel("Zero-std groups, window min",
           "The series RewardSaturation thresholds: the lowest zero_std_ratio of the last k normal steps (every one of "
           f"them above {CONFIG.reward_saturation.zero_std_ratio:g} fires), with the latest step's value dashed.",
@@ -249,7 +368,7 @@ DASHBOARD = Dashboard(
     description="Each VeRL-Omni run at a glance: alive, stalling (by stage) or finished, step and speed against its "
                 "own baseline, alerts, step time by phase, where its GPU-hours went, and the learning curves against "
                 "training step.",
-    rows=(NOW, ALERT_ROW, STEP_TIME, GPU_HOURS, CURVES, POLICY),
+    rows=(NOW, WHY_SLOW, ALERT_ROW, STEP_TIME, GPU_HOURS, CURVES, POLICY),
     tags=default_tags("overview"),
     variable_metrics=(n.STEP,),
 )

@@ -218,7 +218,7 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
             return _table(ax, p, prom, subst)
         if p.kind == "statetimeline":
             return _statetimeline(ax, p, prom, subst, start, end, step)
-        if p.kind == "xychart":  # Grafana's min interval 1 s and 11,000 points: every step keeps a point
+        if p.kind == "xychart":  # 11,000 points; 1 s, not Grafana's 15 s min interval: the preview stack scrapes every second
             _xychart(ax, p, prom, subst, start, end, max(1.0, (end - start) / XY_MAX_DATA_POINTS))
             _threshold_lines(ax, p)
             return None

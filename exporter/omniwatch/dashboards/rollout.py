@@ -74,7 +74,7 @@ SERVERS = Row("Rollout and reward replicas", (
     Panel("Images per second",
           "Images generated per second per replica (vllm_omni:image_count_total). Drops with unchanged request "
           "rate mean fewer images per request.",
-          (Target(f"sum by ({BY}) ({rate(sel(x.OMNI_IMAGES, **ROLLOUT))})", LEG),), unit="short", min=0, w=8),
+          (Target(f"sum by ({BY}) ({rate(sel(x.OMNI_IMAGES, **ROLLOUT))})", LEG),), unit="suffix: images/s", min=0, w=8),
 ))
 
 DIFFUSION = Row("Diffusion timing (vllm_omni: only)", (
@@ -121,7 +121,7 @@ REWARD_SERVERS = Row("Reward-model servers (LLM judge, vLLM)", (
           "and work is recomputed, so scoring slows down. Sustained preemptions: raise gpu_memory_utilization, "
           "lower max_num_seqs or add reward replicas.",
           (Target(f"sum by ({BY}) ({rate(sel(x.VLLM_PREEMPTIONS, **REWARD))})", LEG),),
-          unit="short", min=0, w=8, runbook=n.ALERT_REWARD_BOUND),
+          unit="suffix: preemptions/s", min=0, w=8, runbook=n.ALERT_REWARD_BOUND),
     Panel("Reward KV-cache usage", "vllm:kv_cache_usage_perc (0-1). Near 1 means preemptions and a slower "
           "scorer; add reward replicas or shorten prompts.",
           (Target(f"max by ({BY}) ({sel(x.VLLM_KV_USAGE, **REWARD)})", LEG),),

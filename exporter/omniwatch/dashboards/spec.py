@@ -29,6 +29,7 @@ from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
+from ..alerting import records as _records
 from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO,
                                 REC_STALL_WARNING)
 
@@ -70,6 +71,8 @@ ALERT_WATCHDOG = n.ALERT_WATCHDOG
 # Recording rules of alerts/*.rules.yml the panels plot (each alert's own series); tests check each is a
 # `record:` there.
 RECORDS = tuple(v for k, v in dict(globals()).items() if k.startswith("REC_"))
+# Every recording rule of alerts/ (the panels' step-window statistics among them).
+ALL_RECORDS = tuple(v for k, v in vars(_records).items() if k.startswith("REC_") and isinstance(v, str))
 
 # Counters that move once per training step: never read over $__rate_interval (tests check it).
 PER_STEP_COUNTERS = (n.STAGE_SECONDS_TOTAL, n.GPU_PHASE_IDLE_SECONDS_TOTAL, n.GPU_PHASE_BUSY_SECONDS_TOTAL,
@@ -283,6 +286,9 @@ class Panel:
     # (regex on the whole display name, colour): a fixed colour for the series it matches, whatever the
     # thresholds say (the stall gauge colours each run by its stage, which no fixed threshold can express)
     fixed_colors: tuple[tuple[str, str], ...] = ()
+    # XY charts: labels besides the run that tell the y series apart (the validation reward's ``key``); the
+    # step target carries them too, so Grafana's merge joins each y row to its own step (issue 26 item 6)
+    xy_labels: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -344,6 +350,13 @@ class Dashboard:
         return any(WINDOW in t.expr for p in self.panels() for t in p.targets)
 
 
+def reads_step_window(p: "Panel") -> bool:
+    """Whether the panel is built on step-window statistics: ``increase`` over ``$window`` or a recording rule of
+    the alerts (their ``*_k`` window statistics, stage shares, stall thresholds). Such a series has no value
+    while no step comes, and the panel must show that gap (``spanNulls`` off)."""
+    return any(WINDOW in t.expr or any(rec in t.expr for rec in ALL_RECORDS) for t in p.targets)
+
+
 def dashboard_ids(dashboards) -> None:
     """Import-time check: uids unique, titles unique within a dashboard."""
     seen = set()
@@ -397,8 +410,9 @@ ALERT_STATE_MAPPINGS = ((0, "no alert", "green"), (1, "pending", "orange"), (2, 
 
 
 def firing_by_run() -> str:
-    """Firing alerts per run (0 for a run with none: the runs come from omniwatch_step)."""
-    return (f"count by ({RUN_BY}) ({alerts_sel(alertstate='firing')}) "
+    """Firing alerts per run, each alert name once (TrainingStalled firing at info, warning and critical is one
+    stall, not 3 alerts); 0 for a run with none (the runs come from omniwatch_step)."""
+    return (f"count by ({RUN_BY}) (max by ({RUN_BY}, alertname) ({alerts_sel(alertstate='firing')})) "
             f"or on ({RUN_BY}) 0 * {run_max(sel(n.STEP))}")
 
 
@@ -491,10 +505,30 @@ def gpu_seconds(*labels: str) -> str:
     return f"sum by ({by_run(*labels)}) ({increase_w(sel(n.GPU_SECONDS_TOTAL))})"
 
 
+def open_stall_gpu_seconds() -> str:
+    """GPU-seconds of a stall still going on, inside the last $window seconds (label ``bucket="stalled"``):
+    the run's GPUs x the time since its last step beyond the ledger's stall tolerance
+    (ledger.STALL_TOLERANCE_STEPS typical steps), at most $window. The ledger counter books a stall only when
+    the next step comes, which never happens after a crash; this shows the idle GPUs while the stall lasts
+    (issue 26 item 4). A finished run is not stalled."""
+    beyond = (f"{run_max(sel(REC_AGE))} - on ({RUN_BY}) {ledger.STALL_TOLERANCE_STEPS:g} * "
+              f"{run_max(sel(n.TYPICAL_STEP))}")
+    secs = (f"{run_max(sel(n.RUN_GPUS))} * on ({RUN_BY}) clamp_max({beyond}, ${V_WINDOW}) > 0 "
+            f"unless on ({RUN_BY}) ({run_max(sel(n.RUN_FINISHED))} == 1)")
+    return f'label_replace(label_replace({secs}, "{n.L_BUCKET}", "{ledger.STALLED}", "", ""), "src", "open", "", "")'
+
+
+def ledger_gpu_seconds(*labels: str) -> str:
+    """``gpu_seconds`` plus the open stall (``open_stall_gpu_seconds``), by ``labels``."""
+    booked = f'label_replace({increase_w(sel(n.GPU_SECONDS_TOTAL))}, "src", "ledger", "", "")'
+    return f"sum by ({by_run(*labels)}) ({booked} or {open_stall_gpu_seconds()})"
+
+
 def ledger_share() -> str:
-    """Each bucket's share of the run's GPU-seconds over $window, buckets in ledger order."""
-    share = (f"{gpu_seconds(n.L_BUCKET)} / on ({RUN_BY}) group_left () "
-             f"({gpu_seconds()} > 0)")
+    """Each bucket's share of the run's GPU-seconds over $window (a stall still going on included as
+    ``stalled``), buckets in ledger order."""
+    share = (f"{ledger_gpu_seconds(n.L_BUCKET)} / on ({RUN_BY}) group_left () "
+             f"({ledger_gpu_seconds()} > 0)")
     return in_order(share, n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..alerting.config import DEFAULT as CONFIG
 from ..alerting.prose import span
-from ..alerting.records import REC_TQ_DERIV, REC_TQ_SECONDS_TO_FULL
+from ..alerting.records import (REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT,
+                                REC_TQ_SECONDS_TO_FULL, REC_TQ_UTILIZATION)
 from .. import external as x
 from .. import names as n
 from .spec import (Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate,
@@ -41,7 +42,7 @@ BACKLOG = Row("Backlog: live samples", (
           f"regression of active keys over {span(TQ.net_rate_window)} (recording rule {REC_TQ_DERIV}, what "
           "TransferQueueBacklog reads). Oscillating around 0 is healthy; positive for minutes is a backlog.",
           (Target(f"sum by ({RUN}) ({sel(REC_TQ_DERIV)})", EXP),),
-          unit="short", w=5, runbook=n.ALERT_TQ_BACKLOG),
+          unit="suffix: samples/s", w=5, runbook=n.ALERT_TQ_BACKLOG),
     Panel("Time to full at the current net rate", "Seconds until the first storage unit is full if the net rate "
           f"of the last {span(TQ.net_rate_window)} holds ({REC_TQ_SECONDS_TO_FULL}). Shown as 1 h when it is an "
           f"hour or more or storage does not fill. TransferQueueBacklog fires when it stays under "
@@ -58,6 +59,17 @@ BACKLOG = Row("Backlog: live samples", (
           unit="percentunit", kind="bargauge", min=0, max=1,
           thresholds=(Step(None, "green"), Step(0.7, "yellow", note=TQ_BAND), cfg_step("transferqueue.full_utilization", "red")),
           w=5, runbook=n.ALERT_TQ_BACKLOG),
+    Panel("Utilisation floors (slow leak)",
+          "The series TransferQueueSlowLeak reads: the fullest storage unit's utilisation and its lowest value over "
+          f"the last {span(TQ.floor_short)}, {span(TQ.floor_mid)} and {span(TQ.floor_long)} (the level every step "
+          f"drains to). Each shorter floor above the next longer one by {TQ.leak_min_rise:g} of capacity, for "
+          f"{TQ.leak_for}, fires: samples are written and never cleared (a partition nobody clears, failed samples "
+          "left behind). Flat floors under a saw-tooth utilisation are healthy.",
+          (Target(f"max by ({RUN}) ({sel(REC_TQ_UTILIZATION)})", EXP + " utilisation"),
+           Target(f"max by ({RUN}) ({sel(REC_TQ_FLOOR_SHORT)})", EXP + f" floor {TQ.floor_short}", dashed=True),
+           Target(f"max by ({RUN}) ({sel(REC_TQ_FLOOR_MID)})", EXP + f" floor {TQ.floor_mid}", dashed=True),
+           Target(f"max by ({RUN}) ({sel(REC_TQ_FLOOR_LONG)})", EXP + f" floor {TQ.floor_long}", dashed=True)),
+          unit="percentunit", min=0, max=1, w=24, h=7, runbook=n.ALERT_TQ_SLOW_LEAK),
 ))
 
 SAMPLES = Row("Sample writes and clears (rates, not the backlog)", (
@@ -66,7 +78,7 @@ SAMPLES = Row("Sample writes and clears (rates, not the backlog)", (
           "pattern writes each sample twice); CLEAR_META counts cleared samples, clear_partition is not counted. "
           "Writes above clears is therefore no backlog: read Live samples.",
           (Target(f"sum by ({RUN}, {OP}) ({rate(sel(x.TQ_REQUEST_SAMPLES))})", f"{EXP} {{{{op_type}}}}"),),
-          unit="short", min=0, w=12),
+          unit="suffix: samples/s", min=0, w=12),
     Panel("Production / consumption progress (streaming API)", "Produced/total and consumed/total per partition "
           "and consumer task, for consumers of the streaming API (get_meta with a task_name, StreamingDataLoader): "
           "only they register tasks. The KV API (kv_batch_put / kv_batch_get / kv_clear, what verl-omni V1 uses) "

@@ -40,11 +40,11 @@ class Failure:
 
 
 def substitute(expr: str, project: str = ".*", experiment: str = ".*", rate_interval: str = "1m",
-               interval: str = "15s", window: str = DEFAULT_WINDOW) -> str:
+               interval: str = "15s", window: str = DEFAULT_WINDOW, range_: str = "1h") -> str:
     """Replace the dashboard variables the way Grafana interpolates them into a PromQL query."""
     values = {
         s.V_PROJECT: project, s.V_EXPERIMENT: experiment, s.V_NODE: ".*", s.V_GPU: ".*", s.V_WINDOW: window,
-        "__rate_interval": rate_interval, "__interval": interval,
+        "__rate_interval": rate_interval, "__interval": interval, "__range": range_,
     }
     # Longest names first so "$__rate_interval" is not eaten by a shorter "$__interval"-like prefix.
     for name in sorted(values, key=len, reverse=True):

@@ -1,0 +1,325 @@
+"""Dashboards III (issue 26): a stall is a gap, XY charts query at the scrape interval, the validation reward
+keeps every key, annotations look back over their own interval, the overview judges each run against its
+anchored reference. Each test reads the generated JSON (what Grafana imports) or evaluates the panel's own
+query in promtool."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from omniwatch import names
+from omniwatch.alerting import records
+from omniwatch.dashboards import factory, spec
+from omniwatch.dashboards.catalog import DASHBOARDS
+from omniwatch.stack import PROFILES
+
+from .test_dashboards import _promtool_eval, by_title, load
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_panels_on_step_windows_show_a_stall_as_a_gap():
+    """Item 5: no spanNulls on a timeseries built on step-window ratios ($window increases, recording rules)."""
+    checked = 0
+    for d in DASHBOARDS:
+        j = by_title(load(d))
+        for p in d.panels():
+            if p.kind != "timeseries":
+                continue
+            exprs = [t["expr"] for t in j[p.title]["targets"]]
+            on_window = any(spec.WINDOW in e or any(r in e for r in spec.ALL_RECORDS) for e in exprs)
+            if on_window:
+                checked += 1
+                assert j[p.title]["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False, (d.uid, p.title)
+    assert checked >= 10, checked
+    # the ones the issue names
+    ov = by_title(load(DASHBOARDS[0]))
+    assert ov["Where the GPU-hours went: $experiment"]["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False
+
+
+def test_xy_charts_query_no_finer_than_a_scrape():
+    """Item 8: the XY charts' min interval is the scrape interval (15 s), not 1 s."""
+    assert factory.XY_INTERVAL == PROFILES["default"]["scrape_interval"] == "15s"
+    found = 0
+    for d in DASHBOARDS:
+        for p in load(d)["panels"] + [q for r in load(d)["panels"] for q in r.get("panels", [])]:
+            if p["type"] == "xychart":
+                found += 1
+                assert p["interval"] == "15s", p["title"]
+                assert all(t["interval"] == "15s" for t in p["targets"]), p["title"]
+    assert found >= 8
+
+
+VAL_CORE = "val-core/geneval/reward/mean@1"
+VAL_AUX = "val-aux/geneval/reward/mean@1"
+
+
+def test_validation_reward_keeps_val_core_and_val_aux(tmp_path):
+    """Item 6: the step target carries the y target's ``key``, so merge pairs each key's row with its own step
+    (a step row without ``key`` joins one key only); groupBy and partitionByValues keep ``key``. promtool
+    evaluates the generated panel's own queries: both keys have the step and their own value."""
+    from omniwatch.model import passthrough_name
+    from omniwatch.dashboards.verify import substitute
+    p = by_title(load(DASHBOARDS[0]))["Validation reward"]
+    x, y = (substitute(t["expr"]) for t in p["targets"])
+    run = 'project="p", experiment="e"'
+    series = {f'{names.STEP}{{{run}}}': 120,
+              f'{passthrough_name(VAL_CORE)}{{{run}, key="{VAL_CORE}"}}': 0.61,
+              f'{passthrough_name(VAL_AUX)}{{{run}, key="{VAL_AUX}"}}': 0.35}
+    lab = lambda k: {"project": "p", "experiment": "e", "key": k}  # noqa: E731
+    _promtool_eval(tmp_path, series, [(x, [(lab(VAL_AUX), 120), (lab(VAL_CORE), 120)]),
+                                      (y, [(lab(VAL_AUX), 0.35), (lab(VAL_CORE), 0.61)])])
+    t = {tr["id"]: tr["options"] for tr in p["transformations"]}
+    assert t["groupBy"]["fields"]["key"]["operation"] == "groupby"
+    assert t["partitionByValues"]["fields"] == ["project", "experiment", "key"]
+    # the other XY charts (one series per run) are unchanged
+    assert by_title(load(DASHBOARDS[0]))["Reward mean"]["transformations"][3]["options"]["fields"] == [
+        "project", "experiment"]
+
+
+def _annotation(doc, name):
+    return next(a for a in doc["annotations"]["list"] if a.get("name") == name)
+
+
+def test_annotations_look_back_over_their_interval(tmp_path):
+    """Item 7: a validation step flagged for one minute and a restart, both between two annotation samples
+    3 minutes apart, are annotated at the next sample: the generated queries look back over $__interval
+    (a fixed [1m] or an instant value missed both). promtool evaluates the generated queries."""
+    import subprocess
+    import yaml
+    from omniwatch.dashboards.verify import substitute
+    from .conftest import require_binary
+    doc = load(DASHBOARDS[0])
+    flag = substitute(_annotation(doc, "validation / checkpoint steps")["expr"], interval="3m")
+    restart = substitute(_annotation(doc, "trainer restarts")["expr"], interval="3m")
+    run = 'project="p", experiment="e"'
+    t = {"rule_files": [], "evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": [
+        {"series": f'{names.STEP_FLAG}{{{run}, flag="validation"}}', "values": "0 0 1 0 0 0"},
+        {"series": f'{names.TRAINER_RESTARTS_TOTAL}{{{run}}}', "values": "0 0 1 1 1 1"}],
+        "promql_expr_test": [
+            {"expr": flag, "eval_time": "4m",
+             "exp_samples": [{"labels": f'{{{run}, flag="validation"}}', "value": 1}]},
+            {"expr": restart, "eval_time": "4m", "exp_samples": [{"labels": f"{{{run}}}", "value": 1}]}]}]}
+    (tmp_path / "a.yml").write_text(yaml.safe_dump(t, sort_keys=False, width=10_000))
+    r = subprocess.run([require_binary("promtool"), "test", "rules", str(tmp_path / "a.yml")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+
+
+def test_per_run_copies_leave_out_the_all_runs_alert_annotation():
+    """Item 7: the alerts annotation is filtered off the panels repeated per run (and only those)."""
+    for d in DASHBOARDS:
+        doc = load(d)
+        repeated = sorted(p["id"] for p in doc["panels"] + [q for r in doc["panels"] for q in r.get("panels", [])]
+                          if p.get("repeat"))
+        flt = _annotation(doc, "omniwatch alerts").get("filter")
+        if repeated:
+            assert flt == {"exclude": True, "ids": repeated}, d.uid
+        else:
+            assert not flt, d.uid
+
+
+def _colour(panel: dict, legend: str, value: float) -> str:
+    """The colour Grafana gives ``value`` in the table column named ``legend`` (absolute thresholds: the last
+    step whose value is <= the cell's)."""
+    for o in panel["fieldConfig"]["overrides"]:
+        props = {p["id"]: p["value"] for p in o["properties"]}
+        if props.get("displayName") == legend:
+            steps = props["thresholds"]["steps"]
+            colour = steps[0]["color"]
+            for st in steps[1:]:
+                if value >= st["value"]:
+                    colour = st["color"]
+            return colour
+    raise AssertionError(f"no column {legend!r}")
+
+
+def test_a_lasting_slowdown_is_red_against_the_anchored_reference(tmp_path):
+    """Item 2: a run 17 % slower than its start (window median 117 s, anchored reference 100 s) with 44 % less
+    MFU (window median 0.28, reference 0.50) is red in both new Runs columns, while the fastest-step column
+    (step / baseline: 112 s, one fast step) stays green. promtool evaluates the generated columns' queries."""
+    from omniwatch.dashboards.verify import substitute
+    runs = by_title(load(DASHBOARDS[0]))["Runs"]
+    expr = {t["refId"]: substitute(t["expr"]) for t in runs["targets"]}
+    legend = {o["matcher"]["options"]: next(p["value"] for p in o["properties"] if p["id"] == "displayName")
+              for o in runs["fieldConfig"]["overrides"]}
+    ref = {name: ref for ref, name in ((k.removeprefix("Value #"), v) for k, v in legend.items())}
+    run = 'project="p", experiment="slow"'
+    series = {f"{records.REC_STEP_MEDIAN}{{{run}}}": 117, f"{names.STEP_DURATION_BASELINE}{{{run}}}": 100,
+              f"{records.REC_STEP_VS_BASELINE}{{{run}}}": 1.12,
+              f'{records.REC_MFU_MEDIAN}{{{run}, role="actor"}}': 0.28,
+              f'{names.MFU_BASELINE}{{{run}, role="actor"}}': 0.5}
+    lab = {"project": "p", "experiment": "slow"}
+    _promtool_eval(tmp_path, series, [(expr[ref["step time vs run start"]], [(lab, 1.17)]),
+                                      (expr[ref["MFU vs reference"]], [(lab, 0.56)])])
+    assert _colour(runs, "step time vs run start", 1.17) == "red"
+    assert _colour(runs, "MFU vs reference", 0.56) == "red"
+    assert _colour(runs, "step / baseline", 1.12) == "green"  # what the table showed before
+    assert _colour(runs, "step time vs run start", 1.05) == "green"
+    assert _colour(runs, "MFU vs reference", 0.95) == "green"
+
+
+def test_why_slow_names_the_phase_the_cause_its_cost_and_the_alert(tmp_path):
+    """Item 1: the "Why slow" row sits right under "Now" and gives per run the largest phase, the costliest
+    cause of growth with its GPU-hours per day, the costliest non-phase ledger bucket and the most severe
+    firing alert; a quiet run has a row too ("none"). promtool evaluates the generated queries."""
+    from omniwatch.dashboards.verify import substitute
+    doc = load(DASHBOARDS[0])
+    rows = [p["title"] for p in doc["panels"] if p["type"] == "row"]
+    assert rows[:2] == ["Now", "Why slow"]
+    p = by_title(doc)["Why slow"]
+    q = [substitute(t["expr"]) for t in p["targets"]]
+    slow, quiet = 'project="p", experiment="slow"', 'project="p", experiment="quiet"'
+    series = {f"{names.STEP}{{{slow}}}": 50, f"{names.STEP}{{{quiet}}}": 50,
+              f'{records.REC_STAGE_SHARE}{{{slow}, phase="gen"}}': 0.6,
+              f'{records.REC_STAGE_SHARE}{{{slow}, phase="update_actor"}}': 0.3,
+              f'{records.REC_STAGE_SHARE}{{{quiet}, phase="update_actor"}}': 0.5,
+              f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{slow}, cause="rollout"}}': 40,
+              f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{slow}, cause="actor"}}': 5,
+              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="gen"}}': 100,
+              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="reward_critical_path"}}': 12,
+              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="inter_stage_idle"}}': 3,
+              f'ALERTS{{{slow}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="info"}}': 1,
+              f'ALERTS{{{slow}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning"}}': 1,
+              f'ALERTS{{{quiet}, alertname="{names.ALERT_STEP_DRIFT}", alertstate="pending", severity="warning"}}': 1}
+    s = lambda **k: {"project": "p", "experiment": "slow", **k}  # noqa: E731
+    qu = lambda **k: {"project": "p", "experiment": "quiet", **k}  # noqa: E731
+    _promtool_eval(tmp_path, series, [
+        (q[0], [(s(phase="gen"), 0.6), (qu(phase="update_actor"), 0.5)]),
+        (q[1], [(s(cause="rollout"), 40), (qu(cause="none"), 0)]),
+        (q[2], [(s(bucket="reward_critical_path"), 12), (qu(bucket="none"), 0)]),
+        (q[3], [(s(alertname=names.ALERT_STEP_REGRESSION), 2), (qu(alertname="none"), 0)]),
+    ])
+
+
+def test_one_stall_is_one_firing_alert(tmp_path):
+    """Item 9: TrainingStalled firing at info, warning and critical counts once in 'alerts firing'."""
+    run = 'project="p", experiment="e"'
+    series = {f"{names.STEP}{{{run}}}": 5}
+    for sev in ("info", "warning", "critical"):
+        series[f'ALERTS{{{run}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="{sev}"}}'] = 1
+    series[f'ALERTS{{{run}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning"}}'] = 1
+    _promtool_eval(tmp_path, series, [(spec.firing_by_run(), [({"project": "p", "experiment": "e"}, 2)])])
+
+
+def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
+    """Item 4: during a stall (no step for an hour, the ledger counter flat), 'Where the GPU-hours went' shows the
+    run's GPUs as stalled (it was 0/0 -> no data); a finished run is not stalled; a running run is unchanged.
+    promtool evaluates the generated panel query with $window = 180 s."""
+    from omniwatch import ledger
+    from omniwatch.dashboards.verify import substitute
+    p = by_title(load(DASHBOARDS[0]))["Where the GPU-hours went: $experiment"]
+    q = substitute(p["targets"][0]["expr"], window="180")
+    series = {}
+    for exp, age, fin in (("hung", 3600, 0), ("done", 3600, 1)):
+        r = f'project="p", experiment="{exp}"'
+        series.update({f"{records.REC_AGE}{{{r}}}": age, f"{names.TYPICAL_STEP}{{{r}}}": 60,
+                       f'{names.RUN_GPUS}{{{r}, origin="log"}}': 8, f"{names.RUN_FINISHED}{{{r}}}": fin,
+                       f'{names.GPU_SECONDS_TOTAL}{{{r}, bucket="gen"}}': 5000})
+    order = spec.order_key(ledger.STALLED, spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]
+    _promtool_eval(tmp_path, series, [
+        (q, [({"project": "p", "experiment": "hung", "bucket": ledger.STALLED, spec.ORDER_LABEL: order}, 1.0),
+             ({"project": "p", "experiment": "hung", "bucket": "gen",
+               spec.ORDER_LABEL: spec.order_key("gen", spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]}, 0.0)])])
+
+
+def test_per_second_and_tflops_panels_carry_units():
+    """Item 9: TFLOP/s and per-second panels say their unit (they were 'short')."""
+    want = {"MFU implied vs device peak": "suffix: TFLOP/s", "Images per second": "suffix: images/s",
+            "Reward preemptions": "suffix: preemptions/s", "Net change of live samples": "suffix: samples/s",
+            "Samples written and cleared": "suffix: samples/s"}
+    got = {}
+    for d in DASHBOARDS:
+        for title, p in by_title(load(d)).items():
+            if title in want:
+                got[title] = p["fieldConfig"]["defaults"]["unit"]
+    assert got == want
+
+
+def test_every_alert_has_a_panel_with_its_runbook():
+    """Item 9: TransferQueueSlowLeak had no panel and no runbook link; every alert of names.py has one now."""
+    rules = "".join(p.read_text() for p in (REPO / "alerts").glob("*.rules.yml"))
+    alerts = {a for a in re.findall(r"- alert: (\w+)", rules)} - {names.ALERT_WATCHDOG}
+    assert names.ALERT_TQ_SLOW_LEAK in alerts and names.ALERT_RUN_CAP in alerts
+    linked = {a for d in DASHBOARDS for p in d.panels() for a in p.alerts}
+    assert alerts - linked == set()
+    p = by_title(load(next(d for d in DASHBOARDS if d.uid == "omniwatch-transferqueue")))["Utilisation floors (slow leak)"]
+    assert any(names.ALERT_TQ_SLOW_LEAK in link["title"] for link in p["links"])
+    assert [records.REC_TQ_FLOOR_SHORT in t["expr"] for t in p["targets"]] == [False, True, False, False]
+
+
+def test_sources_up_timeline_is_not_red_before_the_exporter_existed():
+    """Item 9: the exporter row of 'Sources up' has no value where Prometheus never scraped it (it was drawn
+    'down' from a vector(0) fallback); a failed scrape (up 0) is still down."""
+    p = by_title(load(next(d for d in DASHBOARDS if d.uid == "omniwatch-bottlenecks")))["Sources up"]
+    expr = p["targets"][1]["expr"]
+    assert "vector(0)" not in expr and expr.startswith("min(up{")
+
+
+def test_gpu_hours_of_a_run_scraped_by_two_exporters_count_once(tmp_path):
+    """Item 9: the Runs table's GPU-hours takes each bucket once across exporters (it summed both)."""
+    from omniwatch.dashboards.verify import substitute
+    runs = by_title(load(DASHBOARDS[0]))["Runs"]
+    expr = next(substitute(t["expr"]) for t in runs["targets"] if names.GPU_SECONDS_TOTAL in t["expr"])
+    series = {}
+    for inst in ("a:9400", "b:9400"):
+        for bucket, secs in (("gen", 7200), ("update_actor", 3600)):
+            series[f'{names.GPU_SECONDS_TOTAL}{{project="p", experiment="e", bucket="{bucket}", '
+                   f'instance="{inst}"}}'] = secs
+    _promtool_eval(tmp_path, series, [(expr, [({"project": "p", "experiment": "e"}, 3.0)])])
+
+
+def test_least_busy_gpus_are_ranked_once_over_the_range():
+    """Item 9: the bottom-10 GPUs are ranked once over the dashboard's range (@ end()), not at every step (which
+    drew the union of every GPU ever among the lowest). The live test runs the query against Prometheus."""
+    from omniwatch.dashboards import gpus
+    p = by_title(load(next(d for d in DASHBOARDS if d.uid == "omniwatch-gpus")))[
+        f"Least busy GPUs (bottom {gpus.BOTTOM_K})"]
+    expr = p["targets"][0]["expr"]
+    assert f"bottomk({gpus.BOTTOM_K}, avg_over_time((" in expr and "[$__range:$__interval] @ end())" in expr
+    assert not expr.startswith("bottomk(")
+
+
+def test_the_exporter_serves_each_alerts_remedy_for_the_runs_layout():
+    """Item 1: /metrics carries omniwatch_remedy_info for the layout of the exported run, the same text the
+    alert's remedy annotation renders for it (report.verdict.remedy), one line per alert."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from omniwatch.exposition import make_registry
+    from omniwatch.model import RunStore
+    from omniwatch.parse import parse_jsonl_line
+    from omniwatch.report.verdict import remedy
+    from .conftest import fixture_path
+    store = RunStore()
+    for line in fixture_path("flowgrpo_async_reward_tail").read_bytes().splitlines():
+        store.ingest("p", "e", parse_jsonl_line(line), "jsonl")
+    text = generate_latest(make_registry(store)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    info = next(s.labels for s in fams["omniwatch_run"].samples) if "omniwatch_run" in fams else \
+        next(s.labels for s in fams[names.RUN_INFO].samples)
+    layout = {k: info[k] for k in ("trainer", "reward", "async_mode")}
+    got = {s.labels["alertname"]: s.labels for s in fams[names.REMEDY_INFO].samples}
+    assert names.ALERT_REWARD_BOUND in got and names.ALERT_STEP_REGRESSION in got
+    for alertname, labels in got.items():
+        assert {k: labels[k] for k in layout} == layout
+        assert labels["remedy"] == " ".join(remedy(alertname, {}, layout).split()) != ""
+
+
+def test_why_slow_shows_the_firing_alerts_remedy(tmp_path):
+    """Item 1: the 'most severe firing alert' column carries the remedy of that alert for the run's layout
+    (omniwatch_remedy_info through omniwatch_run_info); a run with no firing alert keeps its 'none' row."""
+    from omniwatch.dashboards.verify import substitute
+    q = substitute(by_title(load(DASHBOARDS[0]))["Why slow"]["targets"][3]["expr"])
+    slow, quiet = 'project="p", experiment="slow"', 'project="p", experiment="quiet"'
+    lay = 'trainer="v1", reward="colocated", async_mode="sync"'
+    series = {f"{names.STEP}{{{slow}}}": 50, f"{names.STEP}{{{quiet}}}": 50,
+              f"{names.RUN_INFO}{{{slow}, {lay}}}": 1, f"{names.RUN_INFO}{{{quiet}, {lay}}}": 1,
+              f'{names.REMEDY_INFO}{{alertname="{names.ALERT_REWARD_BOUND}", {lay}, remedy="give reward its own GPUs"}}': 1,
+              f'{names.REMEDY_INFO}{{alertname="{names.ALERT_REWARD_BOUND}", trainer="legacy", reward="colocated", '
+              f'async_mode="sync", remedy="legacy text"}}': 1,
+              f'ALERTS{{{slow}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1}
+    _promtool_eval(tmp_path, series, [(q, [
+        ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND,
+          "remedy": "give reward its own GPUs"}, 2),
+        ({"project": "p", "experiment": "quiet", "alertname": "none"}, 0)])])
