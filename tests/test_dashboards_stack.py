@@ -57,7 +57,8 @@ def demo_stack(tmp_path_factory):
     cfg = StackConfig(run_dir=tmp / "run", prometheus_port=free_port(), alertmanager_port=free_port(),
                       exporter_port=free_port(), grafana_port=free_port(), profile="fast", watch=[str(root)],
                       exporter_args=["--poll-interval", "0.2", "--gpu", f"replay:{loop.DEFAULT_TRACE}",
-                                     "--gpu-node", GPU_NODE],
+                                     "--gpu-node", GPU_NODE]
+                      + demo_endpoints.ray_tasks_args("127.0.0.1", ep_port, demo.PROJECT, JOINED),
                       extra_scrape_configs=demo_endpoints.scrape_configs("127.0.0.1", ep_port, demo.PROJECT, JOINED,
                                                                         also=[(demo.PROJECT, ALSO_JOINED)]))
     stack = Stack(cfg)
@@ -93,6 +94,9 @@ def _wait_ready(prom: str, timeout: float) -> None:
         # StepTimeDrift's series needs the reference (first 10 normal steps after warm-up) and 10 normal steps
         # after it: step ~22 of the joined run (the demo writes 24)
         "drift": lambda: bool(_query(prom, f'{REC_STEP_DRIFT}{{{run}}}')),
+        # worker lanes (the Ray state-API stand-in): a finished dispatch with its straggler, and the held step
+        "worker lanes": lambda: bool(_query(prom, f'{names.RAY_STRAGGLER_STREAK}{{{run}}}'))
+        and bool(_query(prom, f'{names.STEP_HOLDER_SECONDS}{{{run}}} > 2')),
     }
     pending = dict(checks)
     deadline = time.monotonic() + timeout

@@ -131,6 +131,8 @@ def run_demo(args) -> int:
     # endpoint set), so every run-scoped panel shows that it keeps runs apart.
     cfg.extra_scrape_configs = demo_endpoints.scrape_configs(cfg.host, ep_port, PROJECT, "reward-bound-colocated",
                                                              also=[(PROJECT, "v1-transfer-idle")])
+    # Ray's state API stand-in (the same server, /api/v0/...): the worker-lanes source, its job = the joined run
+    cfg.exporter_args += demo_endpoints.ray_tasks_args(cfg.host, ep_port, PROJECT, "reward-bound-colocated")
     # The relay forwards every notification to a local receiver (a generic JSON webhook), as it would to
     # Slack or Feishu; the URL is passed by environment, as the relay requires for every receiver URL.
     rcv_port = free_port(cfg.host)

@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from . import demo_raytasks
 from . import external as x
 
 ROLLOUT_MODEL = "stabilityai/stable-diffusion-3.5-medium"
@@ -508,7 +509,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server API)
         path = self.path.split("?", 1)[0]
         ep = self.endpoints.get(path)
-        if ep is None:
+        if path.startswith("/api/v0/"):  # Ray's state API (demo_raytasks): what `serve --ray-tasks` polls
+            status, body = self.ray_state.answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+        elif ep is None:
             body = ("unknown path; serving: " + " ".join(sorted(self.endpoints)) + "\n").encode()
             self.send_response(404)
             self.send_header("Content-Type", "text/plain; charset=utf-8")
@@ -533,7 +538,8 @@ class DemoServer(ThreadingHTTPServer):
     def __init__(self, addr, cfg: DemoSources):
         self.cfg = cfg
         self.endpoints = build_endpoints(cfg)
-        handler = type("DemoHandler", (_Handler,), {"endpoints": self.endpoints})
+        handler = type("DemoHandler", (_Handler,), {"endpoints": self.endpoints,
+                                                    "ray_state": demo_raytasks.StateStandIn()})
         super().__init__(addr, handler)
         self._stop = threading.Event()
         self._rng = random.Random(cfg.seed)
@@ -617,6 +623,14 @@ def scrape_configs(host: str, port: int, project: str, experiment: str, cfg: Dem
         job("dcgm", targets("/dcgm/metrics", x.ROLE_DCGM), x.DCGM_RELABEL),
         job("ray", targets("/ray/metrics", x.ROLE_RAY), x.RAY_RELABEL),
     ]
+
+
+def ray_tasks_args(host: str, port: int, project: str, experiment: str) -> list[str]:
+    """``omniwatch serve`` flags that attach the exporter's Ray task-event source to the stand-in state API
+    (``/api/v0/...`` of the demo endpoints' server), its job joined to the run ``(project, experiment)``."""
+    addr = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    return ["--ray-tasks", f"http://{addr}", "--ray-tasks-interval", "0.5", "--ray-job", demo_raytasks.JOB_ID,
+            "--discovery-project", project, "--discovery-experiment", experiment]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,141 @@
+"""Stand-in of Ray's state API (the dashboard's ``/api/v0/{tasks,actors,nodes}``) for the demo and the
+task-event benchmark: what ``omniwatch serve --ray-tasks`` polls (discovery/rayapi.py), answered with rows
+shaped exactly like the ones recorded from Ray 2.60 (``demo_raytasks_rows/``, byte copies of
+tests/fixtures/raytasks): every row is a recorded row with its ids, name, pid and times changed.
+
+Two ways to move:
+
+- ``StateStandIn()`` (the demo): a FlowGRPO step every ``CYCLE_S`` seconds of wall time on the recorded
+  colocated ``WorkerDict`` (4 ranks) and the ``vllm_omni_server_0_0`` replica: the replica holds
+  ``REQUESTS`` generate requests, then the ranks run compute_log_prob, update_actor, update_weights; rank
+  ``SLOW_RANK`` takes ``SLOW_FACTOR`` times as long in the first two, so it is the straggler of every
+  dispatch (a RankStraggler streak); every ``HANG_EVERY``-th step its update_actor stays running until
+  the step's end and the step has no update_weights (the holder panels show one rank holding the step).
+- ``StateStandIn(workers=N, advance="poll")`` (benchmarks/raytasks_poll.py): N workers, and every
+  RUNNING-task poll moves all of them to the next phase.
+
+Filters are Ray's (``=`` / ``!=`` on any row key), ``limit`` cuts the answer as Ray does (``num_filtered``
+says by how much). Loopback only (the demo endpoints' server binds 127.0.0.1); bounded: the rows are a
+function of the clock, nothing accumulates.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import threading
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+ROWS = Path(__file__).with_name("demo_raytasks_rows")
+JOB_ID = "01000000"          # the recorded job (Ray numbers jobs from 01000000)
+CYCLE_S = 10.0
+REQUESTS = 6
+SLOW_RANK, SLOW_FACTOR = 3, 1.8
+HANG_EVERY = 3
+# (phase method, start s, duration s for a normal rank) within one cycle; the replica's requests first
+WORKER_PHASES = (("actor_rollout_compute_log_prob", 3.0, 1.3), ("actor_rollout_update_actor", 5.6, 1.4),
+                 ("actor_rollout_update_weights", 8.8, 0.6))
+BENCH_PHASES = ("generate_sequences", "infer_actor_batch", "infer_ref_batch", "update_actor", "update_weights",
+                "save_checkpoint", "compute_log_prob", "copy_adapter", "ema_update_adapter", "init_model")
+
+
+def _recorded(name: str) -> list[dict]:
+    with open(ROWS / f"ray_2.60_{name}.json", encoding="utf-8") as f:
+        return json.load(f)["data"]["result"]["result"]
+
+
+def body(rows: list[dict], limit: int | None = None) -> bytes:
+    """Ray 2.60's list answer (``ListApiResponse`` inside the dashboard's ``{"result", "msg", "data"}``)."""
+    cut = rows[:limit] if limit is not None else rows
+    return json.dumps({"result": True, "msg": "", "data": {"result": {
+        "total": len(rows), "num_after_truncation": len(rows), "num_filtered": len(rows), "result": cut,
+        "partial_failure_warning": "", "warnings": None}}}).encode()
+
+
+def _match(row: dict, filters: list[tuple[str, str, str]]) -> bool:
+    for k, p, v in filters:
+        have = "" if row.get(k) is None else str(row.get(k))
+        if (p == "=" and have != v) or (p == "!=" and have == v):
+            return False
+    return True
+
+
+class StateStandIn:
+    def __init__(self, workers: int = 0, advance: str = "clock"):
+        self.task = _recorded("tasks_running_hang")[0]
+        self.advance = advance
+        self._lock = threading.Lock()
+        self._poll = 0
+        actors, node = _recorded("actors"), _recorded("nodes")[0]
+        if workers:  # the benchmark's fleet: N ranks, 8 per node
+            a = next(x for x in actors if "WorkerDict" in x["name"])
+            self.actors = [dict(a, actor_id=f"{i:024x}{JOB_ID}", name=f"benchWorkerDict_{i // 8}:{i % 8}",
+                                pid=10000 + i, node_id=f"{i // 8:056x}") for i in range(workers)]
+            self.nodes = [dict(node, node_id=f"{k:056x}", node_ip=f"10.0.{k // 250}.{k % 250}")
+                          for k in range((workers + 7) // 8)]
+        else:
+            self.actors, self.nodes = actors, [node]
+        self.ranks = sorted((x for x in self.actors if "WorkerDict" in x["name"]), key=lambda x: x["name"])
+        self.servers = [x for x in self.actors if x["name"].startswith("vllm_omni_server_")]
+
+    def _row(self, tid: int, actor: dict, name: str, start: float) -> dict:
+        r = copy.deepcopy(self.task)
+        ms = round(start * 1000.0, 3)
+        r.update(task_id=f"{tid:040x}{JOB_ID}", actor_id=actor["actor_id"], name=name, func_or_class_name=name,
+                 node_id=actor["node_id"], worker_pid=actor["pid"], job_id=actor.get("job_id", JOB_ID),
+                 creation_time_ms=ms, start_time_ms=ms)
+        for e in r.get("events") or []:
+            e["created_ms"] = ms
+        return r
+
+    def running(self, now: float) -> list[dict]:
+        """The RUNNING actor tasks at ``now`` (clock mode) or of the next phase (poll mode)."""
+        if self.advance == "poll":
+            with self._lock:
+                p = self._poll
+                self._poll += 1
+            cls = "WorkerDict.actor_rollout_" + BENCH_PHASES[p % len(BENCH_PHASES)]
+            return [self._row(p * 100000 + i, a, cls, 1_700_000_000 + p + i / 1000) for i, a in enumerate(self.ranks)]
+        k = math.floor(now / CYCLE_S)
+        rows = []
+        for kk in (k - 1, k):  # a hang of the previous step may still run
+            t0 = kk * CYCLE_S
+            for s in self.servers:
+                cls = s["class_name"].rsplit(".", 1)[-1]
+                for j in range(REQUESTS):  # requests in flight on the replica, ending one by one
+                    st, end = t0 + 0.1 * j, t0 + 1.6 + 0.25 * j
+                    if st <= now < end:
+                        rows.append(self._row(kk * 1000 + 900 + j, s, f"{cls}.generate", st))
+            for pi, (method, start, dur) in enumerate(WORKER_PHASES):
+                for r, a in enumerate(self.ranks):
+                    d = dur * (SLOW_FACTOR if r == SLOW_RANK and pi < 2 else 1.0)
+                    if kk % HANG_EVERY == 0:  # the held step: the slow rank's update_actor runs to the step's end
+                        if method.endswith("update_weights"):
+                            continue
+                        if r == SLOW_RANK and method.endswith("update_actor"):
+                            d = CYCLE_S - 0.1 - start
+                    if t0 + start <= now < t0 + start + d:
+                        rows.append(self._row(kk * 1000 + pi * 100 + r, a, "WorkerDict." + method, t0 + start))
+        return rows
+
+    def answer(self, path: str, now: float | None = None) -> tuple[int, bytes]:
+        """``GET /api/v0/<kind>?...`` -> (HTTP status, body)."""
+        u = urlparse(path)
+        q = parse_qs(u.query)
+        kind = u.path.rstrip("/").rsplit("/", 1)[-1]
+        filters = list(zip(q.get("filter_keys", []), q.get("filter_predicates", []), q.get("filter_values", [])))
+        try:
+            limit = max(1, int(q.get("limit", ["100"])[0]))
+        except ValueError:
+            return 400, json.dumps({"result": False, "msg": "limit is not a number", "data": {}}).encode()
+        if kind == "tasks":
+            rows = self.running(time.time() if now is None else now) if ("state", "=", "RUNNING") in filters else []
+        elif kind == "actors":
+            rows = self.actors
+        elif kind == "nodes":
+            rows = self.nodes
+        else:
+            return 404, json.dumps({"result": False, "msg": f"no such list: {kind}", "data": {}}).encode()
+        return 200, body([r for r in rows if _match(r, filters)], limit)
