@@ -2,9 +2,9 @@
 """Cost of one Ray task-event poll (discovery/taskwatch.TaskPoller.poll) at 8, 64 and 512 workers x 10 phases
 per step: state-API calls, bytes and the exporter's CPU per poll.
 
-Ray's side is replaced by a stand-in HTTP server in a child process that answers ``/api/v0/{tasks,actors,
-nodes}`` exactly as Ray 2.60's dashboard does (the recorded bodies of tests/fixtures/raytasks: every RUNNING
-row is the recorded detailed row with its ids, actor, pid and start changed), so the client, the JSON
+Ray's side is replaced by the package's stand-in (omniwatch.demo_raytasks, poll mode) in a child process that
+answers ``/api/v0/{tasks,actors,nodes}`` exactly as Ray 2.60's dashboard does (the recorded bodies of
+tests/fixtures/raytasks: every RUNNING row is the recorded detailed row with its ids, actor, pid and start changed), so the client, the JSON
 decoding and the ledger are the real ones and the CPU measured is the exporter's alone (the child's is not
 counted). Every poll the step moves to its next phase: all N workers close their call and open the next.
 
@@ -14,51 +14,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIX = REPO / "tests" / "fixtures" / "raytasks"
 
+# The package's stand-in (omniwatch.demo_raytasks, the one the demo serves) in "poll" mode, in a child process
 SERVER = r'''
-import json, sys, threading
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
-fix = sys.argv[1]; n = int(sys.argv[2])
-row = json.load(open(fix + "/ray_2.60_tasks_running_hang.json"))["data"]["result"]["result"][0]
-actor = json.load(open(fix + "/ray_2.60_actors.json"))["data"]["result"]["result"][0]
-node = json.load(open(fix + "/ray_2.60_nodes.json"))["data"]["result"]["result"][0]
-PHASES = ["generate_sequences", "infer_actor_batch", "infer_ref_batch", "update_actor", "update_weights",
-          "save_checkpoint", "compute_log_prob", "copy_adapter", "ema_update_adapter", "init_model"]
-state = {"poll": 0}
-def body(rows):
-    return json.dumps({"result": True, "msg": "", "data": {"result": {"total": len(rows), "num_after_truncation": len(rows),
-        "num_filtered": len(rows), "result": rows, "partial_failure_warning": "", "warnings": None}}}).encode()
-ACTORS = [dict(actor, actor_id=f"{i:032x}", name=f"benchWorkerDict_{i // 8}:{i % 8}", pid=10000 + i,
-               node_id=f"{i // 8:056x}") for i in range(n)]
-NODES = [dict(node, node_id=f"{k:056x}", node_ip=f"10.0.{k // 250}.{k % 250}") for k in range((n + 7) // 8)]
+from omniwatch.demo_raytasks import StateStandIn
+ray = StateStandIn(workers=int(sys.argv[1]), advance="poll")
 class H(BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_GET(self):
-        u = urlparse(self.path); q = parse_qs(u.query)
-        filt = dict(zip(q.get("filter_keys", []), q.get("filter_values", [])))
-        if u.path.endswith("/tasks"):
-            if filt.get("state") == "RUNNING":
-                p = state["poll"]; state["poll"] += 1
-                ph = PHASES[p % len(PHASES)]
-                rows = [dict(row, task_id=f"{p:08x}{i:040x}", actor_id=f"{i:032x}", worker_pid=10000 + i,
-                             name="WorkerDict.actor_rollout_" + ph, func_or_class_name="WorkerDict.actor_rollout_" + ph,
-                             node_id=f"{i // 8:056x}", start_time_ms=1_700_000_000_000 + p * 1000 + i) for i in range(n)]
-            else:
-                rows = []
-        elif u.path.endswith("/actors"):
-            rows = [] if "state" in filt else ACTORS  # state!=ALIVE: none dead here
-        else:
-            rows = NODES
-        b = body(rows)
-        self.send_response(200); self.send_header("Content-Type", "application/json")
+        code, b = ray.answer(self.path)
+        self.send_response(code); self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
 s = ThreadingHTTPServer(("127.0.0.1", 0), H)
 print(s.server_address[1], flush=True)
@@ -69,7 +43,8 @@ s.serve_forever()
 def measure(workers: int, polls: int) -> dict:
     sys.path.insert(0, str(REPO / "exporter"))
     from omniwatch.discovery.taskwatch import TaskPoller
-    srv = subprocess.Popen([sys.executable, "-c", SERVER, str(FIX), str(workers)], stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO / "exporter"))
+    srv = subprocess.Popen([sys.executable, "-c", SERVER, str(workers)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         port = int(srv.stdout.readline())
         p = TaskPoller(f"http://127.0.0.1:{port}", interval=5.0, timeout=30, page=10000)
