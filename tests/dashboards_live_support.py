@@ -15,6 +15,7 @@ Used by tests/test_dashboards_live.py; ``python -m tests.dashboards_live_support
 PNGs committed under docs/img from the same setup."""
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import tempfile
@@ -29,6 +30,7 @@ import yaml
 
 from omniwatch import demo_endpoints, names, proc
 from omniwatch.app import create_app
+from omniwatch.discovery import config as disc_config
 from omniwatch.exposition import make_registry
 from omniwatch.gpu import loop
 from omniwatch.proc import free_port
@@ -137,9 +139,18 @@ class LiveStack:
                 self.replayed_steps += 1
             seen = now
 
-    def _start_exporter(self) -> int:
-        # discovery off: no Ray here, and its lifespan thread would only retry connecting
-        extra = {"gpu": "on", "gpu_backend": self.gpu, "gpu_node": GPU_NODE, "gpu_interval_s": 0.5, "discovery": False}
+    def _discovery(self, demo_port: int):
+        """Discovery as `omniwatch demo` configures it, with no Ray cluster (Ray probe and files off): only the
+        Ray task-event source, polling the demo endpoints' stand-in of Ray's state API, its job = DEMO_RUN."""
+        p = argparse.ArgumentParser()
+        disc_config.add_arguments(p)
+        return disc_config.from_args(p.parse_args(
+            ["--ray-address", "off", "--ray-sd-file", "off", "--rollout-prometheus-file", str(Path(self.tmp.name) / "none")]
+            + demo_endpoints.ray_tasks_args("127.0.0.1", demo_port, *DEMO_RUN)))
+
+    def _start_exporter(self, demo_port: int) -> int:
+        extra = {"gpu": "on", "gpu_backend": self.gpu, "gpu_node": GPU_NODE, "gpu_interval_s": 0.5,
+                 "discovery": self._discovery(demo_port)}
         app = create_app(self.store, make_registry(self.store), Settings(extra=extra))
         sock = _bind()
         port = sock.getsockname()[1]
@@ -162,8 +173,8 @@ class LiveStack:
         return path
 
     def start(self) -> "LiveStack":
-        exporter_port = self._start_exporter()
         self.demo, demo_port = demo_endpoints.start()
+        exporter_port = self._start_exporter(demo_port)
         prom_port = free_port()
         cfg = self._prometheus_config(exporter_port, demo_port)
         self.procs.append(subprocess.Popen(
@@ -209,6 +220,9 @@ class LiveStack:
             "rollout correction": lambda: bool(self.query(
                 "project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k")),
             "finished run": lambda: bool(self.query(f"{names.RUN_FINISHED}{{{_run(FINISHED_RUN)}}} == 1")),
+            # worker lanes (the demo endpoints' Ray state-API stand-in): a finished dispatch's straggler, a held step
+            "worker lanes": lambda: bool(self.query(f"{names.RAY_STRAGGLER_STREAK}{{{_run(DEMO_RUN)}}}"))
+            and bool(self.query(f"{names.STEP_HOLDER_SECONDS}{{{_run(DEMO_RUN)}}} > 2")),
         }
         pending = dict(checks)
         while pending and time.monotonic() < deadline:
