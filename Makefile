@@ -67,7 +67,7 @@ demo: install deps
 
 test: install deps check
 	$(OW) rules check
-	$(PY) -m pytest -q -m "not long" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not long" --durations=20 $(PYTEST_ARGS)
 
 # Every generated file, from its one source: alerts/ and its tests + the thresholds table of docs/alerts.md
 # (exporter/omniwatch/alerting/), dashboards/*.json, docs/metrics.md, deploy/compose/, deploy/k8s/, the benchmark
