@@ -35,12 +35,12 @@ import logging
 import math
 import os
 import re
-import threading
 from collections import deque
 from dataclasses import dataclass, field
 
 from . import names as n
 from .analytics import K_SAVE, K_TESTING
+from .periodic import Periodic
 from .sources.layout import run_labels
 
 log = logging.getLogger(__name__)
@@ -338,17 +338,18 @@ def newest_write(path: str, limit: int = MAX_CHECKPOINT_ENTRIES) -> float | None
     return newest
 
 
-class CheckpointWatch:
+class CheckpointWatch(Periodic):
     """``--checkpoint-root``: verl writes checkpoint N to ``<trainer.default_local_dir>/global_step_<N>``
     (default ``checkpoints/<project>/<experiment>``, docs/verl-source.md D9). Every ``interval`` seconds,
     for each run, the newest write under ``<root>/<project>/<experiment>/global_step_<last step + 1>``:
     live evidence that the next step is saving a checkpoint (TrainingStalled's warning and critical wait
     while it keeps being written; a write that stopped progressing is a hang again)."""
 
+    thread_name, what = "omniwatch-checkpoints", "checkpoint directory scan"
+
     def __init__(self, store, roots: list[str], interval: float = CHECKPOINT_SCAN_SECONDS):
-        self.store, self.roots, self.interval = store, list(roots), interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(interval)
+        self.store, self.roots = store, list(roots)
 
     def scan_once(self) -> None:
         with self.store.lock:
@@ -362,33 +363,17 @@ class CheckpointWatch:
             if newest is not None:
                 self.store.set_checkpoint_write(project, experiment, last + 1, newest)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.scan_once()
-            except Exception:
-                log.exception("checkpoint directory scan failed")
-            self._stop.wait(self.interval)
-
-    def start(self) -> "CheckpointWatch":
-        self._thread = threading.Thread(target=self._loop, name="omniwatch-checkpoints", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
 
-class LogWriterWatch:
+class LogWriterWatch(Periodic):
     """Every ``interval`` seconds: for each log file the file sources follow, is a writer holding it
     open? Reported to the store per run (``RunStore.set_log_open``)."""
 
+    thread_name, what = "omniwatch-log-writers", "log writer scan"
+
     def __init__(self, store, sources: list, interval: float = WRITER_SCAN_SECONDS, proc: str = "/proc"):
-        self.store, self.sources, self.interval, self.proc = store, sources, interval, proc
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(interval)
+        self.store, self.sources, self.proc = store, sources, proc
 
     def scan_once(self) -> None:
         files: dict[str, tuple[str, str]] = {}
@@ -409,23 +394,6 @@ class LogWriterWatch:
         for (project, experiment), is_open in runs.items():
             self.store.set_log_open(project, experiment, is_open)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.scan_once()
-            except Exception:
-                log.exception("log writer scan failed")
-            self._stop.wait(self.interval)
-
-    def start(self) -> "LogWriterWatch":
-        self._thread = threading.Thread(target=self._loop, name="omniwatch-log-writers", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
 
 # --- exposition -----------------------------------------------------------------------------------------

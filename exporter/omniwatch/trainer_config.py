@@ -22,6 +22,8 @@ import re
 import tokenize
 from dataclasses import asdict, dataclass, field
 
+from .periodic import Periodic
+
 log = logging.getLogger(__name__)
 
 SOURCE = "trainer_config"       # the ingest-error / source_up label
@@ -382,21 +384,21 @@ def expand(spec: str) -> list[str]:
     return [spec]
 
 
-class ConfigWatch:
+class ConfigWatch(Periodic):
     """``--trainer-config``: (re)reads every spec's files when they change (every ``interval`` s) and
     hands each config to the store. A file that is no trainer config is skipped; one that should be
     (a YAML or JSON file, a named file) and cannot be read is a counted skip, once per change."""
 
+    thread_name, what, join_timeout = "omniwatch-trainer-config", "trainer config scan", 2.0
+
     def __init__(self, store, specs: list[str], interval: float = 10.0):
-        import threading
-        self.store, self.specs, self.interval = store, list(specs), interval
+        super().__init__(interval)
+        self.store, self.specs = store, list(specs)
         self._seen: dict[str, tuple[float, int]] = {}
-        self._stop = threading.Event()
         for spec in self.specs:  # a spec whose files do not exist yet (a run not started) is not down
             if hasattr(store, "set_source_up"):
                 from .redact import redact
                 store.set_source_up(SOURCE, redact(spec), True)
-        self._thread = None
 
     def scan_once(self) -> int:
         applied = 0
@@ -437,24 +439,6 @@ class ConfigWatch:
                 applied += 1
         return applied
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.scan_once()
-            except Exception:
-                log.exception("trainer config scan failed")
-            self._stop.wait(self.interval)
-
-    def start(self) -> "ConfigWatch":
-        import threading
-        self._thread = threading.Thread(target=self._loop, name="omniwatch-trainer-config", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
 
 
 def load_all(specs: list[str], errors: dict[str, int] | None = None) -> dict[tuple[str, str], TrainerConfig]:
