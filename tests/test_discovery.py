@@ -274,3 +274,19 @@ def test_promtool_rules_and_tests():
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([promtool, "test", "rules", "alerts/tests/endpoints.test.yml"], cwd=root, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name,role,replica", [
+    ("vllm_server_2_0", "rollout", "2"), ("vllm_server_reward_1_0", "reward", "1"),
+    ("vllm_omni_server_3_0", "rollout", "3"),            # VeRL-Omni's prefix (verl-source.md R8)
+    ("vllm_omni_server_reward_0_0", "reward", "0"), ("sglang_server_0_0_model", "rollout", "0")])
+def test_server_actor_names_of_verl_and_verl_omni_are_recognised(name, role, replica):
+    from omniwatch.discovery.probe import SERVER_NAME
+    m = SERVER_NAME.match(name)
+    assert m and m["node"] == "0" and m["replica"] == replica and ("reward" if m["reward"] else "rollout") == role
+
+
+def test_names_that_are_not_server_replicas_are_not_recognised():
+    from omniwatch.discovery.probe import SERVER_NAME
+    for name in ("vllm_omni_server_x_0", "TaskRunner", "vllm_omniserver_0_0", "myvllm_server_0_0"):
+        assert not SERVER_NAME.match(name), name

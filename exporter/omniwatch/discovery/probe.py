@@ -29,8 +29,9 @@ TQ_STORAGE_NAME = re.compile(r"^TransferQueueStorageUnit#(\d+)$")
 # SimpleStorageUnit.storage_unit_id = f"TQ_STORAGE_UNIT_{uuid4().hex[:8]}" (0.1.11); anything else is not a label value we set.
 STORAGE_UNIT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 # verl RolloutReplica.launch_servers names its server actors this way (verl/workers/rollout/*/..._server.py);
-# only node_rank 0 serves HTTP for the replica. A model-id suffix may follow.
-SERVER_NAME = re.compile(r"^(?P<engine>vllm|sglang)_server_(?P<reward>reward_)?(?P<replica>\d+)_(?P<node>\d+)(?:_.*)?$")
+# only node_rank 0 serves HTTP for the replica. A model-id suffix may follow. VeRL-Omni's replicas use the
+# prefix `vllm_omni_` (vllm_omni_async_server.py `_get_server_name_prefix`, docs/verl-source.md R8).
+SERVER_NAME = re.compile(r"^(?P<engine>vllm_omni|vllm|sglang)_server_(?P<reward>reward_)?(?P<replica>\d+)_(?P<node>\d+)(?:_.*)?$")
 
 
 def _emit(obj: dict) -> None:
