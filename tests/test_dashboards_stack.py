@@ -87,6 +87,8 @@ def _wait_ready(prom: str, timeout: float) -> None:
         "runs": lambda: len(_query(prom, f"{names.STEP} >= 12")) >= 6,
         "window stats": lambda: bool(_query(prom, f'{names.REWARD_BOUND_WINDOW}{{{run}}}')),
         "gpu rate": lambda: bool(_query(prom, f"rate({names.GPU_BUSY_SECONDS_TOTAL}[1m])")),
+        # the ranking panels rank over a 15 s subquery grid: Grafana shows them once one grid point has a rate
+        "gpu history": lambda: bool(_query(prom, f"avg_over_time(rate({names.GPU_BUSY_SECONDS_TOTAL}[1m])[1h:15s])")),
         "gpu phases": lambda: bool(_query(prom, f"rate({names.GPU_PHASE_IDLE_SECONDS_TOTAL}{{{run}}}[1m])")),
         "gpu idle ratio": lambda: bool(_query(prom, f"{names.GPU_IDLE_RATIO}{{{run}}}")),
         "demo endpoints": lambda: bool(_query(prom, "rate(vllm_omni:e2e_request_latency_s_count[1m]) > 0")),

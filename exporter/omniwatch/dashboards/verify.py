@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import asdict, dataclass
 
 
@@ -124,10 +125,22 @@ def runless(result: dict) -> list[dict]:
             if not (item.get("metric", {}).get("project") and item.get("metric", {}).get("experiment"))]
 
 
+def run_target(prom: PromAPI, t: s.Target, q: str, range_s: float, step_s: float) -> dict:
+    """The target as Grafana runs it: an instant query for ``instant`` targets, else a range query over the
+    last ``range_s`` seconds (a time-series panel draws the range, so a gauge that is absent at this very
+    instant, e.g. no worker running between two phases, still shows)."""
+    if t.instant:
+        return prom.query_data(q)
+    end = time.time()
+    return prom.query_range_data(q, end - range_s, end, step_s)
+
+
 def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rate_interval: str = "1m",
-           interval: str = "15s", dashboards=DASHBOARDS, repeats: bool = True) -> list[Failure]:
-    """Run every target (and variable and annotation query) of ``dashboards``; return what showed no data,
-    a run-scoped series without its run, or a per-run copy showing another run."""
+           interval: str = "15s", dashboards=DASHBOARDS, repeats: bool = True, range_s: float = 300.0,
+           step_s: float = 5.0) -> list[Failure]:
+    """Run every target (and variable and annotation query) of ``dashboards`` as Grafana would (instant
+    targets at now, range targets over the last ``range_s``); return what showed no data, a run-scoped
+    series without its run, or a per-run copy showing another run."""
     failures: list[Failure] = []
     prom = PromAPI(prometheus_url)
     try:
@@ -151,7 +164,7 @@ def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rat
                     ref = chr(ord("A") + i)
                     try:
                         q = subst(t.expr)
-                        data = prom.query_data(q)
+                        data = run_target(prom, t, q, range_s, step_s)
                     except (PromError, ValueError) as e:
                         failures.append(Failure(d.uid, p.title, ref, t.expr, f"error: {e}"))
                         continue
