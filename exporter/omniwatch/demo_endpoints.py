@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from . import demo_raytasks
+from .periodic import Periodic
 from . import external as x
 
 ROLLOUT_MODEL = "stabilityai/stable-diffusion-3.5-medium"
@@ -541,10 +542,10 @@ class DemoServer(ThreadingHTTPServer):
         handler = type("DemoHandler", (_Handler,), {"endpoints": self.endpoints,
                                                     "ray_state": demo_raytasks.StateStandIn()})
         super().__init__(addr, handler)
-        self._stop = threading.Event()
         self._rng = random.Random(cfg.seed)
         self.tick(time.time(), TICK_S)  # every series exists before the first scrape
-        self._ticker = threading.Thread(target=self._run_ticker, name="demo-endpoints-ticker", daemon=True)
+        self._ticker = Periodic(TICK_S, lambda: self.tick(time.time(), TICK_S), name="demo-endpoints-ticker",
+                                what="demo endpoints tick", wait_first=True, join_timeout=2.0)
         self._serve = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
                                        name="demo-endpoints-http", daemon=True)
 
@@ -552,19 +553,14 @@ class DemoServer(ThreadingHTTPServer):
         for ep in self.endpoints.values():
             ep.tick(t, dt, self._rng)
 
-    def _run_ticker(self):
-        while not self._stop.wait(TICK_S):
-            self.tick(time.time(), TICK_S)
-
     def start_threads(self):
         self._ticker.start()
         self._serve.start()
 
     def stop(self):
-        self._stop.set()
+        self._ticker.stop()
         self.shutdown()
         self.server_close()
-        self._ticker.join(timeout=2)
         self._serve.join(timeout=2)
 
 

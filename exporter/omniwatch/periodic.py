@@ -1,10 +1,14 @@
-"""One periodic background scan: a daemon thread that calls ``scan_once()`` every ``interval`` seconds until
-``stop()`` (the trainer-config, checkpoint-directory and log-writer watches share it). A failed scan is logged
-and the next one runs on schedule."""
+"""One periodic background thread: a daemon thread that calls ``scan_once()`` (or the function it was given)
+every ``interval`` seconds until ``stop()``. Every plain start/loop/stop thread of the package uses it: the
+trainer-config, checkpoint-directory and log-writer watches, the file sources' polls, the state checkpointer,
+the agents' heartbeat and the registry's sweep, the demo endpoints' ticker. A failed scan is logged
+(``scan_failed``) and the next one runs on schedule; ``wait_first`` waits one interval before the first scan
+(for a caller that did one already, or has none due); ``start()`` after ``stop()`` starts it again."""
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -13,24 +17,42 @@ class Periodic:
     thread_name = "omniwatch-periodic"
     what = "periodic scan"          # said in the log line of a failed scan
     join_timeout = 5.0
+    wait_first = False
 
-    def __init__(self, interval: float):
+    def __init__(self, interval: float, fn: Callable[[], object] | None = None, *, name: str | None = None,
+                 what: str | None = None, wait_first: bool | None = None, join_timeout: float | None = None):
         self.interval = interval
+        self._fn = fn
+        for attr, value in (("thread_name", name), ("what", what), ("wait_first", wait_first),
+                            ("join_timeout", join_timeout)):
+            if value is not None:
+                setattr(self, attr, value)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def scan_once(self):  # pragma: no cover - every subclass defines it
-        raise NotImplementedError
+    def scan_once(self):
+        if self._fn is None:  # pragma: no cover - a subclass defines scan_once, or fn is given
+            raise NotImplementedError
+        self._fn()
+
+    def scan_failed(self) -> None:
+        """Called inside the ``except`` of a failed scan (the exception is the current one)."""
+        log.exception("%s failed", self.what)
 
     def _loop(self) -> None:
+        if self.wait_first and self._stop.wait(self.interval):
+            return
         while not self._stop.is_set():
             try:
                 self.scan_once()
             except Exception:
-                log.exception("%s failed", self.what)
+                self.scan_failed()
             self._stop.wait(self.interval)
 
     def start(self):
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
         self._thread.start()
         return self

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections import defaultdict
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,6 +23,7 @@ from . import statefile
 from .analytics import WINDOW_VALUE_KEYS, StepRecord
 from .ledger import Gpus
 from .model import RunStore, SeenSteps, StepDigests
+from .periodic import Periodic
 from .planned import PlannedWork
 from .trainer_config import TrainerConfig
 from .sources.layout import run_labels
@@ -165,12 +165,14 @@ def corrupt_copy_path(path: Path) -> Path:
     return min(names, key=mtime)
 
 
-class Checkpointer:
+class Checkpointer(Periodic):
+    # every interval s, the first one interval after start() (load() ran before); stop() saves once more
+    thread_name, what, join_timeout, wait_first = "omniwatch-checkpoint", "checkpoint", 10.0, True
+
     def __init__(self, store: RunStore, sources: list, state_dir: str, interval: float = 2.0):
-        self.store, self.sources, self.interval = store, sources, interval
+        super().__init__(interval)
+        self.store, self.sources = store, sources
         self.path = Path(state_dir) / FILENAME
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._last_error: str | None = None
         self._last_blob: bytes | None = None
 
@@ -270,22 +272,11 @@ class Checkpointer:
         self.store.set_source_up(SOURCE, str(self.path), True)
         return True
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.save()
-            except Exception:
-                log.exception("checkpoint failed")
-
-    def start(self) -> "Checkpointer":
-        self._thread = threading.Thread(target=self._loop, name="omniwatch-checkpoint", daemon=True)
-        self._thread.start()
-        return self
+    def scan_once(self) -> None:
+        self.save()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        super().stop()
         try:
             self.save()
         except Exception:

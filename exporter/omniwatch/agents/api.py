@@ -11,12 +11,12 @@ tied to the app's lifespan (as discovery and the GPU sampler do), and on every r
 """
 from __future__ import annotations
 
-import threading
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from .. import jsonin
+from ..periodic import Periodic
 from ..web import area_state, on_lifespan, require_token
 from .registry import AgentRegistry, RegistryFull, check_registration
 
@@ -77,22 +77,5 @@ def agents_sd(request: Request):
 def init(app) -> None:
     reg = AgentRegistry(app.state.store, **(app.state.settings.extra or {}).get("agents_registry", {}))
     app.state.agents = reg
-    stop = threading.Event()
-
-    def loop():
-        while not stop.wait(SWEEP_S):
-            reg.sweep()
-
-    threads: list[threading.Thread] = []
-
-    def start():
-        stop.clear()
-        threads[:] = [threading.Thread(target=loop, name="omniwatch-agent-sweep", daemon=True)]
-        threads[0].start()
-
-    def finish():
-        stop.set()
-        for t in threads:
-            t.join(timeout=5)
-
-    on_lifespan(app, start, finish)
+    sweep = Periodic(SWEEP_S, reg.sweep, name="omniwatch-agent-sweep", what="agent sweep", wait_first=True)
+    on_lifespan(app, sweep.start, sweep.stop)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 
 import httpx
@@ -23,6 +22,7 @@ from ..exposition import make_registry
 from ..gpu import api as gpu_api
 from ..web import base_app, mount
 from ..model import RunStore
+from ..periodic import Periodic
 from ..settings import Settings, read_secret
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def build_app(settings: Settings, store: RunStore) -> FastAPI:
     return app
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
     """Registers ``node -> address`` at the exporter every ``every_s`` (TTL 3x that), deregisters on stop.
     Failures are logged once per change and retried; the agent keeps serving whatever happens."""
 
@@ -54,9 +54,10 @@ class Heartbeat:
         self.url = exporter_url.rstrip("/")
         self.node, self.address, self.node_id = node, address, node_id
         self.every_s = max(0.2, float(every_s))
+        # start() registers once, then every every_s s (wait_first); a failed beat is handled in beat()
+        super().__init__(self.every_s, self.beat, name="omniwatch-agent-heartbeat", what="agent heartbeat",
+                         wait_first=True, join_timeout=self.every_s + 5)
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.ok = 0
         self.failed = 0
         self.last_error: str | None = None
@@ -84,18 +85,10 @@ class Heartbeat:
     def start(self) -> "Heartbeat":
         """The first registration happens before this returns (an agent is discoverable once started)."""
         self.beat()
-
-        def loop():
-            while not self._stop.wait(self.every_s):
-                self.beat()
-        self._thread = threading.Thread(target=loop, name="omniwatch-agent-heartbeat", daemon=True)
-        self._thread.start()
-        return self
+        return super().start()
 
     def stop(self, deregister: bool = True) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=self.every_s + 5)
+        super().stop()
         if deregister:
             try:
                 with httpx.Client(timeout=2.0, trust_env=False) as c:

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from .. import names
 from ..model import RunStore
+from ..periodic import Periodic
 from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
 from ..planned import total_steps_in
 from ..redact import looks_like_credential, redact
@@ -38,7 +39,7 @@ LONG_IDLE_EVERY = 16         # ... then looked at every 16th poll (a run resumed
 RACY_SECONDS = 3.0     # a directory modified this recently is listed again whatever its mtime says
 
 
-class FileSource:
+class FileSource(Periodic):
     """Follow every file matched by ``specs``; ``kind`` is ``jsonl`` or ``console``.
 
     Files found *under* a directory or glob spec must resolve inside it: a symlink pointing out of the
@@ -53,6 +54,8 @@ class FileSource:
                  max_open: int = DEFAULT_MAX_OPEN, follow_symlinks: bool = False):
         if kind not in ("jsonl", "console"):
             raise ValueError(kind)
+        # a poll pass every poll_seconds; stop() ends a pass between two files (_stop)
+        super().__init__(poll_seconds, name=f"omniwatch-{kind}", what=f"{kind} source pass", join_timeout=1.0)
         self.store, self.specs, self.kind = store, list(specs), kind
         self.poll_seconds, self.max_line, self.clock = poll_seconds, max_line, clock
         self.follow_symlinks = follow_symlinks
@@ -71,8 +74,6 @@ class FileSource:
         self._pass = 0
         self._active: dict[str, FileTail] = {}     # polled every pass (changed recently)
         self._due: dict[int, list[str]] = {}       # pass -> idle files looked at in it
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         for spec in self.specs:
             store.set_source_up(kind, redact(spec), True)
 
@@ -372,25 +373,16 @@ class FileSource:
         self.store.set_trainer_config(cfg, labels=(project, experiment))
 
     # -- thread ------------------------------------------------------------------------------------
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll_once()
-            except Exception:
-                log.exception("%s source pass failed", self.kind)
-                for spec in self.specs:
-                    self.store.set_source_up(self.kind, redact(spec), False)
-            self._stop.wait(self.poll_seconds)
+    def scan_once(self) -> None:
+        self.poll_once()
 
-    def start(self) -> "FileSource":
-        self._thread = threading.Thread(target=self._loop, name=f"omniwatch-{self.kind}", daemon=True)
-        self._thread.start()
-        return self
+    def scan_failed(self) -> None:
+        super().scan_failed()
+        for spec in self.specs:
+            self.store.set_source_up(self.kind, redact(spec), False)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)  # a poll pass stops between two files
+        super().stop()  # a poll pass stops between two files
         if self._thread is None or not self._thread.is_alive():
             self.pool.close_all()
 
