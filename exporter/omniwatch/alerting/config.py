@@ -1,8 +1,7 @@
 """The one home of every alert threshold, window and ``for:`` (kubernetes-mixin's ``_config``).
 
-``alerts/*.rules.yml``, the alert prose, the promtool tests in ``alerts/tests/``, the dashboards'
-threshold lines and the threshold table of ``docs/alerts.md`` are generated from / read from
-:data:`DEFAULT` (``omniwatch rules generate``; ``make check`` fails on drift). Users tune a copy:
+``alerts/*.rules.yml``, the alert prose, the dashboards' threshold lines and the threshold table of
+``docs/alerts.md`` are generated from / read from :data:`DEFAULT` (``omniwatch rules generate``; ``make check`` fails on drift). Users tune a copy:
 ``omniwatch rules generate --config my.yml --out DIR`` renders rule files from a YAML file that
 overrides any field below (validated; unknown keys are errors).
 

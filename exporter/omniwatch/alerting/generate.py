@@ -1,5 +1,6 @@
-"""``omniwatch rules generate``: render ``alerts/*.rules.yml``, ``alerts/tests/*.test.yml`` and the
-threshold table of ``docs/alerts.md`` from the configuration; ``--check`` reports drift (CI)."""
+"""``omniwatch rules generate``: render ``alerts/*.rules.yml`` and the threshold and remedy tables of
+``docs/alerts.md`` from the configuration; ``--check`` reports drift (CI). The promtool tests in
+``alerts/tests/`` are written by hand (literal expected text) and are not rendered here."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +10,7 @@ from pydantic import BaseModel
 
 from .. import names as n, paths
 from . import config as config_mod
-from . import promtests, render, spec
+from . import render, spec
 from .prose import Ctx
 from .remedies import STEP_CAUSES
 from .config import Config
@@ -99,7 +100,6 @@ def _replace_section(text: str, begin: str, end: str, body: str, where: Path) ->
 
 def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path, str]:
     out = {alerts_dir / f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)}
-    out.update({alerts_dir / "tests" / name: text for name, text in promtests.test_files(cfg).items()})
     if docs_file is not None:
         text = _replace_section(docs_file.read_text(), DOC_BEGIN, DOC_END, thresholds_table(cfg), docs_file)
         out[docs_file] = _replace_section(text, REMEDY_BEGIN, REMEDY_END, remedies_table(cfg), docs_file)
@@ -131,12 +131,12 @@ def cmd_generate(args) -> int:
               file=sys.stderr)
         return 1
     if not drift:
-        print("rule files, promtool tests and the thresholds table are up to date")
+        print("rule files and the thresholds table are up to date")
     return 0
 
 
 def add_arguments(p) -> None:
     p.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
     p.add_argument("--config", help="YAML overrides of the thresholds (see exporter/omniwatch/alerting/config.py)")
-    p.add_argument("--out", help="directory to write the rule files and tests to (default: the repository's alerts/)")
+    p.add_argument("--out", help="directory to write the rule files to (default: the repository's alerts/)")
     p.set_defaults(func=cmd_generate)

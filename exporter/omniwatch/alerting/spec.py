@@ -3,7 +3,8 @@
 ``rule_files(cfg)`` returns every generated rule file (name -> header + groups); ``omniwatch rules
 generate`` writes them to ``alerts/``. Expressions, ``for:``, labels and annotations are all here;
 thresholds come from ``cfg``; alert prose is :class:`~.prose.Prose` (one text for the annotation
-template and for the promtool tests' expectations); remedies come from :mod:`.remedies`.
+template; the offline report and docs render remedies from it; the promtool tests
+state their expected text literally in alerts/tests/); remedies come from :mod:`.remedies`.
 
 Conventions (kubernetes-mixin): recording rules are ``level:metric:operations`` and fold a run scraped
 from several exporters into one series (``max by (project, experiment)``); a recording rule an alert
