@@ -172,7 +172,7 @@ class RolloutQueue(_Part):
 
 class RewardServer(_Part):
     rate_window: str = Field("5m", description=(
-        "Range of the reward servers' latency and queue-time rates (run:omniwatch_reward_server_*:mean5m, "
+        "Range of the reward servers' latency and queue-time rates (run:omniwatch_reward_server_*:mean, "
         "dashboards only): 20 scrapes at 15 s, several reward bursts."))
 
 
@@ -264,7 +264,7 @@ class TransferQueue(_Part):
         "TransferQueueSlowLeak's longest floor window, and the level a firing TransferQueueBacklog must drain "
         "back to (within min_utilization) to resolve."))
     rate_window: str = Field("5m", description=(
-        "Range of the sample write / clear rates (run:tq_sample_writes:rate5m, run:tq_samples_cleared:rate5m; "
+        "Range of the sample write / clear rates (run:tq_sample_writes:rate, run:tq_samples_cleared:rate; "
         "dashboards only): 20 scrapes at 15 s."))
 
 

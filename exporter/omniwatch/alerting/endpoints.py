@@ -200,9 +200,9 @@ TQ_FIELDS = (  # config field -> what it does here
     ("for", "for: of both TransferQueueBacklog rules"),
     ("stall_factor", "critical when no step for this many typical steps during a backlog"),
     ("leak_min_rise", "floor rise (share of capacity) per window, TransferQueueSlowLeak"),
-    ("floor_short", "shortest floor window of TransferQueueSlowLeak (floor30m)"),
-    ("floor_mid", "middle floor window (floor1h)"),
-    ("floor_long", "longest floor window (floor2h), also the level a backlog must drain back to"),
+    ("floor_short", "shortest floor window of TransferQueueSlowLeak (record :floor_short)"),
+    ("floor_mid", "middle floor window (:floor_mid)"),
+    ("floor_long", "longest floor window (:floor_long), also the level a backlog must drain back to"),
     ("leak_for", "for: of TransferQueueSlowLeak"),
     ("rate_window", "sample write / clear rates (dashboards)"),
 )
@@ -279,7 +279,7 @@ def transferqueue_group(cfg: Config) -> Group:
         Record(REC_TQ_FLOOR_SHORT, f"min_over_time({REC_TQ_UTILIZATION}[{t.floor_short}])",
                comment=wrap(f"Floors: the lowest utilisation of the fullest unit over {t.floor_short} / "
                             f"{t.floor_mid} / {t.floor_long} (windows hold whatever data exists, no offset: they work "
-                            "from a fresh start). floor2h is the level a backlog drains back to; the nested floors "
+                            "from a fresh start). floor_long is the level a backlog drains back to; the nested floors "
                             "rising is a slow leak.")),
         Record(REC_TQ_FLOOR_MID, f"min_over_time({REC_TQ_UTILIZATION}[{t.floor_mid}])"),
         Record(REC_TQ_FLOOR_LONG, f"min_over_time({REC_TQ_UTILIZATION}[{t.floor_long}])"),
@@ -315,8 +315,8 @@ def transferqueue_group(cfg: Config) -> Group:
               f"{REC_TQ_FLOOR_MID} > {REC_TQ_FLOOR_LONG} + {t.leak_min_rise:g}\n",
               "warning", "TransferQueue storage keeps samples that are never cleared (slow leak).",
               tq_leak_description(cfg), t.leak_for, remedy=remedies.tq_slow_leak(), step=True,
-              comment=wrap(f"Slow leak: the storage floor rises across the nested windows (floor30m above floor1h "
-                           f"above floor2h, each by {t.leak_min_rise:g} of capacity: transferqueue.leak_min_rise), "
+              comment=wrap(f"Slow leak: the storage floor rises across the nested windows (floor_short above floor_mid "
+                           f"above floor_long, each by {t.leak_min_rise:g} of capacity: transferqueue.leak_min_rise), "
                            "i.e. samples accumulate that no step clears. Needs no history from before a fresh start: "
                            "it can fire once it has seen a rising floor in every window. A one-time rise (the first "
                            "steps filling a healthy run's in-flight level) lifts only one of the two comparisons at a "
