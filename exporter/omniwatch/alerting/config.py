@@ -141,6 +141,13 @@ class RunCap(_Part):
         "one eviction visible past a sweep's start; the next eviction keeps it firing."))
 
 
+class RayTaskEvents(_Part):
+    for_: str = Field("2m", alias="for", description=(
+        "RayTaskEventsLost fires once the Ray task-event source lost events at every evaluation for this long "
+        "(omniwatch_ray_task_events_lossy: Ray's GCS dropped task events, or a poll's answer was cut at the page "
+        "size). One lossy poll is a blip; 2 minutes (8 evaluations at 15 s) of them means the lanes stay incomplete."))
+
+
 class RolloutQueue(_Part):
     """RolloutQueueSaturated: a vLLM-Omni rollout (or vLLM reward) server replica keeps requests waiting
     with every slot running, while the training step waits on that server (issue 13 item 10)."""
@@ -298,6 +305,7 @@ class Config(_Part):
     rollout_rejection: RolloutRejection = RolloutRejection()
     outside_step: OutsideStep = OutsideStep()
     timer_overlap: TimerOverlap = TimerOverlap()
+    ray_task_events: RayTaskEvents = RayTaskEvents()
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base}#{alertname.lower()}"

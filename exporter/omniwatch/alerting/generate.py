@@ -14,9 +14,12 @@ from . import render, spec
 from .prose import Ctx
 from .remedies import STEP_CAUSES
 from .config import Config
+from .rule import Alert
 
 DOC_BEGIN = "<!-- BEGIN GENERATED: thresholds (omniwatch rules generate) -->"
 DOC_END = "<!-- END GENERATED: thresholds -->"
+INDEX_BEGIN = "<!-- BEGIN GENERATED: alert index (omniwatch rules generate) -->"
+INDEX_END = "<!-- END GENERATED: alert index -->"
 REMEDY_BEGIN = "<!-- BEGIN GENERATED: remedies (omniwatch rules generate) -->"
 REMEDY_END = "<!-- END GENERATED: remedies -->"
 LAYOUTS = [  # (label, omniwatch_run_info labels); None = the run has no info series yet
@@ -46,6 +49,23 @@ def thresholds_table(cfg: Config) -> str:
             continue
         rows.append(f"| `{path}` | `{v}` | {why.replace('|', '/')} |")
     return "\n".join([DOC_BEGIN, "", *rows, "", DOC_END])
+
+
+def index_table(cfg: Config) -> str:
+    """One row per alerting rule, from the rules themselves: a new alert is listed (with its rule file, severity,
+    ``for:``, summary and runbook) without a hand-written row; why its numbers are what they are is the config
+    field's description (the thresholds table below)."""
+    rows = ["| Alert | Severity | `for:` | Rule file | Summary |", "|---|---|---|---|---|"]
+    for f in spec.rule_files(cfg):
+        for g in f.groups:
+            for a in g.rules:
+                if isinstance(a, Alert):
+                    summary = a.summary.replace("|", "/")
+                    row = (f"| [`{a.name}`](runbooks.md#{a.name.lower()}) | {a.severity} | {a.for_ or '—'} | "
+                           f"`{f.name}` ({g.name}) | {summary} |")
+                    if row not in rows:  # one row per alert and text (InterStageIdleGPU's evidence rules)
+                        rows.append(row)
+    return "\n".join([INDEX_BEGIN, "", *rows, "", INDEX_END])
 
 
 def remedies_table(cfg: Config) -> str:
@@ -102,6 +122,7 @@ def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path,
     out = {alerts_dir / f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)}
     if docs_file is not None:
         text = _replace_section(docs_file.read_text(), DOC_BEGIN, DOC_END, thresholds_table(cfg), docs_file)
+        text = _replace_section(text, INDEX_BEGIN, INDEX_END, index_table(cfg), docs_file)
         out[docs_file] = _replace_section(text, REMEDY_BEGIN, REMEDY_END, remedies_table(cfg), docs_file)
     return out
 
