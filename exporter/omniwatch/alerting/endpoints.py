@@ -15,7 +15,7 @@ discovers (``GET /api/v1/sd``) rather than from the trainer's log.
   real TransferQueue 0.1.11 (docs/alerts.md).
 
 Every threshold, window and ``for:`` comes from ``config.rollout_queue`` / ``reward_server`` /
-``transferqueue``; prose is :class:`~.prose.Prose` (annotation template and test oracle); remedies come from
+``transferqueue``; prose is :class:`~.prose.Prose` (the annotation template); remedies come from
 :mod:`.remedies`. Record names carry no window (``:avg``, ``:deriv``, ``:floor_long``, ...): the config tunes
 the windows, the dashboards read the records by name (alerting/records.py).
 

@@ -96,8 +96,8 @@ class Query(Part):
     ``prefix + formatted value + suffix``, or ``default`` when the series is absent.
 
     ``pre`` / ``post`` wrap the run's selector in PromQL (``pre + metric{project, experiment} + post``, e.g.
-    ``post=" > 0"``: the part shows only while the value is positive); the test oracle then reads the
-    value of that whole expression from ``Ctx.series[key]`` (the scenario states it as data). ``show``
+    ``post=" > 0"``: the part shows only while the value is positive); ``expect`` then reads the
+    value of that whole expression from ``Ctx.series[key]``. ``show``
     False leaves the value out (a closing bracket that belongs to an earlier part, say)."""
     metric: str
     fmt: str = "f0"
