@@ -92,7 +92,7 @@ LOOSENED = {
     "inter_stage_idle.ratio": (0.3, "InterStageIdleGPU"),
     "mfu.impossible": (3.0, "MFUImpossible"),
     "mfu.drop_ratio": (0.4, "MFUDrop"),
-    "mfu.floor": (0.005, "MFUImplausiblyLow"),
+    "mfu.floor": (0.001, "MFUImplausiblyLow"),
     "step_time.regression_ratio": (1.6, "StepTimeRegression"),
     "step_drift.ratio": (1.6, "StepTimeDrift"),
     "reward_saturation.zero_std_ratio": (0.97, "RewardSaturation"),
