@@ -10,12 +10,18 @@ import yaml
 from omniwatch import names
 from omniwatch.alerting import spec
 from omniwatch.alerting.config import DEFAULT
-from omniwatch.alerting.testcase import dur
 from omniwatch.stack import PROFILES
 
 from .conftest import REPO
 
 AM = yaml.safe_load((REPO / "alerts" / "alertmanager.yml").read_text())
+
+
+def dur(text: str) -> int:
+    """A Prometheus duration of one unit (``15s``, ``1m``, ``2h``) -> seconds."""
+    return int(float(text[:-1]) * {"s": 1, "m": 60, "h": 3600}[text[-1]])
+
+
 RULES = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "alerts").glob("*.rules.yml"))]
 
 

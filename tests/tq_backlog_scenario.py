@@ -294,7 +294,7 @@ def collect(prom: str, h: dict, b: dict, d: dict) -> None:
         "utilization": f"run:tq_storage_utilization:max{{{run}}}",
         "active_keys": f"run:tq_storage_active_keys:sum{{{run}}}",
         "partition_samples": f"run:tq_partition_samples:sum{{{run}}}",
-        "net_rate": f"run:tq_storage_active_keys:deriv2m{{{run}}}",
+        "net_rate": f"run:tq_storage_active_keys:deriv{{{run}}}",
         "seconds_to_full": f"run:tq_storage_seconds_to_full:min{{{run}}}",
         "backlog": f"run:tq_storage_backlog:utilization{{{run}}}",
         "writes": f'sum(tq_controller_request_samples_total{{{run},op_type="NOTIFY_DATA_UPDATE"}})',

@@ -412,6 +412,7 @@ ALERT_RS_REJECTION = "RolloutRejectionHigh"
 ALERT_OUTSIDE_STEP = "TimeOutsideStep"
 ALERT_TIMERS_EXCEED = "TimersExceedStep"
 ALERT_RUN_CAP = "RunCapReached"
+ALERT_RAY_TASK_EVENTS_LOST = "RayTaskEventsLost"
 CORE_ALERTS = (ALERT_REWARD_BOUND, ALERT_IDLE, ALERT_MFU_IMPOSSIBLE, ALERT_MFU_DROP, ALERT_STALLED)
 
 # Fault kinds of tests/fixtures/verl/*.truth.json -> the alert each must raise.

@@ -134,7 +134,7 @@ def _cmd_check(args) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("rules", help="alerts/: generate from the configuration, promtool/amtool checks")
     rsub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
-    alerting_generate.add_arguments(rsub.add_parser("generate", help="render alerts/*.rules.yml, alerts/tests/*.test.yml and the "
+    alerting_generate.add_arguments(rsub.add_parser("generate", help="render alerts/*.rules.yml and the "
                                                    "thresholds table of docs/alerts.md from exporter/omniwatch/alerting/"))
     c = rsub.add_parser("check", help="promtool check rules + promtool test rules + amtool check-config")
     c.add_argument("--rules-dir", help=f"directory holding {RULE_GLOB} (default: {RULES_DIR})")

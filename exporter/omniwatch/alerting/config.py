@@ -1,8 +1,7 @@
 """The one home of every alert threshold, window and ``for:`` (kubernetes-mixin's ``_config``).
 
-``alerts/*.rules.yml``, the alert prose, the promtool tests in ``alerts/tests/``, the dashboards'
-threshold lines and the threshold table of ``docs/alerts.md`` are generated from / read from
-:data:`DEFAULT` (``omniwatch rules generate``; ``make check`` fails on drift). Users tune a copy:
+``alerts/*.rules.yml``, the alert prose, the dashboards' threshold lines and the threshold table of
+``docs/alerts.md`` are generated from / read from :data:`DEFAULT` (``omniwatch rules generate``; ``make check`` fails on drift). Users tune a copy:
 ``omniwatch rules generate --config my.yml --out DIR`` renders rule files from a YAML file that
 overrides any field below (validated; unknown keys are errors).
 
@@ -142,6 +141,13 @@ class RunCap(_Part):
         "one eviction visible past a sweep's start; the next eviction keeps it firing."))
 
 
+class RayTaskEvents(_Part):
+    for_: str = Field("2m", alias="for", description=(
+        "RayTaskEventsLost fires once the Ray task-event source lost events at every evaluation for this long "
+        "(omniwatch_ray_task_events_lossy: Ray's GCS dropped task events, or a poll's answer was cut at the page "
+        "size). One lossy poll is a blip; 2 minutes (8 evaluations at 15 s) of them means the lanes stay incomplete."))
+
+
 class RolloutQueue(_Part):
     """RolloutQueueSaturated: a vLLM-Omni rollout (or vLLM reward) server replica keeps requests waiting
     with every slot running, while the training step waits on that server (issue 13 item 10)."""
@@ -173,7 +179,7 @@ class RolloutQueue(_Part):
 
 class RewardServer(_Part):
     rate_window: str = Field("5m", description=(
-        "Range of the reward servers' latency and queue-time rates (run:omniwatch_reward_server_*:mean5m, "
+        "Range of the reward servers' latency and queue-time rates (run:omniwatch_reward_server_*:mean, "
         "dashboards only): 20 scrapes at 15 s, several reward bursts."))
 
 
@@ -265,7 +271,7 @@ class TransferQueue(_Part):
         "TransferQueueSlowLeak's longest floor window, and the level a firing TransferQueueBacklog must drain "
         "back to (within min_utilization) to resolve."))
     rate_window: str = Field("5m", description=(
-        "Range of the sample write / clear rates (run:tq_sample_writes:rate5m, run:tq_samples_cleared:rate5m; "
+        "Range of the sample write / clear rates (run:tq_sample_writes:rate, run:tq_samples_cleared:rate; "
         "dashboards only): 20 scrapes at 15 s."))
 
 
@@ -299,6 +305,7 @@ class Config(_Part):
     rollout_rejection: RolloutRejection = RolloutRejection()
     outside_step: OutsideStep = OutsideStep()
     timer_overlap: TimerOverlap = TimerOverlap()
+    ray_task_events: RayTaskEvents = RayTaskEvents()
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base}#{alertname.lower()}"

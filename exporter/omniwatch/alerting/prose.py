@@ -1,15 +1,15 @@
-"""Alert text written once and rendered twice: as the Go template Prometheus fills in when the alert
-fires, and as the exact text a promtool test expects for given values (the test oracle).
+"""Alert text written once: the Go template Prometheus fills in when the alert fires (``go()``), and a plain
+text of the same parts for readers outside Prometheus (``expect(ctx)``: the remedy in the offline report,
+``omniwatch_remedy_info`` and docs/alerts.md's remedy table).
 
 A :class:`Prose` is a sequence of parts: literal text, or slots (the alert's value, a run label, the
-value of one of the run's series, a branch on the run's detected modes). ``go()`` is the annotation
-template; ``expect(ctx)`` is what Prometheus renders when the value is ``ctx.value``, the run's series
-hold ``ctx.series`` and its ``omniwatch_run_info`` labels are ``ctx.modes``. The formatters below mirror
-Prometheus' template functions (``template/template.go``) for the values the tests use.
+value of one of the run's series, a branch on the run's detected modes). ``expect(ctx)`` fills them with
+``ctx``'s labels, series and ``omniwatch_run_info`` modes, and formats numbers plainly: it is not a model of
+Prometheus' template functions, and no test predicts an annotation with it. The promtool tests in
+``alerts/tests/`` state the text Prometheus renders literally.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -24,58 +24,16 @@ class Ctx:
     modes: Mapping[str, str] | None = None                         # omniwatch_run_info labels; None = absent
 
 
-# --- Prometheus template formatters (test oracle) ------------------------------------------------------
-def go_g4(v: float) -> str:
-    """Go's ``%.4g``."""
-    if math.isnan(v) or math.isinf(v):
-        return {True: "+Inf", False: "-Inf"}[v > 0] if math.isinf(v) else "NaN"
-    s = f"{v:.4g}"
-    if "e" in s:  # Go writes at least two exponent digits, like Python
-        mant, exp = s.split("e")
-        s = f"{mant}e{exp[0]}{int(exp[1:]):02d}"
-    return s
-
-
 def span(d: str) -> str:
     """``10m`` -> ``10 minutes``, ``1h`` -> ``hour`` (as in "the last hour"), ``90s`` -> ``90 seconds``."""
     number, unit = float(d[:-1]), {"s": "second", "m": "minute", "h": "hour", "d": "day"}[d[-1]]
     return unit if number == 1 else f"{number:g} {unit}s"
 
 
-def humanize_percentage(v: float) -> str:
-    return go_g4(v * 100) + "%"
-
-
-def humanize_duration(v: float) -> str:
-    if math.isnan(v) or math.isinf(v):
-        return go_g4(v)
-    if v == 0:
-        return go_g4(v) + "s"
-    if abs(v) >= 1:
-        sign = "-" if v < 0 else ""
-        v = abs(v)
-        d = int(v)
-        seconds, minutes, hours, days = d % 60, (d // 60) % 60, (d // 3600) % 24, d // 86400
-        if days:
-            return f"{sign}{days}d {hours}h {minutes}m {seconds}s"
-        if hours:
-            return f"{sign}{hours}h {minutes}m {seconds}s"
-        if minutes:
-            return f"{sign}{minutes}m {seconds}s"
-        return f"{sign}{go_g4(v)}s"
-    prefix = ""
-    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
-        if abs(v) >= 1:
-            break
-        prefix = p
-        v *= 1000
-    return f"{go_g4(v)}{prefix}s"
-
-
-# fmt name -> (Go pipeline suffix, Python formatter)
+# fmt name -> (Go pipeline suffix, plain Python formatter for ``expect``)
 FORMATS = {
-    "pct": ("humanizePercentage", humanize_percentage),
-    "dur": ("humanizeDuration", humanize_duration),
+    "pct": ("humanizePercentage", lambda v: f"{v * 100:.4g}%"),
+    "dur": ("humanizeDuration", lambda v: f"{v:.0f}s"),
     "f0": ('printf "%.0f"', lambda v: f"{v:.0f}"),
     "f1": ('printf "%.1f"', lambda v: f"{v:.1f}"),
     "f2": ('printf "%.2f"', lambda v: f"{v:.2f}"),
@@ -138,8 +96,8 @@ class Query(Part):
     ``prefix + formatted value + suffix``, or ``default`` when the series is absent.
 
     ``pre`` / ``post`` wrap the run's selector in PromQL (``pre + metric{project, experiment} + post``, e.g.
-    ``post=" > 0"``: the part shows only while the value is positive); the test oracle then reads the
-    value of that whole expression from ``Ctx.series[key]`` (the scenario states it as data). ``show``
+    ``post=" > 0"``: the part shows only while the value is positive); ``expect`` then reads the
+    value of that whole expression from ``Ctx.series[key]``. ``show``
     False leaves the value out (a closing bracket that belongs to an earlier part, say)."""
     metric: str
     fmt: str = "f0"

@@ -1,5 +1,5 @@
 """What a rule file is made of (recording rules, alerts, groups, files) and the selector every rule uses: the
-types the rule modules (spec.py, stalls.py, endpoints.py), the renderer and the test generator share."""
+types the rule modules (spec.py, stalls.py, endpoints.py), and the renderer share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

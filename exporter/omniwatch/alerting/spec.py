@@ -3,7 +3,8 @@
 ``rule_files(cfg)`` returns every generated rule file (name -> header + groups); ``omniwatch rules
 generate`` writes them to ``alerts/``. Expressions, ``for:``, labels and annotations are all here;
 thresholds come from ``cfg``; alert prose is :class:`~.prose.Prose` (one text for the annotation
-template and for the promtool tests' expectations); remedies come from :mod:`.remedies`.
+template; the offline report and docs render remedies from it; the promtool tests
+state their expected text literally in alerts/tests/); remedies come from :mod:`.remedies`.
 
 Conventions (kubernetes-mixin): recording rules are ``level:metric:operations`` and fold a run scraped
 from several exporters into one series (``max by (project, experiment)``); a recording rule an alert
@@ -354,6 +355,19 @@ def health(cfg: Config) -> Group:
               P("The omniwatch exporter ", LabelIf("instance", "at ", " "), "holds as many runs as --max-runs allows and "
                 f"dropped the least recently active run to make room for a new one within the last {c.run_cap.window}; "
                 "the dropped run's series ended and its alerts resolved. Raise --max-runs or watch fewer runs.")),
+        Alert(n.ALERT_RAY_TASK_EVENTS_LOST, f"max by (job, instance) ({sel(c, n.RAY_TASK_EVENTS_LOSSY)}) == 1", "info",
+              "The Ray task-event source is losing events: worker lanes are incomplete.",
+              P("The Ray task-event source of the omniwatch exporter ", LabelIf("instance", "at ", " "),
+                f"lost events at every evaluation for {c.ray_task_events.for_} (Ray's GCS dropped task events, or a "
+                "poll's answer was cut at the page size): the worker lanes, who holds the step and RankStraggler miss "
+                "calls while this holds."), c.ray_task_events.for_,
+              remedy=P("If the count of events Ray dropped rises (the worker-lanes dashboard): Ray keeps a bounded "
+                       "number of task events and evicts the oldest beyond it; start the cluster with a larger "
+                       "RAY_task_events_max_num_task_in_gcs (GCS, default 100000) and, if the driver drops them, a "
+                       "larger RAY_task_events_max_num_status_events_buffer_on_worker. If it does not: more calls ran "
+                       "at once than omniwatch's page of 2000, and the calls past it were not seen."),
+              comment="From Ray's task events (--ray-tasks): the source's own loss flag, held for "
+                      "ray_task_events.for (a monitoring finding, not a training fault)."),
         Alert("Watchdog", "vector(1)", "none", "The alerting pipeline is alive.",
               P("Always firing. If its notifications stop arriving, Prometheus, Alertmanager or the route to the "
                 "omniwatch receiver is broken.")),

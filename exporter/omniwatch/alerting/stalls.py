@@ -1,5 +1,5 @@
 """TrainingStalled in three stages, as data: recording rules for the thresholds, the three alerts (one
-name; severity info, warning, critical), their prose and their promtool cases.
+name; severity info, warning, critical), their prose (their promtool cases: alerts/tests/health.test.yml).
 
 Planned work never pages. A checkpoint save or a validation pass makes a step arrive late, and the
 first of each cannot be announced by the log, so the alert escalates in stages (numbers in
@@ -18,15 +18,13 @@ evidence, so a backtest of a finished file judges it the same way.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .. import names as n
 from . import remedies
 from .holder import HOLDER
 from .config import Config
-from .prose import RUN, Ctx, P, Query, SeriesValue, Value, key_of
+from .prose import RUN, P, Query, SeriesValue, Value
 from .rule import Alert, Record, sel
-from .testcase import INTERVAL, JOB, Case, Check, Expect, Series, dur
 from .records import (REC_AGE, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_PREFIX, REC_STALL_TYPICAL,
                       REC_STALL_WARNING)
 
@@ -149,199 +147,3 @@ def alerts(cfg: Config) -> list:
 def rules(cfg: Config) -> list:
     return records(cfg) + alerts(cfg)
 
-
-# --- promtool cases ------------------------------------------------------------------------------------------
-def thresholds(cfg: Config, typical: float, allowance: float, unseen: int) -> dict[str, float]:
-    s = cfg.stall
-    info = s.notice_steps * typical
-    warning = info + allowance + s.unseen_planned_steps * typical * min(1, unseen)
-    return {"info": info, "warning": warning, "critical": warning + s.critical_extra_steps * typical}
-
-
-@dataclass
-class Stall:
-    """One run in a promtool case: a step every ``typical`` seconds until the one observed at ``stop``;
-    then the next arrives ``gap`` seconds later (None: never) and steps go on every ``typical`` seconds.
-    Step numbers count up from 10."""
-    experiment: str
-    typical: float
-    stop: int
-    gap: float | None = None
-    allowance: float = 0.0
-    unseen: int = 2
-    checkpoint: float | None = None
-    validation: float | None = None
-    finished: bool = False
-    project: str = "flowgrpo"
-    provisional: bool = False  # no typical step yet: ``typical`` is the longest warm-up step
-    stale: bool = False        # first seen as history
-    no_config: bool = False    # no trainer configuration read (omniwatch_trainer_config_info{source="none"})
-
-    def effective(self, cfg: Config) -> float:
-        """The typical step the thresholds count in (provisional: the warm-up step x the factor)."""
-        return self.typical * cfg.stall.provisional_factor if self.provisional else self.typical
-
-    def labels(self) -> dict:
-        return {**JOB, "project": self.project, "experiment": self.experiment}
-
-    def steps(self, samples: int, interval: int) -> tuple[list[float], list[int]]:
-        ts, steps = [], []
-        last, step = 0.0, 10
-
-        def after(t: float) -> float | None:
-            if t != self.stop:
-                return t + self.typical
-            return None if self.gap is None else t + self.gap
-        for k in range(samples):
-            t = k * interval
-            nxt = after(last)
-            while nxt is not None and nxt <= t:
-                last, step = nxt, step + 1
-                nxt = after(last)
-            ts.append(last)
-            steps.append(step)
-        return ts, steps
-
-    def series(self, samples: int, interval: int) -> list:
-        ts, steps = self.steps(samples, interval)
-        lab = self.labels()
-        out = [Series(n.LAST_STEP_TS, lab, " ".join(f"{t:g}" for t in ts)),
-               Series(n.STEP, lab, " ".join(str(x) for x in steps)),
-               Series(n.WARMUP_STEP if self.provisional else n.TYPICAL_STEP, lab, f"{self.typical:g}x{samples - 1}"),
-               Series(n.PLANNED_ALLOWANCE, lab, f"{self.allowance:g}x{samples - 1}"),
-               Series(n.PLANNED_UNSEEN, lab, f"{self.unseen}x{samples - 1}"),
-               Series(n.RUN_FINISHED, lab, f"{int(self.finished)}x{samples - 1}")]
-        for kind, v in (("checkpoint", self.checkpoint), ("validation", self.validation)):
-            if v is not None:
-                out.append(Series(n.PLANNED_WORK, {**lab, "kind": kind}, f"{v:g}x{samples - 1}"))
-        if self.stale:
-            out.append(Series(n.RUN_STALE, lab, f"1x{samples - 1}"))
-        if self.no_config:
-            out.append(Series(n.TRAINER_CONFIG_INFO, {**lab, "source": "none", "engine": "unknown", "trainer": "unknown",
-                                                      "async_mode": "unknown", "lora": "unknown"}, f"1x{samples - 1}"))
-        return out
-
-    def ctx(self, cfg: Config, at: int, interval: int) -> Ctx:
-        ts, steps = self.steps(at // interval + 1, interval)
-        th = thresholds(cfg, self.effective(cfg), self.allowance, self.unseen)
-        series = {REC_STALL_TYPICAL: self.effective(cfg), n.STEP: steps[-1], n.PLANNED_ALLOWANCE: self.allowance,
-                  n.PLANNED_UNSEEN: self.unseen, **{REC + k: v for k, v in th.items()}}
-        if self.provisional:
-            series[PROVISIONAL] = self.typical
-        else:
-            series[n.TYPICAL_STEP] = self.typical
-        if self.stale:
-            series[n.RUN_STALE] = 1
-        if self.no_config:
-            series[key_of(n.TRAINER_CONFIG_INFO, 'source="none"')] = 1
-        for kind, v in (("checkpoint", self.checkpoint), ("validation", self.validation)):
-            if v is not None:
-                series[key_of(n.PLANNED_WORK, f'kind="{kind}"')] = v
-        return Ctx({"project": self.project, "experiment": self.experiment}, at - ts[-1], series, None)
-
-
-def _stage_times(cfg: Config, run: Stall, interval: int, hold: int) -> dict[str, int]:
-    """When each stage fires (first evaluation past its threshold, + for:) for a run that never steps again."""
-    th = thresholds(cfg, run.effective(cfg), run.allowance, run.unseen)
-    return {sev: next(t for t in range(0, 100_000, interval) if t - run.stop > th[sev]) + hold for sev in SEVERITIES}
-
-
-def cases(cfg: Config) -> list:
-    hold = dur(cfg.step_for)
-    out = []
-
-    def expect(run: Stall, at: int, sevs) -> list:
-        return [Expect({"severity": sev, "project": run.project, "experiment": run.experiment}, run.ctx(cfg, at, INTERVAL))
-                for sev in sevs]
-
-    def staged(title: str, run: Stall, comment: str = "") -> Case:
-        """Checks just before and at each stage's firing; every stage below stays firing."""
-        at = _stage_times(cfg, run, INTERVAL, hold)
-        samples = at["critical"] // INTERVAL + 3
-        checks = []
-        for i, sev in enumerate(SEVERITIES):
-            checks.append(Check(at[sev] - INTERVAL, n.ALERT_STALLED, expect(run, at[sev] - INTERVAL, SEVERITIES[:i])))
-            checks.append(Check(at[sev], n.ALERT_STALLED, expect(run, at[sev], SEVERITIES[:i + 1])))
-        return Case(title, run.series(samples, INTERVAL), checks, comment)
-
-    s = cfg.stall
-    th0 = thresholds(cfg, 30, 0, 2)
-    out.append(staged(
-        f"TrainingStalled stages with nothing planned known: info after {s.notice_steps:g}, warning after "
-        f"{th0['warning'] / 30:g}, critical after {th0['critical'] / 30:g} typical steps",
-        Stall("qwen_ocr", 30, 90)))
-    ck, val = 4.5 * 30, 1.0 * 30
-    out.append(staged(
-        "TrainingStalled stages add the planned work that may come before the next step (checkpoint and validation "
-        "seen: no reserve)", Stall("qwen_ocr_planned", 30, 90, allowance=ck + val, unseen=0, checkpoint=ck,
-                                   validation=val)))
-    # Planned work stays below warning: a heavy first checkpoint, a long validation the run has shown, a
-    # checkpoint due by the seen cadence; the step after it resolves the info notice.
-    quiet_runs = [
-        Stall("first_checkpoint", 30, 90, gap=30 + 4.5 * 30),                      # 4.5x the step, never seen
-        Stall("first_checkpoint_and_validation", 30, 90, gap=30 + 4 * 30 + 0.5 * 30, unseen=2),
-        Stall("long_validation", 30, 90, gap=30 + 6 * 30, allowance=6 * 30 + 60, unseen=0, validation=6 * 30,
-              checkpoint=60),
-        Stall("cadence_checkpoint", 30, 90, gap=30 + 5 * 30, allowance=5 * 30, unseen=0, checkpoint=5 * 30,
-              validation=0.5 * 30),
-        Stall("finished", 30, 90, finished=True),
-    ]
-    end = 90 + max(r.gap or 0 for r in quiet_runs)
-    samples = (end + 4 * INTERVAL) // INTERVAL + 2
-    series = [x for r in quiet_runs for x in r.series(samples, INTERVAL)]
-    info_at = {r.experiment: _stage_times(cfg, r, INTERVAL, hold)["info"] for r in quiet_runs}
-    checks = []
-    for t in range(0, samples * INTERVAL, INTERVAL):
-        firing = [r for r in quiet_runs if not r.finished and t >= info_at[r.experiment]
-                  and (r.gap is None or t < 90 + r.gap)]
-        checks.append(Check(t, n.ALERT_STALLED, [e for r in firing for e in expect(r, t, ("info",))]))
-    out.append(Case("TrainingStalled stays at info for a heavy first checkpoint, a first checkpoint with a validation, "
-                    "a long validation and a checkpoint due by the cadence; never for a finished run", series, checks,
-                    "Every evaluation is checked: no warning or critical at any time; info only while the planned "
-                    "step is running."))
-    # --checkpoint-root: warning and critical wait while the next checkpoint keeps being written.
-    run = Stall("checkpoint_writing", 30, 90)
-    idle = cfg.stall.checkpoint_write_idle_steps * run.typical
-    th = thresholds(cfg, run.typical, run.allowance, run.unseen)
-    first, last_write = 105, int(th["critical"]) + 90 + 4 * INTERVAL  # writes past the critical threshold
-    resume = next(t for t in range(last_write, 100_000, INTERVAL) if t - last_write >= idle)
-    samples = (resume + hold) // INTERVAL + 3
-    writes = (f"_x{first // INTERVAL} {first}+{INTERVAL}x{(last_write - first) // INTERVAL} "
-              f"{last_write}x{samples - last_write // INTERVAL - 2}")
-    mid = (last_write // INTERVAL - 2) * INTERVAL
-    out.append(Case(
-        f"TrainingStalled waits at info while the next step's checkpoint directory is written (--checkpoint-root), "
-        f"and escalates once it was not written for {cfg.stall.checkpoint_write_idle_steps:g} typical steps",
-        run.series(samples, INTERVAL) + [Series(n.CHECKPOINT_WRITE_TS, run.labels(), writes)],
-        [Check(mid, n.ALERT_STALLED, expect(run, mid, ("info",))),
-         Check(resume, n.ALERT_STALLED, expect(run, resume, ("info",))),
-         Check(resume + hold, n.ALERT_STALLED, expect(run, resume + hold, SEVERITIES))]))
-    # The issue's numbers: a 50-minute hang on a 4-minute step must page (critical) while it lasts.
-    for title, run in (
-            ("nothing planned known", Stall("hang_unknown", 240, 720)),
-            ("a 4.5x checkpoint and a 1x validation known", Stall("hang_planned", 240, 720, allowance=5.5 * 240,
-                                                                 unseen=0, checkpoint=4.5 * 240, validation=240))):
-        crit = _stage_times(cfg, run, INTERVAL, hold)["critical"]
-        assert crit - run.stop <= 50 * 60, f"{title}: critical only after {(crit - run.stop) / 60:g} min"
-        samples = crit // INTERVAL + 2
-        out.append(Case(f"TrainingStalled pages within a 50-minute hang on a 4-minute step ({title}): critical "
-                        f"{(crit - run.stop) / 60:g} min after the last step", run.series(samples, INTERVAL),
-                        [Check(crit - INTERVAL, n.ALERT_STALLED, expect(run, crit - INTERVAL, ("info", "warning"))),
-                         Check(crit, n.ALERT_STALLED, expect(run, crit, SEVERITIES))]))
-    # Hangs from step 1: no typical step yet (warm-up steps only), a provisional one from the warm-up step.
-    f = cfg.stall.provisional_factor
-    out.append(staged(
-        f"TrainingStalled pages a hang in step 2 (one 5-minute warm-up step, no typical step yet): stages in "
-        f"provisional typical steps of {f:g} x the warm-up step; the annotation says so and that no trainer "
-        "configuration was read", Stall("hang_in_step2", 300, 0, provisional=True, no_config=True)))
-    # History is not news: a run first seen long after its last line fires info once, never more.
-    run = Stall("stale_history", 30, 90, stale=True)
-    at = _stage_times(cfg, run, INTERVAL, hold)
-    late = at["critical"] + 20 * INTERVAL
-    out.append(Case("TrainingStalled reports a run first seen as history (omniwatch_run_stale 1) at info only: "
-                    "never warning or critical", run.series(late // INTERVAL + 2, INTERVAL),
-                    [Check(at["info"] - INTERVAL, n.ALERT_STALLED, []),
-                     Check(at["info"], n.ALERT_STALLED, expect(run, at["info"], ("info",))),
-                     Check(at["critical"], n.ALERT_STALLED, expect(run, at["critical"], ("info",))),
-                     Check(late, n.ALERT_STALLED, expect(run, late, ("info",)))]))
-    return out

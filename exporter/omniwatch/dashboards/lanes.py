@@ -65,7 +65,7 @@ SOURCE = Row("Task-event source", (
           "dropped; while this grows, lanes are incomplete (the source closes no call it merely failed to see).",
           (Target(f"max({n.RAY_TASK_EVENTS_DROPPED})", "dropped"),
            Target(f"max({n.RAY_TASK_EVENTS_LOSSY})", "latest poll lossy", dashed=True)),
-          unit="none", min=0, w=8, scope="global"),
+          unit="none", min=0, w=8, scope="global", runbook=n.ALERT_RAY_TASK_EVENTS_LOST),
     Panel("State-API calls", "Calls per second to Ray's state API (3 per poll, + the actor table when a new actor "
           "runs).", (Target(f"sum({rate(n.RAY_STATE_API_CALLS_TOTAL + '{}')})", "calls/s"),),
           unit="reqps", min=0, w=8, scope="global"),
