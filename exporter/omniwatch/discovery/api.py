@@ -79,7 +79,7 @@ def discovery_status(request: Request):
 
 def init(app) -> None:
     cfg = from_settings(app.state.settings)
-    app.state.discovery = app.state.ray_tasks = None
+    app.state.discovery = app.state.ray_tasks = app.state.gpu_fleet = None
     if cfg is None:
         return
     disc = Discovery(cfg, store=app.state.store)
@@ -91,3 +91,8 @@ def init(app) -> None:
         app.state.ray_tasks = poller
         app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))
         on_lifespan(app, poller.start, poller.stop)
+        gpu = getattr(app.state, "gpu", None)   # the GPU area is mounted first (app.AREAS)
+        if gpu is not None and gpu.sampler is not None:   # per-fleet GPU time (issue 24 item 6)
+            from ..gpu.fleet import FleetAccountant, FleetCollector   # gpu.fleet imports discovery.phases
+            app.state.gpu_fleet = FleetAccountant(gpu.sampler, poller, disc._run_labels, app.state.store)
+            app.state.registry.register(FleetCollector(app.state.gpu_fleet))
