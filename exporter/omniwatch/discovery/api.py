@@ -17,6 +17,7 @@ from .config import from_settings
 from . import ps
 from .service import Discovery
 from .taskmetrics import TaskCollector
+from .taskring import TaskRing
 from .taskwatch import TaskPoller
 from .targets import KINDS, http_sd
 
@@ -87,7 +88,10 @@ def init(app) -> None:
     app.state.registry.register(DiscoveryCollector(disc))
     on_lifespan(app, disc.start, disc.stop)
     if cfg.ray_tasks:
-        poller = TaskPoller(cfg.ray_tasks, interval=cfg.ray_tasks_interval, timeout=cfg.timeout, job_id=cfg.ray_job)
+        state_dir = getattr(app.state.settings, "state_dir", None)
+        ring = TaskRing(state_dir, app.state.store, disc._run_labels) if state_dir else None   # persisted ledger
+        poller = TaskPoller(cfg.ray_tasks, interval=cfg.ray_tasks_interval, timeout=cfg.timeout, job_id=cfg.ray_job,
+                            ring=ring)
         app.state.ray_tasks = poller
         app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))
         on_lifespan(app, poller.start, poller.stop)
