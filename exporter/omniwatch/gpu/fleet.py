@@ -15,12 +15,12 @@ and VMs it is often empty, issue 24):
   and created in bundle ``local_rank`` of its node's placement group, every bundle one GPU
   (``RayResourcePool.get_placement_groups``: ``{"CPU": max_colocate_count, "GPU": 1}`` per process;
   ``_create_worker``: ``placement_group_bundle_idx=local_rank``, ``num_gpus=1/max_colocate_count``;
-  docs/verl-source.md R9). Ray hands a bundle the GPU it reserved for it; on a node whose GPUs the pool's
+  docs/verl-source.md R11). Ray hands a bundle the GPU it reserved for it; on a node whose GPUs the pool's
   placement group reserved first (verl creates its pools before any other GPU user), bundle ``i`` holds
   GPU index ``i``. Colocated groups (``max_colocate_count`` > 1, the same bundles) share the GPU: concurrent
   calls split its seconds evenly. Two pools with separate placement groups on one node are not told apart
   this way: there only ``nvml_pid`` is right (docs/who-holds-the-step.md says so).
-- ``node``: rollout / reward / teacher server replicas (``vllm_omni_server_*``) ask Ray for no GPU (their
+- ``node``: rollout / reward / teacher server replicas (``vllm_omni_server_*``) ask Ray for no GPU (R12: their
   engines run on the worker group's GPUs in hybrid mode); a replica with requests in flight is charged
   the GPUs of its node that no mapped call holds at that moment.
 - ``unmapped``: a GPU no actor was mapped to (its seconds are kept under fleet ``other``, phase ``none``).
