@@ -19,7 +19,7 @@ machine's load (2 cores shared with other work) cancels; the ratio is on / off s
 the median over pairs and as total on time / total off time. Goal: <= 1.01 at the default 5 s interval.
 
 Without Ray 2.60 + verl in this Python (``bash .ci/install-ray-tq.sh .venv``) or without ``unshare -n`` the
-benchmark records ``{"skipped": why}`` instead of numbers.
+benchmark records ``{"status": "skipped", "why": ...}`` instead of numbers (the docs say so).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def missing() -> str | None:
 def run(pairs: int = 8, steps: int = 10, intervals: tuple[float, ...] = (5.0, 0.5), timeout: float = 1200) -> dict:
     why = missing()
     if why:
-        return {"skipped": why}
+        return {"status": "skipped", "why": why}
     out = Path(tempfile.mkdtemp(prefix="owov-")) / "overhead.json"
     bindir = os.path.dirname(sys.executable)
     args = f"--inside {out} --pairs {pairs} --steps {steps} --intervals {' '.join(str(i) for i in intervals)}"
@@ -97,6 +97,27 @@ while not os.path.exists(stop):
 """
 
 
+def head_cpu_s(ray_tmp: str) -> float:
+    """CPU seconds so far of this cluster's head processes (GCS, raylet, the dashboard that serves the state
+    API, its agents): the processes whose command line names the cluster's temp dir. Workers rename
+    themselves (``ray::WorkerDict...``) and are not counted: their time is the step time."""
+    tck = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if ray_tmp.encode() not in f.read():
+                    continue
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tck
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def inside(out_path: str, pairs: int, steps: int, intervals: list[float]) -> int:
     from omniwatch.proc import free_port
     sys.path.insert(0, str(ROOT / "tests"))
@@ -128,7 +149,7 @@ def inside(out_path: str, pairs: int, steps: int, intervals: list[float]) -> int
         from verl.single_controller.ray import (RayClassWithInitArgs, RayResourcePool, RayWorkerGroup,
                                                 create_colocated_worker_cls)
 
-        def work(n: int = WORK_ITERS) -> int:
+        def cpu_work(n: int = WORK_ITERS) -> int:
             s = 0
             for i in range(n):
                 s += i * i
@@ -137,19 +158,19 @@ def inside(out_path: str, pairs: int, steps: int, intervals: list[float]) -> int
         class ActorRolloutRefWorker(Worker):
             @register(dispatch_mode=Dispatch.ONE_TO_ALL)
             def generate_sequences(self, step: int):
-                return work()
+                return cpu_work()
 
             @register(dispatch_mode=Dispatch.ONE_TO_ALL)
             def infer_actor_batch(self, step: int):
-                return work()
+                return cpu_work()
 
             @register(dispatch_mode=Dispatch.ONE_TO_ALL)
             def update_actor(self, step: int):
-                return work()
+                return cpu_work()
 
             @register(dispatch_mode=Dispatch.ONE_TO_ALL)
             def update_weights(self, step: int):
-                return work()
+                return cpu_work()
 
         ray.init(address=f"127.0.0.1:{gcs_port}", namespace="verl_bench", log_to_driver=False)
         pool = RayResourcePool([4], use_gpu=False, max_colocate_count=1)
@@ -173,6 +194,8 @@ def inside(out_path: str, pairs: int, steps: int, intervals: list[float]) -> int
             on_t: list[float] = []
             off_t: list[float] = []
             ratios = []
+            head = {"on": 0.0, "off": 0.0}
+            wall = {"on": 0.0, "off": 0.0}
             k = 0
             for p in range(pairs):
                 order = ("off", "on") if p % 2 == 0 else ("on", "off")
@@ -184,7 +207,10 @@ def inside(out_path: str, pairs: int, steps: int, intervals: list[float]) -> int
                     elif os.path.exists(flag):
                         os.remove(flag)
                         time.sleep(0.2)
+                    h0, w0 = head_cpu_s(ray_tmp), time.perf_counter()
                     ts = [step(k + i) for i in range(steps)]
+                    head[mode] += head_cpu_s(ray_tmp) - h0
+                    wall[mode] += time.perf_counter() - w0
                     k += steps
                     block[mode] = statistics.mean(ts)
                     (on_t if mode == "on" else off_t).extend(ts)
@@ -202,6 +228,10 @@ def inside(out_path: str, pairs: int, steps: int, intervals: list[float]) -> int
                 "ratio_total": sum(on_t) / sum(off_t),
                 "pair_ratios": [round(x, 4) for x in ratios],
                 "polls": st["polls"], "state_api_calls": st["calls"], "poller_cpu_s": round(st["cpu_s"], 3),
+                "head_cpu_share_on": round(head["on"] / wall["on"], 4), "head_cpu_share_off": round(head["off"] / wall["off"], 4),
+                "head_cpu_s_per_poll": round((head["on"] / wall["on"] - head["off"] / wall["off"]) * wall["on"]
+                                             / max(1, st["polls"]), 4),
+                "load_avg": [round(x, 2) for x in os.getloadavg()],
                 "on_seconds": round(sum(on_t), 1)})
             poller = None
         ray.shutdown()
