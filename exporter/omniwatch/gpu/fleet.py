@@ -202,7 +202,11 @@ class FleetAccountant:
             return
         run = self.run_key()
         gpus = self.sampler.snapshot()
-        with self.poller.lock:
+        # the poller holds its lock through a poll (HTTP calls, up to its timeout when Ray is slow): never stall
+        # the sampler's thread on it; this pass is skipped and the next one attributes the same time
+        if not self.poller.lock.acquire(timeout=0.1):
+            return
+        try:
             local_ids = local_node_ids(getattr(led, "node_info", {}), self.sampler.node, self.addresses)
             amap = gpu_map(led, gpus, local_ids)
             holders: dict[str, set[tuple[str, str]]] = defaultdict(set)
@@ -212,6 +216,8 @@ class FleetAccountant:
                     holders[uuid].add((fleet, how))
             lo_all = min((self.until.get(g.uuid, hi_all) for g in gpus), default=hi_all)
             per_gpu, node_calls = self._calls(led, amap, local_ids, max(lo_all, hi_all - MAX_CATCHUP_S), hi_all)
+        finally:
+            self.poller.lock.release()
         with self.sampler.lock, self.lock:
             counts: dict[tuple[str, str], int] = defaultdict(int)
             for g in gpus:
