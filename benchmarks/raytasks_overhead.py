@@ -137,10 +137,15 @@ def inside(out_path: str, pairs: int, steps: int, intervals: list[float]) -> int
                  "work_iters_per_call": WORK_ITERS, "intervals": []}
     poller = None
     try:
-        r = subprocess.run(["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dash_port}",
-                            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-cpus=8",
-                            f"--temp-dir={ray_tmp}", "--include-dashboard=true", "--disable-usage-stats"],
-                           capture_output=True, text=True, timeout=180, env=env)
+        for attempt in range(2):   # a loaded machine can time Ray's node startup out: one retry
+            r = subprocess.run(["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dash_port}",
+                                "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-cpus=8",
+                                f"--temp-dir={ray_tmp}", "--include-dashboard=true", "--disable-usage-stats"],
+                               capture_output=True, text=True, timeout=240, env=env)
+            if r.returncode == 0:
+                break
+            stop_own_ray(ray_tmp)
+            res["ray_start_retries"] = attempt + 1
         if r.returncode != 0:
             raise RuntimeError(f"ray start failed: {(r.stdout + r.stderr)[-400:]}")
         import ray
