@@ -254,6 +254,7 @@ def inside(out_path: str, pairs: int, steps: int, intervals: list[float]) -> int
         with open(out_path, "w") as f:
             json.dump(res, f)
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)   # the cluster's sessions and sockets (its processes are stopped)
     return 0
 
 
