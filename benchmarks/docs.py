@@ -254,6 +254,19 @@ def raytasks(r: dict) -> list[str]:
                   for x in r["workers"]])
 
 
+def raytasks_overhead(r: dict) -> list[str]:
+    rows = [[f"{x['interval_s']:g} s", str(x["polls"]), num(1000 * x["step_s_off_median"], 0, " ms"),
+             num(1000 * x["step_s_on_median"], 0, " ms"), f"**{num(x['ratio_median_of_pairs'], 3)}**",
+             num(x["ratio_total"], 3), f"{min(x['pair_ratios']):.2f}-{max(x['pair_ratios']):.2f}",
+             num(1000 * x["poller_cpu_s"] / max(1, x["polls"]), 1, " ms"), num(1000 * x["head_cpu_s_per_poll"], 0, " ms")]
+            for x in r["intervals"]]
+    return [f"{r['workers']} ranks of a colocated `WorkerDict`, {len(r['phases'])} ONE_TO_ALL dispatches per step; "
+            f"{r['pairs']} pairs of {r['steps_per_block']}-step blocks, poller off / on in ABBA order.", "",
+            *table(["poll interval", "polls", "step, poller off (median)", "step, poller on (median)",
+                    "on / off, median of pairs", "on / off, total", "pair ratios", "poller CPU / poll",
+                    "Ray head CPU / poll (on - off)"], rows)]
+
+
 def connections(r: dict) -> list[str]:
     closed = r.get("closed_by_guard") or {}
     why = ", ".join(f"{k} {v:,.0f}" for k, v in closed.items() if _ok(v) and v)
@@ -446,6 +459,7 @@ SECTION_BLOCKS: dict[str, tuple[str, str, Callable[[dict], list[str]]]] = {
     "idle": ("docs/benchmarks.md", "idle", idle),
     "connections": ("docs/benchmarks.md", "connections", connections),
     "raytasks": ("docs/benchmarks.md", "raytasks", raytasks),
+    "raytasks_overhead": ("docs/benchmarks.md", "raytasks_overhead", raytasks_overhead),
     "gpu_idle": ("docs/benchmarks.md", "gpu_idle", gpu_idle),
     "prometheus-series": ("docs/scaling.md", "prometheus", prometheus_series),
     "prometheus": ("docs/scaling.md", "prometheus", prometheus),

@@ -10,7 +10,9 @@ descriptor per file), tail (one in-process ``FileSource`` poll over 5,000 idle f
 before issue 14), connections (/metrics latency while 1,000 idle connections are held, against no
 load), prometheus (a real Prometheus scraping 64 and 512 GPUs x 10 runs of omniwatch series: head series,
 ingest, RSS), queries (every dashboard panel as a range query over 24 h of backfilled 64-GPU data), raytasks
-(one Ray task-event poll at 8, 64 and 512 workers x 10 phases against a stand-in of Ray's state API).
+(one Ray task-event poll at 8, 64 and 512 workers x 10 phases against a stand-in of Ray's state API),
+raytasks_overhead (a verl worker-group loop on a real Ray 2.60 cluster with and without the poller: step-time
+ratio; skipped with a note where Ray / verl are not installed).
 Prints a table and writes ``benchmarks/results.json`` (sections not run keep their last results; each
 section records when and where it ran under its own ``meta``), then re-renders the generated figures of
 docs/benchmarks.md and docs/scaling.md from it (``benchmarks/docs.py``). Nothing here is a pass/fail test.
@@ -40,7 +42,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "idle", "connections",
-            "prometheus", "queries", "raytasks")
+            "prometheus", "queries", "raytasks", "raytasks_overhead")
 RESULTS = HERE / "results.json"
 
 
@@ -138,6 +140,13 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
             out.append((f"Ray task-event poll, {x['workers']} workers x 10 phases", f"{x['calls_per_poll']} calls, "
                         f"{_f(x['kbytes_per_poll'], ' KiB', 0)}, CPU p50 {_f(x['cpu_ms_median'], ' ms', 1)} "
                         f"(max {_f(x['cpu_ms_max'], ' ms', 1)})", "3 calls; < 1 % of a core at 5 s"))
+    if (r := results.get("raytasks_overhead")) and "error" not in r:
+        if r.get("status") == "skipped":
+            out.append(("trainer-side overhead of the task-event poller", "skipped", r.get("why", "")[:80]))
+        for x in r.get("intervals", []):  # benchmarks/raytasks_overhead.py
+            out.append((f"worker-group step time, poller on / off at {x['interval_s']:g} s",
+                        f"{_f(x['ratio_median_of_pairs'], 'x', 3)} (median of {len(x['pair_ratios'])} pairs; "
+                        f"total {_f(x['ratio_total'], 'x', 3)})", "<= 1.01"))
     for name, r in results.items():
         if isinstance(r, dict) and "error" in r:
             out.append((name, "ERROR", r["error"][:80]))
@@ -169,6 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--files", type=int, default=5000, help="watched files for the files section")
     p.add_argument("--idle-connections", type=int, default=1000, help="held connections for the connections section")
     p.add_argument("--prometheus-seconds", type=float, default=20, help="measured seconds per load (after warm-up)")
+    p.add_argument("--overhead-pairs", type=int, default=16, help="raytasks_overhead: off/on block pairs per interval")
+    p.add_argument("--overhead-steps", type=int, default=6, help="raytasks_overhead: steps per block")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--docs", action="store_true", help="run nothing: re-render the docs' generated figures from --out")
     p.add_argument("--check", action="store_true", help="with --docs: fail on drift instead of writing")
@@ -179,7 +190,7 @@ def main(argv=None) -> int:
     chosen = [s for s in (args.only or SECTIONS) if s not in args.skip]
 
     import alert_latency, backtest_bench, idle_files, ingest, load_prometheus, memory, pressure, push_load, render, report_bench, tail_idle_poll  # noqa: E401
-    import raytasks_poll
+    import raytasks_overhead, raytasks_poll  # noqa: E401
     runners = {
         "ingest": lambda: ingest.run(args.ingest_steps),
         "render": lambda: render.run(args.render_iterations),
@@ -195,6 +206,7 @@ def main(argv=None) -> int:
         "prometheus": lambda: load_prometheus.sizing(args.prometheus_seconds),
         "queries": lambda: load_prometheus.queries(),
         "raytasks": lambda: {"workers": raytasks_poll.run(20)},
+        "raytasks_overhead": lambda: raytasks_overhead.run(args.overhead_pairs, args.overhead_steps),
     }
     con = Console()
     run_argv = list(sys.argv[1:] if argv is None else argv)

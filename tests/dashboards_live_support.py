@@ -223,6 +223,7 @@ class LiveStack:
             # worker lanes (the demo endpoints' Ray state-API stand-in): a finished dispatch's straggler, a held step
             "worker lanes": lambda: bool(self.query(f"{names.RAY_STRAGGLER_STREAK}{{{_run(DEMO_RUN)}}}"))
             and bool(self.query(f"{names.STEP_HOLDER_SECONDS}{{{_run(DEMO_RUN)}}} > 2")),
+            "gpu fleet": lambda: bool(self.query(f"rate({names.GPU_FLEET_SECONDS_TOTAL}{{{_run(DEMO_RUN)}}}[1m]) > 0")),
         }
         pending = dict(checks)
         while pending and time.monotonic() < deadline:

@@ -128,7 +128,8 @@ def main(out_path: str, record_dir: str | None = None) -> int:
         ep = subprocess.Popen([PY, os.path.join(TESTS, "standins", "exporter_app.py"), "--log-file", exp_log,
                                "--ray-address", "off", "--ray-sd-file", "off", "--ray-tasks", dash,
                                "--ray-tasks-interval", str(INTERVAL), "--discovery-project", "proj",
-                               "--discovery-experiment", "exp1"], stdout=subprocess.PIPE, text=True, env=env)
+                               "--discovery-experiment", "exp1", "--gpu-replay", "4"], stdout=subprocess.PIPE, text=True,
+                              env=env)
         procs.append(ep)
         exp = f"http://127.0.0.1:{json.loads(ep.stdout.readline())['port']}"
 

@@ -99,6 +99,8 @@ def _wait_ready(prom: str, timeout: float) -> None:
         # worker lanes (the Ray state-API stand-in): a finished dispatch with its straggler, and the held step
         "worker lanes": lambda: bool(_query(prom, f'{names.RAY_STRAGGLER_STREAK}{{{run}}}'))
         and bool(_query(prom, f'{names.STEP_HOLDER_SECONDS}{{{run}}} > 2')),
+        # GPU time by fleet (the replayed GPU charged to the stand-in's workers)
+        "gpu fleet": lambda: bool(_query(prom, f"rate({names.GPU_FLEET_SECONDS_TOTAL}{{{run}}}[1m]) > 0")),
     }
     pending = dict(checks)
     deadline = time.monotonic() + timeout

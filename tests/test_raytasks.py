@@ -206,6 +206,23 @@ def test_report_lanes_segments_and_chart():
     assert rl.chart([]) is None
 
 
+def test_report_slowest_steps_windows():
+    """The slowest steps' Gantt: the K longest step times, each from the previous step's arrival to its own."""
+    from omniwatch.report import lanes as rl
+    marks = [(100.0, 1), (130.0, 2), (200.0, 3), (220.0, 4), (300.0, 5)]
+    durs = {1: 25.0, 2: 28.0, 3: 66.0, 4: 19.0, 5: 75.0}
+    assert rl.slowest(marks, durs, 2) == [(3, 130.0, 200.0), (5, 220.0, 300.0)]
+    assert rl.slowest(marks[:1], durs, 2) == []   # the first step has no window
+
+    class Prom:  # query_range answers as Prometheus does: one series per (role, rank)
+        def query_range(self, q, a, b, res):
+            return [{"metric": {"role": "actor_rollout", "rank": "1"},
+                     "values": [[a + 15.0, str(PHASE_CODE["update_actor"])], [a + 30.0, "0"]]}]
+    bars = rl.query_steps(Prom(), 'project="p"', [(3, 130.0, 200.0)], 15.0)
+    assert [(b.lane, b.phase, b.start, b.end) for b in bars] == [("step 3 · actor_rollout rank 001", "update_actor", 15.0, 30.0)]
+    assert rl.chart(bars, title="slowest") is not None
+
+
 @pytest.mark.integration
 def test_report_lanes_read_back_from_a_real_prometheus(tmp_path):
     """The lanes series as scraped (written as OpenMetrics, made blocks by promtool, served by a real

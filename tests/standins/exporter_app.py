@@ -21,12 +21,18 @@ from omniwatch.settings import Settings
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--log-file", default=None)
+    p.add_argument("--gpu-replay", type=int, default=0,
+                   help="replay the recorded H200 trace as N GPUs of node 127.0.0.1 (per-fleet GPU time)")
     discovery.add_arguments(p)
     a = p.parse_args()
     logging.basicConfig(level=logging.INFO, filename=a.log_file, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store = RunStore()
     settings = Settings.from_env(host="127.0.0.1", port=0)
     settings.extra["discovery"] = discovery.from_args(a)
+    if a.gpu_replay:
+        from omniwatch.gpu.loop import DEFAULT_TRACE, replay_backend
+        settings.extra.update(gpu="on", gpu_backend=replay_backend(DEFAULT_TRACE, gpus=a.gpu_replay),
+                              gpu_node="127.0.0.1")
     app = create_app(store, make_registry(store), settings)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

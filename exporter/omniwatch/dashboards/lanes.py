@@ -1,7 +1,7 @@
 """Worker lanes: inside the step, live, from Ray's task events (the exporter's ``--ray-tasks`` source):
 who holds the step now, one lane per worker rank (a state timeline of the phase each rank runs; a role
 with more workers than ``--ray-lanes-max`` shows counts per phase instead), straggler spread per role and
-phase, and what the source itself costs and loses. Every aggregation keeps ``project, experiment``."""
+phase, GPU time by fleet (gpu/fleet.py), and what the source itself costs and loses. Every aggregation keeps ``project, experiment``."""
 from __future__ import annotations
 
 from .. import names as n
@@ -58,6 +58,23 @@ STRAGGLERS = Row("Stragglers", (
           show_thresholds="dashed", w=12, runbook=n.ALERT_RANK_STRAGGLER),
 ))
 
+FLEET_EXPR = f"sum by ({by_run('fleet', 'bucket')}) ({rate(sel(n.GPU_FLEET_SECONDS_TOTAL))})"
+FLEETS = Row("GPU time by fleet", (
+    Panel("GPUs by fleet and bucket: $experiment",
+          "GPU-seconds per second (= GPUs) of this exporter's sampled GPUs, by the fleet of the Ray worker call "
+          "holding each GPU (actor / rollout / reward / other) and goodput bucket: productive (busy in a compute "
+          "call), overhead (weight sync, checkpoint, init, wake / sleep calls, and busy with no call), idle. "
+          f"Query: `{FLEET_EXPR}`.",
+          (Target(FLEET_EXPR, EXP + " {{fleet}} {{bucket}}"),),
+          unit="none", stack=True, min=0, w=24, h=8, repeat=True),
+    Panel("How GPUs were mapped to workers",
+          "This node's GPUs by how the fleet time maps each to a worker: nvml_pid (NVML lists the worker's pid; "
+          "often empty in containers), placement (verl's bundle = local rank), node (server replicas), unmapped.",
+          (Target(run_max(sel(n.GPU_FLEET_GPUS), 'fleet', n.L_MAPPING), "{{fleet}} {{mapping}}", instant=True,
+                  table=True),),
+          unit="none", kind="table", w=24, h=5),
+))
+
 SOURCE = Row("Task-event source", (
     Panel("Poll cost", "Wall and exporter-CPU seconds of the latest poll of Ray's state API.",
           (Target(f"max by (kind) ({n.RAY_TASK_POLL_SECONDS})", "{{kind}}"),), unit="s", min=0, w=8, scope="global"),
@@ -76,7 +93,7 @@ DASHBOARD = Dashboard(
     title="omniwatch / Worker lanes",
     description="Inside the step, live, from Ray's own task events: who holds the step, one lane per worker rank, "
                 "stragglers per role and phase, and the task-event source's own cost.",
-    rows=(NOW, LANES, STRAGGLERS, SOURCE),
+    rows=(NOW, LANES, STRAGGLERS, FLEETS, SOURCE),
     tags=default_tags("ray"),
     variable_metrics=(n.STEP_HOLDER_INFO,),
 )

@@ -17,6 +17,7 @@ from .config import from_settings
 from . import ps
 from .service import Discovery
 from .taskmetrics import TaskCollector
+from .taskring import TaskRing
 from .taskwatch import TaskPoller
 from .targets import KINDS, http_sd
 
@@ -79,7 +80,7 @@ def discovery_status(request: Request):
 
 def init(app) -> None:
     cfg = from_settings(app.state.settings)
-    app.state.discovery = app.state.ray_tasks = None
+    app.state.discovery = app.state.ray_tasks = app.state.gpu_fleet = None
     if cfg is None:
         return
     disc = Discovery(cfg, store=app.state.store)
@@ -87,7 +88,15 @@ def init(app) -> None:
     app.state.registry.register(DiscoveryCollector(disc))
     on_lifespan(app, disc.start, disc.stop)
     if cfg.ray_tasks:
-        poller = TaskPoller(cfg.ray_tasks, interval=cfg.ray_tasks_interval, timeout=cfg.timeout, job_id=cfg.ray_job)
+        state_dir = getattr(app.state.settings, "state_dir", None)
+        ring = TaskRing(state_dir, app.state.store, disc._run_labels) if state_dir else None   # persisted ledger
+        poller = TaskPoller(cfg.ray_tasks, interval=cfg.ray_tasks_interval, timeout=cfg.timeout, job_id=cfg.ray_job,
+                            ring=ring)
         app.state.ray_tasks = poller
         app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))
         on_lifespan(app, poller.start, poller.stop)
+        gpu = getattr(app.state, "gpu", None)   # the GPU area is mounted first (app.AREAS)
+        if gpu is not None and gpu.sampler is not None:   # per-fleet GPU time (issue 24 item 6)
+            from ..gpu.fleet import FleetAccountant, FleetCollector   # gpu.fleet imports discovery.phases
+            app.state.gpu_fleet = FleetAccountant(gpu.sampler, poller, disc._run_labels, app.state.store)
+            app.state.registry.register(FleetCollector(app.state.gpu_fleet))

@@ -109,6 +109,7 @@ class TaskLedger:
         self.actors: dict[str, Actor] = {}
         self.rank_of: dict[str, int] = {}
         self.nodes: dict[str, str] = {}   # node_id -> node IP (or name)
+        self.node_info: dict[str, dict] = {}   # node_id -> {ip, name, gpus} (per-fleet GPU time, gpu/fleet.py)
         self.dispatch_gap_s = dispatch_gap_s
         self.dropped_seen = 0        # Ray's dropped task-event count, max seen
         self.drop_increases = 0      # polls on which it went up
@@ -116,6 +117,7 @@ class TaskLedger:
         self.bad_rows = 0            # rows without a task id / start time (counted, skipped)
         self.polls = 0
         self.last_poll = 0.0
+        self.prev_poll = 0.0         # the poll before last_poll: calls started before it are all known
         self.lossy_since: float | None = None
 
     # -- actors ----------------------------------------------------------------------------------
@@ -145,6 +147,10 @@ class TaskLedger:
         for r in rows:
             if r.get("node_id"):
                 self.nodes[str(r["node_id"])] = str(r.get("node_name") or r.get("node_ip") or "")[:64]
+                res = r.get("resources_total") if isinstance(r.get("resources_total"), dict) else {}
+                self.node_info[str(r["node_id"])] = {"ip": str(r.get("node_ip") or "")[:64],
+                                                     "name": str(r.get("node_name") or "")[:64],
+                                                     "gpus": res.get("GPU") or 0}
 
     def add_finished(self, rows: list[dict]) -> int:
         """FINISHED rows of tasks that belong to an open dispatch (same worker group and method, started
@@ -228,7 +234,7 @@ class TaskLedger:
                 t.end, t.end_estimated = now, True
             self.done.append(t)
             closed += 1
-        self.last_poll = now
+        self.prev_poll, self.last_poll = self.last_poll, now
         return {"opened": opened, "closed": closed, "lossy": lossy}
 
     # -- views -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from .. import backoff
 from . import taskevents as te
+from . import taskring
 from .rayapi import RayAPIError, StateAPI
 
 log = logging.getLogger("omniwatch.raytasks")
@@ -54,7 +55,7 @@ class TaskSnapshot:
 class TaskPoller:
     def __init__(self, address: str | None = None, interval: float = 5.0, timeout: float = 5.0,
                  page: int = 2000, job_id: str | None = None, actor_refresh_s: float = 10.0,
-                 ledger: te.TaskLedger | None = None):
+                 ledger: te.TaskLedger | None = None, ring=None):
         self.api = StateAPI(address, timeout=timeout, limit=page)
         self.interval = interval
         self.job_id = job_id
@@ -66,6 +67,8 @@ class TaskPoller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lock = threading.Lock()
+        self.ring = ring              # taskring.TaskRing: the ledger persisted in --state-dir (None: not kept)
+        self._saved_at = 0.0
 
     def _job(self) -> str | None:
         if self.job_id:
@@ -114,7 +117,23 @@ class TaskPoller:
         return snap
 
     # -- thread ----------------------------------------------------------------------------------
+    def persist(self, force: bool = False) -> None:
+        """Write the ring (at most every taskring.PERSIST_S unless ``force``); never raises."""
+        if self.ring is None or (not force and time.monotonic() - self._saved_at < taskring.PERSIST_S):
+            return
+        self._saved_at = time.monotonic()
+        try:
+            with self.lock:
+                data = self.ring.snapshot(self.ledger, self.snapshot.job_id or self._job() or "")
+            self.ring.save(data)
+        except Exception:
+            log.exception("saving the Ray task-event ring failed")
+
     def start(self) -> None:
+        if self.ring is not None and self._thread is None:
+            with self.lock:
+                self.ring.load(self.ledger, self.job_id)
+            self._saved_at = time.monotonic()
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="omniwatch-ray-tasks", daemon=True)
             self._thread.start()
@@ -123,6 +142,7 @@ class TaskPoller:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=10)
+        self.persist(force=True)
         self.api.close()
 
     def _loop(self) -> None:
@@ -136,6 +156,7 @@ class TaskPoller:
                 if snap.cost.wall_s > self.interval / 2:  # Ray is slow: poll less often
                     wait = min(60.0, self.interval + 2 * snap.cost.wall_s)
                 msg = "Ray task events: attached"
+                self.persist()
             except RayAPIError as e:
                 self.failures += 1
                 wait = backoff.delay(self.failures, self.interval, 60.0)

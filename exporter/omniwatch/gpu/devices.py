@@ -125,6 +125,14 @@ class NvmlDevice:
                 return None
             raise
 
+    def pids(self) -> frozenset[int]:
+        """Compute processes NVML lists on this GPU. Often empty in containers and VMs (on our H200 it was
+        ``[]`` while a CUDA process ran): per-fleet GPU time uses it only where it names a worker's pid."""
+        try:
+            return frozenset(int(p.pid) for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._h))
+        except Exception:  # NVMLError_* or an older pynvml: no pids, never a failed read
+            return frozenset()
+
 
 class NvmlBackend:
     """``nvmlInit`` + one :class:`NvmlDevice` per GPU; ``close`` calls ``nvmlShutdown``."""
@@ -188,6 +196,10 @@ class TraceDevice:
     clock_hz: float | None = None
     fail_reads: Exception | None = None
     calls: list[int] = field(default_factory=list)  # the last_us of every samples() call
+    visible_pids: frozenset = frozenset()           # what NVML's process list would answer
+
+    def pids(self) -> frozenset[int]:
+        return self.visible_pids
 
     def samples(self, last_us: int) -> list[Sample]:
         self.calls.append(last_us)

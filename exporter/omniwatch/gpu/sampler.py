@@ -55,6 +55,7 @@ class GpuState:
     power_w: float | None = None
     sm_clock_hz: float | None = None
     last_new: float = 0.0  # monotonic time the last new sample arrived
+    pids: frozenset = frozenset()  # compute pids NVML lists on this GPU (often none: gpu/fleet.py)
 
     @property
     def target(self) -> str:
@@ -229,8 +230,10 @@ class GpuSampler:
             self._count(reason, n)
         used, total = dev.memory()
         power, clock = dev.power_watts(), dev.sm_clock_hz()
+        pids = dev.pids() if hasattr(dev, "pids") else frozenset()
         with self.lock:
             st.memory_used, st.memory_total, st.power_w, st.sm_clock_hz = used, total, power, clock
+            st.pids = pids
             st.up = True
         self._up(st.target, True)
 

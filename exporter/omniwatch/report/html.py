@@ -337,7 +337,9 @@ def run_page(f: RunFacts, bs: list[Bottleneck], back_link: str | None = None) ->
               ("GPU busy / idle by phase", gpu_phase_chart(f), "no GPU data: omniwatch's NVML sampler did not watch "
                                                                 "this run's GPUs (a log file has none)"),
               ("Worker lanes", lanes.chart(f.lanes, WIDTH), "no Ray task events for this run (a live report of an "
-                                                            "exporter run with --ray-tasks draws them)")]
+                                                            "exporter run with --ray-tasks draws them)"),
+              ("", lanes.chart(f.slow_lanes, WIDTH, f"Worker lanes of the {lanes.SLOWEST_STEPS} slowest steps, "
+                                                   "seconds from each step's start"), "")]
     body = []
     if back_link:
         body.append(f"<p><a href=\"{html.escape(back_link)}\">← all runs</a></p>")
@@ -349,7 +351,8 @@ def run_page(f: RunFacts, bs: list[Bottleneck], back_link: str | None = None) ->
         if head:
             body.append(f"<h2>{html.escape(head)}</h2>")
         if fig is None:
-            body.append(f"<p class=\"muted\">{html.escape(missing)}</p>")
+            if missing:
+                body.append(f"<p class=\"muted\">{html.escape(missing)}</p>")
         else:
             body.append("\x00chart")
             figs.append(fig)

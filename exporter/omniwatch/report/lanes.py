@@ -1,5 +1,6 @@
 """Per-worker phase lanes in ``omniwatch report`` (live reports, ``--prometheus``): a Gantt of the last K
-steps drawn from ``omniwatch_ray_worker_phase`` as Prometheus scraped it (the exporter's Ray task-event
+steps, and one of the K slowest steps (each from the previous step's arrival to its own, lanes prefixed with
+the step, times from that step's start), drawn from ``omniwatch_ray_worker_phase`` as Prometheus scraped it (the exporter's Ray task-event
 source, ``--ray-tasks``): one lane per (role, rank), one bar per span of the same phase. Bars are as fine as
 the query resolution (a phase shorter than it may not show, as in Grafana). Absent when the run's
 exporter did not read task events."""
@@ -12,6 +13,7 @@ from ..discovery.phases import PHASES
 
 CODE_PHASE = {i + 1: p for i, p in enumerate(PHASES)}
 LAST_STEPS = 5
+SLOWEST_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,24 @@ def query(prom, sel: str, start: float, until: float, res: float) -> list[Bar]:
     return segments(series, res)
 
 
-def chart(bars: list[Bar], width: int = 1000):
+def slowest(marks: list[tuple[float, int]], durations: dict[int, float], k: int = SLOWEST_STEPS
+            ) -> list[tuple[int, float, float]]:
+    """The ``k`` steps with the longest step time: [(step, previous arrival, arrival)] in step order. ``marks`` are
+    (first time Prometheus saw the step, step); the first step has no window."""
+    wins = [(s, marks[i - 1][0], t) for i, (t, s) in enumerate(marks) if i and durations.get(s)]
+    top = sorted(wins, key=lambda w: -durations[w[0]])[:k]
+    return sorted(top)
+
+
+def query_steps(prom, sel: str, windows: list[tuple[int, float, float]], res: float) -> list[Bar]:
+    """Bars of each window, lanes named ``step N · <lane>``, times relative to the window's start."""
+    out: list[Bar] = []
+    for step, a, b in windows:
+        out += [Bar(f"step {step} · {x.lane}", x.phase, x.start - a, x.end - a) for x in query(prom, sel, a, b, res)]
+    return out
+
+
+def chart(bars: list[Bar], width: int = 1000, title: str = "Worker lanes (Ray task events), seconds from the first bar"):
     """A Bokeh Gantt (None without bars): lanes top to bottom, bars coloured by phase."""
     if not bars:
         return None
@@ -63,7 +82,7 @@ def chart(bars: list[Bar], width: int = 1000):
     src = ColumnDataSource({"lane": [b.lane for b in bars], "left": [b.start - t0 for b in bars],
                             "right": [b.end - t0 for b in bars], "phase": [b.phase for b in bars],
                             "color": [colour[b.phase] for b in bars], "secs": [round(b.end - b.start, 1) for b in bars]})
-    f = figure(title="Worker lanes (Ray task events), seconds from the first bar", y_range=lanes, width=width,
+    f = figure(title=title, y_range=lanes, width=width,
                height=80 + 18 * len(lanes), tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="right")
     f.hbar(y="lane", left="left", right="right", height=0.8, color="color", legend_field="phase", source=src)
     f.add_tools(HoverTool(tooltips=[("lane", "@lane"), ("phase", "@phase"), ("seconds", "@secs")]))

@@ -112,10 +112,13 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     # per-worker lanes of the last steps (report/lanes.py), from the task-event source's series
     lane_start = marks[-lanes.LAST_STEPS - 1][0] if len(marks) > lanes.LAST_STEPS else start
     bars = lanes.query(prom, sel, lane_start, until, res)
+    # and of the slowest steps (each from the previous step's arrival to its own)
+    slow = lanes.query_steps(prom, sel, lanes.slowest(marks, {p.step: p.duration for p in points if p.duration}),
+                             res) if bars else []
     return RunFacts(run=f"{prom.url} {project}/{experiment}", project=project, experiment=experiment,
                     source="prometheus", steps=points, gpu_seconds=final, gpus=gpus,
                     gpus_source=gsrc or "unknown", modes=modes, alerts=alerts, alerts_source="prometheus",
-                    gpu_phases=phases, series=series, lanes=bars)
+                    gpu_phases=phases, series=series, lanes=bars, slow_lanes=slow)
 
 
 def _alerts(prom, sel, start, until, res, marks) -> list[AlertSpan]:

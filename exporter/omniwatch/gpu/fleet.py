@@ -1,0 +1,329 @@
+"""Per-fleet GPU time: each sampled GPU's busy / idle seconds, attributed to the fleet (actor / rollout /
+reward) and phase of the Ray worker call that holds the GPU at that moment, in goodput buckets.
+
+Inputs: the NVML sampler's classified intervals (``gpu/sampler.py``: busy / idle per ~0.2 s period, the last
+few minutes per GPU) and the Ray task-event ledger (``discovery/taskevents.py``: every worker call with its
+actor, node, pid, start and end). Runs after every sampler poll (``sampler.listeners``), on the exporter
+whose sampler sees the GPUs (``--gpu``) and whose task-event source watches the cluster (``--ray-tasks``).
+
+**Which worker holds which GPU** (label ``mapping``; NVML's process list is not relied on: in containers
+and VMs it is often empty, issue 24):
+
+- ``nvml_pid``: the GPU's NVML compute-process list holds the actor's pid (the Ray actor table's ``pid``).
+  Exact, and used wherever it is visible (``sampler.GpuState.pids``).
+- ``placement``: verl's worker group placement. A worker actor is named ``<prefix><Class>_<pg_idx>:<local_rank>``
+  and created in bundle ``local_rank`` of its node's placement group, every bundle one GPU
+  (``RayResourcePool.get_placement_groups``: ``{"CPU": max_colocate_count, "GPU": 1}`` per process;
+  ``_create_worker``: ``placement_group_bundle_idx=local_rank``, ``num_gpus=1/max_colocate_count``;
+  docs/verl-source.md R11). Ray hands a bundle the GPU it reserved for it; on a node whose GPUs the pool's
+  placement group reserved first (verl creates its pools before any other GPU user), bundle ``i`` holds
+  GPU index ``i``. Colocated groups (``max_colocate_count`` > 1, the same bundles) share the GPU: concurrent
+  calls split its seconds evenly. Two pools with separate placement groups on one node are not told apart
+  this way: there only ``nvml_pid`` is right (docs/who-holds-the-step.md says so).
+- ``node``: rollout / reward / teacher server replicas (``vllm_omni_server_*``) ask Ray for no GPU (R12: their
+  engines run on the worker group's GPUs in hybrid mode); a replica with requests in flight is charged
+  the GPUs of its node that no mapped call holds at that moment.
+- ``unmapped``: a GPU no actor was mapped to (its seconds are kept under fleet ``other``, phase ``none``).
+
+Nodes: the sampler's node is the Ray node whose ``node_ip`` or ``node_name`` is the sampler's node label or
+one of this host's addresses; on a one-node cluster, that node.
+
+**Buckets** (the productive / overhead / idle vocabulary of goodput accounting, so numbers compare with
+NeMo-RL's and Google's): every GPU-second is in exactly one.
+
+- ``productive``: the GPU busy while a compute call holds it (generate, update_actor, compute_log_prob, ...).
+- ``overhead``: every second (busy or idle) of a call that moves no sample forward — weight sync
+  (``update_weights``), checkpoints, ``init_model``, ``wake_up`` / ``sleep``, profiling — and the GPU busy while no
+  worker call holds it (work no Ray call explains).
+- ``idle``: the GPU idle inside a compute call, or with no call at all (phase ``none``).
+
+Time is attributed once, in order, up to a horizon the task events are final for (the previous poll minus
+Ray's report lag: a call first seen at a poll started after the poll before it, give or take that lag) and
+the GPU's sample watermark. Seconds the sampler's ring no longer covers are skipped and counted. Memory is
+bounded: counters keyed by fixed label sets, one watermark per GPU.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+
+from prometheus_client.registry import Collector
+
+from .. import names as n
+from ..discovery.phases import PHASES, SERVER_NAME, WORKER_NAME
+from .accounting import overlap_seconds
+
+log = logging.getLogger(__name__)
+
+SOURCE = "gpu_fleet"
+FLEETS = ("actor", "rollout", "reward", "other")
+BUCKETS = ("productive", "overhead", "idle")
+MAPPINGS = ("nvml_pid", "placement", "node", "unmapped")
+NO_CALL = "none"
+OVERHEAD_PHASES = frozenset({
+    "update_weights", "save_checkpoint", "load_checkpoint", "init_model", "wake_up", "sleep", "copy_adapter",
+    "ema_update_adapter", "execute_checkpoint_engine", "async_calls_finalize_fn_exec", "start_profile",
+    "stop_profile"})
+ROLLOUT_PHASES = frozenset({"generate_sequences", "generate", "wake_up", "sleep"})
+SERVER_ROLES = ("rollout_server", "reward_server", "teacher_server")
+CPU_ROLES = ("agent_loop", "reward_loop")   # orchestration actors: they hold no GPU
+REPORT_LAG_S = 2.0        # Ray workers report task events every 1 s (RAY_task_events_report_interval_ms)
+MAX_CATCHUP_S = 900.0     # at most this much of one GPU's past per pass (the ring holds ~300 s)
+
+
+def fleet_of(role: str, phase: str) -> str:
+    """A worker call's fleet. A colocated actor+rollout ``WorkerDict`` is the rollout fleet while it generates
+    (or wakes / sleeps the engine) and the actor fleet otherwise."""
+    if role in ("rollout_server", "agent_loop", "rollout"):
+        return "rollout"
+    if role in ("reward_server", "reward_loop", "rm"):
+        return "reward"
+    if role in ("actor_rollout", "actor_rollout_ref"):
+        return "rollout" if phase in ROLLOUT_PHASES else "actor"
+    if role in ("actor", "critic", "ref", "fused"):
+        return "actor"
+    return "other"
+
+
+def bucket_of(phase: str, busy: bool) -> str:
+    if phase in OVERHEAD_PHASES:
+        return "overhead"
+    if phase == NO_CALL:
+        return "overhead" if busy else "idle"
+    return "productive" if busy else "idle"
+
+
+@dataclass(frozen=True)
+class Held:
+    """One call on one GPU for [start, end)."""
+    start: float
+    end: float
+    fleet: str
+    phase: str
+    mapping: str
+
+
+def local_addresses() -> set[str]:
+    out = {socket.gethostname()}
+    try:
+        out |= set(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    return out
+
+
+def local_node_ids(node_info: dict[str, dict], sampler_node: str, addresses: set[str]) -> set[str]:
+    names = {sampler_node} | addresses
+    ids = {nid for nid, i in node_info.items() if i.get("ip") in names or i.get("name") in names}
+    if not ids and len(node_info) == 1:
+        ids = set(node_info)
+    return ids
+
+
+def gpu_map(ledger, gpus, local_ids: set[str]) -> dict[str, list[tuple[str, str]]]:
+    """actor_id -> [(gpu uuid, mapping)] for the actors on this node. NVML pids first: a GPU whose process
+    list names an actor's pid is that actor's (and no placement guess lands on it); then placement."""
+    by_index = {str(g.index): g.uuid for g in gpus}
+    out: dict[str, list[tuple[str, str]]] = {}
+    pid_gpu: dict[int, list[str]] = defaultdict(list)
+    for g in gpus:
+        for pid in getattr(g, "pids", ()) or ():
+            pid_gpu[pid].append(g.uuid)
+    live = {aid: a for aid, a in ledger.actors.items() if a.state in ("ALIVE", "RESTARTING") and a.node_id in local_ids}
+    for aid, a in live.items():
+        if a.pid is not None and a.pid in pid_gpu:
+            out[aid] = [(u, "nvml_pid") for u in pid_gpu[a.pid]]
+    by_pid = {u for pairs in out.values() for u, _ in pairs}
+    for aid, a in live.items():
+        if aid in out:
+            continue
+        m = WORKER_NAME.match(a.name or "")
+        uuid = by_index.get(m["local"]) if m else None
+        if uuid is not None and uuid not in by_pid:
+            out[aid] = [(uuid, "placement")]
+    return out
+
+
+class FleetAccountant:
+    """``sampler.listeners`` callback: attributes the sampled GPUs' intervals to the fleets of the worker
+    calls holding them (see the module docstring)."""
+
+    def __init__(self, sampler, poller, run_labels, store=None, addresses: set[str] | None = None):
+        self.sampler, self.poller, self.run_labels, self.store = sampler, poller, run_labels, store
+        self.addresses = local_addresses() if addresses is None else addresses
+        self.lock = threading.Lock()
+        # (project, experiment, fleet, phase, bucket, mapping) -> seconds
+        self.totals: dict[tuple[str, ...], float] = defaultdict(float)
+        self.until: dict[str, float] = {}          # gpu uuid -> attributed up to (unix s)
+        self.since: dict[str, float] = {}          # gpu uuid -> attributed from (unix s)
+        self.gpus_by: dict[tuple[str, str], int] = {}   # (fleet, mapping) -> GPUs, latest pass
+        self.skipped_s = 0.0
+        sampler.listeners.append(self.process)
+
+    def run_key(self) -> tuple[str, str]:
+        project, experiment = self.run_labels()
+        return project or "", experiment or ""
+
+    def _skip(self, reason: str) -> None:
+        if self.store is not None:
+            self.store.count_error(SOURCE, reason)
+
+    def _horizon(self, led) -> float | None:
+        prev = getattr(led, "prev_poll", 0.0) or 0.0
+        return prev - REPORT_LAG_S if prev else None
+
+    def _calls(self, led, amap, local_ids, lo: float, hi: float):
+        """Calls overlapping [lo, hi): mapped ones per GPU uuid, and node-level server calls."""
+        per_gpu: dict[str, list[Held]] = defaultdict(list)
+        node_calls: list[Held] = []
+        tasks = list(led.running.values())
+        for t in reversed(led.done):   # closed in end order (give or take a FAILED row's exact end)
+            if t.end is not None and t.end < lo - 60.0:
+                break
+            tasks.append(t)
+        for t in tasks:
+            end = t.end if t.end is not None else hi + MAX_CATCHUP_S
+            if end <= lo or t.start >= hi:
+                continue
+            fleet, phase = fleet_of(t.call.role, t.call.phase), t.call.phase
+            for uuid, how in amap.get(t.actor_id, ()):
+                per_gpu[uuid].append(Held(t.start, end, fleet, phase, how))
+            if t.actor_id not in amap and t.call.role in SERVER_ROLES and t.node_id in local_ids:
+                node_calls.append(Held(t.start, end, fleet, phase, "node"))
+        return per_gpu, node_calls
+
+    def process(self) -> None:
+        led = self.poller.ledger
+        hi_all = self._horizon(led)
+        if hi_all is None:
+            return
+        run = self.run_key()
+        gpus = self.sampler.snapshot()
+        # the poller holds its lock through a poll (HTTP calls, up to its timeout when Ray is slow): never stall
+        # the sampler's thread on it; this pass is skipped and the next one attributes the same time
+        if not self.poller.lock.acquire(timeout=0.1):
+            return
+        try:
+            local_ids = local_node_ids(getattr(led, "node_info", {}), self.sampler.node, self.addresses)
+            amap = gpu_map(led, gpus, local_ids)
+            holders: dict[str, set[tuple[str, str]]] = defaultdict(set)
+            for aid, pairs in amap.items():
+                fleet = holder_fleet(led.actors.get(aid))
+                for uuid, how in pairs:
+                    holders[uuid].add((fleet, how))
+            lo_all = min((self.until.get(g.uuid, hi_all) for g in gpus), default=hi_all)
+            per_gpu, node_calls = self._calls(led, amap, local_ids, max(lo_all, hi_all - MAX_CATCHUP_S), hi_all)
+        finally:
+            self.poller.lock.release()
+        with self.sampler.lock, self.lock:
+            counts: dict[tuple[str, str], int] = defaultdict(int)
+            for g in gpus:
+                h_fleet, h_how = _holder(holders.get(g.uuid, set()))
+                counts[(h_fleet, h_how)] += 1
+                wm = g.watermark
+                if wm is None or not g.ring:
+                    continue
+                hi = min(hi_all, wm)
+                lo = self.until.get(g.uuid)
+                if lo is None:   # first pass: start where both the task events and the samples are known
+                    self.until[g.uuid] = self.since[g.uuid] = max(hi, g.ring[0].start)
+                    continue
+                if lo < hi - MAX_CATCHUP_S:
+                    self.skipped_s += hi - MAX_CATCHUP_S - lo
+                    self._skip("fleet_gap")
+                    lo = hi - MAX_CATCHUP_S
+                if hi <= lo:
+                    continue
+                if g.ring[0].start > lo + 0.5:
+                    self.skipped_s += g.ring[0].start - lo
+                    self._skip("fleet_before_samples")
+                    lo = g.ring[0].start
+                self._attribute(run, g.ring, lo, hi, per_gpu.get(g.uuid, []), node_calls, h_fleet, h_how)
+                self.until[g.uuid] = hi
+            self.gpus_by = dict(counts)
+
+    def _attribute(self, run, ring, lo: float, hi: float, mapped: list[Held], node_calls: list[Held],
+                   h_fleet: str, h_how: str) -> None:
+        edges = {lo, hi}
+        for c in mapped + node_calls:
+            edges.update(x for x in (c.start, c.end) if lo < x < hi)
+        pts = sorted(edges)
+        for a, b in zip(pts, pts[1:]):
+            busy, idle = overlap_seconds(ring, a, b)
+            if busy + idle <= 0:
+                continue
+            holding = [c for c in mapped if c.start <= a and c.end >= b] or \
+                      [c for c in node_calls if c.start <= a and c.end >= b]
+            if holding:
+                share = 1.0 / len(holding)
+                for c in holding:
+                    self._add(run, c.fleet, c.phase, c.mapping, busy * share, idle * share)
+            else:
+                self._add(run, h_fleet, NO_CALL, h_how, busy, idle)
+
+    def _add(self, run, fleet, phase, how, busy, idle) -> None:
+        phase = phase if phase in _PHASES_OK else "other"
+        if busy > 0:
+            self.totals[run + (fleet, phase, bucket_of(phase, True), how)] += busy
+        if idle > 0:
+            self.totals[run + (fleet, phase, bucket_of(phase, False), how)] += idle
+
+    # -- reads ------------------------------------------------------------------------------------
+    def series(self) -> tuple[list[tuple[tuple[str, ...], float]], list[tuple[tuple[str, str], int]]]:
+        with self.lock:
+            return sorted(self.totals.items()), sorted(self.gpus_by.items())
+
+    def by_fleet(self) -> dict[tuple[str, str], float]:
+        """(fleet, bucket) -> seconds (tests, reports)."""
+        out: dict[tuple[str, str], float] = defaultdict(float)
+        with self.lock:
+            for (_p, _e, fleet, _ph, bucket, _how), s in self.totals.items():
+                out[(fleet, bucket)] += s
+        return dict(out)
+
+
+_PHASES_OK = frozenset(PHASES) | {NO_CALL}
+
+
+def holder_fleet(actor) -> str:
+    """The fleet an actor's GPU belongs to while it runs no call: a server replica's fleet, else the worker
+    group's (a colocated ``WorkerDict`` is the trainer's pool: ``actor``; a reward-model worker ``reward``)."""
+    if actor is None:
+        return "other"
+    s = SERVER_NAME.match(actor.name or "")
+    if s:
+        return {"reward_": "reward", "teacher_": "other"}.get(s["kind"] or "", "rollout")
+    cls = (actor.class_name or "").rsplit(".", 1)[-1]
+    if cls in ("RewardModelWorker", "RewardLoopWorker"):
+        return "reward"
+    return "actor" if WORKER_NAME.match(actor.name or "") else "other"
+
+
+def _holder(hs: set[tuple[str, str]]) -> tuple[str, str]:
+    fleets = {f for f, _ in hs}
+    fleet = fleets.pop() if len(fleets) == 1 else ("other" if fleets else "other")
+    how = min((how for _, how in hs), key=MAPPINGS.index, default="unmapped")
+    return fleet, how
+
+
+class FleetCollector(Collector):
+    OWNED = (n.GPU_FLEET_SECONDS_TOTAL, n.GPU_FLEET_GPUS)
+
+    def __init__(self, accountant: FleetAccountant):
+        self.accountant = accountant
+
+    def describe(self):
+        return n.describe(self.OWNED)
+
+    def collect(self):
+        f = {k: n.family(k) for k in self.OWNED}
+        totals, gpus = self.accountant.series()
+        for labels, secs in totals:
+            f[n.GPU_FLEET_SECONDS_TOTAL].add_metric(list(labels), secs)
+        run = list(self.accountant.run_key())
+        for (fleet, how), count in gpus:
+            f[n.GPU_FLEET_GPUS].add_metric(run + [fleet, how], count)
+        yield from f.values()

@@ -1,0 +1,170 @@
+"""Per-fleet GPU time (issue 24 item 6, gpu/fleet.py): the sampled GPUs' busy / idle seconds by the fleet and
+phase of the Ray worker call holding each GPU, in productive / overhead / idle buckets, with the mapping each
+number used. Ray's side is the state-API stand-in (rows shaped as recorded from Ray 2.60: the colocated
+WorkerDict ranks 0-3 and the vllm_omni_server_0_0 replica on one node); the GPUs are the real sampler over
+scripted NVML samples. The truth each number is checked against is the stand-in's own schedule, sampled every
+10 ms, independent of the ledger the exporter builds from its polls."""
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict, deque
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from omniwatch import demo_raytasks as dr
+from omniwatch import names as n
+from omniwatch.discovery import taskevents as te
+from omniwatch.discovery.phases import classify
+from omniwatch.gpu import fleet as fl
+from omniwatch.gpu.devices import TraceBackend, TraceDevice
+from omniwatch.gpu.sampler import GpuSampler
+from omniwatch.model import RunStore
+
+POLL_S, SAMPLE_S = 0.5, 0.2
+# a normal (not held) step starts here: k % HANG_EVERY == 1
+T0 = 1_800_000_000.0 - 1_800_000_000.0 % (dr.CYCLE_S * dr.HANG_EVERY) + dr.CYCLE_S
+
+
+def util(gpu: int, t: float) -> int:
+    """GPU 0 computes from 3 s to 8 s of every step (the worker phases), GPU 1 all the time."""
+    return 100 if gpu == 1 or 3.0 <= (t - T0) % dr.CYCLE_S < 8.0 else 0
+
+
+class Poller:  # what FleetAccountant reads of the task-event source: the ledger and its lock
+    def __init__(self):
+        self.ledger = te.TaskLedger(dispatch_gap_s=2.0)
+        self.lock = threading.Lock()
+
+
+def truth_at(stand: dr.StateStandIn, gpu: int, t: float) -> tuple[str, str, str] | None:
+    """(fleet, phase, mapping) of the call holding GPU ``gpu`` at ``t`` by the stand-in's own schedule."""
+    rows = stand.running(t)
+    rank_actor = stand.ranks[gpu]["actor_id"]
+    mine = [r for r in rows if r["actor_id"] == rank_actor]
+    if mine:
+        c = classify(mine[0]["name"])
+        return fl.fleet_of(c.role, c.phase), c.phase, "placement"
+    if any(r["actor_id"] == stand.servers[0]["actor_id"] for r in rows):
+        return "rollout", "generate", "node"
+    return None
+
+
+def simulate(steps: int = 3, pids: dict[int, frozenset] | None = None, store=None):
+    stand = dr.StateStandIn()
+    devs = [TraceDevice(i, f"GPU-{i}", "NVIDIA H200", deque(), memory_total=1 << 30,
+                        visible_pids=(pids or {}).get(i, frozenset())) for i in range(2)]
+    sampler = GpuSampler(TraceBackend(devs), store, node="127.0.0.1")
+    poller = Poller()
+    acct = fl.FleetAccountant(sampler, poller, lambda: ("flowgrpo", "fleet"), store, addresses=set())
+    poller.ledger.apply_actors(stand.actors)
+    poller.ledger.apply_nodes(stand.nodes)
+    t, last_sample = T0 - 2.0, T0 - 2.0
+    while t < T0 + steps * dr.CYCLE_S:
+        t = round(t + POLL_S, 6)
+        poller.ledger.apply(stand.running(t), now=t)
+        for i, d in enumerate(devs):
+            d.chunks.append([(int(round(s * 1e6)), util(i, s))
+                             for s in (last_sample + SAMPLE_S * k for k in range(1, int(POLL_S / SAMPLE_S) + 2))
+                             if last_sample < s <= t])
+        last_sample = max(s for s in (last_sample + SAMPLE_S * k for k in range(1, 10)) if s <= t)
+        sampler.poll_once()
+    return stand, sampler, acct
+
+
+def test_every_attributed_gpu_second_is_in_one_bucket_and_matches_the_schedule_within_a_poll():
+    stand, sampler, acct = simulate(steps=3)
+    got = defaultdict(float)
+    for (p, e, fleet, phase, bucket, how), s in acct.series()[0]:
+        assert (p, e) == ("flowgrpo", "fleet") and bucket in fl.BUCKETS and how in fl.MAPPINGS
+        got[(fleet, phase, bucket, how)] += s
+    # every second the GPUs were sampled in the attributed window is in exactly one bucket
+    total = sum(got.values())
+    firsts = {acct.since[g.uuid] for g in sampler.snapshot()}
+    ends = {acct.until[g.uuid] for g in sampler.snapshot()}
+    assert len(ends) == 1 and len(firsts) == 1
+    first, end = firsts.pop(), ends.pop()
+    assert end > T0 + 2 * dr.CYCLE_S   # the horizon trails the last poll by a poll + Ray's report lag
+    # the truth: the stand-in's schedule, every 20 ms, over the same window (samples describe (t - 0.2, t])
+    truth = defaultdict(float)
+    calls = defaultdict(int)
+    prev = {}
+    dt = 0.02
+    for gpu in (0, 1):
+        x = first + dt / 2
+        while x < end:
+            # the NVML sample stamped s describes the period (s - 0.2, s]
+            busy = util(gpu, T0 + math.ceil(round((x - T0) / SAMPLE_S, 6)) * SAMPLE_S) > 50
+            h = truth_at(stand, gpu, x)
+            fleet, phase, how = h if h else ("actor", fl.NO_CALL, "placement")
+            truth[(fleet, phase, fl.bucket_of(phase, busy), how)] += dt
+            if h and h != prev.get(gpu):
+                calls[(fleet, phase, how)] += 1
+            prev[gpu] = h
+            x += dt
+    assert total == pytest.approx(sum(truth.values()), abs=0.3)
+    # the named phases, each within one poll interval per call (ends are known to a poll; starts are exact)
+    for key in [k for k in truth if k[1] != fl.NO_CALL]:
+        tol = POLL_S * max(1, calls[(key[0], key[1], key[3])]) + 0.25
+        assert got.get(key, 0.0) == pytest.approx(truth[key], abs=tol), key
+    # what the numbers say, in words: GPU 0 computes in compute_log_prob / update_actor (actor fleet,
+    # productive), sits idle while the replica generates (rollout fleet, by node), and weight sync is overhead
+    assert got[("actor", "update_actor", "productive", "placement")] > 2 * 1.4 * 2 - 1.5
+    assert got[("rollout", "generate", "idle", "node")] > 0       # GPU 0 idle during generation
+    assert got[("rollout", "generate", "productive", "node")] > 0  # GPU 1 busy during generation
+    assert got[("actor", "update_weights", "overhead", "placement")] > 0
+    assert ("actor", "update_weights", "productive", "placement") not in got
+    assert got[("actor", fl.NO_CALL, "idle", "placement")] > 0 and got[("actor", fl.NO_CALL, "overhead", "placement")] > 0
+
+
+def test_nvml_pids_win_where_visible_and_the_collector_renders_the_mapping():
+    stand = dr.StateStandIn()
+    rank3 = stand.ranks[3]
+    _, sampler, acct = simulate(steps=2, pids={1: frozenset({rank3["pid"]})})
+    reg = CollectorRegistry()
+    reg.register(fl.FleetCollector(acct))
+    fams = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
+    secs = fams[n.GPU_FLEET_SECONDS_TOTAL.removesuffix("_total")].samples
+    by_how = defaultdict(float)
+    for s in secs:
+        if s.name.endswith("_total"):
+            by_how[s.labels["mapping"]] += s.value
+    assert by_how["nvml_pid"] > 0 and by_how["placement"] > 0
+    gpus = {(s.labels["fleet"], s.labels["mapping"]): s.value for s in fams[n.GPU_FLEET_GPUS].samples}
+    assert gpus == {("actor", "nvml_pid"): 1, ("actor", "placement"): 1}
+    # rank 3 is the straggler (1.8x in compute_log_prob): GPU 1 (its pid) carries its longer calls
+    clp = sum(s.value for s in secs if s.name.endswith("_total") and s.labels["phase"] == "compute_log_prob"
+              and s.labels["mapping"] == "nvml_pid")
+    assert clp > 1.3 * 1.8 * 0.9
+
+
+def test_no_gpu_mapping_without_the_node_and_bad_rows_are_kept_out():
+    stand = dr.StateStandIn()
+    led = te.TaskLedger()
+    led.apply_actors(stand.actors)
+    led.apply_nodes(stand.nodes + [dict(stand.nodes[0], node_id="f" * 56, node_ip="10.0.0.9", node_name="10.0.0.9")])
+    # two nodes: the sampler's is the one whose IP or name it carries; none -> nothing is mapped
+    assert fl.local_node_ids(led.node_info, "127.0.0.1", set()) == {stand.nodes[0]["node_id"]}
+    assert fl.local_node_ids(led.node_info, "gpu-host-7", set()) == set()
+    gpus = [type("G", (), {"index": 0, "uuid": "GPU-0", "pids": frozenset()})()]
+    assert fl.gpu_map(led, gpus, set()) == {}
+    m = fl.gpu_map(led, gpus, {stand.nodes[0]["node_id"]})
+    assert m == {stand.ranks[0]["actor_id"]: [("GPU-0", "placement")]}
+    # fleets and buckets from the fixed sets
+    assert fl.fleet_of("actor_rollout", "generate_sequences") == "rollout"
+    assert fl.fleet_of("actor_rollout", "update_actor") == "actor"
+    assert fl.fleet_of("reward_server", "generate") == "reward"
+    assert fl.bucket_of("save_checkpoint", False) == "overhead" and fl.bucket_of("update_actor", False) == "idle"
+
+
+def test_a_gap_longer_than_the_ring_is_a_counted_skip():
+    store = RunStore()
+    _, sampler, acct = simulate(steps=1, store=store)
+    g = sampler.snapshot()[0]
+    acct.until[g.uuid] = g.ring[0].start - 5.0   # as if the sampler had been away
+    acct.poller.ledger.prev_poll = acct.poller.ledger.last_poll
+    acct.process()
+    assert acct.skipped_s >= 5.0
+    assert store.errors[(fl.SOURCE, "fleet_before_samples")] == 1
