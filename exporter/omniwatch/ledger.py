@@ -47,6 +47,9 @@ PHASE_BUCKETS = ("feed", "gen", "old_log_prob", "rollout_corr", "ref", "teacher"
 STALL_TOLERANCE_STEPS = _ALERT_CONFIG.stall.notice_steps - 1
 
 
+_BUCKET_OF = {"reward": REWARD, "save_checkpoint": CHECKPOINT, names.UNTRACKED_PHASE: IDLE}
+
+
 def bucket_of(phase: str) -> str:
     if phase == "reward":
         return REWARD
@@ -75,32 +78,45 @@ def gpus_from_keys(values: dict[str, float]) -> int | None:
 
 def split(rec: StepRecord, interval: float | None, typical: float | None) -> dict[str, float]:
     """Wall seconds of one step's interval by bucket (they sum to the interval, or to step + validation
-    when the interval is unknown). ``typical`` is the run's typical step (for the stall tolerance)."""
+    when the interval is unknown). ``typical`` is the run's typical step (for the stall tolerance; read only
+    when the interval has time beyond the step and its validation)."""
     out: dict[str, float] = {}
-    if rec.duration is None:
+    duration = rec.duration
+    if duration is None:
         return out
-    timed = {p: s for p, s in rec.phases.items() if p != names.UNTRACKED_PHASE and s > 0}
-    total_timed = sum(timed.values())
-    scale = rec.duration / total_timed if total_timed > rec.duration else 1.0
-    for p, s in timed.items():
-        b = bucket_of(p)
+    untracked = names.UNTRACKED_PHASE
+    timed = [(p, s) for p, s in rec.phases.items() if s > 0 and p != untracked]
+    total_timed = sum([s for _, s in timed])
+    scale = duration / total_timed if total_timed > duration else 1.0
+    bucket = _BUCKET_OF.get
+    for p, s in timed:
+        b = bucket(p, p)
         out[b] = out.get(b, 0.0) + s * scale
-    tail = min(rec.reward_critical.get("streamed", 0.0) * scale, out.get("gen", 0.0))
+    tail = rec.reward_critical.get("streamed", 0.0)
     if tail > 0:  # the streamed reward tail is the end of gen
-        out["gen"] -= tail
-        out[REWARD] = out.get(REWARD, 0.0) + tail
-    out[IDLE] = max(0.0, rec.duration - total_timed * scale)
-    testing = max(0.0, rec.values.get(K_TESTING, 0.0))
-    if testing:
+        tail = min(tail * scale, out.get("gen", 0.0))
+        if tail > 0:
+            out["gen"] -= tail
+            out[REWARD] = out.get(REWARD, 0.0) + tail
+    idle = duration - total_timed * scale
+    if idle > 0:
+        out[IDLE] = idle
+    testing = rec.values.get(K_TESTING, 0.0)
+    if testing > 0:
         out[VALIDATION] = testing
+    else:
+        testing = 0.0
     if interval is not None:
-        rest = interval - rec.duration - testing
+        rest = interval - duration - testing
         if rest > 0:
             allowed = STALL_TOLERANCE_STEPS * typical if typical else rest
-            out[OUTSIDE] = min(rest, allowed)
+            if allowed > 0:
+                out[OUTSIDE] = min(rest, allowed)
             if rest > allowed:
                 out[STALLED] = rest - allowed
-    return {b: s for b, s in out.items() if s > 0}
+    if out.get("gen", 1.0) <= 0:  # all of gen was the streamed tail
+        del out["gen"]
+    return out
 
 
 def rate_per_day(recs, gpus: int) -> dict[str, float]:
