@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import names
-from .alerting.config import DEFAULT as _ALERT_CONFIG
+from .alerting.config import DEFAULT as _ALERT_CONFIG, Config
 from .analytics import K_TESTING, StepRecord
 
 K_IMAGES = "perf/total_num_images"
@@ -44,7 +44,16 @@ NON_PHASE = (REWARD, IDLE, CHECKPOINT, VALIDATION, OUTSIDE, STALLED)
 # timed phase keeps its own name.
 PHASE_BUCKETS = ("feed", "gen", "old_log_prob", "rollout_corr", "ref", "teacher", "adv", "prepare_actor_batch",
                  "update_actor", "update_weights", "dump_rollout_generations")
-STALL_TOLERANCE_STEPS = _ALERT_CONFIG.stall.notice_steps - 1
+
+
+def stall_tolerance_steps(cfg: Config) -> float:
+    """Typical steps of outside time a step's interval may hold before the rest is ``stalled``: the gap
+    TrainingStalled's first stage reports (``stall.notice_steps`` of the alert config the rules were made with)."""
+    return cfg.stall.notice_steps - 1
+
+
+# The default configuration's tolerance, for readers not handed a Config yet (dashboards/spec.py).
+STALL_TOLERANCE_STEPS = stall_tolerance_steps(_ALERT_CONFIG)
 
 
 _BUCKET_OF = {"reward": REWARD, "save_checkpoint": CHECKPOINT, names.UNTRACKED_PHASE: IDLE}
@@ -76,10 +85,11 @@ def gpus_from_keys(values: dict[str, float]) -> int | None:
     return r if r >= 1 and abs(n - r) <= 0.02 * r else None
 
 
-def split(rec: StepRecord, interval: float | None, typical: float | None) -> dict[str, float]:
+def split(rec: StepRecord, interval: float | None, typical: float | None, tolerance_steps: float) -> dict[str, float]:
     """Wall seconds of one step's interval by bucket (they sum to the interval, or to step + validation
-    when the interval is unknown). ``typical`` is the run's typical step (for the stall tolerance; read only
-    when the interval has time beyond the step and its validation)."""
+    when the interval is unknown). ``typical`` is the run's typical step and ``tolerance_steps``
+    (:func:`stall_tolerance_steps` of the alert config) how many of them the outside time may hold before
+    the rest is stalled; both are read only when the interval has time beyond the step and its validation."""
     out: dict[str, float] = {}
     duration = rec.duration
     if duration is None:
@@ -109,7 +119,7 @@ def split(rec: StepRecord, interval: float | None, typical: float | None) -> dic
     if interval is not None:
         rest = interval - duration - testing
         if rest > 0:
-            allowed = STALL_TOLERANCE_STEPS * typical if typical else rest
+            allowed = tolerance_steps * typical if typical else rest
             if allowed > 0:
                 out[OUTSIDE] = min(rest, allowed)
             if rest > allowed:
@@ -126,7 +136,7 @@ def rate_per_day(recs, gpus: int) -> dict[str, float]:
     total: dict[str, float] = {}
     wall = 0.0
     for r in recs:
-        for b, s in split(r, None, None).items():
+        for b, s in split(r, None, None, 0).items():  # no interval: no outside time, no tolerance
             total[b] = total.get(b, 0.0) + s
             wall += s
     if wall <= 0 or gpus <= 0:

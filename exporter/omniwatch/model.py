@@ -29,6 +29,7 @@ from .analytics import (
     time_outside, PHASE_ORDER,
 )
 from . import ledger
+from .alerting.config import DEFAULT as ALERT_DEFAULT, Config as AlertConfig
 from .parse import ParsedStep
 from .planned import OPEN, UNKNOWN, PlannedWork
 from .runlabel import fit_label
@@ -347,7 +348,8 @@ class RunStore:
                  max_keys: int = DEFAULT_MAX_KEYS, run_expiry: float = DEFAULT_RUN_EXPIRY, clock=time.time,
                  stalled_expiry: float = DEFAULT_STALLED_EXPIRY, gpus: int | None = None,
                  max_phases: int = DEFAULT_MAX_PHASES, gpus_override: bool = False,
-                 stale_horizon: float = DEFAULT_STALE_HORIZON, trainer_configs: dict | None = None):
+                 stale_horizon: float = DEFAULT_STALE_HORIZON, trainer_configs: dict | None = None,
+                 alert_config: AlertConfig = ALERT_DEFAULT):
         self.window, self.baseline, self.warmup = window, baseline, warmup
         self.max_runs, self.max_keys, self.run_expiry = max_runs, max_keys, run_expiry
         self.max_phases = max_phases
@@ -356,6 +358,9 @@ class RunStore:
         self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
         self.gpus_override = gpus_override  # report --gpus: the user's count wins over config and keys
         self.stale_horizon = stale_horizon  # 0: never stale
+        # The alert configuration the rules were made with: the ledger books outside time beyond its stall
+        # tolerance as stalled (ledger.stall_tolerance_steps).
+        self.stall_tolerance_steps = ledger.stall_tolerance_steps(alert_config)
         # (project, experiment) -> TrainerConfig, applied to the run when it exists (trainer_config.py)
         self.trainer_configs: dict[tuple[str, str], TrainerConfig] = dict(trainer_configs or {})
         self.lock = threading.RLock()
@@ -665,7 +670,7 @@ class RunStore:
         if interval is not None and rec.duration is not None and interval > rec.duration:
             typical = run.window.typical_step()
         gs, count = run.gpu_seconds, run.gpus.count
-        for bucket, sec in ledger.split(rec, interval, typical).items():
+        for bucket, sec in ledger.split(rec, interval, typical, self.stall_tolerance_steps).items():
             gs[bucket] += sec * count
 
     @staticmethod
