@@ -413,10 +413,12 @@ class RunWindow:
         self._typical_valid = False
 
     def add(self, rec: StepRecord) -> None:
-        if not rec.normal:
+        if rec.flags:  # not a normal step
             return
         self._typical_valid = False
-        self._add_reference(rec)
+        ref = self.reference
+        if len(ref) < self.r or rec.step <= ref[-1].step:  # else: past the reference, nothing to do there
+            self._add_reference(rec)
         q = self.normal
         if not q or rec.step > q[-1].step:
             q.append(rec)

@@ -219,6 +219,7 @@ class Run:
     _key_steps: dict[str, int] = field(default_factory=dict)
     _pending: tuple | None = None         # (values, step, KeyLayout) of the latest step, not yet in _keys
     layouts: list = field(default_factory=list)  # the run's last key layouts (analytics.key_layout)
+    untrimmed: StepRecord | None = None   # the latest applied record, its raw values not yet cut to WINDOW_VALUE_KEYS
     feeds: dict[str, int] = field(default_factory=dict)  # feed (source:target) -> last step it sent
     # The current trainer incarnation (a restart starts a new one: window, baselines and warm-up start over).
     inc_low: int | None = None           # its lowest step
@@ -528,17 +529,15 @@ class RunStore:
                         fn(run, rec)
                     except Exception:  # a listener must never break ingestion
                         logging.getLogger(__name__).exception("step listener failed")
-            # Kept records (window, reference, warm-up, last) hold only the raw keys window computations read.
-            vals = rec.values
-            rec.values = {k: vals[k] for k in WINDOW_VALUE_KEYS if k in vals}
         return rec
 
     def _ingest(self, project, experiment, parsed, source, arrival, feed, backlog=False):
         arrival = self.clock() if arrival is None else arrival
         feed = feed or source
         with self.lock:
-            for reason, n in parsed.dropped.items():
-                self.errors[(source, reason)] += n
+            if parsed.dropped:
+                for reason, n in parsed.dropped.items():
+                    self.errors[(source, reason)] += n
             run = self._run(project, experiment, source)
             if run is None:
                 return None
@@ -566,16 +565,21 @@ class RunStore:
                 if not replaying:  # the same feed, different content: the step ran again, the trainer restarted
                     run.restart()
             run.feeds[feed] = step
-            warm = self._place(run, step)
+            if (prev := run.untrimmed) is not None:  # kept records hold only the raw keys window computations
+                vals = prev.values                  # read; the latest keeps all until the next (its callers read them)
+                prev.values = {k: vals[k] for k in WINDOW_VALUE_KEYS if k in vals}
+            low = run.inc_low
+            warm = step < low + run.warmup_steps if low is not None and step >= low else self._place(run, step)
             rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite, layout=layout)
             if not rec.phases.keys() <= run.phase_names and (capped := self._cap_phases(run, rec, parsed, source)):
                 parsed, layout = capped, None
                 rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
-            if not seen and run.level_shift(rec, arrival):
+            if not seen and run.last_arrival is not None and arrival > run.last_arrival and run.level_shift(rec, arrival):
                 run.restart()
                 warm = self._place(run, step)
                 rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite, layout=layout)
-            self._outside(run, rec, backlog)
+            if not backlog:
+                self._outside(run, rec, backlog)
             run.inc_steps += 1
             if warm and len(run.warm) < WARM_KEPT:
                 run.warm.append(rec)
@@ -620,7 +624,9 @@ class RunStore:
                     else:
                         count += 1
             self._keep_keys(run, rec, vals, layout if vals is parsed.values else None)
-            self._timers_exceed_step(run, rec)
+            if not run.overlap_logged:
+                self._timers_exceed_step(run, rec)
+            run.untrimmed = rec
             return rec
 
     def _cap_phases(self, run: Run, rec: StepRecord, parsed: ParsedStep, source: str) -> ParsedStep | None:
