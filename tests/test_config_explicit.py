@@ -51,3 +51,16 @@ def test_report_config_draws_the_thresholds_the_rules_were_made_with(tmp_path):
         pages[name] = out.read_text()
     assert f"{names.ALERT_MFU_IMPOSSIBLE}: &gt; 3.5" in pages["tuned"] or f"{names.ALERT_MFU_IMPOSSIBLE}: > 3.5" in pages["tuned"]
     assert "3.5" not in pages["default"].split(names.ALERT_MFU_IMPOSSIBLE, 1)[1][:20]
+
+
+def test_the_exporter_takes_the_alert_config_from_its_settings(tmp_path, monkeypatch):
+    """`OMNIWATCH_ALERT_CONFIG` (or `alert_config:` in the settings file) names the YAML the rules were generated
+    with; the exporter's ledger books by it."""
+    from omniwatch.server import Exporter
+    from omniwatch.settings import Settings
+    y = tmp_path / "thresholds.yml"
+    y.write_text("stall:\n  notice_steps: 5\n")
+    monkeypatch.chdir(tmp_path)
+    assert Exporter._build(Settings.load(), None).store.stall_tolerance_steps == 2  # control: the default
+    monkeypatch.setenv("OMNIWATCH_ALERT_CONFIG", str(y))
+    assert Exporter._build(Settings.load(), None).store.stall_tolerance_steps == 4
