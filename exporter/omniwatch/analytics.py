@@ -130,9 +130,10 @@ class KeyLayout:
     phase timers (key, phase), whether the set marks a validation step or V1's off-policy keys, and the keys
     in sorted order (the step digest, model.step_digest)."""
 
-    __slots__ = ("keyset", "phase_keys", "validation", "off_policy", "sorted_keys", "digest_prefix")
+    __slots__ = ("keys", "keyset", "phase_keys", "validation", "off_policy", "sorted_keys", "digest_prefix")
 
     def __init__(self, values: dict[str, float]) -> None:
+        self.keys = tuple(values)  # in the order seen: the same key objects step after step (orjson caches keys)
         self.keyset = frozenset(values)
         phase_keys = []
         validation = off_policy = False
@@ -156,8 +157,9 @@ class KeyLayout:
 def key_layout(values: dict[str, float], known: list[KeyLayout]) -> KeyLayout:
     """The layout of ``values``: one of ``known`` (a run's last four key sets, the latest first: the usual step, a
     validation step, a checkpoint step) when it fits, else a new one, which replaces the oldest of ``known``."""
+    keys = tuple(values)
     for i, lay in enumerate(known):
-        if values.keys() == lay.keyset:  # C-level; the same key objects every step (orjson caches keys)
+        if keys == lay.keys or values.keys() == lay.keyset:  # C-level: pointer compares, else a set compare
             if i:
                 known.insert(0, known.pop(i))
             return lay

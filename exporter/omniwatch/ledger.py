@@ -95,13 +95,17 @@ def split(rec: StepRecord, interval: float | None, typical: float | None, tolera
     if duration is None:
         return out
     untracked = names.UNTRACKED_PHASE
-    timed = [(p, s) for p, s in rec.phases.items() if s > 0 and p != untracked]
-    total_timed = sum([s for _, s in timed])
-    scale = duration / total_timed if total_timed > duration else 1.0
     bucket = _BUCKET_OF.get
-    for p, s in timed:
-        b = bucket(p, p)
-        out[b] = out.get(b, 0.0) + s * scale
+    total_timed = 0.0
+    for p, s in rec.phases.items():  # one pass: each timed phase in its bucket
+        if s > 0 and p != untracked:
+            total_timed += s
+            b = bucket(p, p)
+            out[b] = out.get(b, 0.0) + s
+    scale = 1.0
+    if total_timed > duration:  # a nested timer: the timers are scaled to fit the step
+        scale = duration / total_timed
+        out = {b: s * scale for b, s in out.items()}
     tail = rec.reward_critical.get("streamed", 0.0)
     if tail > 0:  # the streamed reward tail is the end of gen
         tail = min(tail * scale, out.get("gen", 0.0))
