@@ -63,9 +63,12 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
     """(benchmark, measured, target/baseline) rows for the table."""
     out = []
     if (r := results.get("ingest")) and "error" not in r:
+        target = f">= {r.get('target_steps_per_s', 15_000):,} steps/s"
         out += [("ingest: parse + RunStore.ingest", f"{_f(r['ingest_steps_per_s'], ' steps/s', 0)} "
-                 f"({_f(r['ingest_values_per_s'], ' values/s', 0)}, {r['keys_per_line']} keys/line)", ">= 20,000 steps/s"),
-                ("ingest: FileSource.poll_once (real files)", _f(r["file_source_steps_per_s"], " steps/s", 0), ">= 20,000 steps/s"),
+                 f"({_f(r['ingest_values_per_s'], ' values/s', 0)}, {r['keys_per_line']} keys/line)", ""),
+                ("ingest: FileSource.poll_once (real files, end to end)",
+                 f"{_f(r['file_source_steps_per_s'], ' steps/s', 0)} "
+                 f"({r['file_source_steps_per_s'] / r['parse_steps_per_s']:.2f}x parse alone)", target),
                 ("ingest: parse_jsonl_line alone", _f(r["parse_steps_per_s"], " steps/s", 0), "")]
         if r.get("profile_top"):
             top = ", ".join(f"{p['function']} {p['share_of_total']:.0%}" for p in r["profile_top"][:3])

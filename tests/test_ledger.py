@@ -6,12 +6,15 @@ import orjson
 import pytest
 
 from omniwatch import ledger, names
+from omniwatch.alerting.config import DEFAULT
 from omniwatch.analytics import analyze_step
 from omniwatch.model import RunStore
 from omniwatch.parse import ParsedStep, parse_jsonl_line
 
 from .conftest import fixture_path
 from .test_model import samples, value
+
+TOLERANCE = ledger.stall_tolerance_steps(DEFAULT)  # the alert config the shipped rules were made with
 
 
 def raw(name: str, index: int) -> dict:
@@ -35,7 +38,7 @@ def test_colocated_step_by_hand():
     d = raw("flowgrpo_healthy", 4)
     step = d["timing_s/step"]
     interval = step + 40.0
-    got = ledger.split(rec_of(d), interval, typical=step)
+    got = ledger.split(rec_of(d), interval, step, TOLERANCE)
     timed = {k[9:]: v for k, v in d.items() if k.startswith("timing_s/") and "/" not in k[9:]
              and k[9:] not in ("step", "testing", "start_profile", "stop_profile")}
     assert got["gen"] == pytest.approx(d["timing_s/gen"])
@@ -51,7 +54,7 @@ def test_streamed_reward_tail_is_taken_out_of_gen():
     d = raw("flowgrpo_async_reward_tail", 20)
     tail = min(d["timing_s/gen"] - d["timing_s/agent_loop/generate_sequences/max"],
                d["timing_s/agent_loop/compute_score/max"])
-    got = ledger.split(rec_of(d, 21), None, None)
+    got = ledger.split(rec_of(d, 21), None, None, TOLERANCE)
     assert got["reward_critical_path"] == pytest.approx(tail + max(0.0, d["timing_s/reward"]))
     assert got["gen"] == pytest.approx(d["timing_s/gen"] - tail)
     assert sum(got.values()) == pytest.approx(d["timing_s/step"])  # no interval: the step itself
@@ -65,7 +68,7 @@ def test_validation_checkpoint_and_a_stall_each_have_their_bucket():
     d["timing_s/step"] = step + 300.0
     tol = ledger.STALL_TOLERANCE_STEPS * step
     interval = d["timing_s/step"] + 100.0 + tol + 900.0
-    got = ledger.split(rec_of(d), interval, typical=step)
+    got = ledger.split(rec_of(d), interval, step, TOLERANCE)
     assert got["validation"] == pytest.approx(100.0)
     assert got["checkpoint"] == pytest.approx(300.0)
     assert got["outside_step_timer"] == pytest.approx(tol)
@@ -75,7 +78,7 @@ def test_validation_checkpoint_and_a_stall_each_have_their_bucket():
 
 def test_timers_that_exceed_the_step_are_scaled_to_it():
     rec = analyze_step(3, {"timing_s/step": 10.0, "timing_s/gen": 8.0, "timing_s/update_actor": 4.0}, 0.0)
-    got = ledger.split(rec, None, None)
+    got = ledger.split(rec, None, None, TOLERANCE)
     assert got == pytest.approx({"gen": 10 * 8 / 12, "update_actor": 10 * 4 / 12})
 
 

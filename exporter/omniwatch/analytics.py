@@ -124,7 +124,52 @@ def _classify(key: str) -> str:
     return k
 
 
-@dataclass
+class KeyLayout:
+    """What one key set says, worked out once: a run logs the same keys step after step, so its steps share
+    a layout (``key_layout``) and the per-step work touches only the keys that matter. Holds the in-step
+    phase timers (key, phase), whether the set marks a validation step or V1's off-policy keys, and the keys
+    in sorted order (the step digest, model.step_digest)."""
+
+    __slots__ = ("keys", "keyset", "phase_keys", "validation", "off_policy", "sorted_keys", "digest_prefix")
+
+    def __init__(self, values: dict[str, float]) -> None:
+        self.keys = tuple(values)  # in the order seen: the same key objects step after step (orjson caches keys)
+        self.keyset = frozenset(values)
+        phase_keys = []
+        validation = off_policy = False
+        kind = _KEY_KIND.get
+        for key in values:  # phase timers in the step's order
+            k = kind(key)
+            if k is None:
+                k = _classify(key)
+            if k is _VALIDATION:
+                validation = True
+            elif k is _OFF_POLICY:
+                off_policy = True
+            elif k:  # (key, phase, its StepTimeRegression cause; none for checkpoint time)
+                phase_keys.append((key, k, None if k == "save_checkpoint" else CAUSE_OF_PHASE.get(k, "other")))
+        self.phase_keys = tuple(phase_keys)
+        self.validation, self.off_policy = validation, off_policy
+        self.sorted_keys = tuple(sorted(self.keyset))
+        self.digest_prefix = None  # set by model.step_digest on first use
+
+
+def key_layout(values: dict[str, float], known: list[KeyLayout]) -> KeyLayout:
+    """The layout of ``values``: one of ``known`` (a run's last four key sets, the latest first: the usual step, a
+    validation step, a checkpoint step) when it fits, else a new one, which replaces the oldest of ``known``."""
+    keys = tuple(values)
+    for i, lay in enumerate(known):
+        if keys == lay.keys or values.keys() == lay.keyset:  # C-level: pointer compares, else a set compare
+            if i:
+                known.insert(0, known.pop(i))
+            return lay
+    lay = KeyLayout(values)
+    known.insert(0, lay)
+    del known[4:]
+    return lay
+
+
+@dataclass(slots=True)
 class StepRecord:
     step: int
     arrival: float  # unix seconds the step was observed
@@ -199,28 +244,34 @@ def _causes(phases: dict[str, float], critical: dict[str, float]) -> dict[str, f
 
 
 def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bool = False,
-                 non_finite: tuple[str, ...] | frozenset[str] = ()) -> StepRecord:
+                 non_finite: tuple[str, ...] | frozenset[str] = (), layout: KeyLayout | None = None) -> StepRecord:
+    """``layout``: the layout of ``values``' keys when the caller has it (``key_layout``), else worked out here."""
     duration = values.get(K_STEP, values.get(K_TIME_PER_STEP))
     if duration is not None and duration <= 0:
         duration = None
+    if layout is None:
+        layout = KeyLayout(values)
     phases: dict[str, float] = {}
-    validation = off_policy = False
-    kind = _KEY_KIND.get
-    for key, v in values.items():  # one pass: phase timers, validation keys, V1's off-policy keys
-        k = kind(key)
-        if k is None:
-            k = _classify(key)
-        if k:
-            if k is _VALIDATION:
-                validation = True
-            elif k is _OFF_POLICY:
-                off_policy = True
-            elif v >= 0:
+    causes: dict[str, float] = {}
+    if duration is not None:
+        causes = dict.fromkeys(CAUSES, 0.0)  # seconds per StepTimeRegression cause (checkpoint time is none)
+        for key, k, cause in layout.phase_keys:
+            v = values[key]
+            if v >= 0:
                 phases[k] = v
+                if cause:
+                    causes[cause] += v
+    else:
+        for key, k, _ in layout.phase_keys:
+            v = values[key]
+            if v >= 0:
+                phases[k] = v
+    validation, off_policy = layout.validation, layout.off_policy
     residual = None
     if duration is not None:
         residual = duration - sum(phases.values())
-        phases[names.UNTRACKED_PHASE] = max(0.0, residual)
+        phases[names.UNTRACKED_PHASE] = untracked = max(0.0, residual)
+        causes[_UNTRACKED_CAUSE] += untracked
 
     # Reward on the critical path of the generation window.
     gen = values.get(K_GEN)
@@ -246,37 +297,51 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
 
     mfu = {role: values[k] for k, role in names.MFU_ROLES.items() if k in values}
     share = sum(critical.values()) / duration if critical and duration else None
-    flags = set()
-    if warmup:
-        flags.add("warmup")
-    if validation:
-        flags.add("validation")
-    if values.get(K_SAVE, 0) > 0:
-        flags.add("checkpoint")
+    checkpoint = values.get(K_SAVE, 0) > 0
+    flags = _NO_FLAGS
+    if warmup or validation or checkpoint:
+        flags = frozenset(f for f, on in (("warmup", warmup), ("validation", validation), ("checkpoint", checkpoint))
+                          if on)
+    tail = critical.get("streamed", 0.0)
+    if tail and causes:  # the streamed reward tail is inside gen (as _causes)
+        causes["rollout"] -= tail
+        causes["reward"] += tail
     rec = StepRecord(step, arrival, duration, phases, rb, critical, idle, mfu,
-                     values.get(K_THROUGHPUT), frozenset(flags), values, step_modes(values, off_policy), share,
-                     _causes(phases, critical) if duration is not None else {})
+                     values.get(K_THROUGHPUT), flags, values, step_modes(values, off_policy), share, causes)
     _signals(rec, values, non_finite, residual)
     return rec
 
 
+_NO_FLAGS: frozenset[str] = frozenset()
+_UNTRACKED_CAUSE = CAUSE_OF_PHASE[names.UNTRACKED_PHASE]
+_OUTSIDE_KEYS = tuple("timing_s/" + ph for ph in OUTSIDE_STEP_PHASES)
+
+
 def _signals(rec: StepRecord, values: dict[str, float], non_finite, residual: float | None) -> None:
     """Straggler tail, skipped update, RS rejection, the unclamped timer residual, the timed wall time."""
-    mx, mean = values.get(K_GEN_SEQ_MAX), values.get(K_GEN_SEQ_MEAN)
+    get = values.get
+    mx, mean = get(K_GEN_SEQ_MAX), get(K_GEN_SEQ_MEAN)
     if mx is not None and mean is not None and mean > 0 and mx >= 0:
         rec.straggler_ratio = mx / mean
     if K_GRAD_NORM in values:
         rec.grad_norm_nonfinite = False
     elif non_finite and K_GRAD_NORM in non_finite:
         rec.grad_norm_nonfinite = True
-    for key, mode in ((K_RS_SEQ_MASKED, "decoupled"), (K_RS_SEQ_MASKED_BYPASS, "bypass")):
-        rs = values.get(key)
+    rs = get(K_RS_SEQ_MASKED)
+    if rs is not None and 0 <= rs <= 1:
+        rec.rs_seq_masked, rec.rs_mode = rs, "decoupled"
+    else:
+        rs = get(K_RS_SEQ_MASKED_BYPASS)
         if rs is not None and 0 <= rs <= 1:
-            rec.rs_seq_masked, rec.rs_mode = rs, mode
-            break
+            rec.rs_seq_masked, rec.rs_mode = rs, "bypass"
     rec.timer_residual = residual
     if rec.duration is not None:
-        rec.timed_wall = rec.duration + sum(max(0.0, values.get("timing_s/" + ph, 0.0)) for ph in OUTSIDE_STEP_PHASES)
+        extra = 0
+        for key in _OUTSIDE_KEYS:
+            v = get(key)
+            if v is not None and v > 0:
+                extra += v
+        rec.timed_wall = rec.duration + extra
 
 
 def time_outside(gap: float, rec: StepRecord) -> tuple[float, float] | None:
@@ -350,10 +415,12 @@ class RunWindow:
         self._typical_valid = False
 
     def add(self, rec: StepRecord) -> None:
-        if not rec.normal:
+        if rec.flags:  # not a normal step
             return
         self._typical_valid = False
-        self._add_reference(rec)
+        ref = self.reference
+        if len(ref) < self.r or rec.step <= ref[-1].step:  # else: past the reference, nothing to do there
+            self._add_reference(rec)
         q = self.normal
         if not q or rec.step > q[-1].step:
             q.append(rec)
@@ -394,8 +461,9 @@ class RunWindow:
         stall tolerance, the level-shift check), so it is cached until :meth:`add` or :meth:`reset`
         changes the window."""
         if not self._typical_valid:
-            durs = [r.duration for r in self.normal if r.duration is not None]
-            self._typical = statistics.median(durs[-self.n:]) if durs else None
+            durs = sorted([r.duration for r in self.normal if r.duration is not None][-self.n:])
+            h = len(durs) // 2
+            self._typical = (durs[h] if len(durs) % 2 else (durs[h - 1] + durs[h]) / 2) if durs else None
             self._typical_valid = True
         return self._typical
 

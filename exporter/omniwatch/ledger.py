@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import names
-from .alerting.config import DEFAULT as _ALERT_CONFIG
+from .alerting.config import DEFAULT as _ALERT_CONFIG, Config
 from .analytics import K_TESTING, StepRecord
 
 K_IMAGES = "perf/total_num_images"
@@ -44,7 +44,19 @@ NON_PHASE = (REWARD, IDLE, CHECKPOINT, VALIDATION, OUTSIDE, STALLED)
 # timed phase keeps its own name.
 PHASE_BUCKETS = ("feed", "gen", "old_log_prob", "rollout_corr", "ref", "teacher", "adv", "prepare_actor_batch",
                  "update_actor", "update_weights", "dump_rollout_generations")
-STALL_TOLERANCE_STEPS = _ALERT_CONFIG.stall.notice_steps - 1
+
+
+def stall_tolerance_steps(cfg: Config) -> float:
+    """Typical steps of outside time a step's interval may hold before the rest is ``stalled``: the gap
+    TrainingStalled's first stage reports (``stall.notice_steps`` of the alert config the rules were made with)."""
+    return cfg.stall.notice_steps - 1
+
+
+# The default configuration's tolerance, for readers not handed a Config yet (dashboards/spec.py).
+STALL_TOLERANCE_STEPS = stall_tolerance_steps(_ALERT_CONFIG)
+
+
+_BUCKET_OF = {"reward": REWARD, "save_checkpoint": CHECKPOINT, names.UNTRACKED_PHASE: IDLE}
 
 
 def bucket_of(phase: str) -> str:
@@ -73,34 +85,52 @@ def gpus_from_keys(values: dict[str, float]) -> int | None:
     return r if r >= 1 and abs(n - r) <= 0.02 * r else None
 
 
-def split(rec: StepRecord, interval: float | None, typical: float | None) -> dict[str, float]:
+def split(rec: StepRecord, interval: float | None, typical: float | None, tolerance_steps: float) -> dict[str, float]:
     """Wall seconds of one step's interval by bucket (they sum to the interval, or to step + validation
-    when the interval is unknown). ``typical`` is the run's typical step (for the stall tolerance)."""
+    when the interval is unknown). ``typical`` is the run's typical step and ``tolerance_steps``
+    (:func:`stall_tolerance_steps` of the alert config) how many of them the outside time may hold before
+    the rest is stalled; both are read only when the interval has time beyond the step and its validation."""
     out: dict[str, float] = {}
-    if rec.duration is None:
+    duration = rec.duration
+    if duration is None:
         return out
-    timed = {p: s for p, s in rec.phases.items() if p != names.UNTRACKED_PHASE and s > 0}
-    total_timed = sum(timed.values())
-    scale = rec.duration / total_timed if total_timed > rec.duration else 1.0
-    for p, s in timed.items():
-        b = bucket_of(p)
-        out[b] = out.get(b, 0.0) + s * scale
-    tail = min(rec.reward_critical.get("streamed", 0.0) * scale, out.get("gen", 0.0))
+    untracked = names.UNTRACKED_PHASE
+    bucket = _BUCKET_OF.get
+    total_timed = 0.0
+    for p, s in rec.phases.items():  # one pass: each timed phase in its bucket
+        if s > 0 and p != untracked:
+            total_timed += s
+            b = bucket(p, p)
+            out[b] = out.get(b, 0.0) + s
+    scale = 1.0
+    if total_timed > duration:  # a nested timer: the timers are scaled to fit the step
+        scale = duration / total_timed
+        out = {b: s * scale for b, s in out.items()}
+    tail = rec.reward_critical.get("streamed", 0.0)
     if tail > 0:  # the streamed reward tail is the end of gen
-        out["gen"] -= tail
-        out[REWARD] = out.get(REWARD, 0.0) + tail
-    out[IDLE] = max(0.0, rec.duration - total_timed * scale)
-    testing = max(0.0, rec.values.get(K_TESTING, 0.0))
-    if testing:
+        tail = min(tail * scale, out.get("gen", 0.0))
+        if tail > 0:
+            out["gen"] -= tail
+            out[REWARD] = out.get(REWARD, 0.0) + tail
+    idle = duration - total_timed * scale
+    if idle > 0:
+        out[IDLE] = idle
+    testing = rec.values.get(K_TESTING, 0.0)
+    if testing > 0:
         out[VALIDATION] = testing
+    else:
+        testing = 0.0
     if interval is not None:
-        rest = interval - rec.duration - testing
+        rest = interval - duration - testing
         if rest > 0:
-            allowed = STALL_TOLERANCE_STEPS * typical if typical else rest
-            out[OUTSIDE] = min(rest, allowed)
+            allowed = tolerance_steps * typical if typical else rest
+            if allowed > 0:
+                out[OUTSIDE] = min(rest, allowed)
             if rest > allowed:
                 out[STALLED] = rest - allowed
-    return {b: s for b, s in out.items() if s > 0}
+    if out.get("gen", 1.0) <= 0:  # all of gen was the streamed tail
+        del out["gen"]
+    return out
 
 
 def rate_per_day(recs, gpus: int) -> dict[str, float]:
@@ -110,7 +140,7 @@ def rate_per_day(recs, gpus: int) -> dict[str, float]:
     total: dict[str, float] = {}
     wall = 0.0
     for r in recs:
-        for b, s in split(r, None, None).items():
+        for b, s in split(r, None, None, 0).items():  # no interval: no outside time, no tolerance
             total[b] = total.get(b, 0.0) + s
             wall += s
     if wall <= 0 or gpus <= 0:

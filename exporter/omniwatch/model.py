@@ -7,8 +7,11 @@ a re-run after a trainer restart — it replaces the stored step but never incre
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
+import operator
+import struct
 from array import array
 from functools import lru_cache
 import re
@@ -22,9 +25,11 @@ import orjson
 from . import names
 from .analytics import (
     CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, TIMER_OVERLAP_LOG_SHARE,
-    RunWindow, StepRecord, WindowStats, analyze_step, is_validation_key, time_outside, PHASE_ORDER,
+    WINDOW_VALUE_KEYS, KeyLayout, RunWindow, StepRecord, WindowStats, analyze_step, is_validation_key, key_layout,
+    time_outside, PHASE_ORDER,
 )
 from . import ledger
+from .alerting.config import DEFAULT as ALERT_DEFAULT, Config as AlertConfig
 from .parse import ParsedStep
 from .planned import OPEN, UNKNOWN, PlannedWork
 from .runlabel import fit_label
@@ -62,12 +67,17 @@ class SeenSteps:
         self.ranges: list[list[int]] = []
 
     def __contains__(self, s: int) -> bool:
-        import bisect
+        r = self.ranges
+        if not r or s > r[-1][1]:  # the usual step: past everything seen
+            return False
         i = bisect.bisect_right(self.ranges, [s, float("inf")]) - 1
         return i >= 0 and self.ranges[i][0] <= s <= self.ranges[i][1]
 
     def add(self, s: int) -> None:
-        import bisect
+        r = self.ranges
+        if r and r[-1][1] == s - 1:  # the usual step: the next one
+            r[-1][1] = s
+            return
         if s in self:
             return
         i = bisect.bisect_right(self.ranges, [s, float("inf")])
@@ -91,10 +101,29 @@ LEVEL_SHIFT = 3.0    # a step after a pause whose MFU / step time moved this man
 PAUSE_STEPS = 3.0    # ... where a pause is longer than this many typical steps
 
 
-def step_digest(values: dict[str, float]) -> int:
-    """The content of a step as a signed 64-bit integer, the same in every process (Python's ``hash()`` of a
-    str is salted per process, and digests are checkpointed: an exporter restart must still recognise a
-    re-sent step)."""
+def step_digest(values: dict[str, float], layout: KeyLayout | None = None) -> int:
+    """The content of a step as a signed 64-bit integer, the same in every process and whatever the order of
+    its keys (Python's ``hash()`` of a str is salted per process, and digests are checkpointed: an exporter
+    restart must still recognise a re-sent step): blake2b over the sorted keys, then their values as
+    little-endian IEEE doubles. The keys' part is prepared once per key set (``layout``, analytics.key_layout)."""
+    if layout is None:
+        layout = KeyLayout(values)
+    prep = layout.digest_prefix
+    if prep is None:
+        keys = layout.sorted_keys
+        prep = layout.digest_prefix = (
+            hashlib.blake2b("\0".join(keys).encode("utf-8", "surrogatepass") + b"\1", digest_size=8),
+            operator.itemgetter(*keys) if len(keys) > 1 else (lambda v, k=keys: tuple(v[x] for x in k)),
+            struct.Struct(f"<{len(keys)}d"))
+    prefix, get, pack = prep
+    h = prefix.copy()
+    h.update(pack.pack(*get(values)))
+    return int.from_bytes(h.digest(), "big", signed=True)
+
+
+def legacy_step_digest(values: dict[str, float]) -> int:
+    """The digest state files of version 2 hold (orjson of the sorted values): compared only with a step
+    re-sent after a restart from such a file (``StepDigests.legacy``)."""
     raw = hashlib.blake2b(orjson.dumps(values, option=orjson.OPT_SORT_KEYS), digest_size=8).digest()
     return int.from_bytes(raw, "big", signed=True)
 
@@ -109,7 +138,7 @@ class StepDigests:
     newer step takes its slot from an older one): 18 KiB per run however long it runs."""
 
     SMALL = 128
-    __slots__ = ("small", "steps", "hashes", "feed_of", "feeds", "_feed_ids")
+    __slots__ = ("small", "steps", "hashes", "feed_of", "feeds", "_feed_ids", "legacy")
 
     def __init__(self) -> None:
         self.small: dict[int, tuple[int, int]] | None = {}  # step -> (feed index, digest) until SMALL steps
@@ -118,6 +147,7 @@ class StepDigests:
         self.feed_of: array | None = None
         self.feeds: list[str] = []
         self._feed_ids: dict[str, int] = {}
+        self.legacy = False  # restored from a version-2 state file: its digests are legacy_step_digest's
 
     def get(self, step: int) -> tuple[str, int] | None:
         if self.small is not None:
@@ -180,10 +210,16 @@ class Run:
     restarts_total: int = 0
     stage_seconds_total: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     flagged_total: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # validation, checkpoint
-    keys: dict[str, float] = field(default_factory=dict)  # verl key -> latest value (contract keys too)
-    # verl key -> the step whose line carried that value. /metrics exports a key only while the latest
-    # step carried it; validation keys (val-*, val/*) keep their last value, with this step beside it.
-    key_steps: dict[str, int] = field(default_factory=dict)
+    # `keys`: verl key -> latest value (contract keys too); `key_steps`: verl key -> the step whose line
+    # carried that value. /metrics exports a key only while the latest step carried it; validation keys
+    # (val-*, val/*) keep their last value, with this step beside it. Both are properties: the latest step's
+    # values wait in `_pending` and are written into them when read (a scrape, a checkpoint), so a run that
+    # logs the same keys every step does no per-key bookkeeping per step.
+    _keys: dict[str, float] = field(default_factory=dict)
+    _key_steps: dict[str, int] = field(default_factory=dict)
+    _pending: tuple | None = None         # (values, step, KeyLayout) of the latest step, not yet in _keys
+    layouts: list = field(default_factory=list)  # the run's last key layouts (analytics.key_layout)
+    untrimmed: StepRecord | None = None   # the latest applied record, its raw values not yet cut to WINDOW_VALUE_KEYS
     feeds: dict[str, int] = field(default_factory=dict)  # feed (source:target) -> last step it sent
     # The current trainer incarnation (a restart starts a new one: window, baselines and warm-up start over).
     inc_low: int | None = None           # its lowest step
@@ -207,6 +243,35 @@ class Run:
     phase_names: set[str] = field(default_factory=set)  # distinct phases (timing_s/<name>) so far, <= max_phases
     config: TrainerConfig | None = None  # the trainer's configuration, when read (trainer_config.py)
     stale: bool = False                  # first seen as history (its newest line older than the stale horizon)
+
+    @property
+    def keys(self) -> dict[str, float]:
+        if self._pending is not None:
+            self._flush_keys()
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: dict[str, float]) -> None:
+        self._flush_keys()
+        self._keys = value
+
+    @property
+    def key_steps(self) -> dict[str, int]:
+        if self._pending is not None:
+            self._flush_keys()
+        return self._key_steps
+
+    @key_steps.setter
+    def key_steps(self, value: dict[str, int]) -> None:
+        self._flush_keys()
+        self._key_steps = value
+
+    def _flush_keys(self) -> None:
+        if self._pending is not None:
+            vals, step, _ = self._pending
+            self._pending = None
+            self._keys.update(vals)
+            self._key_steps.update(dict.fromkeys(vals, step))
 
     def passthrough_count(self) -> int:
         """Keys held for the verl_* prefix (the contract keys have their own series), toward --max-keys;
@@ -257,6 +322,7 @@ class Run:
         self.modes = {}
         self.window.reset()
         self.stats_dirty = True
+        self._flush_keys()
         # Nothing the old incarnation logged is the present of the new one (validation values keep their
         # step, which says where they came from).
         for k in [k for k in self.keys if not is_validation_key(k)]:
@@ -267,7 +333,7 @@ class Run:
         """A step after a pause of several typical steps whose MFU or step time moved by LEVEL_SHIFT x
         against the baseline: a restart the log did not show (resumed at its high-water mark, an
         appended console log)."""
-        if self.last_arrival is None or not rec.normal:
+        if self.last_arrival is None or not rec.normal or arrival <= self.last_arrival:
             return False
         typical = self.window.typical_step()
         if not typical or arrival - self.last_arrival <= PAUSE_STEPS * typical:
@@ -283,7 +349,8 @@ class RunStore:
                  max_keys: int = DEFAULT_MAX_KEYS, run_expiry: float = DEFAULT_RUN_EXPIRY, clock=time.time,
                  stalled_expiry: float = DEFAULT_STALLED_EXPIRY, gpus: int | None = None,
                  max_phases: int = DEFAULT_MAX_PHASES, gpus_override: bool = False,
-                 stale_horizon: float = DEFAULT_STALE_HORIZON, trainer_configs: dict | None = None):
+                 stale_horizon: float = DEFAULT_STALE_HORIZON, trainer_configs: dict | None = None,
+                 alert_config: AlertConfig = ALERT_DEFAULT):
         self.window, self.baseline, self.warmup = window, baseline, warmup
         self.max_runs, self.max_keys, self.run_expiry = max_runs, max_keys, run_expiry
         self.max_phases = max_phases
@@ -292,6 +359,9 @@ class RunStore:
         self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
         self.gpus_override = gpus_override  # report --gpus: the user's count wins over config and keys
         self.stale_horizon = stale_horizon  # 0: never stale
+        # The alert configuration the rules were made with: the ledger books outside time beyond its stall
+        # tolerance as stalled (ledger.stall_tolerance_steps).
+        self.stall_tolerance_steps = ledger.stall_tolerance_steps(alert_config)
         # (project, experiment) -> TrainerConfig, applied to the run when it exists (trainer_config.py)
         self.trainer_configs: dict[tuple[str, str], TrainerConfig] = dict(trainer_configs or {})
         self.lock = threading.RLock()
@@ -452,20 +522,22 @@ class RunStore:
         as a skip, not applied twice."""
         rec = self._ingest(project, experiment, parsed, source, arrival, feed, backlog)
         if rec is not None:
-            run = self.runs.get((fit_label(project), fit_label(experiment)))
-            for fn in list(self.listeners):
-                try:
-                    fn(run, rec)
-                except Exception:  # a listener must never break ingestion
-                    logging.getLogger(__name__).exception("step listener failed")
+            if self.listeners:
+                run = self.runs.get((fit_label(project), fit_label(experiment)))
+                for fn in list(self.listeners):
+                    try:
+                        fn(run, rec)
+                    except Exception:  # a listener must never break ingestion
+                        logging.getLogger(__name__).exception("step listener failed")
         return rec
 
     def _ingest(self, project, experiment, parsed, source, arrival, feed, backlog=False):
         arrival = self.clock() if arrival is None else arrival
         feed = feed or source
         with self.lock:
-            for reason, n in parsed.dropped.items():
-                self.errors[(source, reason)] += n
+            if parsed.dropped:
+                for reason, n in parsed.dropped.items():
+                    self.errors[(source, reason)] += n
             run = self._run(project, experiment, source)
             if run is None:
                 return None
@@ -476,11 +548,14 @@ class RunStore:
             elif not backlog:
                 run.stale = False
             step = parsed.step
-            digest = step_digest(parsed.values)
+            layout = key_layout(parsed.values, run.layouts)
+            digest = step_digest(parsed.values, layout)
             seen = step in run.seen
             if seen:
                 known = run.digests.get(step)
                 replaying = run.replay_from is not None and step >= run.replay_from
+                if known is not None and known[1] != digest and run.digests.legacy:
+                    digest = known[1] if legacy_step_digest(parsed.values) == known[1] else digest
                 if known is not None and (known[0] != feed or (known[1] == digest and not replaying)):
                     # another feed already gave this step (the console twin of a JSONL file), or the same
                     # content again (a retried push): a duplicate, not new work
@@ -490,16 +565,21 @@ class RunStore:
                 if not replaying:  # the same feed, different content: the step ran again, the trainer restarted
                     run.restart()
             run.feeds[feed] = step
-            warm = self._place(run, step)
-            rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
-            if rec.phases.keys() - run.phase_names and (capped := self._cap_phases(run, rec, parsed, source)):
-                parsed = capped
+            if (prev := run.untrimmed) is not None:  # kept records hold only the raw keys window computations
+                vals = prev.values                  # read; the latest keeps all until the next (its callers read them)
+                prev.values = {k: vals[k] for k in WINDOW_VALUE_KEYS if k in vals}
+            low = run.inc_low
+            warm = step < low + run.warmup_steps if low is not None and step >= low else self._place(run, step)
+            rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite, layout=layout)
+            if not rec.phases.keys() <= run.phase_names and (capped := self._cap_phases(run, rec, parsed, source)):
+                parsed, layout = capped, None
                 rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
-            if not seen and run.level_shift(rec, arrival):
+            if not seen and run.last_arrival is not None and arrival > run.last_arrival and run.level_shift(rec, arrival):
                 run.restart()
                 warm = self._place(run, step)
-                rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
-            self._outside(run, rec, backlog)
+                rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite, layout=layout)
+            if not backlog:
+                self._outside(run, rec, backlog)
             run.inc_steps += 1
             if warm and len(run.warm) < WARM_KEPT:
                 run.warm.append(rec)
@@ -512,8 +592,9 @@ class RunStore:
                 run.steps_total += 1
                 for ph, sec in rec.phases.items():
                     run.stage_seconds_total[ph] += sec
-                for flag in rec.flags - {"warmup"}:
-                    run.flagged_total[flag] += 1
+                if rec.flags:
+                    for flag in rec.flags - {"warmup"}:
+                        run.flagged_total[flag] += 1
                 if rec.grad_norm_nonfinite:
                     run.grad_nonfinite_total += 1
             self._account(run, rec, arrival, backlog)
@@ -524,11 +605,15 @@ class RunStore:
             if run.last is None or run.new_incarnation or step >= run.last.step:
                 run.last, run.new_incarnation = rec, False
             run.last_arrival = arrival if run.last_arrival is None else max(run.last_arrival, arrival)
-            for k, v in rec.modes.items():
-                if not (k == "async_mode" and run.modes.get(k) == "separate_async"):  # sticky per incarnation
-                    run.modes[k] = v
+            if rec.modes != run.modes:
+                for k, v in rec.modes.items():
+                    if not (k == "async_mode" and run.modes.get(k) == "separate_async"):  # sticky per incarnation
+                        run.modes[k] = v
             vals = parsed.values
-            new = vals.keys() - run.keys.keys()
+            pending = run._pending
+            # the same key set as the latest step, all of whose keys are held: nothing new (no set difference)
+            new = () if layout is not None and pending is not None and pending[2] is layout else \
+                vals.keys() - run.keys.keys()
             if new and not new <= CONTRACT_KEYS:  # a key this run never had: apply the cap
                 vals = dict(vals)
                 count = run.passthrough_count()
@@ -538,8 +623,10 @@ class RunStore:
                         self.errors[(source, "cardinality_cap")] += 1
                     else:
                         count += 1
-            self._keep_keys(run, rec, vals)
-            self._timers_exceed_step(run, rec)
+            self._keep_keys(run, rec, vals, layout if vals is parsed.values else None)
+            if not run.overlap_logged:
+                self._timers_exceed_step(run, rec)
+            run.untrimmed = rec
             return rec
 
     def _cap_phases(self, run: Run, rec: StepRecord, parsed: ParsedStep, source: str) -> ParsedStep | None:
@@ -564,13 +651,17 @@ class RunStore:
         """Add the step's interval to the GPU-hours ledger (ledger.split: the one implementation)."""
         n = ledger.gpus_from_keys(rec.values)
         if self.gpus_override and self.gpus:  # report --gpus N: the user's count
-            run.gpus = ledger.Gpus(self.gpus, "flag")
+            gpus = (self.gpus, "flag")
         elif run.config is not None and run.config.gpus:  # every pool the config names (separate_async)
-            run.gpus = ledger.Gpus(run.config.gpus, "config")
+            gpus = (run.config.gpus, "config")
         elif n is not None:
-            run.gpus = ledger.Gpus(n, "log")
+            gpus = (n, "log")
         elif run.gpus is None and self.gpus:
-            run.gpus = ledger.Gpus(self.gpus, "flag")
+            gpus = (self.gpus, "flag")
+        else:
+            gpus = None
+        if gpus is not None and (run.gpus is None or (run.gpus.count, run.gpus.source) != gpus):
+            run.gpus = ledger.Gpus(*gpus)
         interval = None
         if not backlog:
             if run.live_arrival is not None and arrival >= run.live_arrival:
@@ -579,14 +670,25 @@ class RunStore:
         if run.gpus is None:
             return
         # The typical step of the steps before this one, read from the window itself (cached there): the
-        # scrape-time statistics would make the ledger depend on when /metrics was last read.
-        for bucket, sec in ledger.split(rec, interval, run.window.typical_step()).items():
-            run.gpu_seconds[bucket] += sec * run.gpus.count
+        # scrape-time statistics would make the ledger depend on when /metrics was last read. Only an
+        # interval with time beyond the step and its validation needs it (the stall tolerance).
+        typical = None
+        if interval is not None and rec.duration is not None and interval > rec.duration:
+            typical = run.window.typical_step()
+        gs, count = run.gpu_seconds, run.gpus.count
+        for bucket, sec in ledger.split(rec, interval, typical, self.stall_tolerance_steps).items():
+            gs[bucket] += sec * count
 
     @staticmethod
-    def _keep_keys(run: Run, rec: StepRecord, vals: dict[str, float]) -> None:
-        """Remember each key's value and the step that carried it. The latest step sets all its keys (the
-        usual step: two C-level updates); a late, older step only keys no newer step has set."""
+    def _keep_keys(run: Run, rec: StepRecord, vals: dict[str, float], layout: KeyLayout | None = None) -> None:
+        """Remember each key's value and the step that carried it. The latest step's keys wait in
+        ``run._pending`` until read (``Run.keys``); a next latest step with the same key set (``layout``, all
+        of them held) replaces it without touching a key. A late, older step only sets keys no newer step has."""
+        if run.last is rec and layout is not None:
+            if run._pending is not None and run._pending[2] is not layout:
+                run._flush_keys()
+            run._pending = (vals, rec.step, layout)
+            return
         if run.last is rec:
             run.keys.update(vals)
             run.key_steps.update(dict.fromkeys(vals, rec.step))

@@ -16,6 +16,8 @@ PASSTHROUGH_PREFIX = "verl_"
 # Label names.
 L_PROJECT = "project"
 L_EXPERIMENT = "experiment"
+# What identifies one run in PromQL aggregations (`by (...)`, `on (...)`): rules and dashboards take it from here.
+RUN_BY = f"{L_PROJECT}, {L_EXPERIMENT}"
 RUN_LABELS = (L_PROJECT, L_EXPERIMENT)
 L_PHASE = "phase"
 L_ROLE = "role"

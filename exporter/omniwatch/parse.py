@@ -56,6 +56,7 @@ def _coerce_step(raw) -> int:
 
 
 _KEY_OK: dict[str, bool] = {}  # key -> a string within MAX_KEY_CHARS, not named like a secret
+_KEYS_OK: set[str] = set()     # the acceptable keys of _KEY_OK (one C-level subset test per line)
 _KEY_CACHE_MAX = 1 << 16
 
 
@@ -65,6 +66,8 @@ def _key_ok(key) -> bool:
         ok = type(key) is str and 0 < len(key) <= MAX_KEY_CHARS and not is_secret_key(key)
         if type(key) is str and len(_KEY_OK) < _KEY_CACHE_MAX:
             _KEY_OK[key] = ok
+            if ok:
+                _KEYS_OK.add(key)
     return ok
 
 
@@ -73,6 +76,16 @@ def clean_values(data: dict, non_finite: list | None = None) -> tuple[dict[str, 
     (``HF_TOKEN``, ``env/WANDB_API_KEY``) are dropped whatever their value: a key becomes a label.
     The common case (a known key, a finite float) costs one dict lookup; the rest takes the slow path.
     ``non_finite``, when given, collects the (acceptable) keys whose value was NaN / +-Inf / null."""
+    if data.keys() <= _KEYS_OK:  # the usual line: keys seen and accepted before, every value a finite number
+        try:
+            total = sum(data.values())  # TypeError unless every value is a number (null, a string, a list)
+        except TypeError:
+            total = None
+        if total is not None and total - total == 0:  # finite, so every value is (a NaN or an Inf makes the sum one)
+            try:
+                return dict(zip(data, map(float, data.values()))), {}
+            except OverflowError:  # an integer beyond a float: the slow path says so
+                pass
     values: dict[str, float] = {}
     dropped: dict[str, int] = {}
     key_ok = _KEY_OK.get

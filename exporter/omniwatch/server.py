@@ -19,6 +19,7 @@ from . import discovery, httpguard
 from .app import create_app
 from .exposition import make_registry
 from .gpu.loop import gpu_option, settings_extra
+from .alerting import config as alert_config
 from .model import RunStore
 from .redact import install_log_redaction
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_listen
@@ -60,7 +61,8 @@ class Exporter:
         store = RunStore(window=settings.window_steps, baseline=settings.baseline_steps,
                          warmup=settings.warmup_steps, max_runs=settings.max_runs, max_keys=settings.max_keys,
                          run_expiry=settings.run_expiry_seconds, stalled_expiry=settings.stalled_expiry_seconds,
-                         gpus=settings.gpus, stale_horizon=settings.stale_horizon_seconds)
+                         gpus=settings.gpus, stale_horizon=settings.stale_horizon_seconds,
+                         alert_config=alert_config.load(settings.alert_config))
         registry = make_registry(store)
         app = create_app(store, registry, settings)
         ex = cls(settings, store, registry, app, lock=lock)

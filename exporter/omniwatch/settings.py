@@ -168,6 +168,7 @@ class Settings(BaseSettings):
     gpu_trainer_flops_tflops: str | None = Field(None, validation_alias=AliasChoices(
         "gpu_trainer_flops_tflops", PREFIX + "GPU_TRAINER_FLOPS_TFLOPS", "VERL_OMNI_DEVICE_FLOPS_TFLOPS"))
     relay_config: str | None = None            # receivers file of the alert relay
+    alert_config: str | None = None            # threshold overrides the rules were generated with (YAML, as rules generate --config)
     grafana_url: str | None = None             # Grafana base URL the relay links to
     # -- the native stack ----------------------------------------------------------------------------
     run_dir: str = DEFAULT_RUN_DIR

@@ -20,7 +20,6 @@ from pathlib import Path
 import orjson
 
 from . import statefile
-from .analytics import WINDOW_VALUE_KEYS, StepRecord
 from .ledger import Gpus
 from .model import RunStore, SeenSteps, StepDigests
 from .periodic import Periodic
@@ -29,33 +28,10 @@ from .trainer_config import TrainerConfig
 from .sources.layout import run_labels
 
 log = logging.getLogger(__name__)
-VERSION = 2  # 2: trainer incarnations, step digests, detected modes
+VERSION = statefile.VERSION  # 3: step records under StepRecord's field names (statefile.py); 2 is read and upgraded
+_rec_to, _rec_from = statefile.record_to_json, statefile.record_from_json  # the one step-record schema
 FILENAME = "exporter-state.json"
 SOURCE = "state"
-
-
-def _rec_to(r: StepRecord) -> dict:
-    return {"step": r.step, "arrival": r.arrival, "duration": r.duration, "phases": r.phases,
-            "rb": r.reward_bound_ratio, "critical": r.reward_critical, "idle": r.idle_ratio, "mfu": r.mfu,
-            "throughput": r.throughput, "flags": sorted(r.flags),
-            "values": {k: r.values[k] for k in sorted(WINDOW_VALUE_KEYS) if k in r.values},
-            "modes": r.modes, "share": r.reward_step_share, "causes": r.causes,
-            "signals": {k: getattr(r, k) for k in _SIGNAL_FIELDS}}
-
-
-# StepRecord fields of the issue-13 signals, stored as one mapping (absent in older states: None).
-_SIGNAL_FIELDS = ("straggler_ratio", "grad_norm_nonfinite", "rs_seq_masked", "rs_mode", "timer_residual", "timed_wall",
-                  "outside_seconds", "outside_ratio")
-
-
-def _rec_from(d: dict) -> StepRecord:
-    rec = StepRecord(d["step"], d["arrival"], d["duration"], d["phases"], d["rb"], d["critical"], d["idle"],
-                     d["mfu"], d["throughput"], frozenset(d["flags"]), d.get("values", {}), d.get("modes", {}),
-                     d.get("share"), d.get("causes", {}))
-    sig = d.get("signals") or {}
-    for k in _SIGNAL_FIELDS:
-        setattr(rec, k, sig.get(k))
-    return rec
 
 
 def snapshot_store(store: RunStore) -> dict:
@@ -74,6 +50,7 @@ def snapshot_store(store: RunStore) -> dict:
                             "replay_from": run.replay_from},
             # the digests as a table: each feed (a file path, a push feed) once, not once per step
             "digests": [], "digest_table": {"feeds": list(run.digests.feeds), "rows": run.digests.rows()},
+            "legacy_digests": run.digests.legacy,
             "modes": run.modes,
             "gpu_seconds": dict(run.gpu_seconds), "live_arrival": run.live_arrival,
             "gpus": [run.gpus.count, run.gpus.source] if run.gpus else None,
@@ -103,6 +80,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             table = d.get("digest_table") or {"feeds": [], "rows": []}
             for k, fid, h in table["rows"]:
                 run.digests.put(k, table["feeds"][fid], h)
+            run.digests.legacy = d.get("legacy_digests") is True
             run.modes = dict(d["modes"])
             run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
             if isinstance(d.get("trainer_config"), dict):
@@ -190,7 +168,13 @@ class Checkpointer(Periodic):
             return False
         try:
             # The whole document is checked against the schema before anything is restored (statefile.py).
-            data, secret_keys = statefile.check(orjson.loads(raw), VERSION)
+            doc = orjson.loads(raw)
+            old = doc.get("version") if isinstance(doc, dict) and doc.get("version") != VERSION else None
+            data, secret_keys = statefile.check(doc, VERSION)
+            if old is not None:
+                log.info("exporter state %s was written by an older omniwatch (state format %s): read and upgraded "
+                         "to format %s (step records under their own field names); written in the new format at "
+                         "the next checkpoint", self.path, old, VERSION)
             if secret_keys:
                 self.store.count_error(SOURCE, "secret_key", secret_keys)
             restore_store(self.store, data["model"])

@@ -40,7 +40,7 @@ from .records import (REC_CEILING, REC_QUEUE_PER_SLOT, REC_REWARD_LATENCY, REC_R
                       REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT, REC_TQ_PARTITION,
                       REC_TQ_SECONDS_TO_FULL, REC_TQ_UNIT_DERIV, REC_TQ_UNIT_TTF, REC_TQ_UTILIZATION, REC_TQ_WRITES)
 
-RUN_BY = "project, experiment"
+from ..names import RUN_BY  # noqa: E402  (one definition: names.py)
 REPLICA_BY = "project, experiment, role, replica"
 ROLE_BY = "project, experiment, role"
 UNIT_BY = "project, experiment, storage_unit_id"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..names import RUN_BY
 from .config import Config
 from .prose import Prose
 
-RUN_BY = "project, experiment"
 
 
 @dataclass

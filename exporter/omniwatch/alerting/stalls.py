@@ -28,7 +28,7 @@ from .rule import Alert, Record, sel
 from .records import (REC_AGE, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_PREFIX, REC_STALL_TYPICAL,
                       REC_STALL_WARNING)
 
-RUN_BY = "project, experiment"
+from ..names import RUN_BY  # noqa: E402  (one definition: names.py)
 REC = REC_STALL_PREFIX
 AGE = REC_AGE
 SEVERITIES = ("info", "warning", "critical")

@@ -46,7 +46,7 @@ ALERTS = "ALERTS"  # Prometheus' synthetic series of pending/firing alerts
 DATASOURCE_UID = "${datasource}"
 PROVISIONED_UID = "omniwatch-prometheus"  # the uid docker-compose provisions (dashboards/provisioning/datasources)
 
-RUN_BY = f"{n.L_PROJECT}, {n.L_EXPERIMENT}"
+from ..names import RUN_BY  # noqa: E402  (one definition: names.py)
 RUN_MATCHERS = f'{n.L_PROJECT}=~"${V_PROJECT}", {n.L_EXPERIMENT}=~"${V_EXPERIMENT}"'
 GPU_MATCHERS = f'{n.L_NODE}=~"${V_NODE}", {n.L_GPU}=~"${V_GPU}"'
 RUN_LEGEND = "{{project}}/{{experiment}}"

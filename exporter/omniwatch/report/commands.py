@@ -16,6 +16,13 @@ from ..backtest.tsdb import ToolError
 from ..promapi import PromError
 from .facts import RunFacts
 
+
+def alert_config(args):
+    """``--config``: the YAML overrides the rules were generated with (``omniwatch rules generate --config``), so
+    the ledger's stall tolerance, the verdict's windows and the charts' threshold lines match those rules."""
+    from ..alerting import config
+    return config.load(getattr(args, "config", None))
+
 DEFAULT_INDEX = "omniwatch-report/index.html"
 
 
@@ -40,7 +47,7 @@ def file_facts(paths: list[str], args, progress, kind: str | None = None) -> lis
                      experiment=getattr(args, "experiment", None) if len(paths) == 1 else None)
     _configs(runs, args)
     try:
-        return facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=progress,
+        return facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=progress, alert_config=alert_config(args),
                              starts=[args.start] * len(runs) if getattr(args, "start", None) else None,
                              alerts=not args.no_alerts)
     except (ToolError, PromError) as e:
@@ -82,11 +89,12 @@ def cmd_report(args) -> int:
             return _index(args, Path(src), err, out)
         with progress_for(err, args.quiet or args.json) as prog:
             facts = file_facts([src], args, prog, kind="console" if args.console else None)[0]
-    bs = verdict(facts)
+    cfg = alert_config(args)
+    bs = verdict(facts, cfg)
     dest = Path(args.out) if args.out else (None if args.json else default_out(facts))
     if dest is not None:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(run_page(facts, bs), encoding="utf-8")
+        dest.write_text(run_page(facts, bs, cfg=cfg), encoding="utf-8")
     if args.json:
         sys.stdout.write(json.dumps(facts_json(facts, bs)) + "\n")
     else:
@@ -120,10 +128,10 @@ def _index(args, root: Path, err: Console, out: Console) -> int:
     _configs(runs, args)
     with progress_for(err, args.quiet or args.json) as prog:
         # the pages show no annotation text (the verdict renders the remedy itself): not rendered here
-        facts = facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=prog,
+        facts = facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=prog, alert_config=alert_config(args),
                               starts=[args.start] * len(runs) if args.start else None, alerts=not args.no_alerts,
                               annotations=False)
-        rows = build_index(facts, dest, str(root), prog, args.jobs)
+        rows = build_index(facts, dest, str(root), prog, args.jobs, cfg=alert_config(args))
     if args.json:
         sys.stdout.write(json.dumps({"root": str(root.resolve()), "index": str(dest.resolve()), "runs": [
             {k: r[k] for k in ("name", "run", "page", "steps", "gpus", "gpu_hours", "lost", "top", "alerts")}
@@ -156,7 +164,8 @@ def cmd_compare(args) -> int:
     else:
         with progress_for(err, args.quiet or args.json) as prog:
             pair = file_facts([args.a, args.b], args, prog)
-    c = Comparison(pair[0], pair[1], verdict(pair[0]), verdict(pair[1]))
+    cfg = alert_config(args)
+    c = Comparison(pair[0], pair[1], verdict(pair[0], cfg), verdict(pair[1], cfg))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(compare_page(c), encoding="utf-8")
@@ -176,6 +185,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "log with VeRL-Omni's config print), matched by trainer.project_name / experiment_name (a "
                         "single run takes a single config whatever its names); repeatable")
     p.add_argument("--rules", metavar="DIR", help="rule files directory (default: the repository's alerts/)")
+    p.add_argument("--config", metavar="YAML", help="the threshold overrides the rules were generated with "
+                   "(`omniwatch rules generate --config`): ledger stall tolerance, verdict windows, chart thresholds")
     p.add_argument("--prometheus", metavar="URL", help="read a live run from this Prometheus instead of a file")
     p.add_argument("--until", type=_time, help="with --prometheus: the end of the range (default now)")
     p.add_argument("--since", type=_duration, default=30 * 86400.0, help="with --prometheus: how far back to look (default 30d)")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import ledger, trainer_config
+from ..alerting.config import DEFAULT, Config
 from ..backtest.multi import backtest_many
 from ..backtest.runfile import RecordedRun, load_run
 from ..model import MAX_LABEL_CHARS, RunStore
@@ -99,15 +100,16 @@ def unique_labels(runs: list[RecordedRun]) -> None:
 def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir=None, progress=None,
                   starts: list[float | None] | None = None, eval_interval: float = 15.0,
                   scrape_interval: float = 15.0, alerts: bool = True, workers: int | None = None,
-                  annotations: bool = True) -> list[RunFacts]:
+                  annotations: bool = True, alert_config: Config = DEFAULT) -> list[RunFacts]:
     """Replay and backtest every run (one Prometheus pass); one RunFacts per run, in order. ``gpus``
     is ``--gpus``: used where a run's keys cannot tell (as the live exporter's flag). ``annotations``:
-    render each alert's annotations as Prometheus would have (``--json``'s alerts, as ``backtest --json``)."""
+    render each alert's annotations as Prometheus would have (``--json``'s alerts, as ``backtest --json``).
+    ``alert_config``: the config the rules were made with (the ledger's stall tolerance)."""
     unique_labels(runs)
     col = _Collector(len(runs))
     # Unknown GPUs: the ledger still runs with 1 GPU so wall time is split; reported as "unknown".
     results = backtest_many(runs, rules_dir=rules_dir, progress=progress, observe=col, starts=starts,
-                            store_kwargs={"gpus": gpus or 1, "gpus_override": bool(gpus)},
+                            store_kwargs={"gpus": gpus or 1, "gpus_override": bool(gpus), "alert_config": alert_config},
                             eval_interval=eval_interval,
                             scrape_interval=scrape_interval, evaluate=alerts, workers=workers,
                             annotations=annotations)

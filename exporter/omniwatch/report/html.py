@@ -22,7 +22,7 @@ from bokeh.plotting import figure
 from bokeh.resources import Resources
 
 from .. import __version__, ledger
-from ..alerting.config import DEFAULT
+from ..alerting.config import DEFAULT, Config
 from . import lanes
 from .facts import HOUR, RunFacts
 from .verdict import Bottleneck
@@ -93,7 +93,7 @@ def ledger_chart(f: RunFacts, title: str = "Where the GPU-hours went"):
 MAX_BARS = 600  # a longer run's stacked chart shows the mean step of each bin of consecutive steps
 
 
-def phase_chart(f: RunFacts, x_range):
+def phase_chart(f: RunFacts, x_range, cfg: Config = DEFAULT):
     """Stacked wall seconds per step by ledger bucket (one renderer), with StepTimeRegression's threshold.
     Runs longer than MAX_BARS steps are binned (mean seconds per step of each bin), so pages stay small."""
     kept = f.gpu_hours()  # buckets with at least a GPU-second over the run
@@ -128,7 +128,7 @@ def phase_chart(f: RunFacts, x_range):
                  legend_field="bucket", line_color=None)
     fig.add_tools(HoverTool(renderers=[r], tooltips=[("step", "@step"), ("bucket", "@bucket"),
                                                      ("seconds", "@seconds{0,0.0}")]))
-    ratio = DEFAULT.step_time.regression_ratio
+    ratio = cfg.step_time.regression_ratio
     th = ColumnDataSource(dict(step=_arr([p.step for p in f.steps]),
                                v=_arr([_nan(p.duration_baseline and p.duration_baseline * ratio) for p in f.steps])))
     fig.line("step", "v", source=th, line_color=THRESHOLD, line_dash="dashed", line_width=1.5,
@@ -162,26 +162,26 @@ def _ratio_chart(f: RunFacts, x_range, title: str, y_label: str, attr: str, win_
     return fig
 
 
-def reward_chart(f: RunFacts, x_range):
-    c = DEFAULT.reward_bound
+def reward_chart(f: RunFacts, x_range, cfg: Config = DEFAULT):
+    c = cfg.reward_bound
     return _ratio_chart(f, x_range, "Reward-bound ratio: reward seconds on the critical path / (gen + reward)",
                         "ratio", "reward_bound", "reward_bound_min", c.ratio,
                         f"RewardBoundRollout: window min > {c.ratio:g} (and reward > {c.step_share:g} of the step)")
 
 
-def idle_chart(f: RunFacts, x_range):
-    c = DEFAULT.inter_stage_idle
+def idle_chart(f: RunFacts, x_range, cfg: Config = DEFAULT):
+    c = cfg.inter_stage_idle
     return _ratio_chart(f, x_range, "Inter-stage idle ratio: untimed seconds / step", "ratio", "idle", "idle_min",
                         c.ratio, f"InterStageIdleGPU: window min > {c.ratio:g}")
 
 
-def mfu_chart(f: RunFacts, x_range):
+def mfu_chart(f: RunFacts, x_range, cfg: Config = DEFAULT):
     roles = sorted({r for p in f.steps for r in p.mfu})
     if not roles:
         return None
     fig = _fig("MFU against the run's own baseline", "MFU", x_range)
     colors = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b"]
-    drop = DEFAULT.mfu.drop_ratio
+    drop = cfg.mfu.drop_ratio
     for k, role in enumerate(roles):
         pts = [p for p in f.steps if role in p.mfu]
         src = ColumnDataSource(dict(step=_arr([p.step for p in pts]), v=_arr([p.mfu[role] for p in pts]),
@@ -194,10 +194,10 @@ def mfu_chart(f: RunFacts, x_range):
                  legend_label=f"{role} MFUDrop: {drop:g} x baseline")
         fig.add_tools(HoverTool(renderers=[r], mode="vline", tooltips=[("step", "@step"), (role, "@v{0.000}"),
                                                                        ("baseline", "@b{0.000}")]))
-    _threshold(fig, DEFAULT.mfu.impossible, f"MFUImpossible: > {DEFAULT.mfu.impossible:g}")
+    _threshold(fig, cfg.mfu.impossible, f"MFUImpossible: > {cfg.mfu.impossible:g}")
     fig.legend.label_text_font_size = "10px"
     fig.add_layout(fig.legend[0], "right")
-    top = max([DEFAULT.mfu.impossible] + [v for p in f.steps for v in p.mfu.values()])
+    top = max([cfg.mfu.impossible] + [v for p in f.steps for v in p.mfu.values()])
     fig.y_range = Range1d(0, top * 1.1)
     return fig
 
@@ -325,14 +325,15 @@ def _config_html(f: RunFacts) -> list[str]:
     return out
 
 
-def run_page(f: RunFacts, bs: list[Bottleneck], back_link: str | None = None) -> str:
+def run_page(f: RunFacts, bs: list[Bottleneck], back_link: str | None = None, cfg: Config = DEFAULT) -> str:
+    """The run's page; ``cfg``: the alert config its rules were made with (threshold lines)."""
     x_range = Range1d(min((p.step for p in f.steps), default=0) - 1, max((p.step for p in f.steps), default=1) + 1)
     charts = [("Where the GPU-hours went", ledger_chart(f), ""),
-              ("Per step", phase_chart(f, x_range), ""),
-              ("", reward_chart(f, x_range), "no reward critical-path timer in this run (V1 streamed reward logs "
+              ("Per step", phase_chart(f, x_range, cfg), ""),
+              ("", reward_chart(f, x_range, cfg), "no reward critical-path timer in this run (V1 streamed reward logs "
                                              "none): the ratio is absent, not 0"),
-              ("", idle_chart(f, x_range), "no step timer in this run"),
-              ("", mfu_chart(f, x_range), "no perf/mfu/* keys in this run"),
+              ("", idle_chart(f, x_range, cfg), "no step timer in this run"),
+              ("", mfu_chart(f, x_range, cfg), "no perf/mfu/* keys in this run"),
               ("Alert timeline", alert_chart(f, x_range), "no alert fired"),
               ("GPU busy / idle by phase", gpu_phase_chart(f), "no GPU data: omniwatch's NVML sampler did not watch "
                                                                 "this run's GPUs (a log file has none)"),

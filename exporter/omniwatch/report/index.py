@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..sources.tail import inside
 from .facts import HOUR, RunFacts
+from ..alerting.config import DEFAULT, Config
 from .html import index_page, run_page
 from .verdict import lost_gpu_hours, verdict
 
@@ -72,9 +73,9 @@ def page_paths(out_dir: Path, facts: list[RunFacts]) -> list[Path]:
 
 
 def _write(k: int) -> int:
-    f, bs, path, back = _JOBS[k]
+    f, bs, path, back, cfg = _JOBS[k]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(run_page(f, bs, back_link=back), encoding="utf-8")
+    path.write_text(run_page(f, bs, back_link=back, cfg=cfg), encoding="utf-8")
     return k
 
 
@@ -98,17 +99,18 @@ def write_pages(jobs: list, workers: int | None = None, progress=None) -> None:
         _JOBS = []
 
 
-def build_index(facts: list[RunFacts], out: Path, root: str, progress=None, workers: int | None = None) -> list[dict]:
+def build_index(facts: list[RunFacts], out: Path, root: str, progress=None, workers: int | None = None,
+                cfg: Config = DEFAULT) -> list[dict]:
     out_dir = out.parent
     jobs, rows = [], []
     for f, path in zip(facts, page_paths(out_dir, facts)):
-        bs = verdict(f)
+        bs = verdict(f, cfg)
         if not f.source_name and f.source in ("jsonl", "console"):
             real_root = os.path.realpath(root)
             f.source_name = os.path.relpath(os.path.realpath(f.run), real_root) if inside(real_root, f.run) \
                 else os.path.basename(f.run)
         back = os.path.relpath(out, path.parent)
-        jobs.append((f, bs, path, back))
+        jobs.append((f, bs, path, back, cfg))
         rows.append({"name": f"{f.project}/{f.experiment}", "href": os.path.relpath(path, out_dir),
                      "steps": f.n_steps, "gpus": f.gpus, "gpu_hours": f.total_gpu_seconds / HOUR,
                      "lost": lost_gpu_hours(bs), "top": bs[0].alertname if bs and bs[0].gpu_seconds else "",

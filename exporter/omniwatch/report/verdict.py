@@ -37,7 +37,7 @@ import yaml
 
 from .. import ledger, names
 from ..alerting import spec
-from ..alerting.config import DEFAULT
+from ..alerting.config import DEFAULT, Config
 from ..alerting.prose import Ctx
 from ..analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts
@@ -45,8 +45,12 @@ from ..rules import alertmanager_config_path
 
 # Regressions priced for every step they lasted against the anchored reference: alert -> the normal steps of
 # the window that made it fire (the episode starts at its first).
-LASTING = {names.ALERT_MFU_DROP: DEFAULT.window.k, names.ALERT_STEP_REGRESSION: DEFAULT.window.k,
-           names.ALERT_STEP_DRIFT: DEFAULT.window.drift}
+LASTING = (names.ALERT_MFU_DROP, names.ALERT_STEP_REGRESSION, names.ALERT_STEP_DRIFT)
+
+
+def lasting_window(alertname: str, cfg: Config) -> int:
+    """The normal steps whose window made ``alertname`` fire, in the alert config the rules were made with."""
+    return cfg.window.drift if alertname == names.ALERT_STEP_DRIFT else cfg.window.k
 COST_RULE = {
     names.ALERT_MFU_DROP: "every step from the first of the window that fired it to its last firing step: the role's "
                           "phase seconds x (1 - the step's MFU / the reference MFU) x GPUs",
@@ -128,10 +132,10 @@ def _matchers(ms) -> dict[str, str]:
 
 
 def remedy(alertname: str, labels: dict[str, str], modes: dict[str, str] | None,
-           series: dict[str, float] | None = None) -> str:
+           series: dict[str, float] | None = None, cfg: Config = DEFAULT) -> str:
     """The remedy annotation of the alert (the spec whose static labels the alert carries), rendered
     for the run's detected modes, as Prometheus renders it."""
-    cands = [a for a in spec.alerts(DEFAULT) if a.name == alertname and a.remedy is not None]
+    cands = [a for a in spec.alerts(cfg) if a.name == alertname and a.remedy is not None]
     best = [a for a in cands if all(labels.get(k) == str(v) for k, v in a.labels.items())] or cands
     if not best:
         return ""
@@ -150,22 +154,23 @@ def onset_index(f: RunFacts, first_index: int, window: int) -> int:
     return onset
 
 
-def episodes(f: RunFacts) -> list[tuple[object, int, int]]:
+def episodes(f: RunFacts, cfg: Config = DEFAULT) -> list[tuple[object, int, int]]:
     """Each alert span with the first line index it is on from (a step-based alert: the first step of the
     window that fired it, so inhibitions cover the same steps) and the first it is priced from (the lasting
     regressions: that onset; the others: their firing start)."""
     out = []
     for a in f.alerts:
         steps_based = a.labels.get("persistence") == "steps"
-        on = onset_index(f, a.first_index, LASTING.get(a.alertname, DEFAULT.window.k)) if steps_based else a.first_index
+        on = onset_index(f, a.first_index, lasting_window(a.alertname, cfg)) if steps_based else a.first_index
         out.append((a, on, on if a.alertname in LASTING else a.first_index))
     return out
 
 
-def verdict(f: RunFacts) -> list[Bottleneck]:
+def verdict(f: RunFacts, cfg: Config = DEFAULT) -> list[Bottleneck]:
+    """The run's bottlenecks, priced; ``cfg``: the alert config its rules were made with (``report --config``)."""
     by_index = f.index_of()
     firing: dict[int, set[str]] = {}
-    spans = episodes(f)
+    spans = episodes(f, cfg)
     for a, on, _ in spans:
         for i in range(on, a.last_index + 1):
             firing.setdefault(i, set()).add(a.alertname)
@@ -175,7 +180,7 @@ def verdict(f: RunFacts) -> list[Bottleneck]:
     for a, _, start in spans:
         b = out.get(a.alertname)
         if b is None:
-            b = out[a.alertname] = Bottleneck(a.alertname, 0.0, remedy(a.alertname, a.labels, f.modes, f.series),
+            b = out[a.alertname] = Bottleneck(a.alertname, 0.0, remedy(a.alertname, a.labels, f.modes, f.series, cfg),
                                               [], [], COST_NOTE.get(a.alertname, ""))
             if a.alertname in COST_RULE:
                 b.rule = f"{COST_RULE[a.alertname]} ({REFERENCE_NOTE})"
@@ -203,7 +208,7 @@ def verdict(f: RunFacts) -> list[Bottleneck]:
     stalled = f.gpu_seconds.get(ledger.STALLED, 0.0)
     if stalled > 0:  # the ledger's stalled bucket is TrainingStalled's cost, whether or not its alert was seen
         b = out.get(names.ALERT_STALLED) or Bottleneck(names.ALERT_STALLED, 0.0, remedy(names.ALERT_STALLED, {}, f.modes,
-                                                                                        f.series), [], [])
+                                                                                        f.series, cfg), [], [])
         b.gpu_seconds, b.buckets = stalled, [ledger.STALLED]
         b.note = b.note or "time with no step beyond the stall tolerance"
         out[names.ALERT_STALLED] = b
