@@ -196,7 +196,7 @@ IDLE = Row("Idle GPU time", (
           thresholds=(Step(None, "green"), Step(0.5, "orange", note="half of a phase idle: worth a look, no alert")),
           w=24, h=7, runbook=n.ALERT_IDLE),
     Panel("GPU idle share by phase: $experiment",
-          "Over the last $window seconds: GPU idle seconds attributed to each phase / all GPU seconds attributed to "
+          "Over the last $window typical steps of each run: GPU idle seconds attributed to each phase / all GPU seconds attributed to "
           "the run's steps (5 Hz NVML sampler). Stacked, the bands add up to the run's idle share of GPU time; "
           "phase=inter_stage is the gap between timed phases.",
           (Target(f"sum by ({by_run(n.L_PHASE)}) ({increase_w(sel(n.GPU_PHASE_IDLE_SECONDS_TOTAL))}) "

@@ -2,7 +2,7 @@
 
 Everything that must be the same on every dashboard lives here and nowhere else: the datasource
 variable and the ``${datasource}`` reference on every panel and query, the run variables (and the
-run-scoped node/gpu variables, and ``$window`` where a panel reads per-step counters), panel ids
+run-scoped node/gpu variables, and ``$window``, typical steps per run, where a panel reads per-step counters), panel ids
 (1, 2, 3 ... in layout order), refIds (A, B, C ... per panel), the grid layout (24 columns, rows first,
 panels wrapped left to right; a collapsed row keeps its panels inside it), legends and tooltips, the
 links (the five dashboards to each other keeping time and variables; a runbook link on every panel tied
@@ -28,7 +28,7 @@ from grafana_foundation_sdk.builders.common import (
     GraphThresholdsStyleConfig, HeatmapCalculationBucketConfig, HeatmapCalculationOptions, ReduceDataOptions,
     ScaleDistributionConfig, StackingConfig, VizLegendOptions, VizTooltipOptions)
 from grafana_foundation_sdk.builders.dashboard import (
-    Dashboard as SdkDashboard, DashboardLink, DatasourceVariable, QueryVariable, Row as SdkRow, ThresholdsConfig)
+    CustomVariable, Dashboard as SdkDashboard, DashboardLink, DatasourceVariable, QueryVariable, Row as SdkRow, ThresholdsConfig)
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -114,11 +114,13 @@ def _query_var(name: str, label: str, query: str, all_value: str | None):
 
 
 def window_variable():
-    """``$window`` (seconds): 3 or 10 typical steps of the slowest selected run (3 is the default, the
-    first option); any other number of seconds can be typed in."""
-    return (QueryVariable(s.V_WINDOW).label("Window (s)").datasource(PROM).query(s.window_variable_query())
-            .regex(s.WINDOW_REGEX).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(VariableSort.NUMERICAL_ASC).multi(False).include_all(False))
+    """``$window``: how many typical steps each run is read over (3, the alerts' window, is the default; 10 a
+    longer view). A custom variable, not a query: each run's own window in seconds is computed inside the
+    panel queries from its own typical step (spec.increase_w), never from the slowest selected run."""
+    values = ",".join(str(k) for k in s.WINDOW_STEPS)
+    first = str(s.WINDOW_STEPS[0])
+    return (CustomVariable(s.V_WINDOW).label("Window (typical steps per run)").values(values)
+            .current(VariableOption(selected=True, text=first, value=first)).multi(False).include_all(False))
 
 
 def variables(d: s.Dashboard) -> list:

@@ -335,7 +335,7 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
     placed = render_layout(d, runs)
     rows = max(pl.y + pl.h for pl, _ in placed)
     fig = plt.figure(figsize=(16, rows * ROW_UNIT_IN + 0.9))
-    fig.suptitle(f"{d.title}   ({project} / {experiment}, last {minutes:g} min; $window = {window} s)", fontsize=11,
+    fig.suptitle(f"{d.title}   ({project} / {experiment}, last {minutes:g} min; $window = {window} typical steps per run)", fontsize=11,
                  x=0.01, y=1 - 0.15 / (rows * ROW_UNIT_IN + 0.9), ha="left", va="top")
     top = 1 - 0.9 / (rows * ROW_UNIT_IN + 0.9)
     for pl, run in placed:
