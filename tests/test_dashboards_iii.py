@@ -206,11 +206,12 @@ def test_one_stall_is_one_firing_alert(tmp_path):
 def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
     """Item 4: during a stall (no step for an hour, the ledger counter flat), 'Where the GPU-hours went' shows the
     run's GPUs as stalled (it was 0/0 -> no data); a finished run is not stalled; a running run is unchanged.
-    promtool evaluates the generated panel query with $window = 180 s."""
+    promtool evaluates the generated panel query with $window = 3 typical steps of 60 s (read over 180 s), the
+    ledger counter flat for 10 minutes."""
     from omniwatch import ledger
     from omniwatch.dashboards.verify import substitute
     p = by_title(load(DASHBOARDS[0]))["Where the GPU-hours went: $experiment"]
-    q = substitute(p["targets"][0]["expr"], window="180")
+    q = substitute(p["targets"][0]["expr"], window="3")
     series = {}
     for exp, age, fin in (("hung", 3600, 0), ("done", 3600, 1)):
         r = f'project="p", experiment="{exp}"'
@@ -221,7 +222,7 @@ def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
     _promtool_eval(tmp_path, series, [
         (q, [({"project": "p", "experiment": "hung", "bucket": ledger.STALLED, spec.ORDER_LABEL: order}, 1.0),
              ({"project": "p", "experiment": "hung", "bucket": "gen",
-               spec.ORDER_LABEL: spec.order_key("gen", spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]}, 0.0)])])
+               spec.ORDER_LABEL: spec.order_key("gen", spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]}, 0.0)])], minutes=10)
 
 
 def test_per_second_and_tflops_panels_carry_units():
@@ -323,3 +324,45 @@ def test_why_slow_shows_the_firing_alerts_remedy(tmp_path):
         ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND,
           "remedy": "give reward its own GPUs"}, 2),
         ({"project": "p", "experiment": "quiet", "alertname": "none"}, 0)])])
+
+
+def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
+    """Issue 23 item 4: the Config is passed to the dashboards: ``dashboards generate --config tuned.yml`` draws
+    the tuned thresholds (the rules generated with the same file compare with them), the runbook links follow the
+    config's runbook base and $window defaults to its window. The default files keep the defaults."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from omniwatch.alerting import config
+
+    tuned = {"inter_stage_idle": {"ratio": 0.37}, "gpu_memory": {"ratio": 0.81}, "window": {"k": 4}}
+    (tmp_path / "tuned.yml").write_text(yaml.safe_dump(tuned))
+    out = tmp_path / "dash"
+    r = subprocess.run([sys.executable, "-m", "omniwatch", "dashboards", "generate", "--out", str(out),
+                        "--config", str(tmp_path / "tuned.yml")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cfg = config.load(tmp_path / "tuned.yml")
+    assert cfg.inter_stage_idle.ratio == 0.37 != config.DEFAULT.inter_stage_idle.ratio
+
+    def steps(doc, title):
+        p = by_title(doc)[title]
+        return [s["value"] for s in p["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+
+    bott = json.loads((out / "omniwatch-bottlenecks.json").read_text())
+    gpus = json.loads((out / "omniwatch-gpus.json").read_text())
+    assert 0.37 in steps(bott, "Inter-stage idle ratio (window min)")
+    assert 0.81 in steps(gpus, next(t for t in by_title(gpus) if 0.81 in (steps(gpus, t) if "fieldConfig" in
+                                                                           by_title(gpus)[t] else [])))
+    window = next(v for v in bott["templating"]["list"] if v["name"] == spec.V_WINDOW)
+    assert window["current"]["value"] == "4"
+    default = by_title(load(DASHBOARDS[1]))
+    assert config.DEFAULT.inter_stage_idle.ratio in [
+        s["value"] for s in default["Inter-stage idle ratio (window min)"]["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    assert 0.37 not in [s["value"] for s in
+                        default["Inter-stage idle ratio (window min)"]["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    # the check of the tuned files against the same config is clean, against the defaults it is not
+    chk = [sys.executable, "-m", "omniwatch", "dashboards", "check", "--out", str(out)]
+    assert subprocess.run(chk + ["--config", str(tmp_path / "tuned.yml")], capture_output=True, timeout=120).returncode == 0
+    assert subprocess.run(chk, capture_output=True, timeout=120).returncode == 1

@@ -46,7 +46,7 @@ from grafana_foundation_sdk.models.dashboard import (
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from .. import names as n
-from ..alerting.config import DEFAULT as CONFIG
+from ..alerting.config import Config
 from ..stack import PROFILES
 from . import spec as s
 
@@ -113,17 +113,18 @@ def _query_var(name: str, label: str, query: str, all_value: str | None):
     return v.all_value(all_value) if all_value is not None else v
 
 
-def window_variable():
+def window_variable(config: Config):
     """``$window``: how many typical steps each run is read over (3, the alerts' window, is the default; 10 a
     longer view). A custom variable, not a query: each run's own window in seconds is computed inside the
     panel queries from its own typical step (spec.increase_w), never from the slowest selected run."""
-    values = ",".join(str(k) for k in s.WINDOW_STEPS)
-    first = str(s.WINDOW_STEPS[0])
+    steps = s.window_steps(config)
+    values = ",".join(str(k) for k in steps)
+    first = str(steps[0])
     return (CustomVariable(s.V_WINDOW).label("Window (typical steps per run)").values(values)
             .current(VariableOption(selected=True, text=first, value=first)).multi(False).include_all(False))
 
 
-def variables(d: s.Dashboard) -> list:
+def variables(d: s.Dashboard, config: Config) -> list:
     metrics = d.variable_metrics or (n.STEP,)
     out = [
         DatasourceVariable(s.V_DATASOURCE).label("Data source").type("prometheus"),
@@ -137,7 +138,7 @@ def variables(d: s.Dashboard) -> list:
         out.append(_query_var(s.V_GPU, "GPU", _var_query(n.L_GPU, gm, s.RUN_MATCHERS + f', {n.L_NODE}=~"${s.V_NODE}"'),
                               None))
     if d.uses_window:
-        out.append(window_variable())
+        out.append(window_variable(config))
     return out
 
 
@@ -207,8 +208,8 @@ def dashboard_links() -> list:
             .keep_time(True).include_vars(True).target_blank(False)]
 
 
-def runbook_links(p: s.Panel) -> list:
-    return [DashboardLink(f"Runbook: {a}").type(DashboardLinkType.LINK).url(CONFIG.runbook_url(a))
+def runbook_links(p: s.Panel, config: Config) -> list:
+    return [DashboardLink(f"Runbook: {a}").type(DashboardLinkType.LINK).url(config.runbook_url(a))
             .target_blank(True) for a in p.alerts]
 
 
@@ -235,14 +236,15 @@ def run_links(p: s.Panel, own_uid: str) -> list:
 
 
 # --- panels ----------------------------------------------------------------------------------------
-def _thresholds(steps: tuple[s.Step, ...]) -> ThresholdsConfig:
+def _thresholds(steps: tuple[s.Step, ...], config: Config) -> ThresholdsConfig:
+    """Threshold steps as drawn under ``config``: a configured alert threshold takes that config's value."""
     steps = steps or (s.Step(None, "green"),)
-    return ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=st.value, color=st.color)
+    return ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=st.value_in(config), color=st.color)
                                                                      for st in steps])
 
 
-def _threshold_model(steps: tuple[s.Step, ...]) -> dm.ThresholdsConfig:
-    return _thresholds(steps).build()
+def _threshold_model(steps: tuple[s.Step, ...], config: Config) -> dm.ThresholdsConfig:
+    return _thresholds(steps, config).build()
 
 
 def _query(t: s.Target, ref: str, p: s.Panel) -> Dataquery:
@@ -265,9 +267,9 @@ def _mappings(p: s.Panel) -> list:
     return _value_maps(p.mappings)
 
 
-def _common(b, p: s.Panel, pl: Placed, own_uid: str):
-    b = (b.id(pl.id).title(p.title).description(p.full_description).datasource(PROM).unit(p.unit)
-         .grid_pos(GridPos(h=pl.h, w=pl.w, x=pl.x, y=pl.y)).thresholds(_thresholds(p.thresholds)))
+def _common(b, p: s.Panel, pl: Placed, own_uid: str, config: Config):
+    b = (b.id(pl.id).title(p.title).description(p.full_description(config)).datasource(PROM).unit(p.unit)
+         .grid_pos(GridPos(h=pl.h, w=pl.w, x=pl.x, y=pl.y)).thresholds(_thresholds(p.thresholds, config)))
     if p.min is not None:
         b = b.min(p.min)
     if p.max is not None:
@@ -277,7 +279,7 @@ def _common(b, p: s.Panel, pl: Placed, own_uid: str):
     if p.mappings:
         b = b.mappings(_mappings(p))
     if p.alerts:
-        b = b.links(runbook_links(p))
+        b = b.links(runbook_links(p, config))
     links = run_links(p, own_uid)
     if links:
         b = b.data_links(links)
@@ -308,7 +310,7 @@ def _dash(b, p: s.Panel):
     return b
 
 
-def _timeseries(p: s.Panel, pl: Placed, uid: str):
+def _timeseries(p: s.Panel, pl: Placed, uid: str, config: Config):
     # A panel on step-window ratios shows a stall as the gap it is (the ratio has no value while no step
     # comes); bridging it with spanNulls would draw a 3 h hang as a slow drift (issue 26 item 5).
     b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(not s.reads_step_window(p))
@@ -319,22 +321,22 @@ def _timeseries(p: s.Panel, pl: Placed, uid: str):
         b = b.thresholds_style(GraphThresholdsStyleConfig().mode(GraphThresholdsStyleMode(p.show_thresholds)))
     if p.log_scale:
         b = b.scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(10))
-    return _dash(_common(b, p, pl, uid), p)
+    return _dash(_common(b, p, pl, uid, config), p)
 
 
-def _stat(p: s.Panel, pl: Placed, uid: str):
+def _stat(p: s.Panel, pl: Placed, uid: str, config: Config):
     b = (stat.Panel().graph_mode(BigValueGraphMode.AREA).color_mode(BigValueColorMode.VALUE)
          .text_mode(BigValueTextMode.VALUE_AND_NAME if len(p.targets) > 1 or p.scope == "run" else BigValueTextMode.AUTO)
          .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
     if p.mappings:
         b = b.color_mode(BigValueColorMode.BACKGROUND).graph_mode(BigValueGraphMode.NONE)
-    return _common(b, p, pl, uid)
+    return _common(b, p, pl, uid, config)
 
 
-def _bargauge(p: s.Panel, pl: Placed, uid: str):
+def _bargauge(p: s.Panel, pl: Placed, uid: str, config: Config):
     b = (bargauge.Panel().orientation(VizOrientation.HORIZONTAL)
          .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
-    return _common(b, p, pl, uid)
+    return _common(b, p, pl, uid, config)
 
 
 def value_field(p: s.Panel, i: int) -> str:
@@ -342,11 +344,11 @@ def value_field(p: s.Panel, i: int) -> str:
     return f"Value #{REF_IDS[i]}" if len(p.targets) > 1 else "Value"
 
 
-def _table(p: s.Panel, pl: Placed, uid: str):
+def _table(p: s.Panel, pl: Placed, uid: str, config: Config):
     """Instant table-format queries, one row per run (or per label set): merge joins them on their labels;
     each value column is named by its target's legend and coloured by its thresholds."""
     b = table.Panel().show_header(True)
-    b = _common(b, p, pl, uid)
+    b = _common(b, p, pl, uid, config)
     labels = [n.L_PROJECT, n.L_EXPERIMENT]
     order = {name: i for i, name in enumerate(labels)}
     b = b.with_transformation(DataTransformerConfig(id_val="merge", options={}))
@@ -362,7 +364,7 @@ def _table(p: s.Panel, pl: Placed, uid: str):
         if t.mappings:  # a coded column (the stall stage): its text and colour per value
             props.append(DynamicConfigValue(id_val="mappings", value=_value_maps(t.mappings)))
         if t.thresholds:
-            props += [DynamicConfigValue(id_val="thresholds", value=_threshold_model(t.thresholds)),
+            props += [DynamicConfigValue(id_val="thresholds", value=_threshold_model(t.thresholds, config)),
                       DynamicConfigValue(id_val="color", value={"mode": "thresholds"})]
         if t.thresholds or t.mappings:
             props.append(DynamicConfigValue(id_val="custom.cellOptions", value=TableColoredBackgroundCellOptions(
@@ -371,12 +373,12 @@ def _table(p: s.Panel, pl: Placed, uid: str):
     return b
 
 
-def _statetimeline(p: s.Panel, pl: Placed, uid: str):
+def _statetimeline(p: s.Panel, pl: Placed, uid: str, config: Config):
     b = (statetimeline.Panel().show_value(VisibilityMode.NEVER).merge_values(True).row_height(0.8)
          .legend(VizLegendOptions().show_legend(True).display_mode(LegendDisplayMode.LIST)
                  .placement(LegendPlacement.BOTTOM))
          .tooltip(_tooltip()))
-    return _common(b, p, pl, uid)
+    return _common(b, p, pl, uid, config)
 
 
 def _grafana_legend(template: str) -> str:
@@ -404,7 +406,7 @@ def xy_transformations(p: s.Panel) -> list[DataTransformerConfig]:
     ]
 
 
-def _xychart(p: s.Panel, pl: Placed, uid: str):
+def _xychart(p: s.Panel, pl: Placed, uid: str, config: Config):
     step_field = value_field(p, 0)
     b = (xychart.Panel().mapping(xm.SeriesMapping.AUTO)
          .series([xychart.XYSeriesConfig().x(xychart.XychartXYSeriesConfigX().matcher(
@@ -414,7 +416,7 @@ def _xychart(p: s.Panel, pl: Placed, uid: str):
          .max_data_points(XY_MAX_DATA_POINTS).interval(XY_INTERVAL))
     if p.log_scale:
         b = b.scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(10))
-    b = _common(b, p, pl, uid)
+    b = _common(b, p, pl, uid, config)
     for t in xy_transformations(p):
         b = b.with_transformation(t)
     b = b.override_by_name(step_field, [DynamicConfigValue(id_val="displayName", value="step"),
@@ -428,7 +430,7 @@ def _xychart(p: s.Panel, pl: Placed, uid: str):
     return b
 
 
-def _heatmap(p: s.Panel, pl: Placed, uid: str):
+def _heatmap(p: s.Panel, pl: Placed, uid: str, config: Config):
     """Distribution of the series' values over time (e.g. every GPU's busy share): calculated buckets."""
     b = (heatmap.Panel().calculate(True)
          .calculation(HeatmapCalculationOptions().y_buckets(
@@ -436,14 +438,15 @@ def _heatmap(p: s.Panel, pl: Placed, uid: str):
          .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges")
                 .scale(hm.HeatmapColorScale.EXPONENTIAL).fill("dark-orange"))
          .cell_gap(1).show_value(VisibilityMode.NEVER).hide_legend())
-    return _common(b, p, pl, uid)
+    return _common(b, p, pl, uid, config)
 
 
 BUILDERS = {"timeseries": _timeseries, "stat": _stat, "bargauge": _bargauge, "table": _table,
             "statetimeline": _statetimeline, "xychart": _xychart, "heatmap": _heatmap}
 
 
-def build(d: s.Dashboard) -> SdkDashboard:
+def build(d: s.Dashboard, config: Config) -> SdkDashboard:
+    """The SDK dashboard of spec ``d`` with ``config``'s thresholds, runbook links and default window."""
     if len(max((p.targets for p in d.panels()), key=len)) > len(REF_IDS):
         raise ValueError(f"{d.uid}: more targets in a panel than refIds")
     b = (SdkDashboard(d.title).uid(d.uid).description(d.description).tags(list(d.tags)).refresh("30s")
@@ -452,7 +455,7 @@ def build(d: s.Dashboard) -> SdkDashboard:
         b = b.annotation(_Built(a))
     for link in dashboard_links():
         b = b.link(link)
-    for v in variables(d):
+    for v in variables(d, config):
         b = b.with_variable(v)
     row = None
     for pl in layout(d):
@@ -464,7 +467,7 @@ def build(d: s.Dashboard) -> SdkDashboard:
             if not pl.row.collapsed:
                 b, row = b.with_row(row), None
             continue
-        panel = BUILDERS[pl.panel.kind](pl.panel, pl, d.uid)
+        panel = BUILDERS[pl.panel.kind](pl.panel, pl, d.uid, config)
         if row is not None:          # a collapsed row holds its panels
             row = row.with_panel(panel)
         else:
@@ -474,6 +477,6 @@ def build(d: s.Dashboard) -> SdkDashboard:
     return b
 
 
-def to_json(d: s.Dashboard) -> str:
-    """Stable JSON text (sorted keys, 2-space indent, trailing newline)."""
-    return JSONEncoder(sort_keys=True, indent=2).encode(build(d).build()) + "\n"
+def to_json(d: s.Dashboard, config: Config) -> str:
+    """Stable JSON text (sorted keys, 2-space indent, trailing newline) of ``d`` drawn with ``config``."""
+    return JSONEncoder(sort_keys=True, indent=2).encode(build(d, config).build()) + "\n"

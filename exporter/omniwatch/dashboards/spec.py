@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from .. import ledger
 from .. import names as n
-from ..alerting.config import DEFAULT as CONFIG
+from ..alerting.config import DEFAULT as CONFIG, Config
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
 from ..alerting import records as _records
@@ -191,7 +191,11 @@ def first_of(*exprs: str) -> str:
 
 
 # ``$window``'s choices in typical steps: the alerts' own window (config window.k, the default) and a longer view.
-WINDOW_STEPS = (CONFIG.window.k, 10)
+def window_steps(config: Config) -> tuple[int, int]:
+    return (config.window.k, 10)
+
+
+WINDOW_STEPS = window_steps(CONFIG)
 WINDOW_DEFAULT = f"$window typical steps of each run (default: {WINDOW_STEPS[0]})"
 # The spans a run's own window is read over (seconds): 1 min (four 15 s scrapes) to 3 h (10 steps of 15 min
 # need 9000 s). Each rung is at most 2x the one below, so a run's window holds $window to 2 x $window steps.
@@ -199,9 +203,9 @@ WINDOW_LADDER = (60, 120, 180, 300, 450, 600, 900, 1800, 2700, 5400, 10800)
 WINDOW_FALLBACK = 900  # a run without a typical step yet (its first steps)
 
 
-def cfg_value(path: str) -> float:
-    """A number of the alert configuration by dotted path (``reward_bound.ratio``)."""
-    obj = CONFIG
+def cfg_value(path: str, config: Config = CONFIG) -> float:
+    """A number of the alert configuration ``config`` by dotted path (``reward_bound.ratio``)."""
+    obj = config
     for part in path.split("."):
         obj = getattr(obj, part)
     return float(obj)
@@ -268,7 +272,14 @@ class Step:
     @property
     def config_value(self) -> float:
         """The number the rule compares with: the config value, negated for a ``negate`` step."""
-        v = cfg_value(self.config)
+        return self.value_in(CONFIG)
+
+    def value_in(self, config: Config) -> float | None:
+        """The step's value under ``config`` (the factory draws this): a configured threshold follows the
+        config the dashboards are generated with; a display band keeps its value."""
+        if not self.config:
+            return self.value
+        v = cfg_value(self.config, config)
         return -v if self.negate else v
 
 
@@ -341,11 +352,11 @@ class Panel:
     def all_steps(self) -> tuple[Step, ...]:
         return self.thresholds + tuple(s for t in self.targets for s in t.thresholds)
 
-    @property
-    def full_description(self) -> str:
+    def full_description(self, config: Config = CONFIG) -> str:
+        """The description with a runbook link per alert (``config``'s runbook base)."""
         if not self.alerts:
             return self.description
-        links = ", ".join(f"[{a}]({CONFIG.runbook_url(a)})" for a in self.alerts)
+        links = ", ".join(f"[{a}]({config.runbook_url(a)})" for a in self.alerts)
         return f"{self.description}\n\nRunbook: {links}"
 
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from ..promapi import PromAPI, PromError
 from . import spec as s
 from .catalog import DASHBOARDS
+from ..alerting.config import DEFAULT as CONFIG
 from .factory import annotations, variables
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
@@ -80,7 +81,7 @@ def default_window(prom: PromAPI | None = None, project: str = ".*", experiment:
 
 def _check_variables(prom: PromAPI, d: s.Dashboard, subst) -> list[Failure]:
     out = []
-    for v in variables(d):
+    for v in variables(d, CONFIG):
         model = v.build()
         query = model.query if isinstance(model.query, str) else None
         if not query or str(model.type_val) == "datasource":  # the datasource variable lists data sources
