@@ -366,3 +366,22 @@ def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
     chk = [sys.executable, "-m", "omniwatch", "dashboards", "check", "--out", str(out)]
     assert subprocess.run(chk + ["--config", str(tmp_path / "tuned.yml")], capture_output=True, timeout=120).returncode == 0
     assert subprocess.run(chk, capture_output=True, timeout=120).returncode == 1
+
+
+def test_render_names_the_preview_extra_when_matplotlib_is_missing(tmp_path):
+    """Issue 23 item 3: previews need matplotlib, a declared extra (``omniwatch[preview]``, in dev, so
+    ``make install`` installs it); without it ``dashboards render`` says what to install instead of a traceback."""
+    import subprocess
+    import sys
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("matplotlib") for d in extras["preview"])
+    assert set(extras["preview"]) <= set(extras["dev"])
+    (tmp_path / "matplotlib").mkdir()  # a package that fails to import stands for a missing matplotlib
+    (tmp_path / "matplotlib" / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-m", "omniwatch", "dashboards", "render", "--prometheus",
+                        "http://127.0.0.1:9", "--out", str(tmp_path / "img")], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 2 and "omniwatch[preview]" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -66,7 +66,16 @@ def _verify(args) -> int:
     return 1 if failures else 0
 
 
+PREVIEW_MISSING = ("`omniwatch dashboards render` draws with matplotlib, the `preview` extra: "
+                   "pip install 'omniwatch[preview]' (make install installs it)")
+
+
 def _render(args) -> int:
+    try:
+        import matplotlib  # noqa: F401  (the preview extra)
+    except ImportError:
+        print(PREVIEW_MISSING, file=sys.stderr)
+        return 2
     from .render import render_all
     try:
         dashboards = _select(args.dashboard)

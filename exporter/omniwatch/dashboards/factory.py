@@ -40,7 +40,7 @@ from grafana_foundation_sdk.models.common import (
     LegendDisplayMode, LegendPlacement, ScaleDistribution, SortOrder, StackingMode, TableCellBackgroundDisplayMode,
     TableColoredBackgroundCellOptions, TooltipDisplayMode, VisibilityMode, VizOrientation)
 from grafana_foundation_sdk.models.dashboard import (
-    DashboardCursorSync, DashboardLinkType, DataSourceRef, DataTransformerConfig, DynamicConfigValue, GridPos,
+    DashboardCursorSync, DashboardLinkType, DataSourceRef, DataTransformerConfig, DynamicConfigValue,
     Threshold, ThresholdsMode, ValueMap, ValueMappingResult, VariableOption, VariableRefresh,
     VariableSort)
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
@@ -66,7 +66,7 @@ ANNOTATION_STEP = "1m"
 
 @dataclass(frozen=True)
 class Placed:
-    """A row header or a panel with its id and grid position (shared by the JSON and the PNG renderer)."""
+    """A row header or a panel with its id and grid position (the renderer places panels where the JSON says)."""
     id: int
     x: int
     y: int
@@ -76,25 +76,32 @@ class Placed:
     panel: s.Panel | None = None
 
 
-def layout(d: s.Dashboard) -> list[Placed]:
-    """Rows stacked top to bottom; inside a row, panels left to right, wrapping at 24 columns. A collapsed
-    row takes one grid row; its panels keep the positions they get when it is opened."""
-    out: list[Placed] = []
-    y, next_id = 0, 1
+def numbered(d: s.Dashboard) -> list[tuple[int, s.Row | s.Panel]]:
+    """Rows and panels in dashboard order with their ids (1, 2, 3 ...). Positions are the SDK's: the dashboard
+    builder places each panel left to right and wraps at 24 columns (``Dashboard.with_panel`` / ``with_row``),
+    so the specs give only widths and heights."""
+    out: list[tuple[int, s.Row | s.Panel]] = []
     for row in d.rows:
-        out.append(Placed(next_id, 0, y, GRID_COLUMNS, 1, row=row))
-        next_id += 1
-        y += 1
-        py, x, line_h = y, 0, 0
+        out.append((len(out) + 1, row))
         for p in row.panels:
-            if x + p.w > GRID_COLUMNS:
-                py, x, line_h = py + line_h, 0, 0
-            out.append(Placed(next_id, x, py, p.w, p.h, panel=p))
-            next_id += 1
-            x += p.w
-            line_h = max(line_h, p.h)
-        if not row.collapsed:
-            y = py + line_h
+            out.append((len(out) + 1, p))
+    return out
+
+
+def layout(d: s.Dashboard, config: Config | None = None) -> list[Placed]:
+    """Each row and panel with the grid position the generated JSON gives it (the SDK's layout)."""
+    from ..alerting.config import DEFAULT
+    doc = build(d, config or DEFAULT).build()
+    pos = {}
+    for p in doc.panels:
+        pos[p.id] = p.grid_pos
+        for q in getattr(p, "panels", None) or []:
+            pos[q.id] = q.grid_pos
+    out = []
+    for i, item in numbered(d):
+        g = pos[i]
+        kind = {"row": item} if isinstance(item, s.Row) else {"panel": item}
+        out.append(Placed(i, g.x, g.y, g.w, g.h, **kind))
     return out
 
 
@@ -182,7 +189,7 @@ def annotations(d: s.Dashboard | None = None) -> list[PromAnnotation]:
     validation and checkpoint steps (they explain step-time spikes) and trainer restarts. Panels repeated per
     run are left out of the all-runs alert annotation (a run's copy would show every run's alerts; the Alerts
     row's timeline has them per run)."""
-    repeated = tuple(pl.id for pl in layout(d) if pl.panel is not None and pl.panel.repeat) if d else ()
+    repeated = tuple(i for i, p in numbered(d) if isinstance(p, s.Panel) and p.repeat) if d else ()
     return [
         PromAnnotation("omniwatch alerts", f"max by ({s.by_run('alertname', 'severity')}) "
                                            f"({s.alerts_sel(alertstate='firing')})",
@@ -267,9 +274,9 @@ def _mappings(p: s.Panel) -> list:
     return _value_maps(p.mappings)
 
 
-def _common(b, p: s.Panel, pl: Placed, own_uid: str, config: Config):
-    b = (b.id(pl.id).title(p.title).description(p.full_description(config)).datasource(PROM).unit(p.unit)
-         .grid_pos(GridPos(h=pl.h, w=pl.w, x=pl.x, y=pl.y)).thresholds(_thresholds(p.thresholds, config)))
+def _common(b, p: s.Panel, pid: int, own_uid: str, config: Config):
+    b = (b.id(pid).title(p.title).description(p.full_description(config)).datasource(PROM).unit(p.unit)
+         .span(p.w).height(p.h).thresholds(_thresholds(p.thresholds, config)))
     if p.min is not None:
         b = b.min(p.min)
     if p.max is not None:
@@ -310,7 +317,7 @@ def _dash(b, p: s.Panel):
     return b
 
 
-def _timeseries(p: s.Panel, pl: Placed, uid: str, config: Config):
+def _timeseries(p: s.Panel, pid: int, uid: str, config: Config):
     # A panel on step-window ratios shows a stall as the gap it is (the ratio has no value while no step
     # comes); bridging it with spanNulls would draw a 3 h hang as a slow drift (issue 26 item 5).
     b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(not s.reads_step_window(p))
@@ -321,22 +328,22 @@ def _timeseries(p: s.Panel, pl: Placed, uid: str, config: Config):
         b = b.thresholds_style(GraphThresholdsStyleConfig().mode(GraphThresholdsStyleMode(p.show_thresholds)))
     if p.log_scale:
         b = b.scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(10))
-    return _dash(_common(b, p, pl, uid, config), p)
+    return _dash(_common(b, p, pid, uid, config), p)
 
 
-def _stat(p: s.Panel, pl: Placed, uid: str, config: Config):
+def _stat(p: s.Panel, pid: int, uid: str, config: Config):
     b = (stat.Panel().graph_mode(BigValueGraphMode.AREA).color_mode(BigValueColorMode.VALUE)
          .text_mode(BigValueTextMode.VALUE_AND_NAME if len(p.targets) > 1 or p.scope == "run" else BigValueTextMode.AUTO)
          .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
     if p.mappings:
         b = b.color_mode(BigValueColorMode.BACKGROUND).graph_mode(BigValueGraphMode.NONE)
-    return _common(b, p, pl, uid, config)
+    return _common(b, p, pid, uid, config)
 
 
-def _bargauge(p: s.Panel, pl: Placed, uid: str, config: Config):
+def _bargauge(p: s.Panel, pid: int, uid: str, config: Config):
     b = (bargauge.Panel().orientation(VizOrientation.HORIZONTAL)
          .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
-    return _common(b, p, pl, uid, config)
+    return _common(b, p, pid, uid, config)
 
 
 def value_field(p: s.Panel, i: int) -> str:
@@ -344,11 +351,11 @@ def value_field(p: s.Panel, i: int) -> str:
     return f"Value #{REF_IDS[i]}" if len(p.targets) > 1 else "Value"
 
 
-def _table(p: s.Panel, pl: Placed, uid: str, config: Config):
+def _table(p: s.Panel, pid: int, uid: str, config: Config):
     """Instant table-format queries, one row per run (or per label set): merge joins them on their labels;
     each value column is named by its target's legend and coloured by its thresholds."""
     b = table.Panel().show_header(True)
-    b = _common(b, p, pl, uid, config)
+    b = _common(b, p, pid, uid, config)
     labels = [n.L_PROJECT, n.L_EXPERIMENT]
     order = {name: i for i, name in enumerate(labels)}
     b = b.with_transformation(DataTransformerConfig(id_val="merge", options={}))
@@ -373,12 +380,12 @@ def _table(p: s.Panel, pl: Placed, uid: str, config: Config):
     return b
 
 
-def _statetimeline(p: s.Panel, pl: Placed, uid: str, config: Config):
+def _statetimeline(p: s.Panel, pid: int, uid: str, config: Config):
     b = (statetimeline.Panel().show_value(VisibilityMode.NEVER).merge_values(True).row_height(0.8)
          .legend(VizLegendOptions().show_legend(True).display_mode(LegendDisplayMode.LIST)
                  .placement(LegendPlacement.BOTTOM))
          .tooltip(_tooltip()))
-    return _common(b, p, pl, uid, config)
+    return _common(b, p, pid, uid, config)
 
 
 def _grafana_legend(template: str) -> str:
@@ -406,7 +413,7 @@ def xy_transformations(p: s.Panel) -> list[DataTransformerConfig]:
     ]
 
 
-def _xychart(p: s.Panel, pl: Placed, uid: str, config: Config):
+def _xychart(p: s.Panel, pid: int, uid: str, config: Config):
     step_field = value_field(p, 0)
     b = (xychart.Panel().mapping(xm.SeriesMapping.AUTO)
          .series([xychart.XYSeriesConfig().x(xychart.XychartXYSeriesConfigX().matcher(
@@ -416,7 +423,7 @@ def _xychart(p: s.Panel, pl: Placed, uid: str, config: Config):
          .max_data_points(XY_MAX_DATA_POINTS).interval(XY_INTERVAL))
     if p.log_scale:
         b = b.scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(10))
-    b = _common(b, p, pl, uid, config)
+    b = _common(b, p, pid, uid, config)
     for t in xy_transformations(p):
         b = b.with_transformation(t)
     b = b.override_by_name(step_field, [DynamicConfigValue(id_val="displayName", value="step"),
@@ -430,7 +437,7 @@ def _xychart(p: s.Panel, pl: Placed, uid: str, config: Config):
     return b
 
 
-def _heatmap(p: s.Panel, pl: Placed, uid: str, config: Config):
+def _heatmap(p: s.Panel, pid: int, uid: str, config: Config):
     """Distribution of the series' values over time (e.g. every GPU's busy share): calculated buckets."""
     b = (heatmap.Panel().calculate(True)
          .calculation(HeatmapCalculationOptions().y_buckets(
@@ -438,7 +445,7 @@ def _heatmap(p: s.Panel, pl: Placed, uid: str, config: Config):
          .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges")
                 .scale(hm.HeatmapColorScale.EXPONENTIAL).fill("dark-orange"))
          .cell_gap(1).show_value(VisibilityMode.NEVER).hide_legend())
-    return _common(b, p, pl, uid, config)
+    return _common(b, p, pid, uid, config)
 
 
 BUILDERS = {"timeseries": _timeseries, "stat": _stat, "bargauge": _bargauge, "table": _table,
@@ -458,16 +465,15 @@ def build(d: s.Dashboard, config: Config) -> SdkDashboard:
     for v in variables(d, config):
         b = b.with_variable(v)
     row = None
-    for pl in layout(d):
-        if pl.row is not None:
+    for i, item in numbered(d):
+        if isinstance(item, s.Row):
             if row is not None:
                 b = b.with_row(row)
-            row = (SdkRow(pl.row.title).id(pl.id).collapsed(pl.row.collapsed)
-                   .grid_pos(GridPos(h=1, w=GRID_COLUMNS, x=0, y=pl.y)))
-            if not pl.row.collapsed:
+            row = SdkRow(item.title).id(i).collapsed(item.collapsed)
+            if not item.collapsed:
                 b, row = b.with_row(row), None
             continue
-        panel = BUILDERS[pl.panel.kind](pl.panel, pl, d.uid, config)
+        panel = BUILDERS[item.kind](item, i, d.uid, config)
         if row is not None:          # a collapsed row holds its panels
             row = row.with_panel(panel)
         else:
