@@ -385,3 +385,32 @@ def test_render_names_the_preview_extra_when_matplotlib_is_missing(tmp_path):
                         "http://127.0.0.1:9", "--out", str(tmp_path / "img")], capture_output=True, text=True,
                        timeout=120, env=env)
     assert r.returncode == 2 and "omniwatch[preview]" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_one_phase_palette_on_every_dashboard_and_the_report():
+    """Item 10: every panel split by phase or ledger bucket colours each phase with palette.PHASE_COLORS (Grafana
+    fixed-colour overrides in the generated JSON), and the report's ledger charts and worker lanes use the same
+    colours; the previews draw the panels' fixed colours."""
+    from omniwatch import ledger, palette
+    from omniwatch.report import html
+
+    split = 0
+    for d in DASHBOARDS:
+        doc = load(d)
+        for p in doc["panels"] + [q for r in doc["panels"] for q in r.get("panels", [])]:
+            legends = [t.get("legendFormat", "") for t in p.get("targets", [])]
+            if p["type"] != "timeseries" or not any(re.search(r"\{\{(phase|bucket)\}\}$", lg) for lg in legends):
+                continue  # series split by phase or bucket: the legend ends in the phase
+            split += 1
+            fixed = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
+                     for o in p["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byRegexp"}
+            named = {rx.removeprefix(".* ").replace("\\", ""): c for rx, c in fixed.items()}
+            assert named, (d.uid, p["title"])
+            assert all(c == palette.color(name) for name, c in named.items()), (d.uid, p["title"])
+            gen = named.get("gen") or named.get("generate_sequences")  # a timed phase / bucket, or a Ray method
+            assert gen == palette.PHASE_COLORS["gen"], (d.uid, p["title"])
+    assert split >= 4, split
+    for bucket in (*ledger.PHASE_BUCKETS, *ledger.NON_PHASE):
+        assert html.bucket_color(bucket) == palette.PHASE_COLORS[bucket]
+    assert palette.color("generate_sequences") == palette.PHASE_COLORS["gen"]  # a worker lane's gen
+    assert palette.color(ledger.REWARD) == palette.color("reward")           # reward keeps its colour as a bucket

@@ -19,7 +19,7 @@ from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, R
 from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard,
                    EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target,
                    alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, idle_evidence, in_order,
-                   increase_w, run_max, sel, stall_stage, verl, WINDOW_DEFAULT)
+                   increase_w, phase_colors, run_max, sel, stall_stage, verl, WINDOW_DEFAULT)
 
 W = EXP
 C = CONFIG
@@ -201,7 +201,8 @@ IDLE = Row("Idle GPU time", (
           "phase=inter_stage is the gap between timed phases.",
           (Target(f"sum by ({by_run(n.L_PHASE)}) ({increase_w(sel(n.GPU_PHASE_IDLE_SECONDS_TOTAL))}) "
                   f"/ on ({RUN_BY}) group_left () (({GPU_SECONDS}) > 0)", W + " {{phase}}"),),
-          unit="percentunit", min=0, max=1, stack=True, w=24, repeat=True, runbook=n.ALERT_IDLE),
+          unit="percentunit", min=0, max=1, stack=True, w=24, repeat=True, fixed_colors=phase_colors(),
+          runbook=n.ALERT_IDLE),
 ))
 
 K_GEN_SEQ = "timing_s/agent_loop/generate_sequences/"

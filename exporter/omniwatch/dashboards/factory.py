@@ -294,7 +294,7 @@ def _common(b, p: s.Panel, pid: int, own_uid: str, config: Config):
         b = b.repeat(s.V_EXPERIMENT).repeat_direction("h").max_per_row(REPEAT_MAX_PER_ROW)
     for i, t in enumerate(p.targets):
         b = b.with_target(_query(t, REF_IDS[i], p))
-    for regex, colour in p.fixed_colors:
+    for regex, colour in s.series_colors(p):
         b = b.override_by_regexp(regex, [DynamicConfigValue(id_val="color",
                                                             value={"mode": "fixed", "fixedColor": colour})])
     return b

@@ -267,11 +267,11 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         for t, name, xs, ys in drawn:
             lo = [base.get(x, 0.0) for x in xs]
             hi = [a + (b if math.isfinite(b) else 0.0) for a, b in zip(lo, ys)]
-            ax.fill_between(xs, lo, hi, alpha=0.5, label=name, step="post")
+            ax.fill_between(xs, lo, hi, alpha=0.5, label=name, step="post", color=_fixed(p, name))
             base.update(zip(xs, hi))
     else:
         for t, name, xs, ys in drawn:
-            ax.plot(xs, ys, lw=1, ls="--" if t.dashed else "-", label=name)
+            ax.plot(xs, ys, lw=1, ls="--" if t.dashed else "-", label=name, color=_fixed(p, name))
     ax.set_xlabel("seconds before now", fontsize=6)
     if p.log_scale:
         ax.set_yscale("log")
@@ -282,6 +282,11 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
     ax.legend(fontsize=5, loc="upper left", ncol=2, framealpha=0.6)
     _threshold_lines(ax, p)
     return None
+
+
+def _fixed(p: s.Panel, name: str) -> str | None:
+    """The fixed colour the panel gives a series (the phase palette, the stall stages), as Grafana's override."""
+    return next((_colour(c) for rx, c in s.series_colors(p) if re.fullmatch(rx, name)), None)
 
 
 def _threshold_lines(ax, p: s.Panel) -> None:

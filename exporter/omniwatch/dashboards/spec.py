@@ -25,9 +25,10 @@ kept, so tests compare it with the rule files); a colour band that is not an ale
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-from .. import ledger
+from .. import ledger, palette
 from .. import names as n
 from ..alerting.config import DEFAULT as CONFIG, Config
 from ..analytics import PHASE_ORDER
@@ -573,6 +574,27 @@ def ledger_share() -> str:
     return in_order(share, n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL)
 
 
+def phase_colors(names_=None) -> tuple[tuple[str, str], ...]:
+    """Fixed colours for series whose display name ends in a phase or ledger bucket (legends ``... {{phase}}`` /
+    ``... {{bucket}}``): one colour per phase on every dashboard, the previews and the report (palette.py).
+    Grafana anchors a regex without slashes (``^...$``)."""
+    names_ = tuple(palette.PHASE_COLORS) if names_ is None else names_
+    return tuple((f".* {re.escape(name)}", palette.color(name)) for name in names_)
+
+
+PHASE_LEGEND = re.compile(r"\{\{\s*(%s|%s|%s)\s*\}\}$" % (n.L_PHASE, n.L_BUCKET, n.L_PHASE_T))
+
+
+def series_colors(p: "Panel") -> tuple[tuple[str, str], ...]:
+    """The panel's fixed series colours: its own, or the phase palette when its series are split by phase or
+    ledger bucket (a legend ending in ``{{phase}}`` / ``{{bucket}}``), so every dashboard colours a phase alike."""
+    if p.fixed_colors:
+        return p.fixed_colors
+    if p.kind in ("timeseries", "bargauge") and any(PHASE_LEGEND.search(t.legend) for t in p.targets):
+        return phase_colors()
+    return ()
+
+
 def gpu_hours_panel() -> Panel:
     """"Where the GPU-hours went" (overview and bottlenecks): ledger shares over $window, stacked, per run."""
     return Panel(
@@ -585,7 +607,7 @@ def gpu_hours_panel() -> Panel:
         "the stall tolerance). The counter moves once per step: it is read over whole steps, never over the "
         "scrape interval. One panel per run.",
         (Target(ledger_share(), EXP + " {{bucket}}"),),
-        unit="percentunit", min=0, max=1, stack=True, w=24, h=8, repeat=True,
+        unit="percentunit", min=0, max=1, stack=True, w=24, h=8, repeat=True, fixed_colors=phase_colors(),
         runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_OUTSIDE_STEP, n.ALERT_STALLED))
 
 
