@@ -414,3 +414,31 @@ def test_one_phase_palette_on_every_dashboard_and_the_report():
         assert html.bucket_color(bucket) == palette.PHASE_COLORS[bucket]
     assert palette.color("generate_sequences") == palette.PHASE_COLORS["gen"]  # a worker lane's gen
     assert palette.color(ledger.REWARD) == palette.color("reward")           # reward keeps its colour as a bucket
+
+
+def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
+    """Item 9: during a stall the exporter's GPU-h/day keeps the pre-stall rate (it moves with steps); the panels
+    show the run's GPUs x 24 as 'stalled' instead, and nothing else; a running and a finished run keep the
+    exporter's figures. promtool evaluates the generated 'Why slow' column and the bottlenecks bar gauge."""
+    from omniwatch import ledger
+    from omniwatch.dashboards.verify import substitute
+    series = {}
+    for exp, age, fin in (("hung", 3600, 0), ("running", 30, 0), ("done", 3600, 1)):
+        r = f'project="p", experiment="{exp}"'
+        series.update({f"{records.REC_AGE}{{{r}}}": age, f"{names.TYPICAL_STEP}{{{r}}}": 60,
+                       f'{names.RUN_GPUS}{{{r}, origin="log"}}': 8, f"{names.RUN_FINISHED}{{{r}}}": fin,
+                       f"{names.STEP}{{{r}}}": 50,
+                       f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="gen"}}': 150,
+                       f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="reward_critical_path"}}': 30})
+    why = [substitute(t["expr"]) for t in by_title(load(DASHBOARDS[0]))["Why slow"]["targets"]]
+    bar = by_title(load(DASHBOARDS[1]))["GPU-hours per day by bucket: $experiment"]
+    run = lambda e, **k: {"project": "p", "experiment": e, **k}  # noqa: E731
+    order = lambda b: spec.order_key(b, spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]  # noqa: E731
+    _promtool_eval(tmp_path, series, [
+        (why[2], [(run("hung", bucket=ledger.STALLED), 192), (run("running", bucket="reward_critical_path"), 30),
+                  (run("done", bucket="reward_critical_path"), 30)]),
+        (substitute(bar["targets"][0]["expr"]), [
+            (run("hung", bucket=ledger.STALLED, **{spec.ORDER_LABEL: order(ledger.STALLED)}), 192),
+            *[(run(e, bucket=b, **{spec.ORDER_LABEL: order(b)}), v) for e in ("running", "done")
+              for b, v in (("gen", 150), ("reward_critical_path", 30))]]),
+    ])

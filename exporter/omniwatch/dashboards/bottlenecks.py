@@ -18,7 +18,7 @@ from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, R
                                 REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION)
 from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard,
                    EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target,
-                   alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, idle_evidence, in_order,
+                   alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order,
                    increase_w, phase_colors, run_max, sel, stall_stage, verl, WINDOW_DEFAULT)
 
 W = EXP
@@ -236,8 +236,9 @@ GPU_HOURS = Row("GPU-hours", (
           "What each ledger bucket costs at the current rate (the figure the alerts quote): its median share of the "
           "last k normal steps x the run's GPUs x 24 h, buckets in ledger order. The buckets add up to the run's "
           "GPUs x 24; reward_critical_path and inter_stage_idle are what RewardBoundRollout and InterStageIdleGPU "
-          "would win back.",
-          (Target(in_order(run_max(sel(n.GPU_HOURS_PER_DAY), n.L_BUCKET), n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL),
+          "would win back. While a stall goes on the run costs its GPUs x 24, all 'stalled' (the exporter's rate moves "
+          "with steps and would keep the pre-stall figure).",
+          (Target(in_order(gpu_hours_per_day(), n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL),
                   W + " {{bucket}}"),),
           unit="suffix: GPU-h/day", min=0, kind="bargauge", w=24, h=8, repeat=True,
           runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE)),

@@ -18,7 +18,7 @@ from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC
                                 REC_ZERO_STD_MIN)
 from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
                    STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags,
-                   firing_by_run, gpu_hours_panel, idle_evidence, in_order, per_typical_step, phase_colors, run_max, sel,
+                   firing_by_run, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, per_typical_step, phase_colors, run_max, sel,
                    stage_colors, stall_stage, verl)
 
 # verl keys the overview plots; the exporter passes each through as verl_<key> with label key=<key>.
@@ -202,7 +202,7 @@ def top_waste_per_day() -> str:
     """Per run, the ledger bucket outside the step's phases (reward on the critical path, idle, checkpoint,
     validation, outside the step timer, stalled) that costs most GPU-hours per day (label ``bucket``)."""
     waste = "|".join(ledger.NON_PHASE)
-    return _top(run_max(sel(n.GPU_HOURS_PER_DAY, **{n.L_BUCKET: "=~" + waste}), n.L_BUCKET), n.L_BUCKET)
+    return _top(gpu_hours_per_day(**{n.L_BUCKET: "=~" + waste}), n.L_BUCKET)
 
 
 def firing_alert() -> str:

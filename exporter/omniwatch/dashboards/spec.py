@@ -560,6 +560,24 @@ def open_stall_gpu_seconds() -> str:
     return f'label_replace(label_replace({secs}, "{n.L_BUCKET}", "{ledger.STALLED}", "", ""), "src", "open", "", "")'
 
 
+def stall_open() -> str:
+    """Per run, 1 while a stall goes on: no step for longer than the ledger's stall tolerance
+    (ledger.STALL_TOLERANCE_STEPS typical steps), and the run is not finished."""
+    beyond = (f"{run_max(sel(REC_AGE))} - on ({RUN_BY}) {ledger.STALL_TOLERANCE_STEPS:g} * "
+              f"{run_max(sel(n.TYPICAL_STEP))}")
+    return f"({beyond} > bool 0 == 1 unless on ({RUN_BY}) ({run_max(sel(n.RUN_FINISHED))} == 1))"
+
+
+def gpu_hours_per_day(**extra: str) -> str:
+    """GPU-hours per day by ledger bucket at the current rate (omniwatch_gpu_hours_per_day) — except while a stall
+    goes on: the exporter's rate is the pre-stall one (it moves with steps), but every GPU of the run is idle, so
+    the run then costs its GPUs x 24 GPU-hours per day, all ``stalled`` (issue 26 item 9)."""
+    stalled = (f'label_replace({run_max(sel(n.RUN_GPUS))} * 24 and on ({RUN_BY}) {stall_open()}, '
+               f'"{n.L_BUCKET}", "{ledger.STALLED}", "", "")')
+    rate = f"{run_max(sel(n.GPU_HOURS_PER_DAY, **extra), n.L_BUCKET)} unless on ({RUN_BY}) {stall_open()}"
+    return f"({stalled} or {rate})"
+
+
 def ledger_gpu_seconds(*labels: str) -> str:
     """``gpu_seconds`` plus the open stall (``open_stall_gpu_seconds``), by ``labels``."""
     booked = f'label_replace({increase_w(sel(n.GPU_SECONDS_TOTAL))}, "src", "ledger", "", "")'
