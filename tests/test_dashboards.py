@@ -581,3 +581,20 @@ def test_stall_stage_and_staged_alert_names_evaluate_as_the_rules_stage(tmp_path
     doc = by_title(load(DASHBOARDS[0]))["Time since last step (typical steps)"]
     colours = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in doc["fieldConfig"]["overrides"]}
     assert colours == {f".* {t}": c for v, t, c in spec.STALL_STAGE_MAPPINGS if v != spec.STAGE_RUNNING}
+
+
+def test_the_sdk_lays_out_the_panels_and_the_renderer_reads_its_positions():
+    """One representation (issue 23 item 3): the specs give widths and heights, the SDK places the panels; the
+    renderer's positions are the generated JSON's."""
+    for d in DASHBOARDS:
+        doc = load(d)
+        pos = {p["id"]: p["gridPos"] for p in doc["panels"]}
+        pos.update({q["id"]: q["gridPos"] for p in doc["panels"] for q in p.get("panels", [])})
+        placed = factory.layout(d)
+        assert len(placed) == len(pos)
+        for pl in placed:
+            g = pos[pl.id]
+            assert (pl.x, pl.y, pl.w, pl.h) == (g["x"], g["y"], g["w"], g["h"]), (d.uid, pl.id)
+            if pl.panel is not None:
+                assert (pl.w, pl.h) == (pl.panel.w, pl.panel.h)
+                assert pl.x + pl.w <= 24

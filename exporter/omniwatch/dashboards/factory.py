@@ -94,9 +94,9 @@ def layout(d: s.Dashboard, config: Config | None = None) -> list[Placed]:
     doc = build(d, config or DEFAULT).build()
     pos = {}
     for p in doc.panels:
-        pos[p.id] = p.grid_pos
+        pos[p.id_val] = p.grid_pos
         for q in getattr(p, "panels", None) or []:
-            pos[q.id] = q.grid_pos
+            pos[q.id_val] = q.grid_pos
     out = []
     for i, item in numbered(d):
         g = pos[i]
