@@ -128,6 +128,10 @@ def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rat
     failures: list[Failure] = []
     prom = PromAPI(prometheus_url)
     try:
+        try:  # an unreachable or broken Prometheus is one error, not one per target
+            prom.query_data("vector(1)")
+        except PromError as e:
+            return [Failure("-", "prometheus", "-", prometheus_url, f"error: {e}")]
         window = default_window()
 
         def subst(expr: str, exp: str = experiment) -> str:
