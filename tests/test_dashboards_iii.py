@@ -442,3 +442,28 @@ def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
             *[(run(e, bucket=b, **{spec.ORDER_LABEL: order(b)}), v) for e in ("running", "done")
               for b, v in (("gen", 150), ("reward_critical_path", 30))]]),
     ])
+
+
+def test_a_backfill_does_not_export_the_time_outside_the_step_timer():
+    """Item 9: a backfill rebuilds arrivals from the timers, so the time outside the step timer would be a flat 0 %
+    on the dashboards; the backfill leaves those families out (the live exporter keeps them)."""
+    from omniwatch.backtest.backfill import LIVE_ONLY_FAMILIES, render_run
+    from omniwatch.backtest.runfile import load_run
+    from omniwatch.backtest.timeline import Timeline
+    from omniwatch.exposition import make_registry
+    from omniwatch.model import RunStore
+    from .conftest import fixture_path
+
+    run = load_run(str(fixture_path("flowgrpo_healthy")))
+    tl = Timeline.of(run, 1_700_000_000.0)
+    times = [round(t * 1000) for t in range(int(tl.arrivals[0]), int(tl.end) + 60, 15)]
+    grid = render_run(run, tl, times)
+    assert names.OUTSIDE_STEP_SECONDS in LIVE_ONLY_FAMILIES and names.OUTSIDE_STEP_WINDOW in LIVE_ONLY_FAMILIES
+    assert not LIVE_ONLY_FAMILIES & set(grid.families), sorted(LIVE_ONLY_FAMILIES & set(grid.families))
+    assert names.STEP in grid.families and names.GPU_SECONDS_TOTAL.removesuffix("_total") in {
+        k.removesuffix("_total") for k in grid.families}
+    st = RunStore(clock=lambda: 0.0)  # the live registry has them (so the check above can fail)
+    for e in run.entries:
+        st.ingest(run.project, run.experiment, e.parsed, "jsonl", arrival=0.0, feed=run.feed)
+    live = {f.name for f in make_registry(st).collect()}
+    assert {names.OUTSIDE_STEP_SECONDS, names.OUTSIDE_STEP_WINDOW} <= live, live & LIVE_ONLY_FAMILIES

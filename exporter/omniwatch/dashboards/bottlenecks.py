@@ -182,7 +182,7 @@ IDLE = Row("Idle GPU time", (
           "(dataloader, metric computation, logging; V1's second TransferQueue fetch of the batch after the step) / "
           "that gap, the lowest of the last k normal steps, with the window median dashed. Above "
           f"{C.outside_step.ratio:g} in every window step fires: the GPUs wait between steps. Measured on live "
-          "arrivals only (absent for a backlog read or a replay).",
+          "arrivals only (absent for a backlog read, a replay or a backfill: their arrivals are rebuilt from the timers).",
           (Target(sel(REC_OUTSIDE_MIN), W + " window min"),
            Target(run_max(sel(n.OUTSIDE_STEP_WINDOW, stat="median")), W + " window median", dashed=True)),
           unit="percentunit", min=0,
