@@ -467,3 +467,12 @@ def test_a_backfill_does_not_export_the_time_outside_the_step_timer():
         st.ingest(run.project, run.experiment, e.parsed, "jsonl", arrival=0.0, feed=run.feed)
     live = {f.name for f in make_registry(st).collect()}
     assert {names.OUTSIDE_STEP_SECONDS, names.OUTSIDE_STEP_WINDOW} <= live, live & LIVE_ONLY_FAMILIES
+
+
+def test_preview_titles_read_as_words():
+    """Item 10: the previews' title said "(.* / .*, last 2.80171 min)"."""
+    from omniwatch.dashboards import render
+    assert render._runs_text(".*", ".*") == "all runs"
+    assert render._runs_text("p", ".*") == "p / all experiments"
+    assert render._duration_text(2.80171) == "3 min" and render._duration_text(0.5) == "30 s"
+    assert render._duration_text(150) == "2.5 h"
