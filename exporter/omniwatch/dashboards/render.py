@@ -232,7 +232,7 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         try:
             if t.instant:  # the value now (a stat of the current state): one point per series
                 series = [(item.get("metric", {}), [end], [float(item["value"][1])])
-                          for item in prom.query(subst(t.expr)).get("result", [])]
+                          for item in prom.query(subst(t.expr))]
             else:
                 series = list(_series(prom, subst(t.expr), start, end, step))
             for labels, xs, ys in series:
@@ -281,7 +281,8 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         ax.set_ylim(top=p.max)
     # the legend beside the plot, never over it; the y axis says its unit
     ax.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0, framealpha=0.9)
-    _unit_axis(ax, p.unit)
+    if not p.log_scale:
+        _unit_axis(ax, p.unit)
     _threshold_lines(ax, p)
     return None
 
