@@ -120,7 +120,7 @@ def rate(selector: str) -> str:
 
 def run_window_seconds() -> str:
     """Per run (``project``, ``experiment``): ``$window`` of its own typical steps, in seconds."""
-    return f"{run_max(sel(n.TYPICAL_STEP))} * {WINDOW}"
+    return f"{sel(n.TYPICAL_STEP)} * {WINDOW}"  # matched on (project, experiment): no max by needed (a filter)
 
 
 def window_rung(i: int) -> str:
@@ -200,7 +200,7 @@ WINDOW_STEPS = window_steps(CONFIG)
 WINDOW_DEFAULT = f"$window typical steps of each run (default: {WINDOW_STEPS[0]})"
 # The spans a run's own window is read over (seconds): 1 min (four 15 s scrapes) to 3 h (10 steps of 15 min
 # need 9000 s). Each rung is at most 2x the one below, so a run's window holds $window to 2 x $window steps.
-WINDOW_LADDER = (60, 120, 180, 240, 330, 450, 600, 900, 1800, 2700, 5400, 10800)
+WINDOW_LADDER = (60, 120, 180, 330, 600, 900, 1800, 2700, 5400, 10800)
 WINDOW_FALLBACK = 900  # a run without a typical step yet (its first steps)
 
 
