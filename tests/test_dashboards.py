@@ -157,15 +157,31 @@ def test_every_query_filters_by_the_dashboard_variables():
 def test_counters_per_step_are_read_over_window_and_the_rest_over_rate_interval():
     """No panel reads a per-step counter over $__rate_interval (0 for most of a long step, then many times the
     truth); continuous counters are read over $__rate_interval."""
+    per_step_read = 0
     for d, p, t in all_targets():
         for fn in re.finditer(r"\b(rate|irate|increase)\(([\w:]+)\{[^}]*\}\[([^\]]+)\]", t.expr):
             metric, window = fn.group(2), fn.group(3)
-            if metric in spec.PER_STEP_COUNTERS:
-                assert fn.group(1) == "increase" and window == spec.WINDOW, (d.uid, p.title, t.expr)
-            else:
-                assert window == spec.RATE_INTERVAL, (d.uid, p.title, t.expr)
+            assert metric not in spec.PER_STEP_COUNTERS, (d.uid, p.title, t.expr)
+            assert window == spec.RATE_INTERVAL, (d.uid, p.title, t.expr)
+        # a per-step counter is read only through spec.increase_w: each run over its own window (every rung)
+        rungs: dict[str, set[int]] = {}
+        rest, pos = [], 0
+        for m in re.finditer(r"clamp_min\(([\w:]+\{[^}]*\}) - \(", t.expr):
+            sel_ = m.group(1)
+            tail = re.match(r"offset (\d+)s or ", t.expr[m.end() + len(sel_) + 1:])
+            whole = f"clamp_min({sel_} - ({sel_} offset {tail.group(1)}s or {sel_} * 0), 0)" if tail else ""
+            assert whole and t.expr.startswith(whole, m.start()), (p.title, t.expr[m.start():m.start() + 300])
+            rungs.setdefault(sel_, set()).add(int(tail.group(1)))
+            rest.append(t.expr[pos:m.start()])
+            pos = m.start() + len(whole)
+        rest.append(t.expr[pos:])
+        assert all(r == set(spec.WINDOW_LADDER) for r in rungs.values()), (p.title, rungs)
+        rest = "".join(rest)  # elsewhere a per-step counter is read as its value (a total), never over a range
+        assert not any(re.search(rf"\b{c}\{{[^}}]*\}}\[", rest) for c in spec.PER_STEP_COUNTERS), (d.uid, p.title, rest)
+        per_step_read += bool(rungs)
         assert len(re.findall(r"\b(rate|irate|increase)\(", t.expr)) == len(
             re.findall(r"\b(rate|irate|increase)\([\w:]+\{[^}]*\}\[", t.expr)), (p.title, t.expr)
+    assert per_step_read >= 5
 
 
 def test_every_run_scoped_series_keeps_its_run():
@@ -371,11 +387,10 @@ def test_window_variable_where_per_step_counters_are_read():
         assert (spec.V_WINDOW in tvars) == d.uses_window, d.uid
         if d.uses_window:
             w = tvars[spec.V_WINDOW]
-            assert w["query"].startswith("query_result(") and names.TYPICAL_STEP in w["query"]
-            assert w["regex"] == spec.WINDOW_REGEX and not w.get("multi") and not w.get("includeAll")
-    text = {"window": 'window="3 typical steps"} 2700 1700000000000'}
-    m = re.search(spec.WINDOW_REGEX.strip("/").replace("?<", "?P<"), text["window"])
-    assert m.group("text") == "3 typical steps" and m.group("value") == "2700"
+            # typical steps per run (each run's seconds come from its own typical step inside the queries)
+            assert w["type"] == "custom" and w["query"] == ",".join(map(str, spec.WINDOW_STEPS))
+            assert w["current"]["value"] == str(spec.WINDOW_STEPS[0]) == str(config.DEFAULT.window.k)
+            assert not w.get("multi") and not w.get("includeAll")
 
 
 def test_collapsed_rows_hold_their_panels():
@@ -447,7 +462,7 @@ def test_compose_prometheus_config_passes_promtool(tmp_path):
 def test_substitute_and_bad_inputs():
     e = substitute('rate(x{project=~"$project", node=~"$node"}[$__rate_interval])', "a|b", ".*", "2m")
     assert e == 'rate(x{project=~"a|b", node=~".*"}[2m])'
-    assert substitute("increase(x[${window}s])", window="2700") == "increase(x[2700s])"
+    assert substitute("x * ${window}", window="10") == "x * 10"
     with pytest.raises(ValueError):
         substitute("x{a=~\"$nosuch\"}")
     with pytest.raises(ValueError):
@@ -517,14 +532,16 @@ def test_ledger_buckets_sort_in_ledger_order():
     assert {u for u, _ in uses} == {"omniwatch-run-overview", "omniwatch-bottlenecks"}, uses
 
 
-def _promtool_eval(tmp_path, series: dict[str, float], cases: list[tuple[str, list[tuple[dict, float]]]]):
+def _promtool_eval(tmp_path, series: dict[str, float], cases: list[tuple[str, list[tuple[dict, float]]]],
+                   minutes: int = 1):
+    """Each series constant for ``minutes`` (a sample a minute); each case's expected samples at the last minute."""
     promtool = require_binary("promtool")
     import subprocess
-    tests = [{"expr": substitute(expr), "eval_time": "1m",
+    tests = [{"expr": substitute(expr), "eval_time": f"{minutes}m",
               "exp_samples": [{"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(lab.items())) + "}",
                                "value": val} for lab, val in want]} for expr, want in cases]
     doc = {"rule_files": [], "evaluation_interval": "1m",
-           "tests": [{"interval": "1m", "input_series": [{"series": k, "values": f"{v:g}x2"} for k, v in series.items()],
+           "tests": [{"interval": "1m", "input_series": [{"series": k, "values": f"{v:g}x{minutes + 1}"} for k, v in series.items()],
                       "promql_expr_test": tests}]}
     (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
     r = subprocess.run([promtool, "test", "rules", str(tmp_path / "t.yml")], capture_output=True, text=True,
@@ -564,3 +581,20 @@ def test_stall_stage_and_staged_alert_names_evaluate_as_the_rules_stage(tmp_path
     doc = by_title(load(DASHBOARDS[0]))["Time since last step (typical steps)"]
     colours = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in doc["fieldConfig"]["overrides"]}
     assert colours == {f".* {t}": c for v, t, c in spec.STALL_STAGE_MAPPINGS if v != spec.STAGE_RUNNING}
+
+
+def test_the_sdk_lays_out_the_panels_and_the_renderer_reads_its_positions():
+    """One representation (issue 23 item 3): the specs give widths and heights, the SDK places the panels; the
+    renderer's positions are the generated JSON's."""
+    for d in DASHBOARDS:
+        doc = load(d)
+        pos = {p["id"]: p["gridPos"] for p in doc["panels"]}
+        pos.update({q["id"]: q["gridPos"] for p in doc["panels"] for q in p.get("panels", [])})
+        placed = factory.layout(d)
+        assert len(placed) == len(pos)
+        for pl in placed:
+            g = pos[pl.id]
+            assert (pl.x, pl.y, pl.w, pl.h) == (g["x"], g["y"], g["w"], g["h"]), (d.uid, pl.id)
+            if pl.panel is not None:
+                assert (pl.w, pl.h) == (pl.panel.w, pl.panel.h)
+                assert pl.x + pl.w <= 24

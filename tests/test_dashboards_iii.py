@@ -206,11 +206,12 @@ def test_one_stall_is_one_firing_alert(tmp_path):
 def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
     """Item 4: during a stall (no step for an hour, the ledger counter flat), 'Where the GPU-hours went' shows the
     run's GPUs as stalled (it was 0/0 -> no data); a finished run is not stalled; a running run is unchanged.
-    promtool evaluates the generated panel query with $window = 180 s."""
+    promtool evaluates the generated panel query with $window = 3 typical steps of 60 s (read over 180 s), the
+    ledger counter flat for 10 minutes."""
     from omniwatch import ledger
     from omniwatch.dashboards.verify import substitute
     p = by_title(load(DASHBOARDS[0]))["Where the GPU-hours went: $experiment"]
-    q = substitute(p["targets"][0]["expr"], window="180")
+    q = substitute(p["targets"][0]["expr"], window="3")
     series = {}
     for exp, age, fin in (("hung", 3600, 0), ("done", 3600, 1)):
         r = f'project="p", experiment="{exp}"'
@@ -221,7 +222,7 @@ def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
     _promtool_eval(tmp_path, series, [
         (q, [({"project": "p", "experiment": "hung", "bucket": ledger.STALLED, spec.ORDER_LABEL: order}, 1.0),
              ({"project": "p", "experiment": "hung", "bucket": "gen",
-               spec.ORDER_LABEL: spec.order_key("gen", spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]}, 0.0)])])
+               spec.ORDER_LABEL: spec.order_key("gen", spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]}, 0.0)])], minutes=10)
 
 
 def test_per_second_and_tflops_panels_carry_units():
@@ -323,3 +324,155 @@ def test_why_slow_shows_the_firing_alerts_remedy(tmp_path):
         ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND,
           "remedy": "give reward its own GPUs"}, 2),
         ({"project": "p", "experiment": "quiet", "alertname": "none"}, 0)])])
+
+
+def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
+    """Issue 23 item 4: the Config is passed to the dashboards: ``dashboards generate --config tuned.yml`` draws
+    the tuned thresholds (the rules generated with the same file compare with them), the runbook links follow the
+    config's runbook base and $window defaults to its window. The default files keep the defaults."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from omniwatch.alerting import config
+
+    tuned = {"inter_stage_idle": {"ratio": 0.37}, "gpu_memory": {"ratio": 0.81}, "window": {"k": 4}}
+    (tmp_path / "tuned.yml").write_text(yaml.safe_dump(tuned))
+    out = tmp_path / "dash"
+    r = subprocess.run([sys.executable, "-m", "omniwatch", "dashboards", "generate", "--out", str(out),
+                        "--config", str(tmp_path / "tuned.yml")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cfg = config.load(tmp_path / "tuned.yml")
+    assert cfg.inter_stage_idle.ratio == 0.37 != config.DEFAULT.inter_stage_idle.ratio
+
+    def steps(doc, title):
+        p = by_title(doc)[title]
+        return [s["value"] for s in p["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+
+    bott = json.loads((out / "omniwatch-bottlenecks.json").read_text())
+    gpus = json.loads((out / "omniwatch-gpus.json").read_text())
+    assert 0.37 in steps(bott, "Inter-stage idle ratio (window min)")
+    assert 0.81 in steps(gpus, next(t for t in by_title(gpus) if 0.81 in (steps(gpus, t) if "fieldConfig" in
+                                                                           by_title(gpus)[t] else [])))
+    window = next(v for v in bott["templating"]["list"] if v["name"] == spec.V_WINDOW)
+    assert window["current"]["value"] == "4"
+    default = by_title(load(DASHBOARDS[1]))
+    assert config.DEFAULT.inter_stage_idle.ratio in [
+        s["value"] for s in default["Inter-stage idle ratio (window min)"]["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    assert 0.37 not in [s["value"] for s in
+                        default["Inter-stage idle ratio (window min)"]["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    # the check of the tuned files against the same config is clean, against the defaults it is not
+    chk = [sys.executable, "-m", "omniwatch", "dashboards", "check", "--out", str(out)]
+    assert subprocess.run(chk + ["--config", str(tmp_path / "tuned.yml")], capture_output=True, timeout=120).returncode == 0
+    assert subprocess.run(chk, capture_output=True, timeout=120).returncode == 1
+
+
+def test_render_names_the_preview_extra_when_matplotlib_is_missing(tmp_path):
+    """Issue 23 item 3: previews need matplotlib, a declared extra (``omniwatch[preview]``, in dev, so
+    ``make install`` installs it); without it ``dashboards render`` says what to install instead of a traceback."""
+    import subprocess
+    import sys
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("matplotlib") for d in extras["preview"])
+    assert set(extras["preview"]) <= set(extras["dev"])
+    (tmp_path / "matplotlib").mkdir()  # a package that fails to import stands for a missing matplotlib
+    (tmp_path / "matplotlib" / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-m", "omniwatch", "dashboards", "render", "--prometheus",
+                        "http://127.0.0.1:9", "--out", str(tmp_path / "img")], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 2 and "omniwatch[preview]" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_one_phase_palette_on_every_dashboard_and_the_report():
+    """Item 10: every panel split by phase or ledger bucket colours each phase with palette.PHASE_COLORS (Grafana
+    fixed-colour overrides in the generated JSON), and the report's ledger charts and worker lanes use the same
+    colours; the previews draw the panels' fixed colours."""
+    from omniwatch import ledger, palette
+    from omniwatch.report import html
+
+    split = 0
+    for d in DASHBOARDS:
+        doc = load(d)
+        for p in doc["panels"] + [q for r in doc["panels"] for q in r.get("panels", [])]:
+            legends = [t.get("legendFormat", "") for t in p.get("targets", [])]
+            if p["type"] != "timeseries" or not any(re.search(r"\{\{(phase|bucket)\}\}$", lg) for lg in legends):
+                continue  # series split by phase or bucket: the legend ends in the phase
+            split += 1
+            fixed = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
+                     for o in p["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byRegexp"}
+            named = {rx.removeprefix(".* ").replace("\\", ""): c for rx, c in fixed.items()}
+            assert named, (d.uid, p["title"])
+            assert all(c == palette.color(name) for name, c in named.items()), (d.uid, p["title"])
+            gen = named.get("gen") or named.get("generate_sequences")  # a timed phase / bucket, or a Ray method
+            assert gen == palette.PHASE_COLORS["gen"], (d.uid, p["title"])
+    assert split >= 4, split
+    for bucket in (*ledger.PHASE_BUCKETS, *ledger.NON_PHASE):
+        assert html.bucket_color(bucket) == palette.PHASE_COLORS[bucket]
+    assert palette.color("generate_sequences") == palette.PHASE_COLORS["gen"]  # a worker lane's gen
+    assert palette.color(ledger.REWARD) == palette.color("reward")           # reward keeps its colour as a bucket
+
+
+def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
+    """Item 9: during a stall the exporter's GPU-h/day keeps the pre-stall rate (it moves with steps); the panels
+    show the run's GPUs x 24 as 'stalled' instead, and nothing else; a running and a finished run keep the
+    exporter's figures. promtool evaluates the generated 'Why slow' column and the bottlenecks bar gauge."""
+    from omniwatch import ledger
+    from omniwatch.dashboards.verify import substitute
+    series = {}
+    for exp, age, fin in (("hung", 3600, 0), ("running", 30, 0), ("done", 3600, 1)):
+        r = f'project="p", experiment="{exp}"'
+        series.update({f"{records.REC_AGE}{{{r}}}": age, f"{names.TYPICAL_STEP}{{{r}}}": 60,
+                       f'{names.RUN_GPUS}{{{r}, origin="log"}}': 8, f"{names.RUN_FINISHED}{{{r}}}": fin,
+                       f"{names.STEP}{{{r}}}": 50,
+                       f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="gen"}}': 150,
+                       f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="reward_critical_path"}}': 30})
+    why = [substitute(t["expr"]) for t in by_title(load(DASHBOARDS[0]))["Why slow"]["targets"]]
+    bar = by_title(load(DASHBOARDS[1]))["GPU-hours per day by bucket: $experiment"]
+    run = lambda e, **k: {"project": "p", "experiment": e, **k}  # noqa: E731
+    order = lambda b: spec.order_key(b, spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]  # noqa: E731
+    _promtool_eval(tmp_path, series, [
+        (why[2], [(run("hung", bucket=ledger.STALLED), 192), (run("running", bucket="reward_critical_path"), 30),
+                  (run("done", bucket="reward_critical_path"), 30)]),
+        (substitute(bar["targets"][0]["expr"]), [
+            (run("hung", bucket=ledger.STALLED, **{spec.ORDER_LABEL: order(ledger.STALLED)}), 192),
+            *[(run(e, bucket=b, **{spec.ORDER_LABEL: order(b)}), v) for e in ("running", "done")
+              for b, v in (("gen", 150), ("reward_critical_path", 30))]]),
+    ])
+
+
+def test_a_backfill_does_not_export_the_time_outside_the_step_timer():
+    """Item 9: a backfill rebuilds arrivals from the timers, so the time outside the step timer would be a flat 0 %
+    on the dashboards; the backfill leaves those families out (the live exporter keeps them)."""
+    from omniwatch.backtest.backfill import LIVE_ONLY_FAMILIES, render_run
+    from omniwatch.backtest.runfile import load_run
+    from omniwatch.backtest.timeline import Timeline
+    from omniwatch.exposition import make_registry
+    from omniwatch.model import RunStore
+    from .conftest import fixture_path
+
+    run = load_run(str(fixture_path("flowgrpo_healthy")))
+    tl = Timeline.of(run, 1_700_000_000.0)
+    times = [round(t * 1000) for t in range(int(tl.arrivals[0]), int(tl.end) + 60, 15)]
+    grid = render_run(run, tl, times)
+    assert names.OUTSIDE_STEP_SECONDS in LIVE_ONLY_FAMILIES and names.OUTSIDE_STEP_WINDOW in LIVE_ONLY_FAMILIES
+    assert not LIVE_ONLY_FAMILIES & set(grid.families), sorted(LIVE_ONLY_FAMILIES & set(grid.families))
+    assert names.STEP in grid.families and names.GPU_SECONDS_TOTAL.removesuffix("_total") in {
+        k.removesuffix("_total") for k in grid.families}
+    st = RunStore(clock=lambda: 0.0)  # the live registry has them (so the check above can fail)
+    for e in run.entries:
+        st.ingest(run.project, run.experiment, e.parsed, "jsonl", arrival=0.0, feed=run.feed)
+    live = {f.name for f in make_registry(st).collect()}
+    assert {names.OUTSIDE_STEP_SECONDS, names.OUTSIDE_STEP_WINDOW} <= live, live & LIVE_ONLY_FAMILIES
+
+
+def test_preview_titles_read_as_words():
+    """Item 10: the previews' title said "(.* / .*, last 2.80171 min)"."""
+    from omniwatch.dashboards import render
+    assert render._runs_text(".*", ".*") == "all runs"
+    assert render._runs_text("p", ".*") == "p / all experiments"
+    assert render._duration_text(2.80171) == "3 min" and render._duration_text(0.5) == "30 s"
+    assert render._duration_text(150) == "2.5 h"

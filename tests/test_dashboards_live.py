@@ -7,7 +7,6 @@ none). verify() also fails a series of a run-scoped panel without its run and a 
 panel that shows another run."""
 from __future__ import annotations
 
-import math
 import time
 
 import pytest
@@ -105,15 +104,19 @@ def test_endpoints_attached_to_two_runs_stay_two_runs_in_every_panel(stack, uid)
     assert checked >= 10
 
 
-def test_window_defaults_to_three_typical_steps_of_the_slowest_run(stack):
-    prom = PromAPI(stack.prom_url)
-    try:
-        choices = v.window_choices(prom)
-    finally:
-        prom.close()
-    slowest = max(float(s["value"][1]) for s in stack.query(names.TYPICAL_STEP))
-    assert [t for t, _ in choices] == ["3 typical steps", "10 typical steps"]
-    assert int(choices[0][1]) == max(60, math.ceil(3 * slowest))
+def test_each_run_is_read_over_its_own_typical_steps(stack):
+    """$window (3 typical steps by default) is per run: each run's window is the smallest ladder rung that holds 3
+    of its own typical steps, whatever the other runs' steps (issue 26 item 3)."""
+    from omniwatch.dashboards import spec
+    assert v.window_choices() == [str(k) for k in spec.WINDOW_STEPS] and v.default_window() == "3"
+    typical = {(s["metric"]["project"], s["metric"]["experiment"]): float(s["value"][1])
+               for s in stack.query(spec.run_max(spec.sel(names.TYPICAL_STEP)).replace("$project", ".*")
+                                    .replace("$experiment", ".*"))}
+    spans = {(s["metric"]["project"], s["metric"]["experiment"]): float(s["value"][1])
+             for s in stack.query(v.substitute(spec.window_range_seconds()))}
+    assert len(typical) >= 3 and set(typical) <= set(spans)
+    for run, t in typical.items():
+        assert spans[run] == next((r for r in spec.WINDOW_LADDER if 3 * t <= r), spec.WINDOW_LADDER[-1]), (run, t)
 
 
 def test_verify_reports_errors_instead_of_crashing(stack):
@@ -126,7 +129,7 @@ def _range_order(stack, expr: str, label: str) -> list[str]:
     prom = PromAPI(stack.prom_url)
     try:
         now = time.time()
-        data = prom.query_range_data(v.substitute(expr, window=v.default_window(prom)), now - 30, now, 5)
+        data = prom.query_range_data(v.substitute(expr, window=v.default_window()), now - 30, now, 5)
     finally:
         prom.close()
     return [s["metric"][label] for s in data["result"]]

@@ -1,8 +1,8 @@
 """Per-step counters read over steps, not over the scrape interval (issue 15, item 2), proven with promtool.
 
 omniwatch_stage_seconds_total, the GPU phase counters and the ledger's omniwatch_gpu_seconds_total move once
-per training step. Every panel that reads them is a ratio of two ``increase``s over ``$window`` (three
-typical steps by default). Here each such panel expression, with the dashboard variables substituted as
+per training step. Every panel that reads them is a ratio of two increases over each run's own window (``$window``
+typical steps of that run, three by default). Here each such panel expression, with the dashboard variables substituted as
 Grafana would, becomes a recording rule in a temporary rule file, evaluated by ``promtool test rules`` over
 input series of a 15-minute-step run (and a 5-minute one beside it) scraped every 15 s for 3 hours: at
 every evaluation time from the first step on, every ratio exists and lies in [0, 1]. The old reading (a
@@ -56,6 +56,9 @@ def input_series() -> list[dict]:
         for bucket, share in LEDGER.items():
             out.append({"series": f'{n.GPU_SECONDS_TOTAL}{{{run},bucket="{bucket}"}}',
                         "values": _counter(step_s, share * step_s * RUN_GPUS)})
+        # each run's own window comes from its typical step (spec.increase_w)
+        out.append({"series": f"{n.TYPICAL_STEP}{{{run}}}", "values": f"{step_s}x{HOURS * 3600 // SCRAPE_S}"})
+        out.append({"series": f"{n.STEP}{{{run}}}", "values": _counter(step_s, 1)})
         for gpu in GPUS:
             g = f'{run},node="n-{exp}",gpu="{gpu}",uuid="GPU-{exp}-{gpu}"'
             for phase, (busy, idle) in GPU_PHASES.items():
@@ -86,7 +89,8 @@ def _promtool_check(tmp_path, exprs: dict[str, str]) -> subprocess.CompletedProc
             tests.append({"expr": f"{r} > 1 or {r} < 0", "eval_time": f"{t}s", "exp_samples": []})
             tests.append({"expr": f"clamp_max(count({r}), 1)", "eval_time": f"{t}s",
                           "exp_samples": [{"labels": "{}", "value": 1}]})
-    doc = {"rule_files": ["panels.rules.yml"], "evaluation_interval": f"{SCRAPE_S}s",
+    # rules evaluated only at the checked times (every 5 minutes): the same values, 20x fewer evaluations
+    doc = {"rule_files": ["panels.rules.yml"], "evaluation_interval": f"{EVAL_EVERY_S}s",
            "tests": [{"name": "per-step ratios over 15-minute steps", "interval": f"{SCRAPE_S}s",
                       "input_series": input_series(), "promql_expr_test": tests}]}
     (tmp_path / "panels.test.yml").write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
@@ -99,14 +103,14 @@ def test_every_per_step_counter_panel_is_a_ratio_panel():
     assert len({p.title for _, p, _ in found}) >= 3, "the reward-share, GPU-idle-share and ledger panels read $window"
     for d, p, t in found:
         assert p.unit == "percentunit" and p.min == 0 and p.max == 1, (d.uid, p.title)
-        assert "increase(" in t.expr and spec.RATE_INTERVAL not in t.expr, (d.uid, p.title, t.expr)
+        assert " offset " in t.expr and spec.RATE_INTERVAL not in t.expr, (d.uid, p.title, t.expr)
 
 
 @pytest.mark.parametrize("window_steps", [3, 1], ids=["3-typical-steps", "1-fast-step"])
 def test_ratio_panels_stay_within_0_and_1_on_15_minute_steps(tmp_path, window_steps):
-    # $window as the variable computes it: k x the slowest selected run's typical step (3 x 900 s by default);
-    # and one step of the fast run (shorter than one step of the slow run: its ratios may vanish, never leave [0, 1]).
-    window = str(window_steps * (max(RUNS.values()) if window_steps == 3 else min(RUNS.values())))
+    # $window typical steps of each run (3 by default, each run over its own); and one step (a window of one
+    # step may hold no step end at times: its ratios may vanish, never leave [0, 1]).
+    window = str(window_steps)
     exprs = {f"panel:ratio_{i}:window": substitute(t.expr, window=window)
              for i, (_, _, t) in enumerate(windowed_ratio_panels())}
     r = _promtool_check(tmp_path, exprs)

@@ -37,7 +37,7 @@ def expected(k8s: bool = True) -> dict[Path, str]:
     left out, so a writer can sync the rest first (:func:`k8s_expected`)."""
     from .dashboards import generate as dashboards_generate  # the grafana SDK: loaded only when generating
     out = alerting_generate.outputs(alert_config.DEFAULT, paths.alerts_dir(), paths.repo_dir() / "docs" / "alerts.md")
-    out.update({dashboards_generate.default_dir() / n: t for n, t in dashboards_generate.rendered().items()})
+    out.update({dashboards_generate.default_dir() / n: t for n, t in dashboards_generate.rendered(config=alert_config.DEFAULT).items()})
     out[docsgen.docs_path()] = docsgen.render()
     out.update({compose.default_out() / n: t for n, t in compose.rendered().items()})
     if k8s:

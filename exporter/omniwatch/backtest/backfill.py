@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import names
 from ..model import RunStore
 from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, FamilyRender, SampleGrid
 from .ruleset import RecordingRule, levels, write_rule_file
@@ -64,6 +65,11 @@ def scrape_grid(timeline: Timeline, interval: float, tail: float) -> list[int]:
     return list(range(first, max(first, last) + 1, iv))
 
 
+# Families a backfill does not export: the time outside the step timer is measured on live arrivals, and a
+# backfill rebuilds arrivals from the timers, so it would be a flat 0 on the dashboards (issue 26 item 9).
+LIVE_ONLY_FAMILIES = frozenset({names.OUTSIDE_STEP_SECONDS, names.OUTSIDE_STEP_WINDOW})
+
+
 def render_run(run: RecordedRun, timeline: Timeline, times_ms: list[int], *, job: str = DEFAULT_JOB,
                instance: str = DEFAULT_INSTANCE, progress=None, store_kwargs: dict | None = None) -> SampleGrid:
     """Feed the run to a RunStore in simulated time; what each scrape of the grid would have seen."""
@@ -83,7 +89,7 @@ def render_run(run: RecordedRun, timeline: Timeline, times_ms: list[int], *, job
         lo = bisect.bisect_left(times_ms, arrivals_ms[i])
         hi = bisect.bisect_left(times_ms, arrivals_ms[i + 1]) if i + 1 < len(run.entries) else len(times_ms)
         if hi > lo:  # a step overtaken before the next scrape is never seen
-            grid.add_families(render.families(), lo, hi)
+            grid.add_families([f for f in render.families() if f[0] not in LIVE_ONLY_FAMILIES], lo, hi)
         progress.advance()
     return grid
 

@@ -15,17 +15,25 @@ from .. import cliargs
 log = logging.getLogger(__name__)
 
 
+def _config(args):
+    """The alert configuration the dashboards are drawn with: ``--config`` (the same YAML overrides ``rules generate
+    --config`` reads), else the defaults."""
+    from ..alerting import config as config_mod
+    return config_mod.load(getattr(args, "config", None))
+
+
 def _generate(args) -> int:
     from .generate import check, default_dir, generate
     out = Path(args.out) if args.out else default_dir()
+    config = _config(args)
     if args.check:
-        problems = check(out)
+        problems = check(out, config=config)
         for p in problems:
             print(p, file=sys.stderr)
         if not problems:
             print(f"dashboards in {out} match the specs")
         return 1 if problems else 0
-    written = generate(out)
+    written = generate(out, config=config)
     print(f"{len(written)} dashboard file(s) written to {out}" if written else f"dashboards in {out} up to date")
     return 0
 
@@ -58,7 +66,16 @@ def _verify(args) -> int:
     return 1 if failures else 0
 
 
+PREVIEW_MISSING = ("`omniwatch dashboards render` draws with matplotlib, the `preview` extra: "
+                   "pip install 'omniwatch[preview]' (make install installs it)")
+
+
 def _render(args) -> int:
+    try:
+        import matplotlib  # noqa: F401  (the preview extra)
+    except ImportError:
+        print(PREVIEW_MISSING, file=sys.stderr)
+        return 2
     from .render import render_all
     try:
         dashboards = _select(args.dashboard)
@@ -86,10 +103,13 @@ def add_commands(sub) -> None:
     g = dsub.add_parser("generate", help="write dashboards/<uid>.json from the panel specs")
     g.add_argument("--out", help="output directory (default: <repo>/dashboards)")
     g.add_argument("--check", action="store_true", help="do not write; exit 1 when the files drifted")
+    g.add_argument("--config", help="YAML overrides of the thresholds (as `rules generate --config`): the panels "
+                                    "draw that configuration's thresholds")
     g.set_defaults(func=_generate)
 
     c = dsub.add_parser("check", help="exit 1 when dashboards/*.json differ from the specs")
     c.add_argument("--out", help="directory to check (default: <repo>/dashboards)")
+    c.add_argument("--config", help="YAML overrides of the thresholds the files were generated with")
     c.set_defaults(func=_check)
 
     v = dsub.add_parser("verify", help="run every panel query against a live Prometheus; exit 1 on empty panels")

@@ -18,8 +18,8 @@ from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, R
                                 REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION)
 from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard,
                    EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target,
-                   alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, idle_evidence, in_order,
-                   increase_w, run_max, sel, stall_stage, verl, WINDOW_DEFAULT)
+                   alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order,
+                   increase_w, phase_colors, run_max, sel, stall_stage, verl, WINDOW_DEFAULT)
 
 W = EXP
 C = CONFIG
@@ -182,7 +182,7 @@ IDLE = Row("Idle GPU time", (
           "(dataloader, metric computation, logging; V1's second TransferQueue fetch of the batch after the step) / "
           "that gap, the lowest of the last k normal steps, with the window median dashed. Above "
           f"{C.outside_step.ratio:g} in every window step fires: the GPUs wait between steps. Measured on live "
-          "arrivals only (absent for a backlog read or a replay).",
+          "arrivals only (absent for a backlog read, a replay or a backfill: their arrivals are rebuilt from the timers).",
           (Target(sel(REC_OUTSIDE_MIN), W + " window min"),
            Target(run_max(sel(n.OUTSIDE_STEP_WINDOW, stat="median")), W + " window median", dashed=True)),
           unit="percentunit", min=0,
@@ -196,12 +196,13 @@ IDLE = Row("Idle GPU time", (
           thresholds=(Step(None, "green"), Step(0.5, "orange", note="half of a phase idle: worth a look, no alert")),
           w=24, h=7, runbook=n.ALERT_IDLE),
     Panel("GPU idle share by phase: $experiment",
-          "Over the last $window seconds: GPU idle seconds attributed to each phase / all GPU seconds attributed to "
+          "Over the last $window typical steps of each run: GPU idle seconds attributed to each phase / all GPU seconds attributed to "
           "the run's steps (5 Hz NVML sampler). Stacked, the bands add up to the run's idle share of GPU time; "
           "phase=inter_stage is the gap between timed phases.",
           (Target(f"sum by ({by_run(n.L_PHASE)}) ({increase_w(sel(n.GPU_PHASE_IDLE_SECONDS_TOTAL))}) "
                   f"/ on ({RUN_BY}) group_left () (({GPU_SECONDS}) > 0)", W + " {{phase}}"),),
-          unit="percentunit", min=0, max=1, stack=True, w=24, repeat=True, runbook=n.ALERT_IDLE),
+          unit="percentunit", min=0, max=1, stack=True, w=24, repeat=True, fixed_colors=phase_colors(),
+          runbook=n.ALERT_IDLE),
 ))
 
 K_GEN_SEQ = "timing_s/agent_loop/generate_sequences/"
@@ -235,8 +236,9 @@ GPU_HOURS = Row("GPU-hours", (
           "What each ledger bucket costs at the current rate (the figure the alerts quote): its median share of the "
           "last k normal steps x the run's GPUs x 24 h, buckets in ledger order. The buckets add up to the run's "
           "GPUs x 24; reward_critical_path and inter_stage_idle are what RewardBoundRollout and InterStageIdleGPU "
-          "would win back.",
-          (Target(in_order(run_max(sel(n.GPU_HOURS_PER_DAY), n.L_BUCKET), n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL),
+          "would win back. While a stall goes on the run costs its GPUs x 24, all 'stalled' (the exporter's rate moves "
+          "with steps and would keep the pre-stall figure).",
+          (Target(in_order(gpu_hours_per_day(), n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL),
                   W + " {{bucket}}"),),
           unit="suffix: GPU-h/day", min=0, kind="bargauge", w=24, h=8, repeat=True,
           runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE)),

@@ -2,7 +2,7 @@
 
 Everything that must be the same on every dashboard lives here and nowhere else: the datasource
 variable and the ``${datasource}`` reference on every panel and query, the run variables (and the
-run-scoped node/gpu variables, and ``$window`` where a panel reads per-step counters), panel ids
+run-scoped node/gpu variables, and ``$window``, typical steps per run, where a panel reads per-step counters), panel ids
 (1, 2, 3 ... in layout order), refIds (A, B, C ... per panel), the grid layout (24 columns, rows first,
 panels wrapped left to right; a collapsed row keeps its panels inside it), legends and tooltips, the
 links (the five dashboards to each other keeping time and variables; a runbook link on every panel tied
@@ -28,7 +28,7 @@ from grafana_foundation_sdk.builders.common import (
     GraphThresholdsStyleConfig, HeatmapCalculationBucketConfig, HeatmapCalculationOptions, ReduceDataOptions,
     ScaleDistributionConfig, StackingConfig, VizLegendOptions, VizTooltipOptions)
 from grafana_foundation_sdk.builders.dashboard import (
-    Dashboard as SdkDashboard, DashboardLink, DatasourceVariable, QueryVariable, Row as SdkRow, ThresholdsConfig)
+    CustomVariable, Dashboard as SdkDashboard, DashboardLink, DatasourceVariable, QueryVariable, Row as SdkRow, ThresholdsConfig)
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -40,13 +40,13 @@ from grafana_foundation_sdk.models.common import (
     LegendDisplayMode, LegendPlacement, ScaleDistribution, SortOrder, StackingMode, TableCellBackgroundDisplayMode,
     TableColoredBackgroundCellOptions, TooltipDisplayMode, VisibilityMode, VizOrientation)
 from grafana_foundation_sdk.models.dashboard import (
-    DashboardCursorSync, DashboardLinkType, DataSourceRef, DataTransformerConfig, DynamicConfigValue, GridPos,
+    DashboardCursorSync, DashboardLinkType, DataSourceRef, DataTransformerConfig, DynamicConfigValue,
     Threshold, ThresholdsMode, ValueMap, ValueMappingResult, VariableOption, VariableRefresh,
     VariableSort)
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from .. import names as n
-from ..alerting.config import DEFAULT as CONFIG
+from ..alerting.config import Config
 from ..stack import PROFILES
 from . import spec as s
 
@@ -66,7 +66,7 @@ ANNOTATION_STEP = "1m"
 
 @dataclass(frozen=True)
 class Placed:
-    """A row header or a panel with its id and grid position (shared by the JSON and the PNG renderer)."""
+    """A row header or a panel with its id and grid position (the renderer places panels where the JSON says)."""
     id: int
     x: int
     y: int
@@ -76,25 +76,32 @@ class Placed:
     panel: s.Panel | None = None
 
 
-def layout(d: s.Dashboard) -> list[Placed]:
-    """Rows stacked top to bottom; inside a row, panels left to right, wrapping at 24 columns. A collapsed
-    row takes one grid row; its panels keep the positions they get when it is opened."""
-    out: list[Placed] = []
-    y, next_id = 0, 1
+def numbered(d: s.Dashboard) -> list[tuple[int, s.Row | s.Panel]]:
+    """Rows and panels in dashboard order with their ids (1, 2, 3 ...). Positions are the SDK's: the dashboard
+    builder places each panel left to right and wraps at 24 columns (``Dashboard.with_panel`` / ``with_row``),
+    so the specs give only widths and heights."""
+    out: list[tuple[int, s.Row | s.Panel]] = []
     for row in d.rows:
-        out.append(Placed(next_id, 0, y, GRID_COLUMNS, 1, row=row))
-        next_id += 1
-        y += 1
-        py, x, line_h = y, 0, 0
+        out.append((len(out) + 1, row))
         for p in row.panels:
-            if x + p.w > GRID_COLUMNS:
-                py, x, line_h = py + line_h, 0, 0
-            out.append(Placed(next_id, x, py, p.w, p.h, panel=p))
-            next_id += 1
-            x += p.w
-            line_h = max(line_h, p.h)
-        if not row.collapsed:
-            y = py + line_h
+            out.append((len(out) + 1, p))
+    return out
+
+
+def layout(d: s.Dashboard, config: Config | None = None) -> list[Placed]:
+    """Each row and panel with the grid position the generated JSON gives it (the SDK's layout)."""
+    from ..alerting.config import DEFAULT
+    doc = build(d, config or DEFAULT).build()
+    pos = {}
+    for p in doc.panels:
+        pos[p.id_val] = p.grid_pos
+        for q in getattr(p, "panels", None) or []:
+            pos[q.id_val] = q.grid_pos
+    out = []
+    for i, item in numbered(d):
+        g = pos[i]
+        kind = {"row": item} if isinstance(item, s.Row) else {"panel": item}
+        out.append(Placed(i, g.x, g.y, g.w, g.h, **kind))
     return out
 
 
@@ -113,15 +120,18 @@ def _query_var(name: str, label: str, query: str, all_value: str | None):
     return v.all_value(all_value) if all_value is not None else v
 
 
-def window_variable():
-    """``$window`` (seconds): 3 or 10 typical steps of the slowest selected run (3 is the default, the
-    first option); any other number of seconds can be typed in."""
-    return (QueryVariable(s.V_WINDOW).label("Window (s)").datasource(PROM).query(s.window_variable_query())
-            .regex(s.WINDOW_REGEX).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(VariableSort.NUMERICAL_ASC).multi(False).include_all(False))
+def window_variable(config: Config):
+    """``$window``: how many typical steps each run is read over (3, the alerts' window, is the default; 10 a
+    longer view). A custom variable, not a query: each run's own window in seconds is computed inside the
+    panel queries from its own typical step (spec.increase_w), never from the slowest selected run."""
+    steps = s.window_steps(config)
+    values = ",".join(str(k) for k in steps)
+    first = str(steps[0])
+    return (CustomVariable(s.V_WINDOW).label("Window (typical steps per run)").values(values)
+            .current(VariableOption(selected=True, text=first, value=first)).multi(False).include_all(False))
 
 
-def variables(d: s.Dashboard) -> list:
+def variables(d: s.Dashboard, config: Config) -> list:
     metrics = d.variable_metrics or (n.STEP,)
     out = [
         DatasourceVariable(s.V_DATASOURCE).label("Data source").type("prometheus"),
@@ -135,7 +145,7 @@ def variables(d: s.Dashboard) -> list:
         out.append(_query_var(s.V_GPU, "GPU", _var_query(n.L_GPU, gm, s.RUN_MATCHERS + f', {n.L_NODE}=~"${s.V_NODE}"'),
                               None))
     if d.uses_window:
-        out.append(window_variable())
+        out.append(window_variable(config))
     return out
 
 
@@ -179,7 +189,7 @@ def annotations(d: s.Dashboard | None = None) -> list[PromAnnotation]:
     validation and checkpoint steps (they explain step-time spikes) and trainer restarts. Panels repeated per
     run are left out of the all-runs alert annotation (a run's copy would show every run's alerts; the Alerts
     row's timeline has them per run)."""
-    repeated = tuple(pl.id for pl in layout(d) if pl.panel is not None and pl.panel.repeat) if d else ()
+    repeated = tuple(i for i, p in numbered(d) if isinstance(p, s.Panel) and p.repeat) if d else ()
     return [
         PromAnnotation("omniwatch alerts", f"max by ({s.by_run('alertname', 'severity')}) "
                                            f"({s.alerts_sel(alertstate='firing')})",
@@ -205,8 +215,8 @@ def dashboard_links() -> list:
             .keep_time(True).include_vars(True).target_blank(False)]
 
 
-def runbook_links(p: s.Panel) -> list:
-    return [DashboardLink(f"Runbook: {a}").type(DashboardLinkType.LINK).url(CONFIG.runbook_url(a))
+def runbook_links(p: s.Panel, config: Config) -> list:
+    return [DashboardLink(f"Runbook: {a}").type(DashboardLinkType.LINK).url(config.runbook_url(a))
             .target_blank(True) for a in p.alerts]
 
 
@@ -233,14 +243,15 @@ def run_links(p: s.Panel, own_uid: str) -> list:
 
 
 # --- panels ----------------------------------------------------------------------------------------
-def _thresholds(steps: tuple[s.Step, ...]) -> ThresholdsConfig:
+def _thresholds(steps: tuple[s.Step, ...], config: Config) -> ThresholdsConfig:
+    """Threshold steps as drawn under ``config``: a configured alert threshold takes that config's value."""
     steps = steps or (s.Step(None, "green"),)
-    return ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=st.value, color=st.color)
+    return ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=st.value_in(config), color=st.color)
                                                                      for st in steps])
 
 
-def _threshold_model(steps: tuple[s.Step, ...]) -> dm.ThresholdsConfig:
-    return _thresholds(steps).build()
+def _threshold_model(steps: tuple[s.Step, ...], config: Config) -> dm.ThresholdsConfig:
+    return _thresholds(steps, config).build()
 
 
 def _query(t: s.Target, ref: str, p: s.Panel) -> Dataquery:
@@ -263,9 +274,9 @@ def _mappings(p: s.Panel) -> list:
     return _value_maps(p.mappings)
 
 
-def _common(b, p: s.Panel, pl: Placed, own_uid: str):
-    b = (b.id(pl.id).title(p.title).description(p.full_description).datasource(PROM).unit(p.unit)
-         .grid_pos(GridPos(h=pl.h, w=pl.w, x=pl.x, y=pl.y)).thresholds(_thresholds(p.thresholds)))
+def _common(b, p: s.Panel, pid: int, own_uid: str, config: Config):
+    b = (b.id(pid).title(p.title).description(p.full_description(config)).datasource(PROM).unit(p.unit)
+         .span(p.w).height(p.h).thresholds(_thresholds(p.thresholds, config)))
     if p.min is not None:
         b = b.min(p.min)
     if p.max is not None:
@@ -275,7 +286,7 @@ def _common(b, p: s.Panel, pl: Placed, own_uid: str):
     if p.mappings:
         b = b.mappings(_mappings(p))
     if p.alerts:
-        b = b.links(runbook_links(p))
+        b = b.links(runbook_links(p, config))
     links = run_links(p, own_uid)
     if links:
         b = b.data_links(links)
@@ -283,7 +294,7 @@ def _common(b, p: s.Panel, pl: Placed, own_uid: str):
         b = b.repeat(s.V_EXPERIMENT).repeat_direction("h").max_per_row(REPEAT_MAX_PER_ROW)
     for i, t in enumerate(p.targets):
         b = b.with_target(_query(t, REF_IDS[i], p))
-    for regex, colour in p.fixed_colors:
+    for regex, colour in s.series_colors(p):
         b = b.override_by_regexp(regex, [DynamicConfigValue(id_val="color",
                                                             value={"mode": "fixed", "fixedColor": colour})])
     return b
@@ -306,7 +317,7 @@ def _dash(b, p: s.Panel):
     return b
 
 
-def _timeseries(p: s.Panel, pl: Placed, uid: str):
+def _timeseries(p: s.Panel, pid: int, uid: str, config: Config):
     # A panel on step-window ratios shows a stall as the gap it is (the ratio has no value while no step
     # comes); bridging it with spanNulls would draw a 3 h hang as a slow drift (issue 26 item 5).
     b = (timeseries.Panel().line_width(1).fill_opacity(25 if p.stack else 8).span_nulls(not s.reads_step_window(p))
@@ -317,22 +328,22 @@ def _timeseries(p: s.Panel, pl: Placed, uid: str):
         b = b.thresholds_style(GraphThresholdsStyleConfig().mode(GraphThresholdsStyleMode(p.show_thresholds)))
     if p.log_scale:
         b = b.scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(10))
-    return _dash(_common(b, p, pl, uid), p)
+    return _dash(_common(b, p, pid, uid, config), p)
 
 
-def _stat(p: s.Panel, pl: Placed, uid: str):
+def _stat(p: s.Panel, pid: int, uid: str, config: Config):
     b = (stat.Panel().graph_mode(BigValueGraphMode.AREA).color_mode(BigValueColorMode.VALUE)
          .text_mode(BigValueTextMode.VALUE_AND_NAME if len(p.targets) > 1 or p.scope == "run" else BigValueTextMode.AUTO)
          .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
     if p.mappings:
         b = b.color_mode(BigValueColorMode.BACKGROUND).graph_mode(BigValueGraphMode.NONE)
-    return _common(b, p, pl, uid)
+    return _common(b, p, pid, uid, config)
 
 
-def _bargauge(p: s.Panel, pl: Placed, uid: str):
+def _bargauge(p: s.Panel, pid: int, uid: str, config: Config):
     b = (bargauge.Panel().orientation(VizOrientation.HORIZONTAL)
          .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
-    return _common(b, p, pl, uid)
+    return _common(b, p, pid, uid, config)
 
 
 def value_field(p: s.Panel, i: int) -> str:
@@ -340,11 +351,11 @@ def value_field(p: s.Panel, i: int) -> str:
     return f"Value #{REF_IDS[i]}" if len(p.targets) > 1 else "Value"
 
 
-def _table(p: s.Panel, pl: Placed, uid: str):
+def _table(p: s.Panel, pid: int, uid: str, config: Config):
     """Instant table-format queries, one row per run (or per label set): merge joins them on their labels;
     each value column is named by its target's legend and coloured by its thresholds."""
     b = table.Panel().show_header(True)
-    b = _common(b, p, pl, uid)
+    b = _common(b, p, pid, uid, config)
     labels = [n.L_PROJECT, n.L_EXPERIMENT]
     order = {name: i for i, name in enumerate(labels)}
     b = b.with_transformation(DataTransformerConfig(id_val="merge", options={}))
@@ -360,7 +371,7 @@ def _table(p: s.Panel, pl: Placed, uid: str):
         if t.mappings:  # a coded column (the stall stage): its text and colour per value
             props.append(DynamicConfigValue(id_val="mappings", value=_value_maps(t.mappings)))
         if t.thresholds:
-            props += [DynamicConfigValue(id_val="thresholds", value=_threshold_model(t.thresholds)),
+            props += [DynamicConfigValue(id_val="thresholds", value=_threshold_model(t.thresholds, config)),
                       DynamicConfigValue(id_val="color", value={"mode": "thresholds"})]
         if t.thresholds or t.mappings:
             props.append(DynamicConfigValue(id_val="custom.cellOptions", value=TableColoredBackgroundCellOptions(
@@ -369,12 +380,12 @@ def _table(p: s.Panel, pl: Placed, uid: str):
     return b
 
 
-def _statetimeline(p: s.Panel, pl: Placed, uid: str):
+def _statetimeline(p: s.Panel, pid: int, uid: str, config: Config):
     b = (statetimeline.Panel().show_value(VisibilityMode.NEVER).merge_values(True).row_height(0.8)
          .legend(VizLegendOptions().show_legend(True).display_mode(LegendDisplayMode.LIST)
                  .placement(LegendPlacement.BOTTOM))
          .tooltip(_tooltip()))
-    return _common(b, p, pl, uid)
+    return _common(b, p, pid, uid, config)
 
 
 def _grafana_legend(template: str) -> str:
@@ -402,7 +413,7 @@ def xy_transformations(p: s.Panel) -> list[DataTransformerConfig]:
     ]
 
 
-def _xychart(p: s.Panel, pl: Placed, uid: str):
+def _xychart(p: s.Panel, pid: int, uid: str, config: Config):
     step_field = value_field(p, 0)
     b = (xychart.Panel().mapping(xm.SeriesMapping.AUTO)
          .series([xychart.XYSeriesConfig().x(xychart.XychartXYSeriesConfigX().matcher(
@@ -412,7 +423,7 @@ def _xychart(p: s.Panel, pl: Placed, uid: str):
          .max_data_points(XY_MAX_DATA_POINTS).interval(XY_INTERVAL))
     if p.log_scale:
         b = b.scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(10))
-    b = _common(b, p, pl, uid)
+    b = _common(b, p, pid, uid, config)
     for t in xy_transformations(p):
         b = b.with_transformation(t)
     b = b.override_by_name(step_field, [DynamicConfigValue(id_val="displayName", value="step"),
@@ -426,7 +437,7 @@ def _xychart(p: s.Panel, pl: Placed, uid: str):
     return b
 
 
-def _heatmap(p: s.Panel, pl: Placed, uid: str):
+def _heatmap(p: s.Panel, pid: int, uid: str, config: Config):
     """Distribution of the series' values over time (e.g. every GPU's busy share): calculated buckets."""
     b = (heatmap.Panel().calculate(True)
          .calculation(HeatmapCalculationOptions().y_buckets(
@@ -434,14 +445,15 @@ def _heatmap(p: s.Panel, pl: Placed, uid: str):
          .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges")
                 .scale(hm.HeatmapColorScale.EXPONENTIAL).fill("dark-orange"))
          .cell_gap(1).show_value(VisibilityMode.NEVER).hide_legend())
-    return _common(b, p, pl, uid)
+    return _common(b, p, pid, uid, config)
 
 
 BUILDERS = {"timeseries": _timeseries, "stat": _stat, "bargauge": _bargauge, "table": _table,
             "statetimeline": _statetimeline, "xychart": _xychart, "heatmap": _heatmap}
 
 
-def build(d: s.Dashboard) -> SdkDashboard:
+def build(d: s.Dashboard, config: Config) -> SdkDashboard:
+    """The SDK dashboard of spec ``d`` with ``config``'s thresholds, runbook links and default window."""
     if len(max((p.targets for p in d.panels()), key=len)) > len(REF_IDS):
         raise ValueError(f"{d.uid}: more targets in a panel than refIds")
     b = (SdkDashboard(d.title).uid(d.uid).description(d.description).tags(list(d.tags)).refresh("30s")
@@ -450,19 +462,18 @@ def build(d: s.Dashboard) -> SdkDashboard:
         b = b.annotation(_Built(a))
     for link in dashboard_links():
         b = b.link(link)
-    for v in variables(d):
+    for v in variables(d, config):
         b = b.with_variable(v)
     row = None
-    for pl in layout(d):
-        if pl.row is not None:
+    for i, item in numbered(d):
+        if isinstance(item, s.Row):
             if row is not None:
                 b = b.with_row(row)
-            row = (SdkRow(pl.row.title).id(pl.id).collapsed(pl.row.collapsed)
-                   .grid_pos(GridPos(h=1, w=GRID_COLUMNS, x=0, y=pl.y)))
-            if not pl.row.collapsed:
+            row = SdkRow(item.title).id(i).collapsed(item.collapsed)
+            if not item.collapsed:
                 b, row = b.with_row(row), None
             continue
-        panel = BUILDERS[pl.panel.kind](pl.panel, pl, d.uid)
+        panel = BUILDERS[item.kind](item, i, d.uid, config)
         if row is not None:          # a collapsed row holds its panels
             row = row.with_panel(panel)
         else:
@@ -472,6 +483,6 @@ def build(d: s.Dashboard) -> SdkDashboard:
     return b
 
 
-def to_json(d: s.Dashboard) -> str:
-    """Stable JSON text (sorted keys, 2-space indent, trailing newline)."""
-    return JSONEncoder(sort_keys=True, indent=2).encode(build(d).build()) + "\n"
+def to_json(d: s.Dashboard, config: Config) -> str:
+    """Stable JSON text (sorted keys, 2-space indent, trailing newline) of ``d`` drawn with ``config``."""
+    return JSONEncoder(sort_keys=True, indent=2).encode(build(d, config).build()) + "\n"

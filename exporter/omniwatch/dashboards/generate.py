@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import paths
+from ..alerting.config import DEFAULT, Config
 from .catalog import DASHBOARDS
 from .factory import to_json
 
@@ -21,19 +22,20 @@ def default_dir() -> Path:
     return d if (REPO_ROOT / "pyproject.toml").is_file() else Path.cwd() / "dashboards"
 
 
-def rendered(dashboards=DASHBOARDS) -> dict[str, str]:
-    return {f"{d.uid}.json": to_json(d) for d in dashboards}
+def rendered(dashboards=DASHBOARDS, config: Config = DEFAULT) -> dict[str, str]:
+    """uid.json -> text of each dashboard drawn with ``config`` (its thresholds, runbook links, window)."""
+    return {f"{d.uid}.json": to_json(d, config) for d in dashboards}
 
 
-def generate(out: Path, dashboards=DASHBOARDS) -> list[Path]:
+def generate(out: Path, dashboards=DASHBOARDS, config: Config = DEFAULT) -> list[Path]:
     """Write every dashboard whose text changed; returns the files written."""
-    return paths.sync({out / n: t for n, t in rendered(dashboards).items()}, check=False)
+    return paths.sync({out / n: t for n, t in rendered(dashboards, config).items()}, check=False)
 
 
-def check(out: Path, dashboards=DASHBOARDS) -> list[str]:
+def check(out: Path, dashboards=DASHBOARDS, config: Config = DEFAULT) -> list[str]:
     """Problems between the committed files and the specs (empty = clean)."""
     problems = []
-    want = rendered(dashboards)
+    want = rendered(dashboards, config)
     for name, text in want.items():
         path = out / name
         if not path.is_file():

@@ -4,7 +4,7 @@ with more workers than ``--ray-lanes-max`` shows counts per phase instead), stra
 phase, GPU time by fleet (gpu/fleet.py), and what the source itself costs and loses. Every aggregation keeps ``project, experiment``."""
 from __future__ import annotations
 
-from .. import names as n
+from .. import names as n, palette
 from ..discovery.phases import PHASES
 from .spec import EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, rate, run_max, sel
 
@@ -13,7 +13,7 @@ PALETTE = ("blue", "purple", "orange", "green", "yellow", "red", "dark-blue", "d
            "dark-green", "dark-yellow", "light-blue", "light-purple", "light-orange", "light-green")
 # omniwatch_ray_worker_phase's codes (discovery/taskmetrics.PHASE_CODE): 0 idle, then PHASES in order
 PHASE_MAPPINGS = ((0, "idle", "transparent"),) + tuple(
-    (i + 1, p, "text" if p == "other" else PALETTE[i % len(PALETTE)]) for i, p in enumerate(PHASES))
+    (i + 1, p, "text" if p == "other" else palette.color(p, PALETTE[i % len(PALETTE)])) for i, p in enumerate(PHASES))
 LANE_EXPR = run_max(sel(n.RAY_WORKER_PHASE), ROLE, RANK)
 
 NOW = Row("Who holds the step", (
@@ -38,7 +38,8 @@ LANES = Row("Worker lanes", (
           "Worker calls running, per role and phase: the lanes of a large role collapse to this "
           "(N of M ranks in phase X).",
           (Target(f"sum by ({by_run(ROLE, PHASE)}) ({sel(n.RAY_WORKERS_RUNNING)})", EXP + " {{role}} {{phase}}"),),
-          unit="none", stack=True, min=0, w=24, h=8, repeat=True),
+          unit="none", stack=True, min=0, w=24, h=8, repeat=True,
+          fixed_colors=tuple((f".* {p}", palette.color(p)) for p in PHASES if palette.color(p, ""))),
 ))
 
 STRAGGLERS = Row("Stragglers", (

@@ -18,7 +18,7 @@ from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC
                                 REC_ZERO_STD_MIN)
 from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
                    STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags,
-                   firing_by_run, gpu_hours_panel, idle_evidence, in_order, per_typical_step, run_max, sel,
+                   firing_by_run, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, per_typical_step, phase_colors, run_max, sel,
                    stage_colors, stall_stage, verl)
 
 # verl keys the overview plots; the exporter passes each through as verl_<key> with label key=<key>.
@@ -202,7 +202,7 @@ def top_waste_per_day() -> str:
     """Per run, the ledger bucket outside the step's phases (reward on the critical path, idle, checkpoint,
     validation, outside the step timer, stalled) that costs most GPU-hours per day (label ``bucket``)."""
     waste = "|".join(ledger.NON_PHASE)
-    return _top(run_max(sel(n.GPU_HOURS_PER_DAY, **{n.L_BUCKET: "=~" + waste}), n.L_BUCKET), n.L_BUCKET)
+    return _top(gpu_hours_per_day(**{n.L_BUCKET: "=~" + waste}), n.L_BUCKET)
 
 
 def firing_alert() -> str:
@@ -284,7 +284,8 @@ STEP_TIME = Row("Where the step goes", (
           "(annotated; save_checkpoint is its own band).",
           (Target(in_order(run_max(sel(n.STAGE_DURATION, phase='=~' + '|'.join(PHASES)), n.L_PHASE), n.L_PHASE,
                            PHASES), EXP + " {{phase}}"),),
-          unit="s", stack=True, w=24, h=9, repeat=True, runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE)),
+          unit="s", stack=True, w=24, h=9, repeat=True, fixed_colors=phase_colors(PHASES),
+          runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE)),
     step_xy("Seconds per phase by step: $experiment",
             "Seconds of each timed phase (and untracked) at each training step of this run (0 for a phase the run "
             "does not time).",

@@ -232,7 +232,7 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         try:
             if t.instant:  # the value now (a stat of the current state): one point per series
                 series = [(item.get("metric", {}), [end], [float(item["value"][1])])
-                          for item in prom.query(subst(t.expr)).get("result", [])]
+                          for item in prom.query(subst(t.expr))]
             else:
                 series = list(_series(prom, subst(t.expr), start, end, step))
             for labels, xs, ys in series:
@@ -267,11 +267,11 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         for t, name, xs, ys in drawn:
             lo = [base.get(x, 0.0) for x in xs]
             hi = [a + (b if math.isfinite(b) else 0.0) for a, b in zip(lo, ys)]
-            ax.fill_between(xs, lo, hi, alpha=0.5, label=name, step="post")
+            ax.fill_between(xs, lo, hi, alpha=0.5, label=name, step="post", color=_fixed(p, name))
             base.update(zip(xs, hi))
     else:
         for t, name, xs, ys in drawn:
-            ax.plot(xs, ys, lw=1, ls="--" if t.dashed else "-", label=name)
+            ax.plot(xs, ys, lw=1, ls="--" if t.dashed else "-", label=name, color=_fixed(p, name))
     ax.set_xlabel("seconds before now", fontsize=6)
     if p.log_scale:
         ax.set_yscale("log")
@@ -279,9 +279,25 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         ax.set_ylim(bottom=p.min)
     if p.max is not None:
         ax.set_ylim(top=p.max)
-    ax.legend(fontsize=5, loc="upper left", ncol=2, framealpha=0.6)
+    # the legend beside the plot, never over it; the y axis says its unit
+    ax.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0, framealpha=0.9)
+    if not p.log_scale:
+        _unit_axis(ax, p.unit)
     _threshold_lines(ax, p)
     return None
+
+
+def _unit_axis(ax, unit: str) -> None:
+    """Tick labels in the panel's unit (percent, seconds, bytes, a suffix), as Grafana's axis shows them."""
+    if unit in ("percentunit", "s", "bytes") or unit.startswith("suffix:"):
+        from matplotlib.ticker import FuncFormatter
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _fmt(v, unit)))
+    ax.tick_params(labelsize=6)
+
+
+def _fixed(p: s.Panel, name: str) -> str | None:
+    """The fixed colour the panel gives a series (the phase palette, the stall stages), as Grafana's override."""
+    return next((_colour(c) for rx, c in s.series_colors(p) if re.fullmatch(rx, name)), None)
 
 
 def _threshold_lines(ax, p: s.Panel) -> None:
@@ -316,6 +332,22 @@ def render_layout(d: s.Dashboard, runs: list[str]) -> list[tuple[Placed, str]]:
     return out
 
 
+def _runs_text(project: str, experiment: str) -> str:
+    """The selection in words: "all runs" for the default regexes (the title read "(.* / .*)")."""
+    if project == ".*" and experiment == ".*":
+        return "all runs"
+    return f"{'all projects' if project == '.*' else project} / {'all experiments' if experiment == '.*' else experiment}"
+
+
+def _duration_text(minutes: float) -> str:
+    """A readable range ("45 s", "3 min", "2.5 h"): the title read "last 2.80171 min"."""
+    if minutes < 1:
+        return f"{round(minutes * 60)} s"
+    if minutes < 120:
+        return f"{round(minutes)} min"
+    return f"{minutes / 60:.1f} h"
+
+
 def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 30.0, project: str = ".*",
                      experiment: str = ".*") -> Path:
     end = time.time()
@@ -335,7 +367,8 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
     placed = render_layout(d, runs)
     rows = max(pl.y + pl.h for pl, _ in placed)
     fig = plt.figure(figsize=(16, rows * ROW_UNIT_IN + 0.9))
-    fig.suptitle(f"{d.title}   ({project} / {experiment}, last {minutes:g} min; $window = {window} s)", fontsize=11,
+    fig.suptitle(f"{d.title}   ({_runs_text(project, experiment)}, last {_duration_text(minutes)}; "
+                 f"window = {window} typical steps of each run)", fontsize=11,
                  x=0.01, y=1 - 0.15 / (rows * ROW_UNIT_IN + 0.9), ha="left", va="top")
     top = 1 - 0.9 / (rows * ROW_UNIT_IN + 0.9)
     for pl, run in placed:
@@ -346,7 +379,8 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
             mark = " (collapsed)" if pl.row.collapsed else ""
             fig.text(0.005, bottom + height / 2, pl.row.title + mark, fontsize=9, weight="bold", va="center")
             continue
-        ax = fig.add_axes([left + 0.03 * width, bottom + 0.18 * height, 0.92 * width, 0.66 * height])
+        plot_w = 0.7 if pl.panel.kind == "timeseries" else 0.92  # a time series keeps room for its legend
+        ax = fig.add_axes([left + 0.03 * width, bottom + 0.18 * height, plot_w * width, 0.66 * height])
         title = pl.panel.title.replace("$experiment", run) if run else pl.panel.title
         subst = substituter(prom_regex_escape(run) if run else experiment)
         _draw_panel(ax, pl.panel, prom, start, end, step, subst, title)

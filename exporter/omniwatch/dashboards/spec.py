@@ -11,10 +11,13 @@ Two kinds of counters, two windows:
 
 - counters that move continuously (requests, NVML sample seconds): ``rate(...[$__rate_interval])``;
 - counters that move **once per training step** (``PER_STEP_COUNTERS``: stage seconds, GPU phase
-  seconds, step counts): ``increase(...[${window}s])`` over the ``$window`` variable, which defaults to
-  three typical steps of the slowest selected run (``window_variable_query``). A step of 15 minutes read
-  over a 1-minute ``$__rate_interval`` is 0 for 14 minutes and 15x the truth for one; a ratio of two
-  ``increase``s over three steps is the share of those steps' seconds.
+  seconds, step counts): ``increase`` over **each run's own window** (:func:`increase_w`): ``$window`` is a
+  number of typical steps (3, the alerts' window, by default), and each run is read over the rung of
+  ``WINDOW_LADDER`` that holds ``$window`` of *its own* typical steps (``omniwatch_typical_step_seconds``, a
+  per-run series). A 30-second run selected with a 15-minute run is judged over ~2 minutes, the 15-minute
+  run over 45 (issue 26 item 3). A step of 15 minutes read over a 1-minute ``$__rate_interval`` is 0 for
+  14 minutes and 15x the truth for one; a ratio of two ``increase``s over three steps is the share of those
+  steps' seconds.
 
 Every alert threshold comes from ``alerting.config.DEFAULT`` through :func:`cfg_step` (the config path is
 kept, so tests compare it with the rule files); a colour band that is not an alert threshold says why in
@@ -22,11 +25,12 @@ kept, so tests compare it with the rule files); a colour band that is not an ale
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-from .. import ledger
+from .. import ledger, palette
 from .. import names as n
-from ..alerting.config import DEFAULT as CONFIG
+from ..alerting.config import DEFAULT as CONFIG, Config
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
 from ..alerting import records as _records
@@ -41,7 +45,7 @@ V_NODE = "node"
 V_GPU = "gpu"
 V_WINDOW = "window"
 RATE_INTERVAL = "$__rate_interval"
-WINDOW = "${window}s"  # the $window variable holds seconds (an integer, so it is a valid PromQL duration)
+WINDOW = "${window}"  # the $window variable: a number of typical steps, each run reads its own (increase_w)
 ALERTS = "ALERTS"  # Prometheus' synthetic series of pending/firing alerts
 DATASOURCE_UID = "${datasource}"
 PROVISIONED_UID = "omniwatch-prometheus"  # the uid docker-compose provisions (dashboards/provisioning/datasources)
@@ -114,9 +118,44 @@ def rate(selector: str) -> str:
     return f"rate({selector}[{RATE_INTERVAL}])"
 
 
+def run_window_seconds() -> str:
+    """Per run (``project``, ``experiment``): ``$window`` of its own typical steps, in seconds."""
+    return f"{sel(n.TYPICAL_STEP)} * {WINDOW}"  # matched on (project, experiment): no max by needed (a filter)
+
+
+def window_rung(i: int) -> str:
+    """The runs whose own window (``run_window_seconds``) falls on rung ``i`` of ``WINDOW_LADDER``: the
+    smallest rung that holds it (the first takes every shorter window, the last every longer one). A run
+    without a typical step yet (its first steps) is on the ``WINDOW_FALLBACK`` rung."""
+    w = run_window_seconds()
+    lo = WINDOW_LADDER[i - 1] if i else None
+    if i == 0:
+        cond = f"{w} <= {WINDOW_LADDER[0]}"
+    elif i == len(WINDOW_LADDER) - 1:
+        cond = f"{w} > {lo}"
+    else:
+        cond = f"({w} > {lo}) <= {WINDOW_LADDER[i]}"
+    if WINDOW_LADDER[i] == WINDOW_FALLBACK:
+        cond += f" or on ({RUN_BY}) ({run_max(sel(n.STEP))} unless on ({RUN_BY}) {run_max(sel(n.TYPICAL_STEP))})"
+    return cond
+
+
+def window_range_seconds() -> str:
+    """Per run: the seconds of the rung its counters are read over (what ``increase_w`` covers)."""
+    return "(" + " or ".join(f"(({window_rung(i)}) * 0 + {r})" for i, r in enumerate(WINDOW_LADDER)) + ")"
+
+
 def increase_w(selector: str) -> str:
-    """Increase of a per-step counter over the ``$window`` variable (several steps)."""
-    return f"increase({selector}[{WINDOW}])"
+    """Increase of a per-step counter over each run's own window: per rung of ``WINDOW_LADDER``, the counter now
+    minus the counter one rung ago, kept for the runs on that rung (``window_rung``). PromQL has no per-series
+    range, so a run's window is the smallest rung that holds ``$window`` of its typical steps (at most 2x longer:
+    3 steps of 30 s are read over 120 s, 3 steps of 15 min over 2700 s). The difference of two samples (not
+    ``increase``) costs the same for every rung and has no extrapolation: it is exactly the seconds of the steps
+    that ended inside the window. A run younger than its window counts from 0; a counter reset (an exporter
+    that lost its state) reads 0, never negative."""
+    terms = [f"(clamp_min({selector} - ({selector} offset {r}s or {selector} * 0), 0) and on ({RUN_BY}) "
+             f"({window_rung(i)}))" for i, r in enumerate(WINDOW_LADDER)]
+    return "(" + " or ".join(terms) + ")"
 
 
 def by_run(*labels: str) -> str:
@@ -153,28 +192,21 @@ def first_of(*exprs: str) -> str:
 
 
 # ``$window``'s choices in typical steps: the alerts' own window (config window.k, the default) and a longer view.
-WINDOW_STEPS = (CONFIG.window.k, 10)
-WINDOW_DEFAULT = f"$window seconds (default: {WINDOW_STEPS[0]} typical steps)"
+def window_steps(config: Config) -> tuple[int, int]:
+    return (config.window.k, 10)
 
 
-def window_variable_query() -> str:
-    """``$window`` choices: WINDOW_STEPS typical steps of the slowest selected run, in whole seconds, at
-    least 60 s (four 15 s scrapes), 900 s when no run has a typical step yet. The first (the alerts'
-    window) is the default. A query_result() variable: the regex keeps the label as text and the seconds as value."""
-    slowest = f"max({sel(n.TYPICAL_STEP)})"
-    opts = []
-    for k in WINDOW_STEPS:
-        secs = f"(clamp_min(ceil({k} * {slowest}), 60) or on () vector(900))"
-        opts.append(f'label_replace({secs}, "{V_WINDOW}", "{k} typical steps", "", "")')
-    return f"query_result({' or '.join(opts)})"
+WINDOW_STEPS = window_steps(CONFIG)
+WINDOW_DEFAULT = f"$window typical steps of each run (default: {WINDOW_STEPS[0]})"
+# The spans a run's own window is read over (seconds): 1 min (four 15 s scrapes) to 3 h (10 steps of 15 min
+# need 9000 s). Each rung is at most 2x the one below, so a run's window holds $window to 2 x $window steps.
+WINDOW_LADDER = (60, 120, 180, 330, 600, 900, 1800, 2700, 5400, 10800)
+WINDOW_FALLBACK = 900  # a run without a typical step yet (its first steps)
 
 
-WINDOW_REGEX = f'/{V_WINDOW}="(?<text>[^"]+)"\\}} (?<value>[0-9]+)/'
-
-
-def cfg_value(path: str) -> float:
-    """A number of the alert configuration by dotted path (``reward_bound.ratio``)."""
-    obj = CONFIG
+def cfg_value(path: str, config: Config = CONFIG) -> float:
+    """A number of the alert configuration ``config`` by dotted path (``reward_bound.ratio``)."""
+    obj = config
     for part in path.split("."):
         obj = getattr(obj, part)
     return float(obj)
@@ -241,7 +273,14 @@ class Step:
     @property
     def config_value(self) -> float:
         """The number the rule compares with: the config value, negated for a ``negate`` step."""
-        v = cfg_value(self.config)
+        return self.value_in(CONFIG)
+
+    def value_in(self, config: Config) -> float | None:
+        """The step's value under ``config`` (the factory draws this): a configured threshold follows the
+        config the dashboards are generated with; a display band keeps its value."""
+        if not self.config:
+            return self.value
+        v = cfg_value(self.config, config)
         return -v if self.negate else v
 
 
@@ -314,11 +353,11 @@ class Panel:
     def all_steps(self) -> tuple[Step, ...]:
         return self.thresholds + tuple(s for t in self.targets for s in t.thresholds)
 
-    @property
-    def full_description(self) -> str:
+    def full_description(self, config: Config = CONFIG) -> str:
+        """The description with a runbook link per alert (``config``'s runbook base)."""
         if not self.alerts:
             return self.description
-        links = ", ".join(f"[{a}]({CONFIG.runbook_url(a)})" for a in self.alerts)
+        links = ", ".join(f"[{a}]({config.runbook_url(a)})" for a in self.alerts)
         return f"{self.description}\n\nRunbook: {links}"
 
 
@@ -508,14 +547,35 @@ def gpu_seconds(*labels: str) -> str:
 def open_stall_gpu_seconds() -> str:
     """GPU-seconds of a stall still going on, inside the last $window seconds (label ``bucket="stalled"``):
     the run's GPUs x the time since its last step beyond the ledger's stall tolerance
-    (ledger.STALL_TOLERANCE_STEPS typical steps), at most $window. The ledger counter books a stall only when
+    (ledger.STALL_TOLERANCE_STEPS typical steps), at most the run's own window (``window_range_seconds``). The ledger counter books a stall only when
     the next step comes, which never happens after a crash; this shows the idle GPUs while the stall lasts
     (issue 26 item 4). A finished run is not stalled."""
     beyond = (f"{run_max(sel(REC_AGE))} - on ({RUN_BY}) {ledger.STALL_TOLERANCE_STEPS:g} * "
               f"{run_max(sel(n.TYPICAL_STEP))}")
-    secs = (f"{run_max(sel(n.RUN_GPUS))} * on ({RUN_BY}) clamp_max({beyond}, ${V_WINDOW}) > 0 "
-            f"unless on ({RUN_BY}) ({run_max(sel(n.RUN_FINISHED))} == 1)")
+    # the smaller of the two, per run (label "x" keeps both sides of the or apart)
+    within = (f'min by ({RUN_BY}) (label_replace({beyond}, "x", "beyond", "", "") or '
+              f'label_replace({window_range_seconds()}, "x", "span", "", ""))')
+    secs = (f"{run_max(sel(n.RUN_GPUS))} * on ({RUN_BY}) {within} "
+            f"> 0 unless on ({RUN_BY}) ({run_max(sel(n.RUN_FINISHED))} == 1)")
     return f'label_replace(label_replace({secs}, "{n.L_BUCKET}", "{ledger.STALLED}", "", ""), "src", "open", "", "")'
+
+
+def stall_open() -> str:
+    """Per run, 1 while a stall goes on: no step for longer than the ledger's stall tolerance
+    (ledger.STALL_TOLERANCE_STEPS typical steps), and the run is not finished."""
+    beyond = (f"{run_max(sel(REC_AGE))} - on ({RUN_BY}) {ledger.STALL_TOLERANCE_STEPS:g} * "
+              f"{run_max(sel(n.TYPICAL_STEP))}")
+    return f"({beyond} > bool 0 == 1 unless on ({RUN_BY}) ({run_max(sel(n.RUN_FINISHED))} == 1))"
+
+
+def gpu_hours_per_day(**extra: str) -> str:
+    """GPU-hours per day by ledger bucket at the current rate (omniwatch_gpu_hours_per_day) — except while a stall
+    goes on: the exporter's rate is the pre-stall one (it moves with steps), but every GPU of the run is idle, so
+    the run then costs its GPUs x 24 GPU-hours per day, all ``stalled`` (issue 26 item 9)."""
+    stalled = (f'label_replace({run_max(sel(n.RUN_GPUS))} * 24 and on ({RUN_BY}) {stall_open()}, '
+               f'"{n.L_BUCKET}", "{ledger.STALLED}", "", "")')
+    rate = f"{run_max(sel(n.GPU_HOURS_PER_DAY, **extra), n.L_BUCKET)} unless on ({RUN_BY}) {stall_open()}"
+    return f"({stalled} or {rate})"
 
 
 def ledger_gpu_seconds(*labels: str) -> str:
@@ -532,6 +592,27 @@ def ledger_share() -> str:
     return in_order(share, n.L_BUCKET, LEDGER_HEAD, LEDGER_TAIL)
 
 
+def phase_colors(names_=None) -> tuple[tuple[str, str], ...]:
+    """Fixed colours for series whose display name ends in a phase or ledger bucket (legends ``... {{phase}}`` /
+    ``... {{bucket}}``): one colour per phase on every dashboard, the previews and the report (palette.py).
+    Grafana anchors a regex without slashes (``^...$``)."""
+    names_ = tuple(palette.PHASE_COLORS) if names_ is None else names_
+    return tuple((f".* {re.escape(name)}", palette.color(name)) for name in names_)
+
+
+PHASE_LEGEND = re.compile(r"\{\{\s*(%s|%s|%s)\s*\}\}$" % (n.L_PHASE, n.L_BUCKET, n.L_PHASE_T))
+
+
+def series_colors(p: "Panel") -> tuple[tuple[str, str], ...]:
+    """The panel's fixed series colours: its own, or the phase palette when its series are split by phase or
+    ledger bucket (a legend ending in ``{{phase}}`` / ``{{bucket}}``), so every dashboard colours a phase alike."""
+    if p.fixed_colors:
+        return p.fixed_colors
+    if p.kind in ("timeseries", "bargauge") and any(PHASE_LEGEND.search(t.legend) for t in p.targets):
+        return phase_colors()
+    return ()
+
+
 def gpu_hours_panel() -> Panel:
     """"Where the GPU-hours went" (overview and bottlenecks): ledger shares over $window, stacked, per run."""
     return Panel(
@@ -544,7 +625,7 @@ def gpu_hours_panel() -> Panel:
         "the stall tolerance). The counter moves once per step: it is read over whole steps, never over the "
         "scrape interval. One panel per run.",
         (Target(ledger_share(), EXP + " {{bucket}}"),),
-        unit="percentunit", min=0, max=1, stack=True, w=24, h=8, repeat=True,
+        unit="percentunit", min=0, max=1, stack=True, w=24, h=8, repeat=True, fixed_colors=phase_colors(),
         runbook=(n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_OUTSIDE_STEP, n.ALERT_STALLED))
 
 

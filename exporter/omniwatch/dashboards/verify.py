@@ -3,7 +3,7 @@
 Grafana cannot run here, so this does what Grafana would do with a panel query: substitute the
 dashboard variables (``$project``/``$experiment`` -> the selected regexes, ``$node``/``$gpu`` -> ``.*``,
 ``$__rate_interval`` -> a window covering several scrapes, ``$__interval`` -> the scrape interval,
-``$window`` -> the default the variable's own query_result() gives) and evaluate the expression as an
+``$window`` -> its default, the alerts' window in typical steps per run) and evaluate the expression as an
 instant query. A target that returns no series, only NaN/Inf values, or an error is a failure. So is a
 series of a run-scoped panel without its run (``project`` and ``experiment``), and a copy of a panel
 repeated per run that shows another run's series. The variable queries are checked the same way, and
@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass
 from ..promapi import PromAPI, PromError
 from . import spec as s
 from .catalog import DASHBOARDS
+from ..alerting.config import DEFAULT as CONFIG
 from .factory import annotations, variables
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
-_QUERY_RESULT = re.compile(r"^query_result\((?P<query>.*)\)$", re.S)
 _LEFTOVER = re.compile(r"\$\{?[a-zA-Z_][a-zA-Z0-9_]*")
-DEFAULT_WINDOW = "900"
+DEFAULT_WINDOW = str(s.WINDOW_STEPS[0])  # typical steps per run (each run's seconds are in the query)
 
 
 @dataclass(frozen=True)
@@ -69,40 +69,24 @@ def _has_finite_value(result: dict) -> bool:
     return any(math.isfinite(float(v)) for v in samples)
 
 
-def window_choices(prom: PromAPI, project: str = ".*", experiment: str = ".*") -> list[tuple[str, str]]:
-    """(text, seconds) of the ``$window`` variable as Grafana lists them (query_result + regex), first =
-    default. Empty when the query returns nothing."""
-    m = _QUERY_RESULT.match(s.window_variable_query())
-    data = prom.query_data(substitute(m.group("query"), project, experiment))
-    out = []
-    for item in data.get("result", []):
-        text, value = item["metric"].get(s.V_WINDOW, ""), item["value"][1]
-        if text and re.fullmatch(r"[0-9]+", value):
-            out.append((text, value))
-    return sorted(out, key=lambda tv: int(tv[1]))
+def window_choices() -> list[str]:
+    """The ``$window`` variable's values (typical steps per run), first = default."""
+    return [str(k) for k in s.WINDOW_STEPS]
 
 
-def default_window(prom: PromAPI, project: str = ".*", experiment: str = ".*") -> str:
-    choices = window_choices(prom, project, experiment)
-    return choices[0][1] if choices else DEFAULT_WINDOW
+def default_window(prom: PromAPI | None = None, project: str = ".*", experiment: str = ".*") -> str:
+    """``$window``'s default (a fixed number of typical steps: each run's seconds are computed in the query)."""
+    return window_choices()[0]
 
 
 def _check_variables(prom: PromAPI, d: s.Dashboard, subst) -> list[Failure]:
     out = []
-    for v in variables(d):
+    for v in variables(d, CONFIG):
         model = v.build()
         query = model.query if isinstance(model.query, str) else None
         if not query or str(model.type_val) == "datasource":  # the datasource variable lists data sources
             continue
-        if model.name == s.V_WINDOW:
-            m = _QUERY_RESULT.match(query)
-            try:
-                ok = m and prom.query_data(subst(m.group("query"))).get("result")
-            except (PromError, ValueError) as e:
-                out.append(Failure(d.uid, f"variable {model.name}", "-", query, f"error: {e}"))
-                continue
-            if not ok:
-                out.append(Failure(d.uid, f"variable {model.name}", "-", query, "no values"))
+        if model.name == s.V_WINDOW:  # a custom variable: fixed values, nothing to query
             continue
         m = _LABEL_VALUES.match(query)
         if not m:
@@ -144,10 +128,11 @@ def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rat
     failures: list[Failure] = []
     prom = PromAPI(prometheus_url)
     try:
-        try:
-            window = default_window(prom, project, experiment)
+        try:  # an unreachable or broken Prometheus is one error, not one per target
+            prom.query_data("vector(1)")
         except PromError as e:
-            return [Failure("-", "variable window", "-", s.window_variable_query(), f"error: {e}")]
+            return [Failure("-", "prometheus", "-", prometheus_url, f"error: {e}")]
+        window = default_window()
 
         def subst(expr: str, exp: str = experiment) -> str:
             return substitute(expr, project, exp, rate_interval, interval, window)

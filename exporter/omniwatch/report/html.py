@@ -17,11 +17,10 @@ from typing import Sequence
 import numpy as np
 from bokeh.embed import components
 from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter, Range1d, Span
-from bokeh.palettes import Category20
 from bokeh.plotting import figure
 from bokeh.resources import Resources
 
-from .. import __version__, ledger
+from .. import __version__, ledger, palette
 from ..alerting.config import DEFAULT, Config
 from . import lanes
 from .facts import HOUR, RunFacts
@@ -32,18 +31,11 @@ RESOURCES = Resources(mode="inline", components=["bokeh"])
 WIDTH = 1000
 TOOLS = "xpan,xwheel_zoom,box_zoom,reset,save"
 THRESHOLD = "#d62728"
-_ORDER = list(ledger.PHASE_BUCKETS) + list(ledger.NON_PHASE)
-_PALETTE = list(Category20[20])
 
 
 def bucket_color(bucket: str) -> str:
-    fixed = {ledger.REWARD: "#d62728", ledger.IDLE: "#7f7f7f", ledger.STALLED: "#000000",
-             ledger.CHECKPOINT: "#8c564b", ledger.VALIDATION: "#bcbd22", ledger.OUTSIDE: "#c7c7c7",
-             "gen": "#1f77b4", "update_actor": "#2ca02c", "old_log_prob": "#98df8a", "update_weights": "#9467bd"}
-    if bucket in fixed:
-        return fixed[bucket]
-    i = _ORDER.index(bucket) if bucket in _ORDER else len(_ORDER) + sum(map(ord, bucket))
-    return _PALETTE[(2 * i + 1) % len(_PALETTE)]
+    """The ledger bucket's colour: the phase palette the dashboards use (palette.PHASE_COLORS)."""
+    return palette.color(bucket)
 
 
 def _arr(xs) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import names as n
+from .. import names as n, palette
 from ..discovery.phases import PHASES
 
 CODE_PHASE = {i + 1: p for i, p in enumerate(PHASES)}
@@ -77,7 +77,7 @@ def chart(bars: list[Bar], width: int = 1000, title: str = "Worker lanes (Ray ta
     from bokeh.plotting import figure
     lanes = sorted({b.lane for b in bars}, reverse=True)
     phases = sorted({b.phase for b in bars})
-    colour = {p: Category20[20][i % 20] for i, p in enumerate(phases)}
+    colour = {p: palette.color(p, Category20[20][i % 20]) for i, p in enumerate(phases)}  # one palette
     t0 = min(b.start for b in bars)
     src = ColumnDataSource({"lane": [b.lane for b in bars], "left": [b.start - t0 for b in bars],
                             "right": [b.end - t0 for b in bars], "phase": [b.phase for b in bars],
