@@ -20,15 +20,9 @@ pytestmark = [pytest.mark.integration]
 SILENCE = 4 * 3600.0
 
 
-def run_of(name: str, tmp_path=None, lines: int | None = None, config: str | None = None):
-    src = fixture(f"whole_run/{name}.jsonl")
-    path = str(src)
-    if lines is not None:  # the first `lines` steps: the run hung after them
-        d = tmp_path / "whole_run"
-        d.mkdir(exist_ok=True)
-        (d / f"{name}.jsonl").write_text("\n".join(src.read_text().splitlines()[:lines]) + "\n")
-        path = str(d / f"{name}.jsonl")
-    run = load_run(path)
+def run_of(name: str, config: str | None = None, path: str | None = None):
+    """The whole-run case ``name`` (or its lines copied to ``path``), with the trainer config given."""
+    run = load_run(path or str(fixture(f"whole_run/{name}.jsonl")))
     if config is not None:
         assert not tc.attach([run], [str(fixture(f"trainer_config/{config}"))])
         assert run.trainer_config is not None
@@ -63,11 +57,7 @@ def results(tmp_path_factory):
         # a file of its own per run: the source series are labelled by the file (target)
         src = fixture(f"whole_run/{case}.jsonl").read_text().splitlines()
         (root / f"{key}.jsonl").write_text("\n".join(src[:lines] if lines else src) + "\n")
-        run = load_run(str(root / f"{key}.jsonl"))
-        if config is not None:
-            assert not tc.attach([run], [str(fixture(f"trainer_config/{config}"))])
-            assert run.trainer_config is not None
-        runs.append(run)
+        runs.append(run_of(case, config, str(root / f"{key}.jsonl")))
     out = backtest_many(runs, silence=[x[3] for x in BACKTESTS.values()])
     return dict(zip(BACKTESTS, out))
 
