@@ -204,8 +204,13 @@ def results(tmp_path_factory):
     require_binary("prometheus")
     root = tmp_path_factory.mktemp("matrix")
     runs = [load_run(write(root, c)) for c in CASES]  # matrix/<layout>--<scenario>: distinct experiments
-    out = backtest_many(runs, starts=[START] * len(runs))
+    # annotations are asserted on every alert but the info notices before planned work (most hits)
+    out = backtest_many(runs, starts=[START] * len(runs), annotations=planned_info_unannotated)
     return {case_id(c): r for c, r in zip(CASES, out)}
+
+
+def planned_info_unannotated(hit) -> bool:
+    return not (hit.alertname == n.ALERT_STALLED and hit.severity == "info" and hit.first_step in planned_info_steps())
 
 
 def case_id(c: Case) -> str:

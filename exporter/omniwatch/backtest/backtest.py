@@ -229,7 +229,7 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
                   observe: Callable[[int, int, RunStore, object], None] | None = None,
                   store_kwargs: dict | None = None, sparse: bool = True, all_families: bool = False,
                   job: str = DEFAULT_JOB, instance: str = DEFAULT_INSTANCE, evaluate: bool = True,
-                  workers: int | None = None, annotations: bool = True,
+                  workers: int | None = None, annotations: bool | Callable[[AlertHit], bool] = True,
                   silence: float | list[float] = 0.0) -> list[BacktestResult]:
     """One result per run, in order. Runs must have distinct (project, experiment) labels.
     ``pace``: one line every ``pace`` seconds instead of the runs' timers — the clock of a live
@@ -241,7 +241,8 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
     ``PARALLEL_MIN_LINES`` lines in all); ``observe`` then also needs ``state(run_index)`` and
     ``restore(run_index, state)`` to bring what it saw in a worker back.
     ``annotations``: each alert's annotations as Prometheus rendered them when it first fired (one
-    ``promtool test rules`` run for all runs, each test given its own run's series; annotations.py).
+    ``promtool test rules`` run for all runs, each test given its own run's series; annotations.py); a
+    function: only the hits it accepts (the others keep ``annotations == {}``).
     ``evaluate=False``: only the replay (``observe`` still sees every step); no scrape, no Prometheus,
     no alerts (``not_evaluated`` says so)."""
     progress = progress or NullProgress()
@@ -306,9 +307,10 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
                     for ri, h in found:
                         hits[ri].append(h)
                     progress.advance()
-    if annotations and any(hits):
+    wanted = hits if annotations is True or not annotations else [[h for h in hs if annotations(h)] for hs in hits]
+    if annotations and any(wanted):
         progress.phase("render annotations (promtool)")
-        _annotate_many(plans, grid, hits, rules, scrape_interval, eval_interval)
+        _annotate_many(plans, grid, wanted, rules, scrape_interval, eval_interval)
     out = []
     per_run_points = [len(eval_times(p.first_ms / 1000, p.last_ms / 1000, eval_interval)) for p in plans]
     for ri, p in enumerate(plans):
