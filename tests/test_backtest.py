@@ -1,8 +1,10 @@
 """Backtest: the recorded fixtures back-tested to the alerts their truth files imply, by a real
-Prometheus over backfilled blocks with the repository's alerts/ rule files; bad input; the CLI."""
+Prometheus over backfilled blocks with the repository's alerts/ rule files; bad input; the CLI. The runs
+of the judged cases are backtested in one pass of the engine (the ``batch`` module fixture)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import threading
@@ -13,7 +15,7 @@ import pytest
 from omniwatch import names
 from omniwatch.analytics import DEFAULT_WARMUP_STEPS
 from omniwatch.backtest import add_commands
-from omniwatch.backtest.backtest import backtest
+from omniwatch.backtest.backtest import backtest, backtest_many
 from omniwatch.backtest.evaluate import firing_intervals
 from omniwatch.backtest.feed import intervals, replay_to_file
 from omniwatch.backtest.ruleset import inline, levels, load
@@ -35,6 +37,27 @@ def prom_tools():
 
 def run_backtest(path, **kw):
     return backtest(load_run(str(path)), start=START, **kw)
+
+
+BATCH: dict[str, object] = {}  # run key -> a function(tmp directory) that writes it and returns its path
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory, prom_tools):
+    """Every run BATCH lists, backtested in one pass: key -> result."""
+    root = tmp_path_factory.mktemp("batch")
+    runs = []
+    for key, make in BATCH.items():
+        run = load_run(str(make(root)))
+        if key.endswith("_console"):  # the console log of a JSONL fixture: labels stay distinct
+            run.experiment = key
+        runs.append(run)
+    return dict(zip(BATCH, backtest_many(runs, starts=[START] * len(runs))))
+
+
+for _s in SCENARIOS:
+    BATCH[_s] = lambda root, s=_s: fixture_path(s)
+BATCH["flowgrpo_reward_bound_console"] = lambda root: fixture_path("flowgrpo_reward_bound", ".console.log")
 
 
 def write_jsonl(path, records) -> str:
@@ -177,6 +200,25 @@ def test_recording_rules_are_levelled_from_the_repo_rules():
     assert {names.ALERT_REWARD_BOUND, names.ALERT_MFU_DROP} <= {a.name for a in rs.evaluated()}
 
 
+@functools.lru_cache(maxsize=1)
+def endpoint_alerts() -> frozenset[str]:
+    from omniwatch.rules import load_alerts
+    return frozenset(a.name for a in load_alerts() if a.file.name == "endpoints.rules.yml")
+
+
+def test_the_endpoint_rule_file_is_not_loaded_and_its_alerts_are_listed_not_evaluated():
+    """alerts/endpoints.rules.yml reads only series scraped from the endpoints discovery finds, which a
+    recorded run does not carry: a backtest does not load it (nor backfill its recording rules, nor give
+    it to promtool) and names its alerts as not evaluated, live-only."""
+    rs = load()
+    assert [os.path.basename(f) for f in rs.files] == ["omniwatch.rules.yml"]
+    ep = endpoint_alerts()
+    assert {"RolloutQueueSaturated", "TransferQueueBacklog"} <= ep
+    assert all(rs.skipped()[a].startswith("live-only: reads the series of the rollout") for a in ep)
+    assert not ep & {a.name for a in rs.alerts}
+    assert not [r.record for r in rs.recordings if r.record.startswith(("replica:", "run:tq_"))]
+
+
 # --- the fixtures -----------------------------------------------------------------------------------
 def expected_alerts(t: dict) -> dict[str, int]:
     """alert -> first step the exporter can judge the fault at (warm-up steps are left out of windows
@@ -191,9 +233,10 @@ def expected_alerts(t: dict) -> dict[str, int]:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_fixture_backtests_to_its_truth(prom_tools, scenario):
+def test_fixture_backtests_to_its_truth(batch, scenario):
     t = truth(scenario)
-    res = run_backtest(fixture_path(scenario))
+    res = batch[scenario]
+    assert set(res.not_evaluated) >= endpoint_alerts()
     assert res.steps == t.get("stalled_after_step", t["steps"])  # a stalled file simply stops
     fired = {}
     for a in res.alerts:
@@ -214,8 +257,7 @@ def test_fixture_backtests_to_its_truth(prom_tools, scenario):
         assert a.annotations["step"] == str(a.first_step), (a.alertname, a.annotations)
 
 
-@pytest.mark.integration
-def test_actor_slow_variant_raises_mfu_drop(prom_tools, tmp_path):
+def _actor_slow(root):
     """No recorded fixture carries the ``actor_slow`` fault, so this builds it from
     tests/fixtures/verl/flowgrpo_healthy.jsonl: from step 15 update_actor takes twice as long (the
     step grows by the same seconds) and perf/mfu/actor is halved, as the README's fault table says."""
@@ -228,7 +270,16 @@ def test_actor_slow_variant_raises_mfu_drop(prom_tools, tmp_path):
             d["timing_s/step"] += extra
             d["perf/time_per_step"] = d["timing_s/step"]
             d["perf/mfu/actor"] /= 2
-    res = run_backtest(write_jsonl(tmp_path / "verl" / "flowgrpo_actor_slow.jsonl", recs))
+    return write_jsonl(root / "verl" / "flowgrpo_actor_slow.jsonl", recs)
+
+
+BATCH["flowgrpo_actor_slow"] = _actor_slow
+
+
+@pytest.mark.integration
+def test_actor_slow_variant_raises_mfu_drop(batch):
+    """_actor_slow: update_actor twice as long from step 15, MFU halved."""
+    res = batch["flowgrpo_actor_slow"]
     drops = [a for a in res.alerts if a.alertname == names.ALERT_MFU_DROP]
     assert drops and {a.labels["role"] for a in drops} == {"actor"}
     assert 15 <= min(a.first_step for a in drops) <= 18
@@ -236,9 +287,9 @@ def test_actor_slow_variant_raises_mfu_drop(prom_tools, tmp_path):
 
 
 @pytest.mark.integration
-def test_console_log_backtests_like_the_jsonl(prom_tools):
-    a = run_backtest(fixture_path("flowgrpo_reward_bound"))
-    b = run_backtest(fixture_path("flowgrpo_reward_bound", ".console.log"))
+def test_console_log_backtests_like_the_jsonl(batch):
+    a, b = batch["flowgrpo_reward_bound"], batch["flowgrpo_reward_bound_console"]
+    assert b.run.kind == "console" and a.run.kind == "jsonl"
     key = lambda r: sorted((h.alertname, h.first_step, h.last_step) for h in r.alerts)  # noqa: E731
     assert key(a) == key(b) and key(a)
 
@@ -282,11 +333,9 @@ def test_one_step_and_bad_lines_mixed_in(prom_tools, tmp_path, capsys):
     assert doc["steps"] == 2 and doc["alerts"] == [] and doc["run"] == str(p)
 
 
-@pytest.mark.integration
-def test_restart_and_out_of_order_steps(prom_tools, tmp_path):
+def _restarted(root):
     """A resumed trainer appends to its console log: steps 1..30, then 21..40 again (the model counts a
-    restart and re-runs), plus one step out of order. No crash; the reward fault injected only in the
-    second incarnation fires after the restart, at re-run steps."""
+    restart and re-runs), plus one step out of order; a reward fault only in the second incarnation."""
     recs = fixture_records("flowgrpo_healthy")
     second = [json.loads(json.dumps(r)) for r in recs[20:]]
     for r in second:
@@ -294,8 +343,17 @@ def test_restart_and_out_of_order_steps(prom_tools, tmp_path):
             r["data"]["timing_s/reward"] *= 6
             r["data"]["timing_s/step"] += r["data"]["timing_s/reward"] * 5 / 6
     odd = json.loads(json.dumps(recs[5]))  # step 6 again, out of order, between the incarnations
-    p = write_jsonl(tmp_path / "verl" / "restarted.jsonl", recs[:30] + [odd] + second)
-    res = run_backtest(p)
+    return write_jsonl(root / "verl" / "restarted.jsonl", recs[:30] + [odd] + second)
+
+
+BATCH["restarted"] = _restarted
+
+
+@pytest.mark.integration
+def test_restart_and_out_of_order_steps(batch):
+    """_restarted: no crash; the reward fault injected only in the second incarnation fires after the
+    restart, at re-run steps."""
+    res = batch["restarted"]
     assert res.steps == 40 and len(res.run.entries) == 30 + 1 + 20
     rb = [a for a in res.alerts if a.alertname == names.ALERT_REWARD_BOUND]
     assert rb and 25 <= rb[0].first_step <= 30 and rb[0].first_index > 31
@@ -366,17 +424,24 @@ def simulated(tmp_path, name: str, spec, steps: int) -> str:
                                                              for s in range(1, steps + 1)])
 
 
-@pytest.mark.integration
-def test_stalls_are_judged_over_gaps_planned_work_never_pages_and_a_hang_does(prom_tools, tmp_path):
-    """A 4-minute-step run with heavy checkpoints (every 10 steps, 4.5x the step: the first one unseen
-    before it happens), validations (every 15, 1.5x), a forced final checkpoint + validation (step 37),
-    a 50-minute hang inside step 25 and a reward fault from step 31. The planned work reaches info at
-    most; the hang is info, warning and critical after step 24 only; the file's end is no stall."""
+def _hang(root):
     from omniwatch.simulate import Fault, RunSpec
     spec = RunSpec(pace=240, seed=3, checkpoint_every=10, checkpoint_factor=4.5, validation_every=15,
                    validation_factor=1.5, total_steps=37,
                    faults=[Fault("hang", 25, value=3000.0), Fault("reward_slow", 31, factor=5)])
-    res = run_backtest(simulated(tmp_path, "hang", spec, 37))
+    return simulated(root, "hang", spec, 37)
+
+
+BATCH["hang"] = _hang
+
+
+@pytest.mark.integration
+def test_stalls_are_judged_over_gaps_planned_work_never_pages_and_a_hang_does(batch):
+    """A 4-minute-step run with heavy checkpoints (every 10 steps, 4.5x the step: the first one unseen
+    before it happens), validations (every 15, 1.5x), a forced final checkpoint + validation (step 37),
+    a 50-minute hang inside step 25 and a reward fault from step 31. The planned work reaches info at
+    most; the hang is info, warning and critical after step 24 only; the file's end is no stall."""
+    res = batch["hang"]
     stalls = [a for a in res.alerts if a.alertname == names.ALERT_STALLED]
     paging = {(a.severity, a.first_step, a.last_step) for a in stalls if a.severity != "info"}
     assert paging == {("warning", 24, 24), ("critical", 24, 24)}, res.as_json()

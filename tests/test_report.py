@@ -1,6 +1,6 @@
 """``omniwatch report`` / ``compare``: ledger numbers by hand from the raw verl keys of the fixtures, the
 report agreeing with the live exporter fed the same lines (directly and through Prometheus), the
-many-runs backtest agreeing with per-run backtests, the verdict's remedies being the alerts' own, and the
+backtest of many runs in one pass agreeing with each run backtested alone, the verdict's remedies being the alerts' own, and the
 CLI's JSON contract. Browser checks of the pages: tests/test_report_browser.py."""
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from prometheus_client.openmetrics.exposition import generate_latest
 from omniwatch import ledger
 from omniwatch.alerting import remedies
 from omniwatch.alerting.prose import Ctx
-from omniwatch.backtest.backtest import backtest
-from omniwatch.backtest.multi import backtest_many, write_sparse
+from omniwatch.backtest.backtest import backtest, write_sparse
 from omniwatch.backtest.openmetrics import FamilyRender, SampleGrid
 from omniwatch.backtest.runfile import load_run
 from omniwatch.backtest.timeline import Timeline
@@ -202,22 +201,25 @@ def test_sparse_samples_answer_every_instant_query_as_dense_ones():
 
 @pytest.mark.integration
 def test_one_prometheus_pass_gives_each_run_its_own_backtest(monkeypatch):
-    """Same alerts (label sets, first and last steps) and evaluation points as a backtest per run, with
-    the runs rendered in this process or by forked workers; the report facts are the same either way."""
-    from omniwatch.backtest import multi
+    """What lets the tests and ``report`` batch runs: in one pass, each run gets the alerts (label sets,
+    first and last steps, annotations) and evaluation points it gets backtested alone, with the runs
+    rendered by forked workers; the report facts are the same rendered in this process."""
+    from omniwatch.backtest import backtest as engine
     names = ["flowgrpo_reward_bound", "v1_transfer_idle", "flowgrpo_mfu_above_one"]
-    runs = [load_run(str(fixture_path(n))) for n in names]
-    many = backtest_many(runs)
-    for r, m in zip(runs, many):
-        one = backtest(r)
-        assert m.as_json()["alerts"] == one.as_json()["alerts"] and m.as_json()["alerts"]
+    monkeypatch.setattr(engine, "PARALLEL_MIN_LINES", 0)
+    passes = []
+    real = engine.backtest_many
+    monkeypatch.setattr("omniwatch.report.gather.backtest_many",
+                        lambda runs, **kw: passes.append(real(runs, **kw)) or passes[-1])
+    par = facts_of_runs([load_run(str(fixture_path(n))) for n in names], workers=2, starts=[START] * 3)
+    (many,) = passes  # one pass for the three runs
+    for n, f, m in zip(names, par, many):
+        one = backtest(load_run(str(fixture_path(n))), start=START)
+        assert [a.as_json() for a in f.alerts] == one.as_json()["alerts"] == m.as_json()["alerts"] and f.alerts
         assert m.eval_points == one.eval_points
-    monkeypatch.setattr(multi, "PARALLEL_MIN_LINES", 0)
-    par = facts_of_runs([load_run(str(fixture_path(n))) for n in names], workers=2)
-    for f, m in zip(par, many):
-        assert [a.as_json() for a in f.alerts] == m.as_json()["alerts"]
-    monkeypatch.setattr(multi, "PARALLEL_MIN_LINES", 10**9)
-    ser = facts_of_runs([load_run(str(fixture_path(n))) for n in names])
+        assert all(a.annotations.get("summary") for a in f.alerts)
+    monkeypatch.setattr(engine, "PARALLEL_MIN_LINES", 10**9)
+    ser = facts_of_runs([load_run(str(fixture_path(n))) for n in names], starts=[START] * 3, alerts=False)
     for a, b in zip(par, ser):
         assert a.gpu_seconds == b.gpu_seconds and a.steps == b.steps and a.modes == b.modes
 
@@ -436,15 +438,3 @@ def test_index_without_prometheus_names_unreadable_files_and_goes_on(tmp_path):
     got = json.loads(r.stdout)
     assert [x["name"] for x in got["runs"]] == ["p/good"] and list(got["skipped"]) == [str(root / "p" / "empty.jsonl")]
     assert "skipped" in r.stderr and out.is_file() and Path(got["runs"][0]["page"]).is_file()
-
-
-def test_rules_that_provably_return_nothing_are_recognised():
-    """Only expressions that cannot return a series over what was written are skipped."""
-    from omniwatch.backtest.multi import provably_empty
-    present = {"a", "b"}
-    assert provably_empty("x > 1", present) and provably_empty("max by (p) (x) / y", present)
-    assert provably_empty("a > 1 and on (p, e) (x or (y and a))", present)
-    assert provably_empty("(x) unless a", present) and provably_empty('rate(x{k="a"}[5m])', present)
-    assert not provably_empty("a > 1", present) and not provably_empty("x or a", present)
-    assert not provably_empty("a unless x", present) and not provably_empty("absent(x)", present)
-    assert not provably_empty("vector(1)", set()) and not provably_empty("x * on (a) group_left (b) a or b", present)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from omniwatch import names as n
-from omniwatch.backtest.multi import backtest_many
+from omniwatch.backtest.backtest import backtest_many
 from omniwatch.backtest.runfile import load_run
 from omniwatch.report.gather import facts_of_runs
 from omniwatch.report.verdict import verdict

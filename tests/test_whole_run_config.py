@@ -1,7 +1,8 @@
 """Issue 22 items 4-6 through ``omniwatch backtest`` (a real Prometheus evaluating alerts/) and the report:
 the whole-run cases (tests/fixtures/whole_run/, CASES.md) judged with and without the trainer's config
 (tests/fixtures/trainer_config/). ``silence``: TrainingStalled judged as if the log stayed silent after its
-last line — what the live exporter does at the end of a file."""
+last line — what the live exporter does at the end of a file. Every run is backtested in one pass of the
+engine (``backtest_many``, a module fixture); each test reads its run's result."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import json
 import pytest
 
 from omniwatch import names as n, trainer_config as tc
-from omniwatch.backtest.backtest import backtest
+from omniwatch.backtest.backtest import backtest_many
 from omniwatch.backtest.runfile import load_run
 from omniwatch.report.gather import facts_of_runs
 
@@ -19,25 +20,46 @@ pytestmark = [pytest.mark.integration]
 SILENCE = 4 * 3600.0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def tools():
-    require_binary("prometheus")
-    require_binary("promtool")
-
-
-def run_of(name: str, tmp_path=None, lines: int | None = None, config: str | None = None):
-    src = fixture(f"whole_run/{name}.jsonl")
-    path = str(src)
-    if lines is not None:  # the first `lines` steps: the run hung after them
-        d = tmp_path / "whole_run"
-        d.mkdir(exist_ok=True)
-        (d / f"{name}.jsonl").write_text("\n".join(src.read_text().splitlines()[:lines]) + "\n")
-        path = str(d / f"{name}.jsonl")
-    run = load_run(path)
+def run_of(name: str, config: str | None = None, path: str | None = None):
+    """The whole-run case ``name`` (or its lines copied to ``path``), with the trainer config given."""
+    run = load_run(path or str(fixture(f"whole_run/{name}.jsonl")))
     if config is not None:
         assert not tc.attach([run], [str(fixture(f"trainer_config/{config}"))])
         assert run.trainer_config is not None
     return run
+
+
+# key -> (case, lines, trainer config, silence after the last line)
+BACKTESTS = {
+    "hang_in_step2": ("hang_in_step3", 1, None, SILENCE),
+    "hang_in_step3": ("hang_in_step3", 2, None, SILENCE),
+    "hang_in_step3_config": ("finished_on_cadence", 2, "finished_on_cadence.pprint.log", SILENCE),
+    "finish": ("finished_on_cadence", None, None, SILENCE),
+    "finish_pprint": ("finished_on_cadence", None, "finished_on_cadence.pprint.log", SILENCE),
+    "finish_hydra": ("finished_on_cadence", None, "finished_on_cadence.hydra/config.yaml", SILENCE),
+    "finished_off_cadence": ("finished_off_cadence", None, None, SILENCE),
+    "no_validation_bare": ("no_validation_15min", 25, None, SILENCE),
+    "no_validation_config": ("no_validation_15min", 25, "no_validation_15min.pprint.log", SILENCE),
+    "mfu_sp4": ("mfu_sp4", None, None, 0.0),
+    "mfu_sp4_config": ("mfu_sp4", None, "mfu_sp4.pprint.log", 0.0),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Every run of BACKTESTS in one backtest pass (each its own experiment label): key -> result."""
+    require_binary("prometheus")
+    require_binary("promtool")
+    root = tmp_path_factory.mktemp("runs") / "whole_run"
+    root.mkdir()
+    runs = []
+    for key, (case, lines, config, _) in BACKTESTS.items():
+        # a file of its own per run: the source series are labelled by the file (target)
+        src = fixture(f"whole_run/{case}.jsonl").read_text().splitlines()
+        (root / f"{key}.jsonl").write_text("\n".join(src[:lines] if lines else src) + "\n")
+        runs.append(run_of(case, config, str(root / f"{key}.jsonl")))
+    out = backtest_many(runs, silence=[x[3] for x in BACKTESTS.values()])
+    return dict(zip(BACKTESTS, out))
 
 
 def stalls(res) -> dict[str, object]:
@@ -54,10 +76,11 @@ def minutes_after_end(res, hit) -> float:
 
 
 @pytest.mark.parametrize("lines", [1, 2], ids=["hang_in_step2", "hang_in_step3"])
-def test_a_hang_in_step_2_or_3_pages(tmp_path, lines):
+def test_a_hang_in_step_2_or_3_pages(results, lines):
     """No typical step exists yet (warm-up steps only): the provisional one (warm-up step x
     stall.provisional_factor) stages TrainingStalled; before it, nothing could ever fire."""
-    res = backtest(run_of("hang_in_step3", tmp_path, lines), silence=SILENCE)
+    res = results[f"hang_in_step{lines + 1}"]
+    assert res.steps == lines
     st = stalls(res)
     assert set(st) == {"info", "warning", "critical"}
     crit = st["critical"]
@@ -69,22 +92,24 @@ def test_a_hang_in_step_2_or_3_pages(tmp_path, lines):
     assert "No trainer configuration was read for this run" in text
 
 
-def test_a_hang_in_step_3_with_its_config_pages_sooner(tmp_path):
+def test_a_hang_in_step_3_with_its_config_pages_sooner(results):
     """The config says step 3 carries no checkpoint or validation (save_freq=10, test_freq=10, 40 steps):
     no reserve for a first one, and the annotation no longer says what was assumed."""
-    res = backtest(run_of("finished_on_cadence", tmp_path, 2, "finished_on_cadence.pprint.log"), silence=SILENCE)
+    res = results["hang_in_step3_config"]
+    assert res.run.trainer_config is not None and res.steps == 2
     st = stalls(res)
     assert set(st) == {"info", "warning", "critical"}
     assert 45 <= minutes_after_end(res, st["critical"]) <= 50
     assert "No trainer configuration" not in st["critical"].annotations["description"]
 
 
-@pytest.mark.parametrize("config", [None, "finished_on_cadence.pprint.log", "finished_on_cadence.hydra/config.yaml"])
-def test_a_finish_on_both_cadences(config):
+@pytest.mark.parametrize("key", ["finish", "finish_pprint", "finish_hydra"])
+def test_a_finish_on_both_cadences(results, key):
     """40 steps, checkpoint and validation every 10: without a config the end cannot be told from a hang
     (it pages, and says what was assumed); with it the run is finished and nothing fires after it."""
-    run = run_of("finished_on_cadence", config=config)
-    res = backtest(run, silence=SILENCE)
+    config = BACKTESTS[key][2]
+    res = results[key]
+    run = res.run
     st = stalls(res)
     if config is None:
         assert {"warning", "critical"} <= set(st)
@@ -98,15 +123,16 @@ def test_a_finish_on_both_cadences(config):
                 and h.first_t <= res.timeline.end]
 
 
-def test_the_off_cadence_control_is_finished_without_a_config():
-    assert stalls(backtest(run_of("finished_off_cadence"), silence=SILENCE)) == {}
+def test_the_off_cadence_control_is_finished_without_a_config(results):
+    assert results["finished_off_cadence"].steps > 10
+    assert stalls(results["finished_off_cadence"]) == {}
 
 
-def test_validation_off_in_the_config_removes_the_reserve(tmp_path):
+def test_validation_off_in_the_config_removes_the_reserve(results):
     """15-minute steps, test_freq=-1, hung after step 25: today's permanent "unseen kind" reserve makes
     critical wait 10 typical steps + the checkpoint; the config's test_freq=-1 takes the reserve away."""
-    bare = backtest(run_of("no_validation_15min", tmp_path, 25), silence=SILENCE)
-    conf = backtest(run_of("no_validation_15min", tmp_path, 25, "no_validation_15min.pprint.log"), silence=SILENCE)
+    bare, conf = results["no_validation_bare"], results["no_validation_config"]
+    assert bare.steps == conf.steps == 25
     b, c = stalls(bare)["critical"], stalls(conf)["critical"]
     reserve = "plus 4 typical steps for a first checkpoint or validation not seen yet"
     assert reserve in b.annotations["description"] and reserve not in c.annotations["description"]
@@ -114,8 +140,9 @@ def test_validation_off_in_the_config_removes_the_reserve(tmp_path):
 
 
 @pytest.mark.parametrize("config", [None, "mfu_sp4.pprint.log"])
-def test_sp4_reporting_1_12_is_judged_per_gpu(config):
-    res = backtest(run_of("mfu_sp4", config=config))
+def test_sp4_reporting_1_12_is_judged_per_gpu(results, config):
+    res = results["mfu_sp4_config" if config else "mfu_sp4"]
+    assert (res.run.trainer_config is not None) == bool(config)
     hits = [h for h in res.alerts if h.alertname == n.ALERT_MFU_IMPOSSIBLE]
     if config is None:
         assert hits and "omniwatch assumed Ulysses SP=1" in hits[0].annotations["description"]

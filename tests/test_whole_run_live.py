@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from omniwatch import names as n, trainer_config as tc
-from omniwatch.backtest.backtest import backtest
+from omniwatch.backtest.backtest import backtest_many
 from omniwatch.backtest.runfile import load_run
 from omniwatch.stack import Stack, StackConfig, stale_runs
 
@@ -124,15 +124,16 @@ def test_live_stack_judges_the_whole_run_cases_as_the_backtest_does(stack, tmp_p
         client.close()
     end = max(last.values()) + WATCH_AFTER
     live = {name: seen.get(name, set()) for name in RUNS}
-    # the backtest of the very lines written, on the stack's 1 s intervals, silent for as long as each was watched
-    bt = {}
-    for name, p in files.items():
-        run = load_run(str(p))
-        assert not tc.attach([run], [str(tmp_path / "configs")])  # matched by name, as the exporter does
+    # the backtest of the very lines written, on the stack's 1 s intervals, silent for as long as each was
+    # watched: every run in one pass
+    runs = [load_run(str(p)) for p in files.values()]
+    assert not tc.attach(runs, [str(tmp_path / "configs")])  # matched by name, as the exporter does
+    for name, run in zip(files, runs):
         assert (run.trainer_config is not None) == (name in ("finished_on_cadence", "mfu_sp4", "v1_separate_async"))
-        res = backtest(run, eval_interval=1.0, scrape_interval=1.0, annotations=False,
-                       silence=end - last[name] - 2.0)
-        bt[name] = {(h.alertname, h.severity) for h in res.alerts if h.alertname in JUDGED}
+    out = backtest_many(runs, eval_interval=1.0, scrape_interval=1.0, annotations=False,
+                        silence=[end - last[name] - 2.0 for name in files])
+    bt = {name: {(h.alertname, h.severity) for h in res.alerts if h.alertname in JUDGED}
+          for name, res in zip(files, out)}
     stalled = {(n.ALERT_STALLED, s) for s in ("info", "warning", "critical")}
     assert live["hang_in_step2"] == stalled, live
     assert not {a for a in live["finished_on_cadence"] if a[0] == n.ALERT_STALLED}, live

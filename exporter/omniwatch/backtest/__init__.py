@@ -3,7 +3,8 @@ would have fired, at which steps (design note "the past looks like the present")
 
 Modules: ``runfile`` (read a run), ``timeline`` (when each step happened), ``openmetrics`` (scrapes in
 simulated time), ``tsdb`` (promtool, temporary Prometheus), ``ruleset`` (rule files), ``backfill``,
-``evaluate`` (Prometheus' alert state machine), ``backtest``, ``replay``, ``report``, ``commands``.
+``evaluate`` (Prometheus' alert state machine), ``backtest`` (the one engine: many runs, one
+Prometheus pass), ``replay``, ``report``, ``commands``.
 """
 from __future__ import annotations
 

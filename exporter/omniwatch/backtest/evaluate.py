@@ -89,11 +89,3 @@ def true_at(prom, rule: AlertRule, times: list[float]) -> list[tuple[dict, list[
                 flags[k] = True
     return list(truth.values())
 
-
-def evaluate_rule(prom, rule: AlertRule, times: list[float]) -> list[Firing]:
-    """Evaluate one alerting rule at every timestamp of ``times`` (an even grid)."""
-    out = []
-    for labels, flags in true_at(prom, rule, times):
-        for iv in firing_intervals(flags, times, rule.hold, rule.keep_firing_for):
-            out.append(Firing(rule, labels, times[iv.first], times[iv.last]))
-    return out

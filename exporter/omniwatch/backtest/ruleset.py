@@ -32,6 +32,14 @@ LIVE_ONLY = {
                               "construction (it fires on a live run's real gaps between steps)",
     names.ALERT_RUN_CAP: "live-only: the exporter's run cap (--max-runs); a backtest replays each run in a store of its own",
 }
+# Rule files a recorded run cannot speak to: every series they read is scraped from the endpoints
+# discovery finds (vLLM-Omni rollout and reward servers, TransferQueue), which a verl log does not carry.
+# The backtest does not load them (their recording rules are not backfilled, promtool does not read
+# them); their alerts are listed as not evaluated, with this reason.
+LIVE_ONLY_FILES = {
+    "endpoints.rules.yml": "live-only: reads the series of the rollout / reward / TransferQueue endpoints "
+                           "discovery scrapes, which a recorded run does not carry",
+}
 # Alerts judged only while the run ran: over every gap between two steps, at evaluation times up to the
 # last step's arrival (a finished file is no stall after its last line; a long gap mid-run may be one).
 GAPS_ONLY = {
@@ -81,11 +89,12 @@ class RecordingRule:
 class RuleSet:
     alerts: list[AlertRule] = field(default_factory=list)
     recordings: list[RecordingRule] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # the rule files loaded (promtool renders annotations with them)
+    live_only: dict[str, str] = field(default_factory=dict)  # alerts of the files not loaded -> why
 
     def skipped(self) -> dict[str, str]:
         """Alert name -> why the backtest does not evaluate it."""
-        out: dict[str, str] = {}
+        out: dict[str, str] = dict(self.live_only)
         for a in self.alerts:
             if a.name in LIVE_ONLY:
                 out[a.name] = LIVE_ONLY[a.name]
@@ -180,17 +189,24 @@ def _seconds(v, what: str, path: Path) -> float:
 
 
 def load(rules_dir: str | Path | None = None) -> RuleSet:
-    """Every ``*.rules.yml`` under ``rules_dir`` (default: the repository's ``alerts/``)."""
+    """Every ``*.rules.yml`` under ``rules_dir`` (default: the repository's ``alerts/``) but the
+    ``LIVE_ONLY_FILES``, whose alerts only go to ``live_only``."""
     d = Path(rules_dir) if rules_dir else RULES_DIR
     if not d.is_dir():
         raise RulesError(f"rules directory {d} does not exist")
     files = rule_files(d)
     if not files:
         raise RulesError(f"no *.rules.yml in {d}")
-    rs = RuleSet(files=[str(f) for f in files])
+    rs = RuleSet(files=[str(f) for f in files if f.name not in LIVE_ONLY_FILES])
     ordered: list[tuple[str, str, object]] = []
     for path in files:
         doc = load_rule_file(path)
+        if path.name in LIVE_ONLY_FILES:
+            for group in doc["groups"]:
+                for rule in (group or {}).get("rules") or []:
+                    if isinstance(rule, dict) and "alert" in rule:
+                        rs.live_only[str(rule["alert"])] = LIVE_ONLY_FILES[path.name]
+            continue
         for group in doc["groups"]:
             gname = str((group or {}).get("name", ""))
             for rule in (group or {}).get("rules") or []:

@@ -1,6 +1,6 @@
 """Facts of finished runs: each run replayed through the exporter's own RunStore at its reconstructed
 arrivals (as ``omniwatch backfill`` does) while the backtest engine scrapes that store and evaluates
-the real rule files — all runs in one temporary Prometheus (:func:`~omniwatch.backtest.multi.backtest_many`).
+the real rule files — all runs in one temporary Prometheus (:func:`~omniwatch.backtest.backtest.backtest_many`).
 
 After every ingested line the store's state is read: the ledger (``run.gpu_seconds``, what
 ``omniwatch_gpu_seconds_total`` exposes), the step record and the window statistics. So the report's
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import ledger, trainer_config
 from ..alerting.config import DEFAULT, Config
-from ..backtest.multi import backtest_many
+from ..backtest.backtest import backtest_many
 from ..backtest.runfile import RecordedRun, load_run
 from ..model import MAX_LABEL_CHARS, RunStore
 from ..runlabel import fit_label
