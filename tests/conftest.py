@@ -130,3 +130,100 @@ def require_tool(*candidates: str) -> str:
         return rules.find_tool(*candidates)
     except rules.RulesError as e:
         pytest.fail(f"{e}; `make deps` installs it")
+
+
+# --- pytest-xdist: `make test` runs the suite on several workers (`-n`, `--dist loadgroup`,
+# `--no-loadscope-reorder`). Most slow tests sleep (live stacks waiting for scrapes, `for:` windows, Ray
+# scenarios), so more workers than cores overlap them with the CPU-bound ones.
+#
+# 1. A test that uses a module- or class-scoped fixture (a live stack, a Ray scenario, a backtest run once
+#    for the module) is grouped with its module's other such tests (``xdist_group``): one worker runs them,
+#    so the fixture is set up once, as without xdist. Every other test is scheduled on its own.
+# 2. The longest work starts first (longest-processing-time-first): with `--no-loadscope-reorder` the
+#    workers take the groups in collection order, so the collection is sorted by the seconds below (CI's
+#    `--durations`, rounded), slowest first; a group's weight is its slowest member's (a group is one unit of
+#    work wherever its members sit in the collection). Unlisted tests keep their order after the listed ones. A wrong or stale number only changes the order, never the outcome.
+SLOW_S = {  # nodeid prefix -> seconds (module setup + test) on a 2-core CI machine
+    "tests/test_tq_backlog_live.py": 330,
+    "tests/test_backtest_agrees_with_live.py": 135,
+    "tests/test_whole_run_live.py": 130,
+    "tests/test_raytasks_live.py": 110,
+    "tests/test_newcomer.py": 95,
+    "tests/test_agents_live.py": 90,
+    "tests/test_discovery_live.py": 80,
+    "tests/test_stack_integration.py": 60,
+    "tests/test_backtest.py::test_ten_thousand_steps": 50,
+    "tests/test_walkthrough.py": 45,
+    "tests/test_dashboards_live.py": 45,
+    "tests/test_pressure.py": 30,
+    "tests/test_dashboards_stack.py": 30,
+    "tests/test_scale_remote_write.py": 25,
+    "tests/test_head_node.py": 20,
+    "tests/test_report.py": 20,
+    "tests/test_rules.py": 20,
+    "tests/test_backtest_live.py": 20,
+    "tests/test_backtest.py": 15,
+}
+_SHARED_SCOPES = ("module", "class", "package")
+# Modules that share one worker (one after the other) although they share no fixture: the three smaller Ray
+# scenarios each start a Ray cluster (CPU-heavy for ~30 s); beside the TransferQueue scenario at most two run
+# at a time, so on 2 cores their own timing bounds (poll intervals, discovery) keep their margins.
+LANES = {"tests/test_raytasks_live.py": "ray-lane", "tests/test_agents_live.py": "ray-lane",
+         "tests/test_discovery_live.py": "ray-lane"}
+
+
+def _weight(nodeid: str) -> float:
+    return max((s for p, s in SLOW_S.items() if nodeid.startswith(p)), default=0.0)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist turns the xdist_group marks into nodeid suffixes
+def pytest_collection_modifyitems(session, config, items):
+    groups: dict[str, list] = {}
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
+        module = item.nodeid.split("::", 1)[0]
+        if module in LANES or any(d.scope in _SHARED_SCOPES for ds in defs.values() for d in ds):
+            group = LANES.get(module, module)
+            item.add_marker(pytest.mark.xdist_group(group))
+            groups.setdefault(group, []).append(item)
+    weight = {id(i): _weight(i.nodeid) for i in items}
+    for members in groups.values():
+        w = max(weight[id(i)] for i in members) if members[0].nodeid.split("::", 1)[0] not in LANES else \
+            sum(SLOW_S.get(m, 0) for m in {i.nodeid.split("::", 1)[0] for i in members})
+        for i in members:
+            weight[id(i)] = w
+    items.sort(key=lambda i: -weight[id(i)])
+
+
+def rule_evaluations(prom_url: str) -> float:
+    """How many times this Prometheus has evaluated its slowest rule group so far (its own /metrics:
+    iterations scheduled less iterations missed). A wait bounded by evaluations follows the stack's own
+    progress: on a loaded machine Prometheus evaluates (and its ``for:`` clocks advance) no faster."""
+    import httpx
+    try:
+        body = httpx.get(f"{prom_url.rstrip('/')}/metrics", timeout=10, trust_env=False).text
+    except httpx.HTTPError:
+        return 0.0
+    done: dict[str, float] = {}
+    for line in body.splitlines():
+        for name, sign in (("prometheus_rule_group_iterations_total{", 1.0),
+                           ("prometheus_rule_group_iterations_missed_total{", -1.0)):
+            if line.startswith(name):
+                labels, value = line[len(name):].rsplit(" ", 1)
+                done[labels] = done.get(labels, 0.0) + sign * float(value)
+    return min(done.values(), default=0.0)
+
+
+def wait_evaluations(prom_url: str, fn, evaluations: int, what="condition", every: float = 0.5):
+    """Poll ``fn`` until it returns something truthy (returned); fail once Prometheus has evaluated its rules
+    ``evaluations`` more times without it (``what``: the failure's text, or a callable that returns it) (pytest-timeout bounds a Prometheus that stopped evaluating)."""
+    import time
+    start = rule_evaluations(prom_url)
+    while True:
+        v = fn()
+        if v:
+            return v
+        done = rule_evaluations(prom_url) - start
+        if done >= evaluations:
+            pytest.fail(f"{what() if callable(what) else what}: not after {done:.0f} rule evaluations of {prom_url}")
+        time.sleep(every)
