@@ -67,13 +67,12 @@ demo: install deps
 	$(OW) demo
 
 # Several pytest workers (pytest-xdist): most slow tests sleep (live stacks, Ray scenarios), so more workers than
-# cores overlap them with the CPU-bound ones; tests/conftest.py groups the tests that share a module fixture and
-# starts the longest first. `make check` and `omniwatch rules check` run once, as tests of the suite
+# cores overlap them with the CPU-bound ones; tests/conftest.py's scheduler keeps the tests that share a module
+# fixture on one worker and starts the longest first. `make check` and `omniwatch rules check` run once, as tests of the suite
 # (tests/test_generated.py::test_the_checkout_has_no_drift, tests/test_rules.py::test_rules_check_command_passes).
 TEST_WORKERS ?= 4
-XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: install deps
-	$(PY) -m pytest -q -m "not long" $(XDIST) --durations=20 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not long" -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
 
 # The edit loop: every test that starts no live stack (no Prometheus/Alertmanager/exporter process on loopback),
 # the promtool rule checks and unit tests included.

@@ -8,8 +8,10 @@ so a clean checkout can never pass by skipping.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -132,17 +134,19 @@ def require_tool(*candidates: str) -> str:
         pytest.fail(f"{e}; `make deps` installs it")
 
 
-# --- pytest-xdist: `make test` runs the suite on several workers (`-n`, `--dist loadgroup`,
-# `--no-loadscope-reorder`). Most slow tests sleep (live stacks waiting for scrapes, `for:` windows, Ray
-# scenarios), so more workers than cores overlap them with the CPU-bound ones.
+# --- pytest-xdist: `make test` runs the suite on several workers (`-n 4`). Most slow tests sleep (live stacks
+# waiting for scrapes and `for:` windows, Ray scenarios), so more workers than cores overlap them with the
+# CPU-bound ones. The scheduler below (pytest_xdist_make_scheduler) decides what runs together:
 #
-# 1. A test that uses a module- or class-scoped fixture (a live stack, a Ray scenario, a backtest run once
-#    for the module) is grouped with its module's other such tests (``xdist_group``): one worker runs them,
-#    so the fixture is set up once, as without xdist. Every other test is scheduled on its own.
-# 2. The longest work starts first (longest-processing-time-first): with `--no-loadscope-reorder` the
-#    workers take the groups in collection order, so the collection is sorted by the seconds below (CI's
-#    `--durations`, rounded), slowest first; a group's weight is its slowest member's (a group is one unit of
-#    work wherever its members sit in the collection). Unlisted tests keep their order after the listed ones. A wrong or stale number only changes the order, never the outcome.
+# 1. The tests of a module that defines a module-, class- or package-scoped fixture (a live stack, a Ray
+#    scenario, a backtest run once for the module) are one unit of work: one worker runs them all, so the
+#    fixture is set up once, as without xdist. Every other test is scheduled on its own.
+#    (xdist's own `--dist loadgroup` cannot do this here: with pytest 9 its xdist_group marks do not reach
+#    the scheduler.)
+# 2. The longest work starts first (longest-processing-time-first): workers take the units in collection
+#    order, and pytest_collection_modifyitems sorts the collection by the seconds below (CI's `--durations`,
+#    rounded), slowest first; a unit's weight is its slowest member's (a lane's: the sum of its modules').
+#    Unlisted tests keep their order after the listed ones. A wrong or stale number only changes the order.
 SLOW_S = {  # nodeid prefix -> seconds (module setup + test) on a 2-core CI machine
     "tests/test_tq_backlog_live.py": 330,
     "tests/test_backtest_agrees_with_live.py": 135,
@@ -164,35 +168,55 @@ SLOW_S = {  # nodeid prefix -> seconds (module setup + test) on a 2-core CI mach
     "tests/test_backtest_live.py": 20,
     "tests/test_backtest.py": 15,
 }
-_SHARED_SCOPES = ("module", "class", "package")
 # Modules that share one worker (one after the other) although they share no fixture: the three smaller Ray
-# scenarios each start a Ray cluster (CPU-heavy for ~30 s); beside the TransferQueue scenario at most two run
-# at a time, so on 2 cores their own timing bounds (poll intervals, discovery) keep their margins.
+# scenarios each start a Ray cluster (CPU-heavy for ~30 s); beside the TransferQueue scenario at most two Ray
+# clusters run at a time, so on 2 cores Ray's own startup timeouts and the scenarios' timing bounds hold.
 LANES = {"tests/test_raytasks_live.py": "ray-lane", "tests/test_agents_live.py": "ray-lane",
          "tests/test_discovery_live.py": "ray-lane"}
+
+
+@functools.cache
+def _shares_a_fixture(module: str) -> bool:
+    try:
+        text = (REPO / module).read_text()
+    except OSError:
+        return False
+    return re.search(r"""scope\s*=\s*["'](module|class|package)["']""", text) is not None
+
+
+def unit_of_work(nodeid: str) -> str:
+    """The scheduling unit of a test: its lane, its module (a shared fixture), or the test itself."""
+    module = nodeid.split("::", 1)[0]
+    if module in LANES:
+        return LANES[module]
+    return module if _shares_a_fixture(module) else nodeid
 
 
 def _weight(nodeid: str) -> float:
     return max((s for p, s in SLOW_S.items() if nodeid.startswith(p)), default=0.0)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist turns the xdist_group marks into nodeid suffixes
 def pytest_collection_modifyitems(session, config, items):
-    groups: dict[str, list] = {}
+    weight = {}
     for item in items:
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
-        module = item.nodeid.split("::", 1)[0]
-        if module in LANES or any(d.scope in _SHARED_SCOPES for ds in defs.values() for d in ds):
-            group = LANES.get(module, module)
-            item.add_marker(pytest.mark.xdist_group(group))
-            groups.setdefault(group, []).append(item)
-    weight = {id(i): _weight(i.nodeid) for i in items}
-    for members in groups.values():
-        w = max(weight[id(i)] for i in members) if members[0].nodeid.split("::", 1)[0] not in LANES else \
-            sum(SLOW_S.get(m, 0) for m in {i.nodeid.split("::", 1)[0] for i in members})
-        for i in members:
-            weight[id(i)] = w
-    items.sort(key=lambda i: -weight[id(i)])
+        unit = unit_of_work(item.nodeid)
+        w = _weight(item.nodeid)
+        weight[unit] = max(weight.get(unit, 0.0), w)
+    for lane in set(LANES.values()):
+        weight[lane] = sum(SLOW_S.get(m, 0) for m, name in LANES.items() if name == lane)
+    items.sort(key=lambda i: -weight[unit_of_work(i.nodeid)])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Units of work as :func:`unit_of_work` says, taken in collection order (slowest first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection's slowest-first order
+    return Units(config, log)
 
 
 def rule_evaluations(prom_url: str) -> float:
