@@ -269,8 +269,10 @@ def ray_init(ray_tmp: str, **kw):
     (wall clock, not configurable) for its raylet to register, which a 2-core machine under a parallel
     ``make test`` can miss although nothing is wrong."""
     import ray
+    from ray_start import ray_start_lock
     try:
-        return ray.init(_temp_dir=ray_tmp, **kw)
+        with ray_start_lock():
+            return ray.init(_temp_dir=ray_tmp, **kw)
     except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
         if "timed out during startup" not in str(e):
             raise
@@ -280,7 +282,8 @@ def ray_init(ray_tmp: str, **kw):
         except Exception:  # noqa: BLE001
             pass
         stop_own_ray(ray_tmp)
-        return ray.init(_temp_dir=ray_tmp, **kw)
+        with ray_start_lock():
+            return ray.init(_temp_dir=ray_tmp, **kw)
 
 
 def stop_own_ray(ray_tmp: str, timeout: float = 30.0) -> None:
