@@ -229,6 +229,7 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda i: -weight[unit_of_work(i.nodeid)])
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it installed, never called
 def pytest_xdist_make_scheduler(config, log):
     """Units of work as :func:`unit_of_work` says, taken in collection order (slowest first)."""
     from xdist.scheduler import LoadScopeScheduling
