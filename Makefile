@@ -6,11 +6,12 @@ OW := $(VENV)/bin/omniwatch
 PIP_FLAGS ?= -q
 CONSTRAINTS := $(wildcard constraints.txt)
 
-.PHONY: help install deps up down status demo test test-unit test-long test-ray bench generate check dashboards compose docs rules backtest report clean
+.PHONY: help install deps up down status demo test test-quick test-unit test-long test-ray bench generate check dashboards compose docs rules backtest report clean
 
 help:
 	@echo "make demo        native stack + simulated FlowGRPO runs that trip every core alert"
-	@echo "make test        unit tests, promtool rule checks/tests, integration tests on loopback"
+	@echo "make test        unit tests, promtool rule checks/tests, drift check, integration tests on loopback"
+	@echo "make test-quick  the edit loop (< 2 min): unit tests + promtool rule checks/tests, no live stack"
 	@echo "make test-ray    install Ray + TransferQueue (CPU torch) into .venv and run the tests that need them"
 	@echo "make up|down|status   the monitoring stack (docker compose if an engine answers, else native)"
 	@echo "make generate    regenerate every generated file (rules + their tests, dashboards, docs, compose, k8s, benchmark figures)"
@@ -65,9 +66,18 @@ status: install
 demo: install deps
 	$(OW) demo
 
-test: install deps check
-	$(OW) rules check
-	$(PY) -m pytest -q -m "not long" --durations=20 $(PYTEST_ARGS)
+# Several pytest workers (pytest-xdist): most slow tests sleep (live stacks, Ray scenarios), so more workers than
+# cores overlap them with the CPU-bound ones; tests/conftest.py's scheduler keeps the tests that share a module
+# fixture on one worker and starts the longest first. `make check` and `omniwatch rules check` run once, as tests of the suite
+# (tests/test_generated.py::test_the_checkout_has_no_drift, tests/test_rules.py::test_rules_check_command_passes).
+TEST_WORKERS ?= 4
+test: install deps
+	$(PY) -m pytest -q -m "not long" -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
+
+# The edit loop: every test that starts no live stack (no Prometheus/Alertmanager/exporter process on loopback),
+# the promtool rule checks and unit tests included.
+test-quick: install deps
+	$(PY) -m pytest -q -m "not integration and not long and not slow" -n 2 --durations=10 $(PYTEST_ARGS)
 
 # Every generated file, from its one source: alerts/ and its tests + the thresholds table of docs/alerts.md
 # (exporter/omniwatch/alerting/), dashboards/*.json, docs/metrics.md, deploy/compose/, deploy/k8s/, the benchmark

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from ray_start import ray_start_lock  # noqa: E402
 from scale_support import Prometheus, cpu_seconds, fast_rule_files, http, poll  # noqa: E402
 
 NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 << 20}
@@ -93,9 +94,10 @@ def main(out_path: str) -> int:
             workdir=work / "prom").start()
 
         step("ray cluster: 3 nodes")
-        cluster = Cluster(initialize_head=True, head_node_args=dict(NODE, include_dashboard=False))
-        nodes = [cluster.head_node] + [cluster.add_node(**NODE) for _ in range(2)]
-        cluster.wait_for_nodes()
+        with ray_start_lock():  # one Ray start at a time on this machine (tests/ray_start.py)
+            cluster = Cluster(initialize_head=True, head_node_args=dict(NODE, include_dashboard=False))
+            nodes = [cluster.head_node] + [cluster.add_node(**NODE) for _ in range(2)]
+            cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace="omniwatch", log_to_driver=False)
         obs["nodes"] = [n.node_id for n in nodes]
 

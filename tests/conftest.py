@@ -8,8 +8,10 @@ so a clean checkout can never pass by skipping.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -130,3 +132,145 @@ def require_tool(*candidates: str) -> str:
         return rules.find_tool(*candidates)
     except rules.RulesError as e:
         pytest.fail(f"{e}; `make deps` installs it")
+
+
+# --- pytest-xdist: `make test` runs the suite on several workers (`-n 4`). Most slow tests sleep (live stacks
+# waiting for scrapes and `for:` windows, Ray scenarios), so more workers than cores overlap them with the
+# CPU-bound ones. The scheduler below (pytest_xdist_make_scheduler) decides what runs together:
+#
+# 1. The tests of a module that defines a module-, class- or package-scoped fixture (a live stack, a Ray
+#    scenario, a backtest run once for the module) are one unit of work: one worker runs them all, so the
+#    fixture is set up once, as without xdist. Every other test is scheduled on its own.
+#    (xdist's own `--dist loadgroup` cannot do this here: with pytest 9 its xdist_group marks do not reach
+#    the scheduler.)
+# 2. The longest work starts first (longest-processing-time-first): workers take the units in collection
+#    order, and pytest_collection_modifyitems sorts the collection by the seconds below (CI's `--durations`,
+#    rounded), slowest first; a unit's weight is its slowest member's (a lane's: the sum of its modules').
+#    Unlisted tests keep their order after the listed ones. A wrong or stale number only changes the order.
+SLOW_S = {  # nodeid prefix -> seconds (setup + call; CI's --durations and a 4-worker run on a loaded 2-core machine)
+    "tests/test_tq_backlog_live.py": 330,
+    "tests/test_whole_run_live.py": 300,
+    "tests/test_backtest_agrees_with_live.py": 240,
+    "tests/test_raytasks_live.py": 200,
+    "tests/test_backtest.py": 200,   # one unit (a module fixture); test_ten_thousand_steps alone 50-200 s
+    "tests/test_newcomer.py": 150,
+    "tests/test_agents_live.py": 120,
+    "tests/test_discovery_live.py": 100,
+    "tests/test_walkthrough.py": 100,
+    "tests/test_rules.py::test_promtool_unit_tests_pass": 80,
+    "tests/test_rules.py::test_rules_check_command_passes": 80,
+    "tests/test_faults.py::test_disk_full": 80,
+    "tests/test_report.py::test_one_prometheus_pass": 80,
+    "tests/test_names.py::test_report_of_a_hostile_log_root": 75,
+    "tests/test_rules.py::test_a_tuned_config": 70,
+    "tests/test_hardening_relay.py::test_a_second_exporter": 70,
+    "tests/test_pressure.py": 65,
+    "tests/test_endpoint_rules.py::test_a_tuned_endpoint_config": 65,
+    "tests/test_generated.py::test_every_generated_file_is_covered": 60,
+    "tests/test_generated.py::test_the_checkout_has_no_drift": 60,
+    "tests/test_stack_integration.py": 60,
+    "tests/test_fuzz_inputs.py::test_parse_record_random_objects": 60,
+    "tests/test_malformed_input.py::test_report_says": 60,
+    "tests/test_dashboards_ratios.py": 50,
+    "tests/test_head_node.py": 50,
+    "tests/test_report.py": 45,
+    "tests/test_hardening_relay.py": 45,
+    "tests/test_whole_run.py": 45,
+    "tests/test_dashboards_live.py": 45,
+    "tests/test_model.py::test_memory_stays_bounded": 45,
+    "tests/test_gen_includes_scoring.py": 40,
+    "tests/test_dashboards_stack.py": 40,
+    "tests/test_fuzz_inputs.py": 35,
+    "tests/test_extras.py::test_status_says": 30,
+    "tests/test_report_browser.py": 30,
+    "tests/test_endpoint_rules.py": 30,
+    "tests/test_names.py": 28,
+    "tests/test_matrix.py": 27,
+    "tests/test_export.py::test_write_k8s_twice": 27,
+    "tests/test_scale_remote_write.py": 25,
+    "tests/test_backtest_live.py": 20,
+}
+# Modules that share one worker (one after the other) although they share no fixture: the three smaller Ray
+# scenarios each start a Ray cluster (CPU-heavy for ~30 s); beside the TransferQueue scenario at most two Ray
+# clusters run at a time, so on 2 cores Ray's own startup timeouts and the scenarios' timing bounds hold.
+LANES = {"tests/test_raytasks_live.py": "ray-lane", "tests/test_agents_live.py": "ray-lane",
+         "tests/test_discovery_live.py": "ray-lane"}
+
+
+@functools.cache
+def _shares_a_fixture(module: str) -> bool:
+    try:
+        text = (REPO / module).read_text()
+    except OSError:
+        return False
+    return re.search(r"""scope\s*=\s*["'](module|class|package)["']""", text) is not None
+
+
+def unit_of_work(nodeid: str) -> str:
+    """The scheduling unit of a test: its lane, its module (a shared fixture), or the test itself."""
+    module = nodeid.split("::", 1)[0]
+    if module in LANES:
+        return LANES[module]
+    return module if _shares_a_fixture(module) else nodeid
+
+
+def _weight(nodeid: str) -> float:
+    return max((s for p, s in SLOW_S.items() if nodeid.startswith(p)), default=0.0)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    weight = {}
+    for item in items:
+        unit = unit_of_work(item.nodeid)
+        w = _weight(item.nodeid)
+        weight[unit] = max(weight.get(unit, 0.0), w)
+    for lane in set(LANES.values()):
+        weight[lane] = sum(SLOW_S.get(m, 0) for m, name in LANES.items() if name == lane)
+    items.sort(key=lambda i: -weight[unit_of_work(i.nodeid)])
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it installed, never called
+def pytest_xdist_make_scheduler(config, log):
+    """Units of work as :func:`unit_of_work` says, taken in collection order (slowest first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection's slowest-first order
+    return Units(config, log)
+
+
+def rule_evaluations(prom_url: str) -> float:
+    """How many times this Prometheus has evaluated its slowest rule group so far (its own /metrics:
+    iterations scheduled less iterations missed). A wait bounded by evaluations follows the stack's own
+    progress: on a loaded machine Prometheus evaluates (and its ``for:`` clocks advance) no faster."""
+    import httpx
+    try:
+        body = httpx.get(f"{prom_url.rstrip('/')}/metrics", timeout=10, trust_env=False).text
+    except httpx.HTTPError:
+        return 0.0
+    done: dict[str, float] = {}
+    for line in body.splitlines():
+        for name, sign in (("prometheus_rule_group_iterations_total{", 1.0),
+                           ("prometheus_rule_group_iterations_missed_total{", -1.0)):
+            if line.startswith(name):
+                labels, value = line[len(name):].rsplit(" ", 1)
+                done[labels] = done.get(labels, 0.0) + sign * float(value)
+    return min(done.values(), default=0.0)
+
+
+def wait_evaluations(prom_url: str, fn, evaluations: int, what="condition", every: float = 0.5):
+    """Poll ``fn`` until it returns something truthy (returned); fail once Prometheus has evaluated its rules
+    ``evaluations`` more times without it (``what``: the failure's text, or a callable that returns it) (pytest-timeout bounds a Prometheus that stopped evaluating)."""
+    import time
+    start = rule_evaluations(prom_url)
+    while True:
+        v = fn()
+        if v:
+            return v
+        done = rule_evaluations(prom_url) - start
+        if done >= evaluations:
+            pytest.fail(f"{what() if callable(what) else what}: not after {done:.0f} rule evaluations of {prom_url}")
+        time.sleep(every)

@@ -112,7 +112,7 @@ def main(out_path: str) -> int:
     import ray
     try:
         step("ray.init")
-        ctx = ray.init(num_cpus=4, _node_ip_address="127.0.0.1", _temp_dir=ray_tmp, include_dashboard=False,
+        ctx = ray_init(ray_tmp, num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False,
                        log_to_driver=False, namespace="verl_run",
                        runtime_env={"env_vars": {"PYTHONPATH": TESTS, "TQ_METRICS_COLLECT_INTERVAL": "1"}})
         gcs = ctx.address_info["gcs_address"]
@@ -262,6 +262,28 @@ def main(out_path: str) -> int:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     return 0
+
+
+def ray_init(ray_tmp: str, **kw):
+    """``ray.init`` that starts over once when Ray's own startup deadline passes: Ray waits a fixed 30 s
+    (wall clock, not configurable) for its raylet to register, which a 2-core machine under a parallel
+    ``make test`` can miss although nothing is wrong."""
+    import ray
+    from ray_start import ray_start_lock
+    try:
+        with ray_start_lock():
+            return ray.init(_temp_dir=ray_tmp, **kw)
+    except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
+        if "timed out during startup" not in str(e):
+            raise
+        print(f"ray.init: {e}; starting over once", flush=True)
+        try:
+            ray.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+        stop_own_ray(ray_tmp)
+        with ray_start_lock():
+            return ray.init(_temp_dir=ray_tmp, **kw)
 
 
 def stop_own_ray(ray_tmp: str, timeout: float = 30.0) -> None:

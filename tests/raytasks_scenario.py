@@ -109,10 +109,12 @@ def main(out_path: str, record_dir: str | None = None) -> int:
     poller = None
     try:
         note("ray start --head")
-        r = subprocess.run(["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dash_port}",
-                            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-cpus=8",
-                            f"--temp-dir={ray_tmp}", "--include-dashboard=true", "--disable-usage-stats"],
-                           capture_output=True, text=True, timeout=180, env=env)
+        from ray_start import ray_start_lock
+        with ray_start_lock():  # one Ray start at a time on this machine (tests/ray_start.py)
+            r = subprocess.run(["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dash_port}",
+                                "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-cpus=8",
+                                f"--temp-dir={ray_tmp}", "--include-dashboard=true", "--disable-usage-stats"],
+                               capture_output=True, text=True, timeout=180, env=env)
         obs["ray_start_rc"] = r.returncode
         obs["ray_start_log"] = (r.stdout + r.stderr)[-1500:]
         from omniwatch.discovery import taskevents as te

@@ -106,6 +106,7 @@ def test_every_per_step_counter_panel_is_a_ratio_panel():
         assert " offset " in t.expr and spec.RATE_INTERVAL not in t.expr, (d.uid, p.title, t.expr)
 
 
+@pytest.mark.slow  # make test-quick leaves it to make test
 @pytest.mark.parametrize("window_steps", [3, 1], ids=["3-typical-steps", "1-fast-step"])
 def test_ratio_panels_stay_within_0_and_1_on_15_minute_steps(tmp_path, window_steps):
     # $window typical steps of each run (3 by default, each run over its own); and one step (a window of one

@@ -19,7 +19,7 @@ from omniwatch.gpu import loop
 from omniwatch.promapi import PromAPI, PromError
 from omniwatch.stack import Stack, StackConfig
 
-from .conftest import free_port, require_binary
+from .conftest import free_port, require_binary, wait_evaluations
 
 pytestmark = [pytest.mark.integration]
 
@@ -28,6 +28,7 @@ STEPS, ONSET = 40, 6
 GPU_NODE = "h200-replay"
 JOINED = "reward-bound-colocated"  # the runs the demo endpoints' target labels join (as in the demo)
 ALSO_JOINED = "v1-transfer-idle"
+WRITERS: list[threading.Thread] = []  # the demo runs' writers: a wait for what follows their end joins them
 
 
 def _query(prom: str, expr: str) -> list:
@@ -70,7 +71,8 @@ def demo_stack(tmp_path_factory):
             t = threading.Thread(target=demo.write_run, args=(sc, root, PACE_S, stop), daemon=True)
             t.start()
             threads.append(t)
-        _wait_ready(cfg.prometheus_url, timeout=45)
+        WRITERS[:] = threads
+        _wait_ready(cfg.prometheus_url)
         yield cfg
     finally:
         stop.set()
@@ -80,8 +82,9 @@ def demo_stack(tmp_path_factory):
         demo_endpoints.stop(endpoints)
 
 
-def _wait_ready(prom: str, timeout: float) -> None:
-    """Bounded: demo runs scraped with their windows, GPU phases attributed, demo series and an alert."""
+def _wait_ready(prom: str, evaluations: int = 240) -> None:
+    """Bounded by Prometheus's own progress (rule evaluations, 1 s each in the fast profile), not by the wall
+    clock: demo runs scraped with their windows, GPU phases attributed, demo series and an alert."""
     run = f'project="{demo.PROJECT}",experiment="{JOINED}"'
     checks = {
         "runs": lambda: len(_query(prom, f"{names.STEP} >= 12")) >= 6,
@@ -103,14 +106,13 @@ def _wait_ready(prom: str, timeout: float) -> None:
         "gpu fleet": lambda: bool(_query(prom, f"rate({names.GPU_FLEET_SECONDS_TOTAL}{{{run}}}[1m]) > 0")),
     }
     pending = dict(checks)
-    deadline = time.monotonic() + timeout
-    while pending and time.monotonic() < deadline:
+
+    def all_seen() -> bool:
         for what, fn in list(pending.items()):
             if fn():
                 del pending[what]
-        if pending:
-            time.sleep(0.5)
-    assert not pending, f"demo stack not ready after {timeout}s: {sorted(pending)}"
+        return not pending
+    wait_evaluations(prom, all_seen, evaluations, what=lambda: f"demo stack not ready: {sorted(pending)}")
     time.sleep(2)  # two more scrapes: every rate() window holds post-ready samples
 
 
@@ -154,13 +156,18 @@ def test_the_healthy_run_ends_finished_and_the_stall_stage_says_so(demo_stack):
     it while the run that stopped mid-way escalates."""
     from omniwatch.dashboards import spec
     prom = demo_stack.prometheus_url
-    deadline = time.monotonic() + 60
+    for t in WRITERS:  # the runs end when their writers do (40 steps at 0.5 s); what follows is Prometheus's clock
+        t.join(timeout=240)
+        assert not t.is_alive(), "a demo writer still writing after 240 s"
     stages: dict = {}
-    while time.monotonic() < deadline:
-        stages = {s["metric"]["experiment"]: float(s["value"][1]) for s in _query(prom, v.substitute(spec.stall_stage()))}
-        if stages.get("healthy-control") == spec.STAGE_FINISHED and stages.get("stalled") == spec.STAGE_CRITICAL:
-            break
-        time.sleep(1)
+
+    def ended_and_stalled() -> bool:
+        stages.clear()
+        stages.update({s["metric"]["experiment"]: float(s["value"][1])
+                       for s in _query(prom, v.substitute(spec.stall_stage()))})
+        return stages.get("healthy-control") == spec.STAGE_FINISHED and stages.get("stalled") == spec.STAGE_CRITICAL
+    # the stall escalates through its for: windows once the writers stop: bounded by 120 evaluations, not seconds
+    wait_evaluations(prom, ended_and_stalled, 120, what=lambda: f"stall stages {stages}", every=1)
     assert stages.get("healthy-control") == spec.STAGE_FINISHED, stages
     assert stages.get("stalled") == spec.STAGE_CRITICAL, stages
     assert not _query(prom, f'ALERTS{{alertname="{names.ALERT_STALLED}", experiment="healthy-control"}}')

@@ -85,6 +85,7 @@ def test_committed_k8s_manifests_have_no_drift():
     assert drift == [], f"deploy/k8s out of date; run `omniwatch export k8s`: {drift}"
 
 
+@pytest.mark.slow  # make test-quick leaves it to make test
 def test_write_k8s_twice_changes_nothing(tmp_path):
     assert len(export.write_k8s(tmp_path)) == 2
     assert export.write_k8s(tmp_path) == []

@@ -105,6 +105,7 @@ def test_too_many_runs_evict_the_least_recently_active_and_are_counted():
     assert value(st, names.RUNS_EVICTED_TOTAL) == 2  # issue 25 item 1: a new run is never locked out
 
 
+@pytest.mark.slow  # make test-quick leaves it to make test
 def test_memory_stays_bounded_over_many_steps():
     st = RunStore()
     lines = fixture_path("flowgrpo_healthy").read_bytes().splitlines()

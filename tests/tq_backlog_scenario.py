@@ -40,7 +40,7 @@ from omniwatch.proc import free_port
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 sys.path.insert(0, TESTS)
-from discovery_scenario import prom_query as q, stop_own_ray, wait_observed  # noqa: E402  (kills only this scenario's Ray processes)
+from discovery_scenario import prom_query as q, ray_init, stop_own_ray, wait_observed  # noqa: E402  (kills only this scenario's Ray processes)
 
 PY = sys.executable
 BIN = os.path.dirname(PY)
@@ -183,7 +183,7 @@ def main(out_dir: str) -> int:
     import ray
     try:
         step("ray.init")
-        ctx = ray.init(num_cpus=4, _node_ip_address="127.0.0.1", _temp_dir=ray_tmp, include_dashboard=False,
+        ctx = ray_init(ray_tmp, num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False,
                        log_to_driver=False, namespace="verl_run")
         gcs = ctx.address_info["gcs_address"]
 
