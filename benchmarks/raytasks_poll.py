@@ -2,7 +2,7 @@
 """Cost of one Ray task-event poll (discovery/taskwatch.TaskPoller.poll) at 8, 64 and 512 workers x 10 phases
 per step: state-API calls, bytes and the exporter's CPU per poll.
 
-Ray's side is replaced by the package's stand-in (omniwatch.demo_raytasks, poll mode) in a child process that
+Ray's side is replaced by the package's stand-in (omniwatch.demo.raytasks, poll mode) in a child process that
 answers ``/api/v0/{tasks,actors,nodes}`` exactly as Ray 2.60's dashboard does (the recorded bodies of
 tests/fixtures/raytasks: every RUNNING row is the recorded detailed row with its ids, actor, pid and start changed), so the client, the JSON
 decoding and the ledger are the real ones and the CPU measured is the exporter's alone (the child's is not
@@ -22,11 +22,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The package's stand-in (omniwatch.demo_raytasks, the one the demo serves) in "poll" mode, in a child process
+# The package's stand-in (omniwatch.demo.raytasks, the one the demo serves) in "poll" mode, in a child process
 SERVER = r'''
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from omniwatch.demo_raytasks import StateStandIn
+from omniwatch.demo.raytasks import StateStandIn
 ray = StateStandIn(workers=int(sys.argv[1]), advance="poll")
 class H(BaseHTTPRequestHandler):
     def log_message(self, *a): pass

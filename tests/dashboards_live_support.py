@@ -28,7 +28,8 @@ import orjson
 import uvicorn
 import yaml
 
-from omniwatch import demo_endpoints, names, proc
+from omniwatch import names, proc
+from omniwatch.demo import standins as demo_endpoints
 from omniwatch.app import create_app
 from omniwatch.discovery import config as disc_config
 from omniwatch.exposition import make_registry
@@ -256,7 +257,7 @@ class LiveStack:
 if __name__ == "__main__":
     import sys
 
-    from omniwatch.dashboards.render import render_all
+    from omniwatch.dashboards.preview import render_all
 
     t0 = time.time()
     stack = LiveStack(REPO / "tests" / "fixtures" / "verl", step_delay=0.5).start()

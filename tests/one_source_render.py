@@ -54,9 +54,11 @@ def sentinel(default: C.Config) -> tuple[C.Config, dict]:
 def main() -> None:
     cfg, changed = sentinel(C.DEFAULT)
     C.DEFAULT = cfg  # before anything that reads the default configuration is imported
-    from omniwatch.alerting import generate, render, spec
+    from omniwatch.alerting import rulegen as generate
+    from omniwatch.alerting import rulefiles as render
+    from omniwatch.alerting import rulespec as spec
     from omniwatch.dashboards.catalog import DASHBOARDS
-    from omniwatch.dashboards.generate import rendered
+    from omniwatch.dashboards.jsonfiles import rendered
     panels = [{"dashboard": d.uid, "title": p.title, "description": p.description,
                "exprs": [t.expr for t in p.targets]} for d in DASHBOARDS for p in d.panels()]
     json.dump({"changed": changed,

@@ -12,10 +12,13 @@ from grafana_foundation_sdk.cog import plugins
 from grafana_foundation_sdk.models import dashboard as dmodel
 
 from omniwatch.alerting import records
-from omniwatch import demo_endpoints, names
+from omniwatch import names
+from omniwatch.demo import standins as demo_endpoints
 from omniwatch.alerting import config
 from omniwatch import external
-from omniwatch.dashboards import factory, generate, overview, spec
+from omniwatch.dashboards import factory, overview
+from omniwatch.dashboards import jsonfiles as generate
+from omniwatch.dashboards import panels as spec
 from omniwatch.dashboards.catalog import DASHBOARDS
 from omniwatch.dashboards.verify import substitute
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from omniwatch import names
 from omniwatch.alerting import records
-from omniwatch.dashboards import factory, spec
+from omniwatch.dashboards import factory
+from omniwatch.dashboards import panels as spec
 from omniwatch.dashboards.catalog import DASHBOARDS
 from omniwatch.stack import PROFILES
 
@@ -471,7 +472,7 @@ def test_a_backfill_does_not_export_the_time_outside_the_step_timer():
 
 def test_preview_titles_read_as_words():
     """Item 10: the previews' title said "(.* / .*, last 2.80171 min)"."""
-    from omniwatch.dashboards import render
+    from omniwatch.dashboards import preview as render
     assert render._runs_text(".*", ".*") == "all runs"
     assert render._runs_text("p", ".*") == "p / all experiments"
     assert render._duration_text(2.80171) == "3 min" and render._duration_text(0.5) == "30 s"

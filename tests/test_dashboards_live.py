@@ -107,7 +107,7 @@ def test_endpoints_attached_to_two_runs_stay_two_runs_in_every_panel(stack, uid)
 def test_each_run_is_read_over_its_own_typical_steps(stack):
     """$window (3 typical steps by default) is per run: each run's window is the smallest ladder rung that holds 3
     of its own typical steps, whatever the other runs' steps (issue 26 item 3)."""
-    from omniwatch.dashboards import spec
+    from omniwatch.dashboards import panels as spec
     assert v.window_choices() == [str(k) for k in spec.WINDOW_STEPS] and v.default_window() == "3"
     typical = {(s["metric"]["project"], s["metric"]["experiment"]): float(s["value"][1])
                for s in stack.query(spec.run_max(spec.sel(names.TYPICAL_STEP)).replace("$project", ".*")
@@ -139,7 +139,7 @@ def test_stacks_come_in_the_exporters_order(stack):
     """Prometheus returns the stacked series in reading order: the ledger's buckets as ledger.ordered() puts
     them, the step's phases as analytics.PHASE_ORDER (untracked last)."""
     from omniwatch import ledger
-    from omniwatch.dashboards import spec
+    from omniwatch.dashboards import panels as spec
     from omniwatch.dashboards.catalog import by_uid
     exp = v.prom_regex_escape(DEMO_RUN[1])
     share = spec.ledger_share().replace("$experiment", exp)
@@ -154,7 +154,7 @@ def test_stacks_come_in_the_exporters_order(stack):
 def test_the_stall_stages_reach_the_panels_and_the_finished_run_is_marked(stack):
     """The hang escalates to critical (stage, gauge label, and a 'TrainingStalled (critical)' row in the alert
     timeline); the run whose last step was its planned last is finished; every other run is running."""
-    from omniwatch.dashboards import spec
+    from omniwatch.dashboards import panels as spec
     from .dashboards_live_support import FINISHED_RUN, HANG_RUN
 
     def now(expr: str, experiment: str = ".*") -> dict:

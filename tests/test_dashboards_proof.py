@@ -18,7 +18,7 @@ import pytest
 from omniwatch import ledger, names
 from omniwatch.alerting import records
 from omniwatch.backtest.tsdb import TempPrometheus, create_blocks_from_openmetrics
-from omniwatch.dashboards import spec
+from omniwatch.dashboards import panels as spec
 from omniwatch.dashboards.catalog import DASHBOARDS
 
 from . import grafana_semantics as gs

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from omniwatch import names as n
-from omniwatch.dashboards import spec
+from omniwatch.dashboards import panels as spec
 from omniwatch.dashboards.catalog import DASHBOARDS
 from omniwatch.dashboards.verify import substitute
 

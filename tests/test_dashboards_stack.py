@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from omniwatch import demo, demo_endpoints, names
+from omniwatch import demo, names
+from omniwatch.demo import standins as demo_endpoints
 from omniwatch.alerting.records import REC_STEP_DRIFT
 from omniwatch.dashboards import verify as v
 from omniwatch.gpu import loop
@@ -154,7 +155,7 @@ def test_the_healthy_run_ends_finished_and_the_stall_stage_says_so(demo_stack):
     """healthy-control ends as verl ends a run (a forced checkpoint and validation off the validation cadence on
     its last step): omniwatch marks it finished, the stall stage shows it, and TrainingStalled stays quiet for
     it while the run that stopped mid-way escalates."""
-    from omniwatch.dashboards import spec
+    from omniwatch.dashboards import panels as spec
     prom = demo_stack.prometheus_url
     for t in WRITERS:  # the runs end when their writers do (40 steps at 0.5 s); what follows is Prometheus's clock
         t.join(timeout=240)

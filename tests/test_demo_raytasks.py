@@ -1,4 +1,4 @@
-"""The demo's stand-in of Ray's state API (omniwatch.demo_raytasks, served by the demo endpoints): rows shaped
+"""The demo's stand-in of Ray's state API (omniwatch.demo.raytasks, served by the demo endpoints): rows shaped
 exactly as recorded from Ray 2.60, Ray's filters and limit, and a step that the real task-event source reads
 as phases moving, one straggling rank and a held step."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from omniwatch import demo_endpoints, demo_raytasks as dr
+from omniwatch.demo import standins as demo_endpoints
+from omniwatch.demo import raytasks as dr
 from omniwatch.discovery import taskevents as te
 from omniwatch.discovery.rayapi import parse_page
 from omniwatch.discovery.taskmetrics import lanes, straggler_streaks

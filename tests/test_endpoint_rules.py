@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from omniwatch import names
-from omniwatch.alerting import config, endpoints, generate, render
+from omniwatch.alerting import config, endpoints
+from omniwatch.alerting import rulegen as generate
+from omniwatch.alerting import rulefiles as render
 from omniwatch.alerting.config import DEFAULT
 from omniwatch.simulate import RunSpec, run_dicts
 

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from omniwatch import demo_raytasks as dr
+from omniwatch.demo import raytasks as dr
 from omniwatch import names as n
 from omniwatch.discovery import taskevents as te
 from omniwatch.discovery.phases import classify

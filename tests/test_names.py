@@ -174,7 +174,7 @@ def test_backtest_of_a_run_named_with_markup(tmp_path):
 
 def test_alerts_table_of_runs_named_with_markup():
     """`omniwatch alerts` renders what the exporter serves; names, summaries and errors are text, not markup."""
-    from omniwatch.relay.cli import render
+    from omniwatch.relay.commands import render
     alerts = [{"receivedAt": "2025-01-01T00:00:00Z", "status": "firing", "endsAt": None,
                "labels": {"alertname": "TrainingStalled[/]", "project": "a[", "experiment": "]b"},
                "annotations": {"step": "[/]", "summary": "Run a[/]b made no step [red]"}}]

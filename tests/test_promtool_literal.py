@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from omniwatch import rules
-from omniwatch.alerting import config, render, spec
+from omniwatch.alerting import config
+from omniwatch.alerting import rulefiles as render
+from omniwatch.alerting import rulespec as spec
 from omniwatch.alerting.config import DEFAULT
 
 from .conftest import REPO, require_tool as tool

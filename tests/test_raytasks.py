@@ -191,9 +191,9 @@ def test_holder_texts_for_replica_idle_and_dead():
     assert te.holder(led, 10.0)["text"] == "actor DEAD: WorkerDict rank 0 (pWorkerDict_0:7) on node 10.0.0.3"
 
 
-# --- report lanes (report/lanes.py) ---------------------------------------------------------------------
+# --- report lanes (report/gantt.py) ---------------------------------------------------------------------
 def test_report_lanes_segments_and_chart():
-    from omniwatch.report import lanes as rl
+    from omniwatch.report import gantt as rl
     up, ref = PHASE_CODE["update_actor"], PHASE_CODE["infer_ref_batch"]
     series = {"actor_rollout rank 000": {0.0: ref, 15.0: ref, 30.0: 0, 45.0: up, 60.0: up, 75.0: up, 90.0: 0},
               "actor_rollout rank 001": {45.0: up, 60.0: up, 105.0: up}}  # a scrape gap (75, 90 missing) splits a bar
@@ -208,7 +208,7 @@ def test_report_lanes_segments_and_chart():
 
 def test_report_slowest_steps_windows():
     """The slowest steps' Gantt: the K longest step times, each from the previous step's arrival to its own."""
-    from omniwatch.report import lanes as rl
+    from omniwatch.report import gantt as rl
     marks = [(100.0, 1), (130.0, 2), (200.0, 3), (220.0, 4), (300.0, 5)]
     durs = {1: 25.0, 2: 28.0, 3: 66.0, 4: 19.0, 5: 75.0}
     assert rl.slowest(marks, durs, 2) == [(3, 130.0, 200.0), (5, 220.0, 300.0)]
@@ -228,7 +228,7 @@ def test_report_lanes_read_back_from_a_real_prometheus(tmp_path):
     """The lanes series as scraped (written as OpenMetrics, made blocks by promtool, served by a real
     Prometheus) come back as the report's bars: rank 1 in update_actor for 4 scrapes, rank 0 for 1."""
     from omniwatch.backtest.tsdb import TempPrometheus, create_blocks_from_openmetrics
-    from omniwatch.report import lanes as rl
+    from omniwatch.report import gantt as rl
     up = PHASE_CODE["update_actor"]
     t0 = 1_800_000_000
     lines = ["# TYPE omniwatch_ray_worker_phase gauge"]

@@ -18,7 +18,8 @@ import httpx
 import orjson
 import pytest
 
-from omniwatch import demo_endpoints, demo_raytasks as dr
+from omniwatch.demo import standins as demo_endpoints
+from omniwatch.demo import raytasks as dr
 from omniwatch import names as n
 from omniwatch.discovery import taskevents as te
 from omniwatch.discovery import taskring as tr

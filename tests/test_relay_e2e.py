@@ -230,7 +230,7 @@ def test_alertmanager_to_down_receiver_through_restarts_exactly_once(tmp_path, a
         assert 'omniwatch_relay_deliveries_total{receiver="team-hook",result="ok"}' in metrics
 
         # the CLI reads the same API
-        from omniwatch.relay.cli import add_commands
+        from omniwatch.relay.commands import add_commands
         p = argparse.ArgumentParser()
         add_commands(p.add_subparsers())
         capsys.readouterr()

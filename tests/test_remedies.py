@@ -10,7 +10,8 @@ import re
 import pytest
 
 from omniwatch import names as n
-from omniwatch.alerting import remedies, spec
+from omniwatch.alerting import remedies
+from omniwatch.alerting import rulespec as spec
 from omniwatch.alerting.config import DEFAULT
 from omniwatch.alerting.prose import Ctx
 

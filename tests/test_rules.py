@@ -168,7 +168,8 @@ def test_rules_generate_check_reports_no_drift(capsys):
 
 
 def test_a_hand_edit_of_a_generated_file_is_drift(tmp_path, capsys):
-    from omniwatch.alerting import config, generate
+    from omniwatch.alerting import config
+    from omniwatch.alerting import rulegen as generate
     out = tmp_path / "alerts"
     assert generate.generate(config.DEFAULT, out) != []          # first render writes everything
     assert generate.generate(config.DEFAULT, out, check=True) == []

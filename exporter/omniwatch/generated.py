@@ -4,7 +4,7 @@
 generated file              source
 ==========================  ==========================================================================
 alerts/*.rules.yml          omniwatch/alerting/ (config.py: the numbers; spec, stalls, endpoints: the rules)
-docs/alerts.md (2 tables)   omniwatch/alerting/generate.py (thresholds, remedies)
+docs/alerts.md (2 tables)   omniwatch/alerting/rulegen.py (thresholds, remedies)
 dashboards/*.json           omniwatch/dashboards/ (specs, one factory)
 docs/metrics.md             omniwatch/names.py (the metric catalogue)
 deploy/compose/*.yml        omniwatch/stack.py (the native stack's configs, relocated for containers)
@@ -28,14 +28,14 @@ from pathlib import Path
 
 from . import compose, docsgen, export, paths
 from .alerting import config as alert_config
-from .alerting import generate as alerting_generate
+from .alerting import rulegen as alerting_generate
 
 
 def expected(k8s: bool = True) -> dict[Path, str]:
     """Every generated file of the package's sources -> the text it must have (order: the table above). The
     deploy/k8s/ manifests are rendered from the rule files and dashboards *on disk*: without ``k8s`` they are
     left out, so a writer can sync the rest first (:func:`k8s_expected`)."""
-    from .dashboards import generate as dashboards_generate  # the grafana SDK: loaded only when generating
+    from .dashboards import jsonfiles as dashboards_generate  # the grafana SDK: loaded only when generating
     out = alerting_generate.outputs(alert_config.DEFAULT, paths.alerts_dir(), paths.repo_dir() / "docs" / "alerts.md")
     out.update({dashboards_generate.default_dir() / n: t for n, t in dashboards_generate.rendered(config=alert_config.DEFAULT).items()})
     out[docsgen.docs_path()] = docsgen.render()

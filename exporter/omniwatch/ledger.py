@@ -52,7 +52,7 @@ def stall_tolerance_steps(cfg: Config) -> float:
     return cfg.stall.notice_steps - 1
 
 
-# The default configuration's tolerance, for readers not handed a Config yet (dashboards/spec.py).
+# The default configuration's tolerance, for readers not handed a Config yet (dashboards/panels.py).
 STALL_TOLERANCE_STEPS = stall_tolerance_steps(_ALERT_CONFIG)
 
 

@@ -20,7 +20,7 @@ LAYOUT = ("trainer", "reward", "async_mode")
 def remedies(layout: tuple[str, str, str]) -> tuple[tuple[str, str], ...]:
     """(alertname, remedy text) for every alert that has a remedy, for this layout (``unknown`` parts: the
     remedy's default branch, as Prometheus renders it when omniwatch_run_info says unknown)."""
-    from .alerting import spec
+    from .alerting import rulespec as spec
     from .alerting.config import DEFAULT
     from .report.verdict import remedy
     modes = dict(zip(LAYOUT, layout))

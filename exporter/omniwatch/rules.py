@@ -17,7 +17,7 @@ import yaml
 
 from . import paths
 from .settings import tool
-from .alerting import generate as alerting_generate
+from .alerting import rulegen as alerting_generate
 
 RULE_GLOB = "*.rules.yml"
 ALERTMANAGER_FILE = "alertmanager.yml"

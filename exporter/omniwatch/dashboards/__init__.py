@@ -23,7 +23,7 @@ def _config(args):
 
 
 def _generate(args) -> int:
-    from .generate import check, default_dir, generate
+    from .jsonfiles import check, default_dir, generate
     out = Path(args.out) if args.out else default_dir()
     config = _config(args)
     if args.check:
@@ -76,7 +76,7 @@ def _render(args) -> int:
     except ImportError:
         print(PREVIEW_MISSING, file=sys.stderr)
         return 2
-    from .render import render_all
+    from .preview import render_all
     try:
         dashboards = _select(args.dashboard)
     except KeyError as e:

@@ -16,10 +16,7 @@ from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, R
                                 REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
                                 REC_ROLLOUT_SATURATED, REC_STEP_DRIFT, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN,
                                 REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION)
-from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard,
-                   EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target,
-                   alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order,
-                   increase_w, phase_colors, run_max, sel, stall_stage, verl, WINDOW_DEFAULT)
+from .panels import SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target, alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, increase_w, phase_colors, run_max, sel, stall_stage, verl, WINDOW_DEFAULT
 
 W = EXP
 C = CONFIG

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import bottlenecks, factory, gpus, lanes, overview, rollout, transferqueue
-from .spec import Dashboard, dashboard_ids
+from .panels import Dashboard, dashboard_ids
 
 DASHBOARDS: tuple[Dashboard, ...] = (
     overview.DASHBOARD, bottlenecks.DASHBOARD, rollout.DASHBOARD, transferqueue.DASHBOARD, gpus.DASHBOARD,

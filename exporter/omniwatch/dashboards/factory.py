@@ -48,7 +48,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from .. import names as n
 from ..alerting.config import Config
 from ..stack import PROFILES
-from . import spec as s
+from . import panels as s
 
 PROM = DataSourceRef(type_val="prometheus", uid=s.DATASOURCE_UID)
 GRID_COLUMNS = 24

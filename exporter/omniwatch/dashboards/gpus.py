@@ -11,8 +11,7 @@ from __future__ import annotations
 from .. import names as n
 from ..alerting.records import (REC_GPU_MEMORY)
 from .. import external as x
-from .spec import (RATE_INTERVAL, Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, first_of, gsel,
-                   rate)
+from .panels import RATE_INTERVAL, Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, first_of, gsel, rate
 
 LEG = "{{node}} gpu{{gpu}}"
 NODE = "{{node}}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import names as n, palette
 from ..discovery.phases import PHASES
-from .spec import EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, rate, run_max, sel
+from .panels import EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, rate, run_max, sel
 
 ROLE, PHASE, RANK = n.L_ROLE_T, n.L_PHASE_T, n.L_RANK
 PALETTE = ("blue", "purple", "orange", "green", "yellow", "red", "dark-blue", "dark-purple", "dark-orange",

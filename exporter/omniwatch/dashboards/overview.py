@@ -16,10 +16,7 @@ from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC
                                 REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_WARNING, REC_STEP_MEDIAN,
                                 REC_STAGE_SHARE, REC_STEP_VS_BASELINE,
                                 REC_ZERO_STD_MIN)
-from .spec import (AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step,
-                   STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags,
-                   firing_by_run, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, per_typical_step, phase_colors, run_max, sel,
-                   stage_colors, stall_stage, verl)
+from .panels import AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step, STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags, firing_by_run, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, per_typical_step, phase_colors, run_max, sel, stage_colors, stall_stage, verl
 
 # verl keys the overview plots; the exporter passes each through as verl_<key> with label key=<key>.
 K_REWARD_MEAN = "critic/rewards/mean"

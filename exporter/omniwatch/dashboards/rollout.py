@@ -12,8 +12,7 @@ from .. import names as n
 from ..alerting.records import (REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED,
                                 REC_ROLLOUT_WAITING)
 from .. import external as x
-from .spec import (SATURATION_RULE, ALERT_ROLLOUT_SATURATED, EXP, Dashboard, Panel, Row, Step, Target, by_run,
-                   cfg_step, default_tags, first_of, hist_mean, hist_quantile, rate, run_max, sel)
+from .panels import SATURATION_RULE, ALERT_ROLLOUT_SATURATED, EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, first_of, hist_mean, hist_quantile, rate, run_max, sel
 
 R = x.L_REPLICA
 ROLLOUT = {x.L_ROLE: x.ROLE_ROLLOUT}

@@ -13,8 +13,7 @@ from ..alerting.records import (REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MI
                                 REC_TQ_SECONDS_TO_FULL, REC_TQ_UTILIZATION)
 from .. import external as x
 from .. import names as n
-from .spec import (Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate,
-                   sel)
+from .panels import Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate, sel
 
 TQ = CONFIG.transferqueue
 TQ_BAND = "TransferQueue's own guidance (its bundled dashboard), not an omniwatch alert threshold"

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 
 from ..promapi import PromAPI, PromError
-from . import spec as s
+from . import panels as s
 from .catalog import DASHBOARDS
 from ..alerting.config import DEFAULT as CONFIG
 from .factory import annotations, variables

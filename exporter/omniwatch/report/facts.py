@@ -103,8 +103,8 @@ class RunFacts:
             return ""
         why = ", ".join(f"{r} {c}" for r, c in sorted(self.skipped.items(), key=lambda x: (-x[1], x[0])))
         return f"{n} of {self.lines} lines skipped ({why})"
-    lanes: list = field(default_factory=list)  # report/lanes.Bar: per-worker phase lanes (live reports with task events)
-    slow_lanes: list = field(default_factory=list)  # report/lanes.Bar of the slowest steps (lanes "step N · ...")
+    lanes: list = field(default_factory=list)  # report/gantt.Bar: per-worker phase lanes (live reports with task events)
+    slow_lanes: list = field(default_factory=list)  # report/gantt.Bar of the slowest steps (lanes "step N · ...")
 
     # -- header -------------------------------------------------------------------------------------
     @property

@@ -22,7 +22,7 @@ from bokeh.resources import Resources
 
 from .. import __version__, ledger, palette
 from ..alerting.config import DEFAULT, Config
-from . import lanes
+from . import gantt as lanes
 from .facts import HOUR, RunFacts
 from .verdict import Bottleneck
 from .compare import name

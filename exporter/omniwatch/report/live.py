@@ -14,7 +14,7 @@ import time
 
 from .. import names as n
 from ..promapi import PromAPI, PromError
-from . import lanes
+from . import gantt as lanes
 from .facts import AlertSpan, RunFacts, StepPoint
 
 DEFAULT_SINCE = 30 * 86400.0
@@ -109,7 +109,7 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     peak = prom.query(f"max({n.MFU_DEVICE_PEAK}{{{sel}}})", until)
     series = {n.MFU_DEVICE_PEAK: float(peak[0]["value"][1])} if peak else {}
     alerts = _alerts(prom, sel, start, until, res, marks)
-    # per-worker lanes of the last steps (report/lanes.py), from the task-event source's series
+    # per-worker lanes of the last steps (report/gantt.py), from the task-event source's series
     lane_start = marks[-lanes.LAST_STEPS - 1][0] if len(marks) > lanes.LAST_STEPS else start
     bars = lanes.query(prom, sel, lane_start, until, res)
     # and of the slowest steps (each from the previous step's arrival to its own)

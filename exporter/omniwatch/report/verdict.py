@@ -36,7 +36,7 @@ from functools import lru_cache
 import yaml
 
 from .. import ledger, names
-from ..alerting import spec
+from ..alerting import rulespec as spec
 from ..alerting.config import DEFAULT, Config
 from ..alerting.prose import Ctx
 from ..analytics import CAUSE_OF_PHASE

@@ -1,6 +1,6 @@
 """A local notification receiver for the demo: the relay forwards to it like to any generic webhook
 (Slack and Feishu need the internet; this shows the same messages). Each POST is appended to a JSONL
-file that ``omniwatch demo`` reads. ``python -m omniwatch.demo_receiver --port N --out FILE``."""
+file that ``omniwatch demo`` reads. ``python -m omniwatch.demo.receiver --port N --out FILE``."""
 from __future__ import annotations
 
 import argparse
@@ -41,7 +41,7 @@ def make_handler(out_path: str, lock: threading.Lock):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="omniwatch.demo_receiver", description=__doc__)
+    p = argparse.ArgumentParser(prog="omniwatch.demo.receiver", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--out", required=True)

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..promapi import PromAPI  # noqa: E402
-from . import spec as s  # noqa: E402
+from . import panels as s  # noqa: E402
 from .catalog import DASHBOARDS  # noqa: E402
 from .factory import GRID_COLUMNS, REPEAT_MAX_PER_ROW, XY_MAX_DATA_POINTS, Placed, layout  # noqa: E402
 from .verify import default_window, prom_regex_escape, substitute  # noqa: E402

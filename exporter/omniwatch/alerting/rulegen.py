@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from .. import names as n, paths
 from . import config as config_mod
-from . import render, spec
+from . import rulefiles as render
+from . import rulespec as spec
 from .prose import Ctx
 from .remedies import STEP_CAUSES
 from .config import Config

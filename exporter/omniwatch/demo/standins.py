@@ -30,9 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from . import demo_raytasks
-from .periodic import Periodic
-from . import external as x
+from . import raytasks as demo_raytasks
+from ..periodic import Periodic
+from .. import external as x
 
 ROLLOUT_MODEL = "stabilityai/stable-diffusion-3.5-medium"
 REWARD_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
@@ -630,12 +630,12 @@ def ray_tasks_args(host: str, port: int, project: str, experiment: str) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m omniwatch.demo_endpoints --port N``: serve until SIGINT/SIGTERM."""
+    """``python -m omniwatch.demo.standins --port N``: serve until SIGINT/SIGTERM."""
     import argparse
     import json
     import signal
 
-    p = argparse.ArgumentParser(prog="omniwatch.demo_endpoints", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="omniwatch.demo.standins", description=main.__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--project", default="demo", help="only for --print-scrape-configs")

@@ -1,6 +1,6 @@
 """Stand-in of Ray's state API (the dashboard's ``/api/v0/{tasks,actors,nodes}``) for the demo and the
 task-event benchmark: what ``omniwatch serve --ray-tasks`` polls (discovery/rayapi.py), answered with rows
-shaped exactly like the ones recorded from Ray 2.60 (``demo_raytasks_rows/``, byte copies of
+shaped exactly like the ones recorded from Ray 2.60 (``raytasks_rows/``, byte copies of
 tests/fixtures/raytasks): every row is a recorded row with its ids, name, pid and times changed.
 
 Two ways to move:
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-ROWS = Path(__file__).with_name("demo_raytasks_rows")
+ROWS = Path(__file__).with_name("raytasks_rows")
 JOB_ID = "01000000"          # the recorded job (Ray numbers jobs from 01000000)
 CYCLE_S = 10.0
 REQUESTS = 6

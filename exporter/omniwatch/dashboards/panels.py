@@ -34,8 +34,7 @@ from ..alerting.config import DEFAULT as CONFIG, Config
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
 from ..alerting import records as _records
-from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO,
-                                REC_STALL_WARNING)
+from ..alerting.records import REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING
 
 # Grafana variables and macros, named once.
 V_DATASOURCE = "datasource"

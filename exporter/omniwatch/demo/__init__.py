@@ -16,14 +16,15 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from . import cliargs
-from . import demo_endpoints, names
-from .gpu.devices import nvml_available
-from .proc import free_port
-from .gpu.loop import DEFAULT_TRACE
-from .simulate import Fault, RunSpec, step_dict
-from .settings import Settings
-from .stack import DEMO_SUBDIR, Stack, StackConfig, StackError, add_stack_args, alerts_command
+from .. import cliargs
+from .. import names
+from . import standins as demo_endpoints
+from ..gpu.devices import nvml_available
+from ..proc import free_port
+from ..gpu.loop import DEFAULT_TRACE
+from ..simulate import Fault, RunSpec, step_dict
+from ..settings import Settings
+from ..stack import DEMO_SUBDIR, Stack, StackConfig, StackError, add_stack_args, alerts_command
 
 PROJECT = "omniwatch-demo"
 REPLAY_NODE = "h200-replay"
@@ -166,9 +167,9 @@ def run_demo(args) -> int:
     root.mkdir(parents=True, exist_ok=True)
     con.print(f"[bold]omniwatch demo[/]: starting the native stack in {stack.run_dir} (fast profile: 1 s scrape/eval)")
     try:
-        stack.start("receiver", [sys.executable, "-m", "omniwatch.demo_receiver", "--port", str(rcv_port),
+        stack.start("receiver", [sys.executable, "-m", "omniwatch.demo.receiver", "--port", str(rcv_port),
                                  "--out", str(received)], {})
-        stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo_endpoints", "--port", str(ep_port)], {})
+        stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo.standins", "--port", str(ep_port)], {})
         started = stack.up()
     except StackError as e:
         con.print(f"[red]omniwatch demo: {e}[/]")
@@ -268,9 +269,9 @@ def _write_report(con: Console, root: Path, out_dir: Path) -> Path | None:
     """The shareable report (omniwatch report) of one faulty demo run; its path is printed."""
     src = root / PROJECT / f"{REPORT_RUN}.jsonl"
     try:
-        from .report.html import run_page
-        from .report.gather import facts_of_runs, load_runs
-        from .report.verdict import verdict
+        from ..report.html import run_page
+        from ..report.gather import facts_of_runs, load_runs
+        from ..report.verdict import verdict
         f = facts_of_runs(load_runs([src]))[0]
         out_dir.mkdir(parents=True, exist_ok=True)
         dest = out_dir / f"{REPORT_RUN}.html"
