@@ -18,7 +18,6 @@ from rich.table import Table
 
 from .. import cliargs
 from .. import names
-from . import standins as demo_endpoints
 from ..gpu.devices import nvml_available
 from ..proc import free_port
 from ..gpu.loop import DEFAULT_TRACE
@@ -112,6 +111,9 @@ def finish_runs(scs: list[Scenario], configs: Path) -> None:
 
 
 def run_demo(args) -> int:
+    # imported here, not at the top: ``python -m omniwatch.demo.standins`` (the process this starts) must not find
+    # its own module already imported by the package
+    from . import standins as demo_endpoints
     con = Console(width=None if sys.stdout.isatty() else 160)
     pace, steps, onset = args.step_seconds, args.steps, args.onset
     if onset >= steps:  # checked before the previous demo's data is wiped below
