@@ -21,6 +21,7 @@ import orjson
 
 from . import statefile
 from .ledger import Gpus
+from .statelock import write_atomic
 from .model import RunStore, SeenSteps, StepDigests
 from .periodic import Periodic
 from .planned import PlannedWork
@@ -229,14 +230,8 @@ class Checkpointer(Periodic):
         blob = self.snapshot()
         if blob == self._last_blob:
             return True
-        tmp = self.path.with_suffix(".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            write_atomic(self.path, blob)
         except OSError as e:
             cause = f"{type(e).__name__}: {e.strerror or e}"
             if cause != self._last_error:
@@ -245,10 +240,6 @@ class Checkpointer(Periodic):
             self._last_error = cause
             self.store.count_error(SOURCE, "write_failed")
             self.store.set_source_up(SOURCE, str(self.path), False)
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
             return False
         if self._last_error:
             log.info("exporter state written again to %s", self.path)

@@ -62,3 +62,23 @@ class StateDirLock:
             finally:
                 os.close(self.fd)
                 self.fd = None
+
+
+def write_atomic(path, blob: bytes) -> None:
+    """Write ``blob`` to ``path`` as one step (a temporary file beside it, fsynced, renamed over it), so a reader
+    or a crash never sees half a checkpoint; raises ``OSError`` (disk full, read-only) after removing the
+    temporary file. Every checkpoint in the state directory goes through here."""
+    tmp = path.with_suffix(".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import orjson
 
+from ..statelock import write_atomic
 from .phases import Call
 from .taskevents import Actor, Dispatch, Task, TaskLedger
 
@@ -192,24 +193,14 @@ class TaskRing:
         blob = orjson.dumps(data)
         if blob == self._last_blob:
             return True
-        tmp = self.path.with_suffix(".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            write_atomic(self.path, blob)
         except OSError as e:
             cause = f"{type(e).__name__}: {e.strerror or e}"
             if cause != self._said:
                 log.error("cannot write the Ray task-event ring to %s (%s)", self.path, cause)
             self._said = cause
             self._count("ring_write_failed")
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
             return False
         self._said, self._last_blob = None, blob
         return True
