@@ -10,7 +10,7 @@ import omniwatch
 from omniwatch import app, cli
 
 PKG = Path(omniwatch.__file__).resolve().parent
-OPTIONAL = {"ray", "pynvml"}
+OPTIONAL = {"ray", "pynvml", "matplotlib"}  # the [ray], [gpu] and [preview] extras (pyproject)
 
 
 def _modules():
