@@ -210,3 +210,11 @@ def test_importing_agents_does_not_import_ray():
     code = "import sys, omniwatch.agents, omniwatch.agents.placement; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_first_reconcile_is_waited_for_as_long_as_its_own_calls_may_take():
+    # a round makes at most two bounded calls per node, one after the other: start() waits that long, so a
+    # 64-node cluster placing every agent is not cut off after a fixed 150 s
+    assert placement.reconcile_bound_s(3) == 7 * placement.RAY_CALL_TIMEOUT_S
+    assert placement.reconcile_bound_s(64) >= 2 * 64 * placement.RAY_CALL_TIMEOUT_S
+    assert placement.reconcile_bound_s(0) == placement.reconcile_bound_s(1) > 2 * placement.RAY_CALL_TIMEOUT_S

@@ -183,6 +183,7 @@ def test_the_cut_tests_pass_on_the_default_rules(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.slow  # the mutation runs (promtool once per mutated rule file): make test, not the edit loop
 @pytest.mark.parametrize("path", sorted(LOOSENED))
 def test_the_literal_tests_catch_a_loosened_threshold(tmp_path, path):
     looser, alert = LOOSENED[path]
@@ -203,6 +204,7 @@ WORDING = [("omniwatch.rules.yml", "RewardBoundRollout", "description"),
            ("endpoints.rules.yml", "TransferQueueBacklog", "remedy")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule_file, alert, key", WORDING)
 def test_the_literal_tests_catch_a_wording_change(tmp_path, rule_file, alert, key):
     """One word of an alert's annotation changed in the rule file: a literal expectation no longer matches."""

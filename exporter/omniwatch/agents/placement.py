@@ -203,8 +203,15 @@ def start(ray_address: str | None = None, exporter_url: str | None = None, *, he
     sup = Supervisor.options(**opts).remote(asdict(cfg), token)
     if not wait:
         return {}
-    ray.get(sup.reconcile.remote(), timeout=5 * RAY_CALL_TIMEOUT_S)
+    ray.get(sup.reconcile.remote(), timeout=reconcile_bound_s(sum(1 for n in ray.nodes() if n.get("Alive"))))
     return ray.get(sup.status.remote(), timeout=RAY_CALL_TIMEOUT_S)
+
+
+def reconcile_bound_s(nodes: int) -> float:
+    """How long one reconcile round may take: per node at most two bounded calls (the old agent's ``info``, then
+    the new agent's), one after the other, plus one call of slack. A fixed bound (it was 150 s) failed a healthy
+    round on a busy 3-node machine and any round of a cluster over 5 nodes whose agents all needed placing."""
+    return RAY_CALL_TIMEOUT_S * (2 * max(1, nodes) + 1)
 
 
 def status(ray_address: str | None = None, namespace: str = NAMESPACE) -> dict | None:
