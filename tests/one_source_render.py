@@ -53,13 +53,14 @@ def sentinel(default: C.Config) -> tuple[C.Config, dict]:
 
 def main() -> None:
     cfg, changed = sentinel(C.DEFAULT)
-    C.DEFAULT = cfg  # before anything that reads the default configuration is imported
+    if "--explicit" not in sys.argv:  # else: the defaults stay, and the config is only passed where it is read
+        C.DEFAULT = cfg  # before anything that reads the default configuration is imported
     from omniwatch.alerting import rulegen as generate
     from omniwatch.alerting import rulefiles as render
     from omniwatch.alerting import rulespec as spec
     from omniwatch.dashboards.catalog import DASHBOARDS
     from omniwatch.dashboards.jsonfiles import rendered
-    panels = [{"dashboard": d.uid, "title": p.title, "description": p.description,
+    panels = [{"dashboard": d.uid, "title": p.title, "description": p.full_description(cfg),
                "exprs": [t.expr for t in p.targets]} for d in DASHBOARDS for p in d.panels()]
     json.dump({"changed": changed,
                "rules": {f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)},

@@ -121,6 +121,24 @@ def test_no_default_number_survives_in_the_dashboards_or_the_remedies(sentinel):
     assert not found, "\n".join(map(str, found))
 
 
+@pytest.fixture(scope="module")
+def explicit():
+    out = subprocess.run([sys.executable, str(HERE / "one_source_render.py"), "--explicit"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def test_a_config_passed_to_the_dashboards_words_every_panel_description(explicit):
+    """`dashboards generate --config tuned.yml` (the defaults imported, the config only passed): no panel
+    description quotes a default number where the passed config says another (issue 23 item 4)."""
+    found = []
+    for p in explicit["panels"]:
+        for path, (old, _) in explicit["changed"].items():
+            found += [(p["dashboard"], p["title"], path, old, s) for s in in_prose(p["description"], old, path)]
+    assert not found, "\n".join(map(str, found))
+
+
 @pytest.mark.parametrize("where,text,default", [
     ("expr", "project_experiment:omniwatch_reward_bound_ratio:min_k > 0.4", 0.4),
     ("expr", "avg_over_time(x[10m])", "10m"),

@@ -16,7 +16,7 @@ from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, R
                                 REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
                                 REC_ROLLOUT_SATURATED, REC_STEP_DRIFT, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN,
                                 REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION)
-from .panels import SATURATION_RULE, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target, alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, increase_w, phase_colors, run_max, sel, stall_stage, verl, WINDOW_DEFAULT
+from .panels import saturation_rule, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target, alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, increase_w, phase_colors, run_max, sel, stall_stage, verl, WINDOW_DEFAULT
 
 W = EXP
 C = CONFIG
@@ -33,35 +33,35 @@ GPU_SECONDS = (f"sum by ({RUN_BY}) ({increase_w(sel(n.GPU_PHASE_IDLE_SECONDS_TOT
 
 SIGNALS = Row("Signals vs alert thresholds", (
     Panel("Reward-bound ratio (window min)",
-          "The series RewardBoundRollout thresholds: the lowest share of the generation window (gen + reward) that "
+          lambda C: ("The series RewardBoundRollout thresholds: the lowest share of the generation window (gen + reward) that "
           "reward scoring held on the critical path over the last k normal steps, and the latest step dashed. Above "
           f"{C.reward_bound.ratio:g} AND reward above {C.reward_bound.step_share:g} of the step (next panel) fires: "
-          "rollout GPUs wait for the reward model.",
+          "rollout GPUs wait for the reward model."),
           (Target(sel(REC_REWARD_BOUND_MIN), W + " window min"),
            Target(run_max(sel(n.REWARD_BOUND_RATIO)), W + " latest step", dashed=True)),
           unit="percentunit", min=0, max=1, thresholds=(Step(None, "green"), cfg_step("reward_bound.ratio", "red")),
           show_thresholds="dashed+area", w=6, runbook=n.ALERT_REWARD_BOUND),
     Panel("Reward share of the step (window min)",
-          "The second condition of RewardBoundRollout: the lowest share of the step that reward seconds on the "
+          lambda C: ("The second condition of RewardBoundRollout: the lowest share of the step that reward seconds on the "
           f"critical path took over the last k normal steps. Below {C.reward_bound.step_share:g} the step is "
-          "dominated by other phases and a separate reward pool buys little.",
+          "dominated by other phases and a separate reward pool buys little."),
           (Target(sel(REC_REWARD_STEP_SHARE_MIN), W + " window min"),),
           unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), cfg_step("reward_bound.step_share", "red")),
           show_thresholds="dashed+area", w=6, runbook=n.ALERT_REWARD_BOUND),
     Panel("Inter-stage idle ratio (window min)",
-          "The series InterStageIdleGPU thresholds, with the evidence the rule prefers: GPU-measured idle between "
+          lambda C: ("The series InterStageIdleGPU thresholds, with the evidence the rule prefers: GPU-measured idle between "
           "timed phases / step (omniwatch's NVML sampler) where the run's GPUs are sampled, else untimed seconds / "
-          f"step (label evidence). Above {C.inter_stage_idle.ratio:g} in every window step fires.",
+          f"step (label evidence). Above {C.inter_stage_idle.ratio:g} in every window step fires."),
           (Target(run_max(idle_evidence(), "evidence"), W + " window min ({{evidence}})"),
            Target(run_max(sel(n.INTER_STAGE_IDLE_RATIO)), W + " latest step (timers)", dashed=True)),
           unit="percentunit", min=0, thresholds=(Step(None, "green"), cfg_step("inter_stage_idle.ratio", "red")),
           show_thresholds="dashed+area", w=6, runbook=n.ALERT_IDLE),
     Panel("Step time / baseline (window min)",
-          "The series StepTimeRegression thresholds: the fastest of the last k normal steps over the run's reference "
+          lambda C: ("The series StepTimeRegression thresholds: the fastest of the last k normal steps over the run's reference "
           f"(median of the first {C.window.reference} normal steps of the trainer incarnation). Above "
           f"{C.step_time.regression_ratio:g} fires; the alert names "
-          "the part that grew (next row).",
+          "the part that grew (next row)."),
           (Target(sel(REC_STEP_VS_BASELINE), W + " window min / baseline"),),
           unit="none", min=0, decimals=2,
           thresholds=(Step(None, "green"), cfg_step("step_time.regression_ratio", "red")),
@@ -72,11 +72,11 @@ SIGNALS = Row("Signals vs alert thresholds", (
           (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
           unit="s", w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step time drift vs the run's reference",
-          f"The series StepTimeDrift thresholds: the median of the last {C.window.drift} normal steps after the "
+          lambda C: (f"The series StepTimeDrift thresholds: the median of the last {C.window.drift} normal steps after the "
           f"reference over the run's reference (median of the first {C.window.reference} normal steps of the trainer "
           "incarnation; a restart starts a new "
           f"one, from omniwatch_baseline_first_step). Above {C.step_drift.ratio:g} fires while the last k steps are "
-          "over too: a creep over tens of steps.",
+          "over too: a creep over tens of steps."),
           (Target(sel(REC_STEP_DRIFT), W + f" last {C.window.drift} / reference"),),
           unit="none", min=0, decimals=2,
           thresholds=(Step(None, "green"), cfg_step("step_drift.ratio", "red")),
@@ -93,17 +93,17 @@ SIGNALS = Row("Signals vs alert thresholds", (
 
 MFU_ROW = Row("MFU", (
     Panel("MFU window vs impossible and floor",
-          "Per run and role: the lowest MFU of the last k normal steps (above "
+          lambda C: ("Per run and role: the lowest MFU of the last k normal steps (above "
           f"{C.mfu.impossible:g} is MFUImpossible: the estimator's peak FLOPs do not match the GPU) and the highest "
-          f"(below {C.mfu.floor:g} is MFUImplausiblyLow). Zeros (estimator unsupported) are left out of both.",
+          f"(below {C.mfu.floor:g} is MFUImplausiblyLow). Zeros (estimator unsupported) are left out of both."),
           (Target(run_max(sel(REC_MFU_MIN), n.L_ROLE), W + " {{role}} window min"),
            Target(run_max(sel(REC_MFU_MAX), n.L_ROLE), W + " {{role}} window max", dashed=True)),
           unit="percentunit", min=0,
           thresholds=(Step(None, "red"), cfg_step("mfu.floor", "green"), cfg_step("mfu.impossible", "red")),
           show_thresholds="line+area", w=8, runbook=(n.ALERT_MFU_IMPOSSIBLE, n.ALERT_MFU_LOW)),
     Panel("MFU window max / baseline",
-          "The series MFUDrop thresholds: the best MFU of the last k normal steps over the run's baseline, per role. "
-          f"Below {C.mfu.drop_ratio:g} fires (even the best window step lost {1 - C.mfu.drop_ratio:.0%}).",
+          lambda C: ("The series MFUDrop thresholds: the best MFU of the last k normal steps over the run's baseline, per role. "
+          f"Below {C.mfu.drop_ratio:g} fires (even the best window step lost {1 - C.mfu.drop_ratio:.0%})."),
           (Target(run_max(sel(REC_MFU_VS_BASELINE), n.L_ROLE), W + " {{role}}"),),
           unit="percentunit", min=0, thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green")),
           show_thresholds="dashed+area", w=8, runbook=n.ALERT_MFU_DROP),
@@ -140,10 +140,10 @@ REWARD = Row("Reward on the critical path", (
            Target(run_max(sel(n.STAGE_DURATION, phase="gen")), W + " gen", dashed=True)),
           unit="s", w=8, runbook=n.ALERT_REWARD_BOUND),
     Panel("Reward share of gen + reward seconds",
-          f"Over the last {WINDOW_DEFAULT}, timed reward seconds / (gen + reward) seconds "
+          lambda C: (f"Over the last {WINDOW_DEFAULT}, timed reward seconds / (gen + reward) seconds "
           "from the per-step counters: a ratio of seconds, read over whole steps. Colocated runs only (streamed "
           f"scoring hides inside gen; the window-min panel above covers both). {C.reward_bound.ratio:g} is "
-          "RewardBoundRollout's line.",
+          "RewardBoundRollout's line."),
           (Target(f"{phase_seconds('reward')} / ({phase_seconds('gen|reward')} > 0)", W + " reward / (gen + reward)"),
            Target(f"{phase_seconds('reward')} / ({STEP_SECONDS} > 0)", W + " reward / step", dashed=True)),
           unit="percentunit", min=0, max=1, thresholds=(Step(None, "green"), cfg_step("reward_bound.ratio", "red")),
@@ -163,11 +163,11 @@ IDLE = Row("Idle GPU time", (
           (Target(run_max(sel(n.STAGE_DURATION, phase=n.UNTRACKED_PHASE)), W + " latest step"),),
           unit="s", w=8, runbook=n.ALERT_IDLE),
     Panel("Timers vs step (window max)",
-          "The series TimersExceedStep thresholds: (timing_s/step - the sum of the in-step timers) / step, NOT "
+          lambda C: ("The series TimersExceedStep thresholds: (timing_s/step - the sum of the in-step timers) / step, NOT "
           "clamped, the highest of the last k normal steps, with the latest step dashed. Healthy runs sit a little "
           f"above 0 (untimed gaps); below -{C.timer_overlap.tolerance:g} in every window step the timers add up to "
           "more than the step: a timer nested inside another phase is counted twice and hides the untimed time, so "
-          "'Untracked seconds' and InterStageIdleGPU's timer evidence read too low.",
+          "'Untracked seconds' and InterStageIdleGPU's timer evidence read too low."),
           (Target(sel(REC_TIMER_RESIDUAL_MAX), W + " window max"),
            Target(f"{run_max(sel(n.TIMER_RESIDUAL))} / on ({RUN_BY}) ({run_max(sel(n.STEP_DURATION))} > 0)",
                   W + " latest step", dashed=True)),
@@ -175,11 +175,11 @@ IDLE = Row("Idle GPU time", (
           thresholds=(Step(None, "red"), cfg_step("timer_overlap.tolerance", "green", negate=True)),
           show_thresholds="dashed+area", w=8, runbook=(n.ALERT_TIMERS_EXCEED, n.ALERT_IDLE)),
     Panel("Outside the step timer (window min)",
-          "The series TimeOutsideStep thresholds: wall time between two steps' log lines that no verl timer covers "
+          lambda C: ("The series TimeOutsideStep thresholds: wall time between two steps' log lines that no verl timer covers "
           "(dataloader, metric computation, logging; V1's second TransferQueue fetch of the batch after the step) / "
           "that gap, the lowest of the last k normal steps, with the window median dashed. Above "
           f"{C.outside_step.ratio:g} in every window step fires: the GPUs wait between steps. Measured on live "
-          "arrivals only (absent for a backlog read, a replay or a backfill: their arrivals are rebuilt from the timers).",
+          "arrivals only (absent for a backlog read, a replay or a backfill: their arrivals are rebuilt from the timers)."),
           (Target(sel(REC_OUTSIDE_MIN), W + " window min"),
            Target(run_max(sel(n.OUTSIDE_STEP_WINDOW, stat="median")), W + " window median", dashed=True)),
           unit="percentunit", min=0,
@@ -205,12 +205,12 @@ IDLE = Row("Idle GPU time", (
 K_GEN_SEQ = "timing_s/agent_loop/generate_sequences/"
 STRAGGLERS = Row("Stragglers", (
     Panel("Rollout straggler ratio (window min)",
-          "The series RolloutStraggler thresholds: the slowest sample's generation time over the mean sample's "
+          lambda C: ("The series RolloutStraggler thresholds: the slowest sample's generation time over the mean sample's "
           "(timing_s/agent_loop/generate_sequences/max / mean; server queueing included), the lowest of the last k "
           "normal steps, with the latest step dashed. W equal waves of requests give 2W/(W+1), under 2 however "
           f"unevenly replicas of equal speed share them; above {C.straggler.ratio:g} in every window step fires: one "
           "sample (a preempted request, a slow replica) holds gen. Legacy trainer only (V1 logs no agent-loop "
-          "keys). Per replica: the rollout dashboard's latency panels.",
+          "keys). Per replica: the rollout dashboard's latency panels."),
           (Target(sel(REC_STRAGGLER_MIN), W + " window min"),
            Target(run_max(sel(n.ROLLOUT_STRAGGLER)), W + " latest step", dashed=True)),
           unit="none", min=0, decimals=2,
@@ -243,33 +243,33 @@ GPU_HOURS = Row("GPU-hours", (
 
 PIPELINE = Row("Pipeline alerts", (
     Panel("Rollout replicas saturated (10 min share)",
-          "Per rollout / reward server replica: share of the last 10 minutes during which requests waited while "
-          "every slot ran. " + SATURATION_RULE,
+          lambda C: ("Per rollout / reward server replica: share of the last 10 minutes during which requests waited while "
+          "every slot ran. " + saturation_rule(C)),
           (Target(run_max(sel(REC_ROLLOUT_SATURATED), "role", "replica"), W + " {{role}} {{replica}}"),),
           unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), cfg_step("rollout_queue.saturated_share", "red")),
           show_thresholds="dashed+area", w=8, runbook=ALERT_ROLLOUT_SATURATED),
     Panel("TransferQueue storage filling",
-          "Utilisation of the fullest TransferQueue storage unit (live samples / capacity). TransferQueueBacklog "
+          lambda C: ("Utilisation of the fullest TransferQueue storage unit (live samples / capacity). TransferQueueBacklog "
           f"fires when it is over {C.transferqueue.full_utilization:g}, or past {C.transferqueue.min_utilization:g} "
           f"and full within {C.transferqueue.ttf_seconds:g} s at the net rate of the last "
-          f"{C.transferqueue.net_rate_window} (the time to full is on the TransferQueue dashboard).",
+          f"{C.transferqueue.net_rate_window} (the time to full is on the TransferQueue dashboard)."),
           (Target(run_max(sel(REC_TQ_UTILIZATION)), W + " fullest unit"),),
           unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), cfg_step("transferqueue.full_utilization", "red")),
           show_thresholds="dashed", w=8, runbook=ALERT_TQ_BACKLOG),
     Panel("Sources up",
-          "Every omniwatch source (log tails, GPU sampler, discovery, agents; 0 = failing) and whether Prometheus "
+          lambda C: ("Every omniwatch source (log tails, GPU sampler, discovery, agents; 0 = failing) and whether Prometheus "
           "scrapes the exporter (up). OmniwatchSourceDown fires after "
-          f"{C.source_down.for_} at 0 (critical for the exporter itself).",
+          f"{C.source_down.for_} at 0 (critical for the exporter itself)."),
           (Target(f"min by ({n.L_SOURCE}, {n.L_TARGET}) ({n.SOURCE_UP})", "{{source}} {{target}}"),
            Target(f'min(up{{job="{C.selectors.job}"}})', "exporter scraped")),
           unit="none", min=0, max=1, kind="statetimeline", w=8, scope="global", runbook=n.ALERT_SOURCE_DOWN,
           mappings=((1, "up", "green"), (0, "down", "red"))),
     Panel("Runs dropped at the run cap",
-          "Runs the exporter dropped at its run cap (--max-runs; omniwatch_runs_evicted_total, since it started), "
+          lambda C: ("Runs the exporter dropped at its run cap (--max-runs; omniwatch_runs_evicted_total, since it started), "
           "next to the runs it holds (omniwatch_runs) and the cap (omniwatch_max_runs). RunCapReached fires while "
-          f"'dropped' rose within the last {C.run_cap.window}: a dropped run's series ended and its alerts resolved.",
+          f"'dropped' rose within the last {C.run_cap.window}: a dropped run's series ended and its alerts resolved."),
           (Target(f"sum({n.RUNS_EVICTED_TOTAL})", "dropped"),
            Target(f"sum({n.RUNS})", "runs held"),
            Target(f"max({n.MAX_RUNS})", "cap", dashed=True)),
@@ -285,12 +285,12 @@ ALERT_ROW = Row("Alerts", (
           unit="none", kind="statetimeline", w=24, h=8,
           mappings=ALERT_STATE_MAPPINGS),
     Panel("Stall stage",
-          "Per run, the TrainingStalled stage its time since the last step has reached, against the rules' own "
+          lambda C: ("Per run, the TrainingStalled stage its time since the last step has reached, against the rules' own "
           f"thresholds: info after {C.stall.notice_steps:g} typical steps; warning after that plus the planned work "
           f"that may come before the next step (plus {C.stall.unseen_planned_steps:g} typical steps while a first "
           f"checkpoint or validation has not been seen); critical {C.stall.critical_extra_steps:g} typical steps "
           "later; finished: the run's last step was its planned last (the rules never stall it). The alerts also "
-          "wait for 'for' and for a checkpoint still being written (--checkpoint-root).",
+          "wait for 'for' and for a checkpoint still being written (--checkpoint-root)."),
           (Target(stall_stage(), W),),
           unit="none", kind="statetimeline", w=12, h=7, mappings=STALL_STAGE_MAPPINGS, runbook=n.ALERT_STALLED),
     Panel("Planned work before the next step",

@@ -44,12 +44,14 @@ FORWARD_PASSES = ("old_log_prob", "ref", "teacher")
 XY_PHASES = tuple(dict.fromkeys("|".join(FORWARD_PASSES) if ph in FORWARD_PASSES else ph for ph in PHASES))
 
 STALL_STEPS = (Step(None, "green"), cfg_step("stall.notice_steps", "yellow"))
-STAGE_DESC = (f"TrainingStalled's stages, per run (the rules' own thresholds): info after "
-              f"{CONFIG.stall.notice_steps:g} typical steps without a step (perhaps a checkpoint or validation); "
-              f"warning after that plus the planned work that may come before the next step (the run's longest "
-              f"recent checkpoint and validation) plus {CONFIG.stall.unseen_planned_steps:g} typical steps while it "
-              f"has not shown both yet; critical {CONFIG.stall.critical_extra_steps:g} typical steps after the warning "
-              "(reserved GPUs idle). A finished run (its last step was the planned last) never stalls.")
+def stage_desc(c) -> str:
+    """TrainingStalled's stages in words, with ``c``'s thresholds."""
+    return (f"TrainingStalled's stages, per run (the rules' own thresholds): info after "
+                  f"{c.stall.notice_steps:g} typical steps without a step (perhaps a checkpoint or validation); "
+                  f"warning after that plus the planned work that may come before the next step (the run's longest "
+                  f"recent checkpoint and validation) plus {c.stall.unseen_planned_steps:g} typical steps while it "
+                  f"has not shown both yet; critical {c.stall.critical_extra_steps:g} typical steps after the warning "
+                  "(reserved GPUs idle). A finished run (its last step was the planned last) never stalls.")
 # omniwatch_run_log_open: 1 a process other than omniwatch holds the log open for writing, 0 it did and no longer
 # does (the trainer ended), absent never seen (-1 here).
 LOG_WRITER_MAPPINGS = ((1, "writing", "green"), (0, "closed", "orange"), (-1, "not seen", "transparent"))
@@ -60,7 +62,8 @@ def step_xy(title: str, description: str, *targets: Target, unit: str = "short",
     ``keyed``: the single y target has several series per run told apart by its ``key`` label; the step is
     then given once per key (x_by_key) so the merge pairs every key with its step (issue 26 item 6)."""
     x = Target(x_by_key(keyed) if keyed else run_max(sel(n.STEP)), "step", table=True)
-    return Panel(title, description + " X axis: training step (omniwatch_step), one line per run.",
+    x_axis = " X axis: training step (omniwatch_step), one line per run."
+    return Panel(title, (lambda c: description(c) + x_axis) if callable(description) else description + x_axis,
                  (x, *targets), unit=unit, kind="xychart", w=w, h=h, runbook=runbook, repeat=repeat,
                  log_scale=log, min=minimum, max=maximum, thresholds=thresholds,
                  xy_labels=(n.L_KEY,) if keyed else ())
@@ -98,10 +101,10 @@ def key_y(key: str, legend: str | None = None) -> Target:
 
 NOW = Row("Now", (
     Panel("Time since last step (typical steps)",
-          "Per run, now: seconds since its latest step divided by its typical step (median of recent normal "
+          lambda CONFIG: ("Per run, now: seconds since its latest step divided by its typical step (median of recent normal "
           "steps), named and coloured by the stall stage it reached: running (green), info (yellow), warning (orange), "
-          "critical (red), finished (blue). 1 is a step in progress. " + STAGE_DESC + " A run that stepped "
-          "recently but stays high means its log stopped reaching omniwatch: check 'Data arriving'.",
+          "critical (red), finished (blue). 1 is a step in progress. " + stage_desc(CONFIG) + " A run that stepped "
+          "recently but stays high means its log stopped reaching omniwatch: check 'Data arriving'."),
           (Target(age_steps_by_stage(), RUN_LEGEND + " {{stage}}", instant=True),), unit="suffix: × typical step",
           kind="stat",
           w=5, h=8, decimals=1, thresholds=STALL_STEPS, fixed_colors=stage_colors(), runbook=n.ALERT_STALLED),
@@ -114,16 +117,16 @@ NOW = Row("Now", (
           unit="none", kind="stat", w=3, h=8, scope="global", runbook=n.ALERT_SOURCE_DOWN,
           mappings=((1, "up", "green"), (0, "DOWN", "red"))),
     Panel("Age vs stall thresholds (typical steps)",
-          "Per run, in its typical steps: time since its latest step (solid) against the run's own warning and "
+          lambda CONFIG: ("Per run, in its typical steps: time since its latest step (solid) against the run's own warning and "
           f"critical thresholds (dashed; the info line at {CONFIG.stall.notice_steps:g} is the same for every run). "
-          + STAGE_DESC + " Log scale: a long stall does not flatten the others.",
+          + stage_desc(CONFIG) + " Log scale: a long stall does not flatten the others."),
           (Target(AGE_STEPS, EXP + " age"),
            Target(per_typical_step(run_max(sel(REC_STALL_WARNING))), EXP + " warning at", dashed=True),
            Target(per_typical_step(run_max(sel(REC_STALL_CRITICAL))), EXP + " critical at", dashed=True)),
           unit="suffix: × typical step", thresholds=STALL_STEPS, show_thresholds="dashed", log_scale=True,
           w=16, h=8, runbook=n.ALERT_STALLED),
     Panel("Runs",
-          "One row per run: latest step; seconds since it and the same in typical steps (info at "
+          lambda CONFIG: ("One row per run: latest step; seconds since it and the same in typical steps (info at "
           f"{CONFIG.stall.notice_steps:g}); the stall stage it reached and where its warning and critical stages "
           "start, in typical steps (they add the run's planned work); whether a trainer process holds its log open "
           "(writing; closed: the trainer ended, finished or crashed; not seen: another node, a push feed); the "
@@ -140,7 +143,7 @@ NOW = Row("Now", (
           "44 % of its MFU is red even when one fast step keeps the best window step near the reference); the GPUs the ledger counts (omniwatch_run_gpus: "
           "from the run's keys, or --gpus) and the GPU-hours accounted so far (omniwatch_gpu_seconds_total, since "
           "omniwatch first saw the run); firing alerts (Watchdog left out). Colours are the rules' thresholds. "
-          "Click a row for that run on the other dashboards.",
+          "Click a row for that run on the other dashboards."),
           (Target(run_max(sel(n.STEP)), "step", instant=True, table=True, unit="none"),
            Target(run_max(sel(REC_AGE)),
                   "last step age", instant=True, table=True, unit="s"),
@@ -229,7 +232,7 @@ def firing_alert_remedy() -> str:
 
 WHY_SLOW = Row("Why slow", (
     Panel("Why slow",
-          "One row per run, what its step time goes to and what it costs: the timed phase with the largest share "
+          lambda CONFIG: ("One row per run, what its step time goes to and what it costs: the timed phase with the largest share "
           "of the latest step (omniwatch_stage_duration_seconds / the step; the whole breakdown is 'Where the step "
           "goes' below); the part of the step that grew most over the run's anchored reference (the median of its "
           f"first {CONFIG.window.reference} normal steps) and what that growth costs in GPU-hours per day at the "
@@ -239,7 +242,7 @@ WHY_SLOW = Row("Why slow", (
           "outside the step timer, stalled) in GPU-hours per day (omniwatch_gpu_hours_per_day); and the most "
           "severe firing alert of the run with its remedy: what to change, for this run's layout (trainer, reward, "
           "async mode: omniwatch_remedy_info joined through omniwatch_run_info; where the remedy quotes a run's own "
-          "value or trainer config, the notification's text is the full one). The runbooks are the panel links.",
+          "value or trainer config, the notification's text is the full one). The runbooks are the panel links."),
           (Target(largest_phase(), "largest phase share", instant=True, table=True, unit="percentunit"),
            Target(top_cause_per_day(), "growth cost (GPU-h/day)", instant=True, table=True, unit="none"),
            Target(top_waste_per_day(), "costliest non-phase bucket (GPU-h/day)", instant=True, table=True,
@@ -265,9 +268,9 @@ ALERT_ROW = Row("Alerts", (
 
 STEP_TIME = Row("Where the step goes", (
     Panel("Step time vs baseline",
-          "Latest step time per run, the fastest of its last k normal steps, and "
+          lambda CONFIG: ("Latest step time per run, the fastest of its last k normal steps, and "
           f"{CONFIG.step_time.regression_ratio:g} x its baseline (dashed). The window minimum above the dashed line "
-          "is StepTimeRegression; a single spike above it is a validation or checkpoint step (annotated).",
+          "is StepTimeRegression; a single spike above it is a validation or checkpoint step (annotated)."),
           (Target(run_max(sel(n.STEP_DURATION)), EXP + " latest step"),
            Target(run_max(sel(n.STEP_DURATION_WINDOW, stat="min")), EXP + " window min"),
            Target(f"{CONFIG.step_time.regression_ratio:g} * {run_max(sel(n.STEP_DURATION_BASELINE))}",
@@ -299,9 +302,9 @@ CURVES = Row("Learning curves by step", (
             "the reward model.", key_y(K_REWARD_MEAN, f"{EXP} reward mean")),
     step_xy("Reward spread within groups", "critic/rewards/std_mean: mean per-prompt reward std. Near zero means all "
             "samples of a prompt score alike and GRPO advantages vanish.", key_y(K_REWARD_STD_MEAN, f"{EXP} reward std")),
-    step_xy("Zero-std groups", "critic/rewards/zero_std_ratio: share of prompt groups whose rewards are all equal (no "
+    step_xy("Zero-std groups", lambda CONFIG: ("critic/rewards/zero_std_ratio: share of prompt groups whose rewards are all equal (no "
             f"learning signal). RewardSaturation fires when the window minimum stays above "
-            f"{CONFIG.reward_saturation.zero_std_ratio:g} (see 'Zero-std groups, window min').",
+            f"{CONFIG.reward_saturation.zero_std_ratio:g} (see 'Zero-std groups, window min')."),
             key_y(K_ZERO_STD, f"{EXP} zero-std ratio"), unit="percentunit", minimum=0, maximum=1,
             thresholds=(Step(None, "green"), cfg_step("reward_saturation.zero_std_ratio", "red")),
             runbook=n.ALERT_REWARD_SATURATION),
@@ -311,8 +314,8 @@ CURVES = Row("Learning curves by step", (
             Target(run_max(val_reward(), n.L_KEY), EXP + " {{key}}", table=True), w=8,
             keyed=run_max(val_reward(), n.L_KEY)),
     Panel("Zero-std groups, window min",
-          "The series RewardSaturation thresholds: the lowest zero_std_ratio of the last k normal steps (every one of "
-          f"them above {CONFIG.reward_saturation.zero_std_ratio:g} fires), with the latest step's value dashed.",
+          lambda CONFIG: ("The series RewardSaturation thresholds: the lowest zero_std_ratio of the last k normal steps (every one of "
+          f"them above {CONFIG.reward_saturation.zero_std_ratio:g} fires), with the latest step's value dashed."),
           (Target(sel(REC_ZERO_STD_MIN),
                   EXP + " window min"),
            Target(run_max(verl(K_ZERO_STD)), EXP + " latest step", dashed=True)),
@@ -329,9 +332,9 @@ POLICY = Row("Policy update by step", (
             "GradNormNonFinite counts them (next panel).", key_y(K_GRAD_NORM, f"{EXP} grad_norm"), w=6,
             runbook=n.ALERT_GRAD_NONFINITE),
     Panel("Skipped updates (non-finite grad norm)",
-          "The series GradNormNonFinite thresholds: how many of the run's last "
+          lambda CONFIG: ("The series GradNormNonFinite thresholds: how many of the run's last "
           f"{CONFIG.window.baseline} normal steps logged actor/grad_norm non-finite (VeRL-Omni zeroed the gradients "
-          f"and skipped the optimizer step). {CONFIG.grad_norm.nonfinite_steps} or more fires; one is a bad batch.",
+          f"and skipped the optimizer step). {CONFIG.grad_norm.nonfinite_steps} or more fires; one is a bad batch."),
           (Target(sel(REC_GRAD_NONFINITE), EXP + " skipped updates"),),
           unit="none", min=0, max=CONFIG.window.baseline, decimals=0,
           thresholds=(Step(None, "green"), cfg_step("grad_norm.nonfinite_steps", "red")),
@@ -349,11 +352,11 @@ POLICY = Row("Policy update by step", (
             "trained one within a step. " + RS_DESC, key_y(K_RATIO_STD, f"{EXP} ratio std"),
             runbook=n.ALERT_RS_REJECTION),
     Panel("Rejected sequences, window min",
-          "The series RolloutRejectionHigh thresholds, per rollout-correction mode (decoupled: "
+          lambda CONFIG: ("The series RolloutRejectionHigh thresholds, per rollout-correction mode (decoupled: "
           "rollout_corr/rollout_rs_seq_masked_fraction; bypass: actor/rollout_corr/...): the lowest share of "
           "sequences rejection sampling masked over the last k normal steps. Above "
           f"{CONFIG.rollout_rejection.seq_masked_fraction:g} in every one fires: the rollout backend drifts from "
-          "the trainer. Only runs with algorithm.rollout_correction (rollout_rs) set log it.",
+          "the trainer. Only runs with algorithm.rollout_correction (rollout_rs) set log it."),
           (Target(run_max(sel(REC_RS_MASKED_MIN), n.L_MODE), EXP + " {{mode}}"),),
           unit="percentunit", min=0,
           thresholds=(Step(None, "green"), cfg_step("rollout_rejection.seq_masked_fraction", "red")),

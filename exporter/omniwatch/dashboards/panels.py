@@ -26,6 +26,7 @@ kept, so tests compare it with the rule files); a colour band that is not an ale
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import ledger, palette
@@ -59,14 +60,16 @@ EXP = "{{experiment}}"
 # ALERT_* constants of the generated rules; tests/test_dashboards.py checks these exist in alerts/ too.
 ALERT_ROLLOUT_SATURATED = n.ALERT_ROLLOUT_SATURATED
 # What RolloutQueueSaturated asks (alerting/endpoints.py), in the words of the panels that show it.
-SATURATION_RULE = (f"RolloutQueueSaturated fires when a replica was saturated (requests waiting while every slot "
-                   f"runs) in at least {CONFIG.rollout_queue.saturated_share:.0%} of the time its phase ran over "
-                   f"the last {CONFIG.rollout_queue.window} (generation time, not wall time: a colocated engine "
-                   f"sleeps between gens) and is saturated or asleep now, for {CONFIG.rollout_queue.for_}, and only "
-                   f"while the training step waits on it: the phase the replica serves (gen for rollout replicas, "
-                   f"gen + reward for reward replicas) held at least {CONFIG.rollout_queue.critical_path_share:.0%} "
-                   f"of every step over that window (a separate_async trainer-bound run keeps its servers busy by "
-                   f"design and is not paged). A replica running one request at a time is labelled engine=serial.")
+def saturation_rule(c: Config) -> str:
+    """What RolloutQueueSaturated asks, with ``c``'s thresholds."""
+    return (f"RolloutQueueSaturated fires when a replica was saturated (requests waiting while every slot "
+                       f"runs) in at least {c.rollout_queue.saturated_share:.0%} of the time its phase ran over "
+                       f"the last {c.rollout_queue.window} (generation time, not wall time: a colocated engine "
+                       f"sleeps between gens) and is saturated or asleep now, for {c.rollout_queue.for_}, and only "
+                       f"while the training step waits on it: the phase the replica serves (gen for rollout replicas, "
+                       f"gen + reward for reward replicas) held at least {c.rollout_queue.critical_path_share:.0%} "
+                       f"of every step over that window (a separate_async trainer-bound run keeps its servers busy by "
+                       f"design and is not paged). A replica running one request at a time is labelled engine=serial.")
 ALERT_TQ_BACKLOG = n.ALERT_TQ_BACKLOG
 ALERT_GPU_MEMORY = n.ALERT_GPU_MEMORY
 ALERT_WATCHDOG = n.ALERT_WATCHDOG
@@ -304,7 +307,7 @@ class Target:
 @dataclass(frozen=True)
 class Panel:
     title: str
-    description: str
+    description: "str | Callable[[Config], str]"  # a function of the config when it quotes a threshold
     targets: tuple[Target, ...]
     unit: str = "short"
     kind: str = "timeseries"
@@ -353,11 +356,14 @@ class Panel:
         return self.thresholds + tuple(s for t in self.targets for s in t.thresholds)
 
     def full_description(self, config: Config = CONFIG) -> str:
-        """The description with a runbook link per alert (``config``'s runbook base)."""
+        """The description read with ``config`` (a description that quotes a threshold is a function of the
+        config, so ``dashboards generate --config`` words it with that config's numbers), with a runbook link
+        per alert (``config``'s runbook base)."""
+        text = self.description(config) if callable(self.description) else self.description
         if not self.alerts:
-            return self.description
+            return text
         links = ", ".join(f"[{a}]({config.runbook_url(a)})" for a in self.alerts)
-        return f"{self.description}\n\nRunbook: {links}"
+        return f"{text}\n\nRunbook: {links}"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from .. import names as n
 from ..alerting.records import (REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED,
                                 REC_ROLLOUT_WAITING)
 from .. import external as x
-from .panels import SATURATION_RULE, ALERT_ROLLOUT_SATURATED, EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, first_of, hist_mean, hist_quantile, rate, run_max, sel
+from .panels import saturation_rule, ALERT_ROLLOUT_SATURATED, EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, first_of, hist_mean, hist_quantile, rate, run_max, sel
 
 R = x.L_REPLICA
 ROLLOUT = {x.L_ROLE: x.ROLE_ROLLOUT}
@@ -47,9 +47,9 @@ SERVERS = Row("Rollout and reward replicas", (
           (Target(replica(REC_ROLLOUT_SLOTS_USED), LEG),), unit="percentunit", min=0, w=8,
           runbook=ALERT_ROLLOUT_SATURATED),
     Panel("Saturated share (10 min)",
-          "Share of the last 10 minutes a replica had requests waiting while every slot ran "
-          f"({REC_ROLLOUT_SATURATED}). {SATURATION_RULE} A generation burst saturates part of every "
-          "step; a replica far above the others is a straggler.",
+          lambda CONFIG: ("Share of the last 10 minutes a replica had requests waiting while every slot ran "
+          f"({REC_ROLLOUT_SATURATED}). {saturation_rule(CONFIG)} A generation burst saturates part of every "
+          "step; a replica far above the others is a straggler."),
           (Target(replica(REC_ROLLOUT_SATURATED), LEG),), unit="percentunit", min=0, max=1,
           thresholds=(Step(None, "green"), cfg_step("rollout_queue.saturated_share", "red")),
           show_thresholds="dashed+area", w=8, runbook=ALERT_ROLLOUT_SATURATED),

@@ -37,33 +37,33 @@ BACKLOG = Row("Backlog: live samples", (
            Target(f"sum by ({RUN}, {x.L_PARTITION}) ({sel(x.TQ_PARTITION_SAMPLES)})",
                   f"{EXP} {{{{partition_id}}}} samples", dashed=True)),
           unit="none", min=0, w=9, runbook=n.ALERT_TQ_BACKLOG),
-    Panel("Net change of live samples", "Live samples per second gained (+) or drained (-), the linear "
-          f"regression of active keys over {span(TQ.net_rate_window)} (recording rule {REC_TQ_DERIV}, what "
-          "TransferQueueBacklog reads). Oscillating around 0 is healthy; positive for minutes is a backlog.",
+    Panel("Net change of live samples", lambda CONFIG: ("Live samples per second gained (+) or drained (-), the linear "
+          f"regression of active keys over {span(CONFIG.transferqueue.net_rate_window)} (recording rule {REC_TQ_DERIV}, what "
+          "TransferQueueBacklog reads). Oscillating around 0 is healthy; positive for minutes is a backlog."),
           (Target(f"sum by ({RUN}) ({sel(REC_TQ_DERIV)})", EXP),),
           unit="suffix: samples/s", w=5, runbook=n.ALERT_TQ_BACKLOG),
-    Panel("Time to full at the current net rate", "Seconds until the first storage unit is full if the net rate "
-          f"of the last {span(TQ.net_rate_window)} holds ({REC_TQ_SECONDS_TO_FULL}). Shown as 1 h when it is an "
+    Panel("Time to full at the current net rate", lambda CONFIG: ("Seconds until the first storage unit is full if the net rate "
+          f"of the last {span(CONFIG.transferqueue.net_rate_window)} holds ({REC_TQ_SECONDS_TO_FULL}). Shown as 1 h when it is an "
           f"hour or more or storage does not fill. TransferQueueBacklog fires when it stays under "
-          f"{TQ.ttf_seconds:g} s with the fullest unit above {TQ.min_utilization * 100:g} %, or when a unit is over "
-          f"{TQ.full_utilization * 100:g} % full.",
+          f"{CONFIG.transferqueue.ttf_seconds:g} s with the fullest unit above {CONFIG.transferqueue.min_utilization * 100:g} %, or when a unit is over "
+          f"{CONFIG.transferqueue.full_utilization * 100:g} % full."),
           (Target(f"min by ({RUN}) (clamp_max({sel(REC_TQ_SECONDS_TO_FULL)}, {CAP_S})) or on ({RUN}) "
                   f"(0 * max by ({RUN}) ({sel(x.TQ_UTILIZATION)}) + {CAP_S})", EXP),),
           unit="s", min=0, max=CAP_S, thresholds=(Step(None, "red"), cfg_step("transferqueue.ttf_seconds", "green")),
           show_thresholds="dashed", w=5, runbook=n.ALERT_TQ_BACKLOG),
-    Panel("Storage utilisation", "Active keys / capacity per storage unit. Capacity is per unit "
+    Panel("Storage utilisation", lambda CONFIG: ("Active keys / capacity per storage unit. Capacity is per unit "
           "(total_storage_size / units) and keys are spread global_index % units, so the first full unit "
-          f"fails puts. Red from {TQ.full_utilization * 100:g} % (TransferQueueBacklog fires whatever the rate).",
+          f"fails puts. Red from {CONFIG.transferqueue.full_utilization * 100:g} % (TransferQueueBacklog fires whatever the rate)."),
           (Target(f"max by ({RUN}, {SU}) ({sel(x.TQ_UTILIZATION)})", f"{EXP} {{{{storage_unit_id}}}}"),),
           unit="percentunit", kind="bargauge", min=0, max=1,
           thresholds=(Step(None, "green"), Step(0.7, "yellow", note=TQ_BAND), cfg_step("transferqueue.full_utilization", "red")),
           w=5, runbook=n.ALERT_TQ_BACKLOG),
     Panel("Utilisation floors (slow leak)",
-          "The series TransferQueueSlowLeak reads: the fullest storage unit's utilisation and its lowest value over "
-          f"the last {span(TQ.floor_short)}, {span(TQ.floor_mid)} and {span(TQ.floor_long)} (the level every step "
-          f"drains to). Each shorter floor above the next longer one by {TQ.leak_min_rise:g} of capacity, for "
-          f"{TQ.leak_for}, fires: samples are written and never cleared (a partition nobody clears, failed samples "
-          "left behind). Flat floors under a saw-tooth utilisation are healthy.",
+          lambda CONFIG: ("The series TransferQueueSlowLeak reads: the fullest storage unit's utilisation and its lowest value over "
+          f"the last {span(CONFIG.transferqueue.floor_short)}, {span(CONFIG.transferqueue.floor_mid)} and {span(CONFIG.transferqueue.floor_long)} (the level every step "
+          f"drains to). Each shorter floor above the next longer one by {CONFIG.transferqueue.leak_min_rise:g} of capacity, for "
+          f"{CONFIG.transferqueue.leak_for}, fires: samples are written and never cleared (a partition nobody clears, failed samples "
+          "left behind). Flat floors under a saw-tooth utilisation are healthy."),
           (Target(f"max by ({RUN}) ({sel(REC_TQ_UTILIZATION)})", EXP + " utilisation"),
            Target(f"max by ({RUN}) ({sel(REC_TQ_FLOOR_SHORT)})", EXP + f" floor {TQ.floor_short}", dashed=True),
            Target(f"max by ({RUN}) ({sel(REC_TQ_FLOOR_MID)})", EXP + f" floor {TQ.floor_mid}", dashed=True),
