@@ -247,17 +247,18 @@ def rule_evaluations(prom_url: str) -> float:
     iterations scheduled less iterations missed). A wait bounded by evaluations follows the stack's own
     progress: on a loaded machine Prometheus evaluates (and its ``for:`` clocks advance) no faster."""
     import httpx
+    from prometheus_client.parser import text_string_to_metric_families
     try:
         body = httpx.get(f"{prom_url.rstrip('/')}/metrics", timeout=10, trust_env=False).text
     except httpx.HTTPError:
         return 0.0
-    done: dict[str, float] = {}
-    for line in body.splitlines():
-        for name, sign in (("prometheus_rule_group_iterations_total{", 1.0),
-                           ("prometheus_rule_group_iterations_missed_total{", -1.0)):
-            if line.startswith(name):
-                labels, value = line[len(name):].rsplit(" ", 1)
-                done[labels] = done.get(labels, 0.0) + sign * float(value)
+    sign = {"prometheus_rule_group_iterations_total": 1.0, "prometheus_rule_group_iterations_missed_total": -1.0}
+    done: dict[tuple, float] = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            if s.name in sign:
+                key = tuple(sorted(s.labels.items()))
+                done[key] = done.get(key, 0.0) + sign[s.name] * s.value
     return min(done.values(), default=0.0)
 
 
