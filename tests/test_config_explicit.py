@@ -1,6 +1,7 @@
 """The alert config reaches the ledger and the report as a parameter (issue 23 item 4): `rules generate --config`
 tunes the rules, and the exporter (`RunStore(alert_config=...)`) and `omniwatch report --config` then book and
 draw by the same thresholds instead of the defaults."""
+import os
 import subprocess
 import sys
 
@@ -64,3 +65,18 @@ def test_the_exporter_takes_the_alert_config_from_its_settings(tmp_path, monkeyp
     assert Exporter._build(Settings.load(), None).store.stall_tolerance_steps == 2  # control: the default
     monkeypatch.setenv("OMNIWATCH_ALERT_CONFIG", str(y))
     assert Exporter._build(Settings.load(), None).store.stall_tolerance_steps == 4
+
+
+@pytest.mark.parametrize("content", [None, "stall: [1\n", "- a list\n"])
+def test_an_alert_config_the_exporter_cannot_use_is_one_line_and_exit_2(tmp_path, content):
+    """A missing, non-YAML or non-mapping OMNIWATCH_ALERT_CONFIG stops `serve` with one line naming the file,
+    never a traceback (and before anything listens)."""
+    cfg = tmp_path / "alerts.yml"
+    if content is not None:
+        cfg.write_text(content)
+    env = dict(os.environ, OMNIWATCH_ALERT_CONFIG=str(cfg))
+    r = subprocess.run([sys.executable, "-m", "omniwatch", "serve", "--listen", "127.0.0.1:9",
+                        "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert f"alert config {cfg}" in r.stderr.strip().splitlines()[-1]

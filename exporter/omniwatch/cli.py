@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except Exception as e:
+        if type(e).__name__ == "ConfigFileError":  # alerting.config.load (imported lazily)
+            print(f"omniwatch: {e}", file=sys.stderr)
+            return 2
         if type(e).__name__ != "ValidationError" or not type(e).__module__.startswith("pydantic"):
             raise
         # a setting from OMNIWATCH_* or the settings file that does not parse (pydantic imported lazily)

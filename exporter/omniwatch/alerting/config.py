@@ -314,13 +314,22 @@ class Config(_Part):
 DEFAULT = Config()
 
 
+class ConfigFileError(ValueError):
+    """An alert-config file that cannot be read or is not YAML (the CLI says it in one line, exit 2)."""
+
+
 def load(path: str | Path | None) -> Config:
     """The default configuration with the overrides of a YAML file (nested like :class:`Config`)."""
     if path is None:
         return DEFAULT
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as e:
+        raise ConfigFileError(f"alert config {path}: cannot read it ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise ConfigFileError(f"alert config {path}: not YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of overrides")
+        raise ConfigFileError(f"alert config {path}: expected a mapping of overrides")
     merged = _merge(DEFAULT.model_dump(by_alias=True), data)
     return Config.model_validate(merged)
 
