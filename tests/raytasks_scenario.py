@@ -143,15 +143,16 @@ def main(out_path: str, record_dir: str | None = None) -> int:
         lines = Lines(tp)
         obs["trainer_ready"] = wait_for("trainer ready", lambda: lines.find("ready"), 240, 0.5)
         poller = TaskPoller(dash, interval=INTERVAL, timeout=5, page=2000)
-        poll_times: list[float] = []
+        poll_times: list[list[float]] = []  # [start, end] of each poll that completed
         stop = threading.Event()
 
         def loop():
             while not stop.is_set():
                 try:
                     with poller.lock:
+                        t_poll = time.time()
                         poller.poll()
-                    poll_times.append(time.time())
+                    poll_times.append([t_poll, time.time()])
                 except Exception as e:
                     obs.setdefault("poll_errors", []).append(str(e)[:200])
                 stop.wait(INTERVAL)

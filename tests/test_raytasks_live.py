@@ -44,29 +44,38 @@ def test_token_auth_on_and_token_never_logged(seen):
 
 
 def test_lanes_match_the_workers_own_spans(seen):
-    """Every worker call the workers report (rank, start, end) is a closed lane in the ledger: start exact
-    (Ray's start_time_ms), end within one poll interval (plus that poll's own duration)."""
+    """Every worker call that was running in Ray's view during a whole poll is a closed lane in the ledger:
+    start exact (Ray's start_time_ms, which precedes the worker's first line), end within one poll
+    interval (plus that poll's own duration). The poller sees a call only when a poll falls inside it (a
+    call that starts and ends between two polls is never seen: taskevents.py), so under load a short call
+    may be missed; the test checks the calls some poll saw, and that those cover whole steps."""
     from raytasks_scenario import INTERVAL
     from raytasks_trainer import GEN_S
     done = seen["ledger_done"]
-    polls = seen["poll_times"]
-    gaps = [b - a for a, b in zip(polls, polls[1:])]
+    polls = seen["poll_times"]  # [start, end] per poll
+    gaps = [b[1] - a[1] for a, b in zip(polls, polls[1:])]
     # the interval the poller actually kept under this machine's load, + Ray's own lag: a worker reports its
     # task events to the GCS every RAY_task_events_report_interval_ms (default 1 s)
     slack = max(gaps) + RAY_REPORT_S + 0.1
     assert max(gaps) < 6 * INTERVAL, f"polls far slower than asked: {max(gaps):.2f} s"
-    matched = 0
+    matched = unseen = 0
     for span in seen["truth"]:
-        if span["step"] < 2 or span["end"] > polls[-1] - slack:
+        if span["step"] < 2 or span["end"] > polls[-1][1] - slack:
             continue  # the first step may predate the poller; the last spans may not be closed yet
+        # was it RUNNING in the GCS for a whole poll? (reported at most RAY_REPORT_S after it began)
+        if not any(span["start"] + RAY_REPORT_S <= a and b <= span["end"] for a, b in polls):
+            unseen += 1
+            continue
         want_role = "rollout_server" if span["phase"] == "generate" else "actor_rollout"
+        # Ray marks the task RUNNING before it fetches the arguments and (async actors) before the event loop
+        # runs the coroutine: on a loaded 2-core machine the worker's first line can come 100s of ms later
         cands = [t for t in done if t["phase"] == span["phase"] and t["role"] == want_role
-                 and (span["rank"] < 0 or t["rank"] == span["rank"]) and abs(t["start"] - span["start"]) < 0.05]
+                 and (span["rank"] < 0 or t["rank"] == span["rank"]) and -0.01 <= span["start"] - t["start"] < 0.5]
         assert cands, f"no lane for {span}"
         t = min(cands, key=lambda t: abs(t["end"] - span["end"]))
         assert 0 <= t["end"] - span["end"] <= slack, (span, t, slack)
         matched += 1
-    assert matched >= 8 + 4 + 4 + 4  # at least one whole step: 8 generate requests + 4 ranks x 3 phases
+    assert matched >= 8 + 4 + 4 + 4, (matched, unseen)  # at least one whole step: 8 generate + 4 ranks x 3 phases
     assert GEN_S > 2 * INTERVAL  # a lane shorter than the poll interval could be missed: the test keeps them longer
 
 
