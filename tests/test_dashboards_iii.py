@@ -217,6 +217,7 @@ def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
     for exp, age, fin in (("hung", 3600, 0), ("done", 3600, 1)):
         r = f'project="p", experiment="{exp}"'
         series.update({f"{records.REC_AGE}{{{r}}}": age, f"{names.TYPICAL_STEP}{{{r}}}": 60,
+                       f"{records.REC_STALL_TYPICAL}{{{r}}}": 60, f"{records.REC_STALL_INFO}{{{r}}}": 180,
                        f'{names.RUN_GPUS}{{{r}, origin="log"}}': 8, f"{names.RUN_FINISHED}{{{r}}}": fin,
                        f'{names.GPU_SECONDS_TOTAL}{{{r}, bucket="gen"}}': 5000})
     order = spec.order_key(ledger.STALLED, spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]
@@ -427,6 +428,7 @@ def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
     for exp, age, fin in (("hung", 3600, 0), ("running", 30, 0), ("done", 3600, 1)):
         r = f'project="p", experiment="{exp}"'
         series.update({f"{records.REC_AGE}{{{r}}}": age, f"{names.TYPICAL_STEP}{{{r}}}": 60,
+                       f"{records.REC_STALL_TYPICAL}{{{r}}}": 60, f"{records.REC_STALL_INFO}{{{r}}}": 180,
                        f'{names.RUN_GPUS}{{{r}, origin="log"}}': 8, f"{names.RUN_FINISHED}{{{r}}}": fin,
                        f"{names.STEP}{{{r}}}": 50,
                        f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="gen"}}': 150,
@@ -477,3 +479,39 @@ def test_preview_titles_read_as_words():
     assert render._runs_text("p", ".*") == "p / all experiments"
     assert render._duration_text(2.80171) == "3 min" and render._duration_text(0.5) == "30 s"
     assert render._duration_text(150) == "2.5 h"
+
+
+def test_preview_tables_merge_rows_as_grafana_does():
+    """Item 10: the preview drew the 'Why slow' table as one row per query (the phase, the cause, the bucket and the
+    remedy of a run on four rows, misaligned under four headers). Grafana's merge joins the queries' rows on the
+    fields every frame has (project, experiment) when the fields both rows have agree; the preview does the same."""
+    from omniwatch.dashboards.preview import _cell_text, merge_frames
+    run = lambda e, **k: {"project": "p", "experiment": e, **k}  # noqa: E731
+    frames = [[run("a", phase="gen", v0=0.6), run("b", phase="update_actor", v0=0.5)],
+              [run("a", cause="actor", v1=12.0), run("b", cause="none", v1=0.0)],
+              [],  # a query with no data (no alert firing anywhere) adds no frame
+              [run("a", alertname="MFUDrop", remedy="Profile one step", v3=2.0)]]
+    rows = merge_frames(frames)
+    assert rows == [run("a", phase="gen", v0=0.6, cause="actor", v1=12.0, alertname="MFUDrop",
+                        remedy="Profile one step", v3=2.0),
+                    run("b", phase="update_actor", v0=0.5, cause="none", v1=0.0)]
+    # two rows of one run that disagree on a field both have stay apart (Grafana's isMergable)
+    assert len(merge_frames([[run("a", phase="gen")], [run("a", phase="reward")]])) == 2
+    assert merge_frames([[], []]) == []
+    assert _cell_text("x" * 50, 10) == "x" * 9 + "\u2026" and _cell_text("a\nb", 10) == "a b"
+
+
+def test_the_stall_panels_follow_the_recorded_stall_thresholds_of_a_tuned_config(tmp_path):
+    """The 'stalled' bucket of the GPU-hours panels starts where the ledger's does: (stall.notice_steps - 1)
+    typical steps after the last step. The panels read it from the recorded stall thresholds (info less one
+    typical step), so rules made with a tuned config move the panels too; they drew the default's 2 typical
+    steps whatever the config. promtool: 200 s without a step on 60 s steps is a stall with notice_steps 3
+    (tolerance 120 s) and none with notice_steps 5 (240 s)."""
+    series = {}
+    for exp, notice in (("default", 3), ("tuned", 5)):
+        r = f'project="p", experiment="{exp}"'
+        series.update({f"{records.REC_AGE}{{{r}}}": 200, f"{records.REC_STALL_TYPICAL}{{{r}}}": 60,
+                       f"{records.REC_STALL_INFO}{{{r}}}": notice * 60, f"{names.RUN_FINISHED}{{{r}}}": 0})
+    _promtool_eval(tmp_path, series, [(spec.stall_beyond(), [({"project": "p", "experiment": "default"}, 80),
+                                                            ({"project": "p", "experiment": "tuned"}, -40)]),
+                                      (spec.stall_open(), [({"project": "p", "experiment": "default"}, 1)])])

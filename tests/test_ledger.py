@@ -66,7 +66,7 @@ def test_validation_checkpoint_and_a_stall_each_have_their_bucket():
     d["timing_s/testing"] = 100.0
     d["timing_s/save_checkpoint"] = 300.0  # inside the step timer: the other timers are scaled to fit
     d["timing_s/step"] = step + 300.0
-    tol = ledger.STALL_TOLERANCE_STEPS * step
+    tol = TOLERANCE * step
     interval = d["timing_s/step"] + 100.0 + tol + 900.0
     got = ledger.split(rec_of(d), interval, step, TOLERANCE)
     assert got["validation"] == pytest.approx(100.0)

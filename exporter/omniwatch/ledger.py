@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import names
-from .alerting.config import DEFAULT as _ALERT_CONFIG, Config
+from .alerting.config import Config
 from .analytics import K_TESTING, StepRecord
 
 K_IMAGES = "perf/total_num_images"
@@ -51,9 +51,6 @@ def stall_tolerance_steps(cfg: Config) -> float:
     TrainingStalled's first stage reports (``stall.notice_steps`` of the alert config the rules were made with)."""
     return cfg.stall.notice_steps - 1
 
-
-# The default configuration's tolerance, for readers not handed a Config yet (dashboards/panels.py).
-STALL_TOLERANCE_STEPS = stall_tolerance_steps(_ALERT_CONFIG)
 
 
 _BUCKET_OF = {"reward": REWARD, "save_checkpoint": CHECKPOINT, names.UNTRACKED_PHASE: IDLE}

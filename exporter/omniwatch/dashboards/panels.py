@@ -35,7 +35,8 @@ from ..alerting.config import DEFAULT as CONFIG, Config
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
 from ..alerting import records as _records
-from ..alerting.records import REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING
+from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO,
+                                REC_STALL_TYPICAL, REC_STALL_WARNING)
 
 # Grafana variables and macros, named once.
 V_DATASOURCE = "datasource"
@@ -549,14 +550,22 @@ def gpu_seconds(*labels: str) -> str:
     return f"sum by ({by_run(*labels)}) ({increase_w(sel(n.GPU_SECONDS_TOTAL))})"
 
 
+def stall_beyond() -> str:
+    """Per run, the seconds since its last step beyond the ledger's stall tolerance (negative within it). The
+    tolerance is ``ledger.stall_tolerance_steps``: (stall.notice_steps - 1) typical steps, read from the recorded
+    stall thresholds (TrainingStalled's info threshold less one typical step), so dashboards drawn beside rules
+    made with a tuned alert config (``rules generate --config``) follow that config, not the default."""
+    tolerance = f"({sel(REC_STALL_INFO)} - on ({RUN_BY}) {sel(REC_STALL_TYPICAL)})"
+    return f"{run_max(sel(REC_AGE))} - on ({RUN_BY}) {tolerance}"
+
+
 def open_stall_gpu_seconds() -> str:
     """GPU-seconds of a stall still going on, inside the last $window seconds (label ``bucket="stalled"``):
-    the run's GPUs x the time since its last step beyond the ledger's stall tolerance
-    (ledger.STALL_TOLERANCE_STEPS typical steps), at most the run's own window (``window_range_seconds``). The ledger counter books a stall only when
-    the next step comes, which never happens after a crash; this shows the idle GPUs while the stall lasts
-    (issue 26 item 4). A finished run is not stalled."""
-    beyond = (f"{run_max(sel(REC_AGE))} - on ({RUN_BY}) {ledger.STALL_TOLERANCE_STEPS:g} * "
-              f"{run_max(sel(n.TYPICAL_STEP))}")
+    the run's GPUs x the time since its last step beyond the ledger's stall tolerance (``stall_beyond``), at
+    most the run's own window (``window_range_seconds``). The ledger counter books a stall only when the next
+    step comes, which never happens after a crash; this shows the idle GPUs while the stall lasts (issue 26
+    item 4). A finished run is not stalled."""
+    beyond = stall_beyond()
     # the smaller of the two, per run (label "x" keeps both sides of the or apart)
     within = (f'min by ({RUN_BY}) (label_replace({beyond}, "x", "beyond", "", "") or '
               f'label_replace({window_range_seconds()}, "x", "span", "", ""))')
@@ -566,11 +575,9 @@ def open_stall_gpu_seconds() -> str:
 
 
 def stall_open() -> str:
-    """Per run, 1 while a stall goes on: no step for longer than the ledger's stall tolerance
-    (ledger.STALL_TOLERANCE_STEPS typical steps), and the run is not finished."""
-    beyond = (f"{run_max(sel(REC_AGE))} - on ({RUN_BY}) {ledger.STALL_TOLERANCE_STEPS:g} * "
-              f"{run_max(sel(n.TYPICAL_STEP))}")
-    return f"({beyond} > bool 0 == 1 unless on ({RUN_BY}) ({run_max(sel(n.RUN_FINISHED))} == 1))"
+    """Per run, 1 while a stall goes on: no step for longer than the ledger's stall tolerance (``stall_beyond``),
+    and the run is not finished."""
+    return f"({stall_beyond()} > bool 0 == 1 unless on ({RUN_BY}) ({run_max(sel(n.RUN_FINISHED))} == 1))"
 
 
 def gpu_hours_per_day(**extra: str) -> str:
