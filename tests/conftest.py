@@ -92,6 +92,23 @@ def pytest_runtest_makereport(item, call):
             rep.longrepr = (f"skipped without an enabling command (only skip_optional may skip): {reason}")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """OMNIWATCH_TEST_TIMELINE=FILE: one JSON line per test (worker, start, end) to find a run's critical path
+    (``python tests/timeline.py FILE`` prints it). Off by default."""
+    path = os.environ.get("OMNIWATCH_TEST_TIMELINE")
+    if not path:
+        yield
+        return
+    import time
+    t0 = time.time()
+    yield
+    line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid, "start": t0,
+            "end": time.time()}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 @pytest.fixture(autouse=True)
 def _no_settings_from_the_developers_environment(monkeypatch):
     """Settings read OMNIWATCH_* variables: a developer's exported token or port must not change what a
@@ -157,7 +174,6 @@ SLOW_S = {  # nodeid prefix -> seconds (setup + call; CI's --durations and a 4-w
     "tests/test_agents_live.py": 120,
     "tests/test_discovery_live.py": 100,
     "tests/test_walkthrough.py": 100,
-    "tests/test_rules.py::test_promtool_unit_tests_pass": 80,
     "tests/test_rules.py::test_rules_check_command_passes": 80,
     "tests/test_faults.py::test_disk_full": 80,
     "tests/test_report.py::test_one_prometheus_pass": 80,
