@@ -66,18 +66,24 @@ status: install
 demo: install deps
 	$(OW) demo
 
-# Several pytest workers (pytest-xdist): most slow tests sleep (live stacks, Ray scenarios), so more workers than
-# cores overlap them with the CPU-bound ones; tests/conftest.py's scheduler keeps the tests that share a module
+# Four pytest workers (pytest-xdist) on 2 cores: the slow tests wait on live stacks and Ray scenarios, so more workers
+# than cores overlap them with the CPU-bound ones; with four, both cores stay busy (vmstat: ~0 % idle), and six were
+# no faster and broke the scenarios' timing bounds (OMNIWATCH_TEST_TIMELINE=FILE + tests/timeline.py show where the
+# wall time goes). tests/conftest.py's scheduler keeps the tests that share a module
 # fixture on one worker and starts the longest first. `make check` and `omniwatch rules check` run once, as tests of the suite
 # (tests/test_generated.py::test_the_checkout_has_no_drift, tests/test_rules.py::test_rules_check_command_passes).
 TEST_WORKERS ?= 4
+# Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set (as on our CI machines): without them every
+# pytest worker re-compiles every test module (pytest's assertion rewriting, ~10 s of a core each) and every
+# exporter / CLI subprocess re-compiles the package, and the suite is CPU-bound on 2 cores.
+PYTEST = env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 test: install deps
-	$(PY) -m pytest -q -m "not long" -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
+	$(PYTEST) -q -m "not long" -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
 
 # The edit loop: every test that starts no live stack (no Prometheus/Alertmanager/exporter process on loopback),
 # the promtool rule checks and unit tests included.
 test-quick: install deps
-	$(PY) -m pytest -q -m "not integration and not long and not slow" -n 2 --durations=10 $(PYTEST_ARGS)
+	$(PYTEST) -q -m "not integration and not long and not slow" -n 2 --durations=10 $(PYTEST_ARGS)
 
 # Every generated file, from its one source: alerts/ and its tests + the thresholds table of docs/alerts.md
 # (exporter/omniwatch/alerting/), dashboards/*.json, docs/metrics.md, deploy/compose/, deploy/k8s/, the benchmark
@@ -89,15 +95,15 @@ check: install
 	$(OW) generate --check
 
 test-unit: install
-	$(PY) -m pytest -q -m "not integration and not long" $(PYTEST_ARGS)
+	$(PYTEST) -q -m "not integration and not long" $(PYTEST_ARGS)
 
 # Ray / TransferQueue are heavy (CPU torch ~0.7 GB): `make test` skips their tests, naming this target.
 test-ray: install deps
 	bash .ci/install-ray-tq.sh $(VENV)
-	OMNIWATCH_REQUIRE_RAY=1 $(PY) -m pytest -q -m "ray and not long" $(PYTEST_ARGS)
+	OMNIWATCH_REQUIRE_RAY=1 $(PYTEST) -q -m "ray and not long" $(PYTEST_ARGS)
 
 test-long: install
-	$(PY) -m pytest -q -m long $(PYTEST_ARGS)
+	$(PYTEST) -q -m long $(PYTEST_ARGS)
 
 bench: install
 	$(PY) benchmarks/run.py
