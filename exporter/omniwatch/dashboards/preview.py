@@ -88,31 +88,63 @@ def _no_data(ax, text="No data"):
     ax.set_xticks([]), ax.set_yticks([])
 
 
+def merge_frames(frames: list[list[dict]]) -> list[dict]:
+    """Grafana's ``merge`` transformation (public/app/features/transformers/merge/merge.ts): the fields present
+    in every frame are the key; a row joins an earlier row of its key when every field both have is equal,
+    else it is a row of its own. ``frames``: one list of rows (field -> value) per query that returned data."""
+    frames = [f for f in frames if f]
+    if not frames:
+        return []
+    names = [set().union(*(r.keys() for r in f)) for f in frames]
+    key_fields = sorted(set.intersection(*names))
+    by_key: dict[tuple, list[dict]] = {}
+    order: list[dict] = []
+    for f in frames:
+        for row in f:
+            group = by_key.setdefault(tuple(row.get(k) for k in key_fields), [])
+            for existing in group:
+                if all(existing[k] == v for k, v in row.items() if k in existing):
+                    existing.update(row)
+                    break
+            else:
+                fresh = dict(row)
+                group.append(fresh)
+                order.append(fresh)
+    return order
+
+
+def _cell_text(text: str, limit: int) -> str:
+    """A cell's text cut to its column as Grafana's table does (one line, an ellipsis)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: max(1, limit - 1)] + "\u2026"
+
+
 def _table(ax, p: s.Panel, prom: PromAPI, subst) -> None:
-    rows: dict[tuple, dict[int, float]] = {}
+    frames: list[list[dict]] = []
     label_cols: list[str] = []
     for i, t in enumerate(p.targets):
+        frame = []
         for item in prom.query_data(subst(t.expr)).get("result", []):
             labels = {k: v for k, v in item["metric"].items() if k not in ("__name__", "job", "instance")}
-            for k in labels:
-                if k not in label_cols:
-                    label_cols.append(k)
-            key = tuple(sorted(labels.items()))
-            rows.setdefault(key, {})[i] = float(item["value"][1])
+            label_cols += [k for k in labels if k not in label_cols]
+            frame.append({**labels, ("value", i): float(item["value"][1])})
+        frames.append(frame)
     ax.axis("off")
+    rows = merge_frames(frames)
     if not rows:
         _no_data(ax)
         return
     label_cols = [c for c in ("project", "experiment") if c in label_cols] + \
         [c for c in label_cols if c not in ("project", "experiment")]
     header = label_cols + [t.legend for t in p.targets]
+    limit = max(8, int(260 / len(header)))  # characters per column at the preview's width
     cells, colours = [], []
-    for key, vals in sorted(rows.items())[:14]:
-        labels = dict(key)
-        row = [labels.get(c, "") for c in label_cols]
+    rows.sort(key=lambda r: tuple(str(r.get(c, "")) for c in label_cols))
+    for r in rows[:14]:
+        row = [_cell_text(r.get(c, ""), limit) for c in label_cols]
         cols = ["white"] * len(label_cols)
         for i, t in enumerate(p.targets):
-            v = vals.get(i)
+            v = r.get(("value", i))
             mapped = next(((txt, c) for mv, txt, c in t.mappings if v is not None and mv == v), None)
             if mapped:  # a coded column: the mapping's text and colour
                 row.append(mapped[0])
@@ -124,10 +156,11 @@ def _table(ax, p: s.Panel, prom: PromAPI, subst) -> None:
         colours.append(cols)
     soft = {"green": "#b7e4c7", "red": "#ff8787", "orange": "#ffc078", "yellow": "#ffe066", "blue": "#a5d8ff"}
     colours = [[soft.get(c, c) for c in r] for r in colours]
-    tab = ax.table(cellText=cells, colLabels=header, cellColours=colours, loc="upper center", cellLoc="center")
+    header = [_cell_text(h, limit) for h in header]
+    # the table fills its panel and no more (it was drawn over the next row's heading)
+    tab = ax.table(cellText=cells, colLabels=header, cellColours=colours, cellLoc="center", bbox=[0, 0, 1, 1])
     tab.auto_set_font_size(False)
     tab.set_fontsize(6)
-    tab.scale(1, 1.1)
 
 
 def _statetimeline(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> None:
