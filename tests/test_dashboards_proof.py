@@ -5,7 +5,7 @@ faults the issue names: a change on a fast run selected beside a 15-minute run, 
 lasting slowdown.
 
 Each run's series are what the exporter and the rules export (step, typical step, the ledger counter per bucket,
-the run's GPUs, finished, the age recording rule), one sample per 15 s scrape, written as OpenMetrics and turned
+the run's GPUs, finished, the age and stall-threshold recording rules), one sample per 15 s scrape, written as OpenMetrics and turned
 into TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``."""
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from omniwatch import ledger, names
 from omniwatch.alerting import records
+from omniwatch.alerting.config import DEFAULT
 from omniwatch.backtest.tsdb import TempPrometheus, create_blocks_from_openmetrics
 from omniwatch.dashboards import panels as spec
 from omniwatch.dashboards.catalog import DASHBOARDS
@@ -107,6 +108,9 @@ def _dataset(t0: float) -> str:
             done = 1 if r.finished and i == len(ends) else 0
             series.setdefault(names.RUN_FINISHED, []).append((run, done, ts))
             series.setdefault(records.REC_AGE, []).append((run, ts - (t0 + last), ts))
+            # the stall thresholds the rules record (the panels read the ledger's stall tolerance from them)
+            series.setdefault(records.REC_STALL_TYPICAL, []).append((run, typical, ts))
+            series.setdefault(records.REC_STALL_INFO, []).append((run, DEFAULT.stall.notice_steps * typical, ts))
         r.ends = ends
         for metric, samples in series.items():
             # one series at a time (samples of a series in time order)
