@@ -142,8 +142,12 @@ def main(out_path: str) -> int:
         step("wait for the replacement")
         back = poll(lambda: (lambda d: d.get(victim["node"]) if d.get(victim["node"]) else None)(sd(exp)), RECONCILE_S + 30)
         obs["replaced_address"] = back
-        after = ray.get(sup.status.remote())["agents"].get(victim["node_id"], {})
-        obs["replaced_pid"] = after.get("pid")
+        # the new agent registers with the exporter (SD above) before the supervisor's round that started it
+        # records its pid: wait for the supervisor's record to change too
+        def new_pid():
+            pid = ray.get(sup.status.remote())["agents"].get(victim["node_id"], {}).get("pid")
+            return pid if pid and pid != victim["pid"] else None
+        obs["replaced_pid"] = poll(new_pid, RECONCILE_S + 30, 0.2)
         obs["replaced_source_up"] = poll(lambda: source_up(exp).get(victim["node"]) == 1.0, 10)
 
         step("remove a node")
