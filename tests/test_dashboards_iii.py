@@ -498,6 +498,11 @@ def test_preview_tables_merge_rows_as_grafana_does():
     # two rows of one run that disagree on a field both have stay apart (Grafana's isMergable)
     assert len(merge_frames([[run("a", phase="gen")], [run("a", phase="reward")]])) == 2
     assert merge_frames([[], []]) == []
+    # one query (a one-target table): its rows as they are, the value keys never compared with label names
+    assert merge_frames([[run("a", role="actor", cause="none", v0=0.0)], []]) == [
+        run("a", role="actor", cause="none", v0=0.0)]
+    assert merge_frames([[run("a", **{"x": 1.0}), {"project": "p", ("value", 0): 2.0}]]) == [
+        run("a", x=1.0), {"project": "p", ("value", 0): 2.0}]
     assert _cell_text("x" * 50, 10) == "x" * 9 + "\u2026" and _cell_text("a\nb", 10) == "a b"
 
 

@@ -93,10 +93,10 @@ def merge_frames(frames: list[list[dict]]) -> list[dict]:
     in every frame are the key; a row joins an earlier row of its key when every field both have is equal,
     else it is a row of its own. ``frames``: one list of rows (field -> value) per query that returned data."""
     frames = [f for f in frames if f]
-    if not frames:
-        return []
+    if len(frames) < 2:  # nothing to merge (Grafana returns a lone frame as it is)
+        return [dict(r) for f in frames for r in f]
     names = [set().union(*(r.keys() for r in f)) for f in frames]
-    key_fields = sorted(set.intersection(*names))
+    key_fields = sorted(k for k in set.intersection(*names) if isinstance(k, str))  # value columns are per query
     by_key: dict[tuple, list[dict]] = {}
     order: list[dict] = []
     for f in frames:
@@ -284,9 +284,10 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
                       or next((_colour(c) for rx, c in p.fixed_colors if re.fullmatch(rx, name)), None)
                       or _step_colour(p.thresholds, v))
             y = 0.85 - k * (0.8 / max(1, min(6, len(drawn))))
-            ax.text(0.5, y, f"{text}" + (f"   {name}" if len(drawn) > 1 or p.scope == "run" else ""), ha="center",
-                    va="top", transform=ax.transAxes, fontsize=12 if len(drawn) == 1 else 7, weight="bold",
-                    color=colour)
+            one = len(drawn) == 1  # one value: centred and large; several: a left-aligned list (never clipped)
+            ax.text(0.5 if one else 0.0, y, f"{text}" + (f"   {name}" if not one or p.scope == "run" else ""),
+                    ha="center" if one else "left", va="top", transform=ax.transAxes, fontsize=12 if one else 7,
+                    weight="bold", color=colour, clip_on=True)
         return None
     if p.kind == "bargauge":
         names = [name for _, name, _, _ in drawn]
