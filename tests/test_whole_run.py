@@ -134,6 +134,9 @@ def test_a_creep_is_caught_before_the_three_step_window_sees_it(results):
     # fastest of 3 steps 15 % over: step 41. Held to the end either way.
     assert [(a.first_step, a.last_step) for a in drift] == [(38, 120)], [a.as_json() for a in drift]
     assert min(a.first_step for a in reg) == 41 and max(a.last_step for a in reg) == 120
+    # generation and the actor update creep alike: the named cause is kept while it grew at least 0.8x as much as
+    # the largest, so the regression is not a new alert (resolved + firing) every few steps (27 instances before)
+    assert len(reg) <= 3 and len({a.labels.get("cause") for a in reg}) <= 2, [(a.first_step, a.labels) for a in reg]
     creep = alerts(res, "creep-actor")
     assert creep and min(a.first_step for a in creep) <= 32 and max(a.last_step for a in creep) == STEPS, \
         [a.as_json() for a in creep]
@@ -181,3 +184,19 @@ def test_the_report_prices_a_lasting_regression_for_every_step_it_lasted():
     page = run_page(f, verdict(f))
     assert "How it is priced: every step from the first of the window that fired it" in page
     assert "priced steps 12–45" in page and f"{drop.gpu_hours:,.2f} GPU-h" in page
+
+
+def test_the_named_cause_is_kept_while_it_grew_nearly_as_much_as_the_largest():
+    """StepTimeRegression's cause (analytics.regression_leader): the first window's largest, kept while it grew at
+    least CAUSE_HOLD x as much as the largest; a cause that grew clearly more takes over; one that stops growing
+    gives way."""
+    from omniwatch.analytics import CAUSE_HOLD, regression_leader
+    assert CAUSE_HOLD == 0.8
+    alike = [{"actor": 20.0, "rollout": 18.0}, {"actor": 19.0, "rollout": 22.0}, {"actor": 25.0, "rollout": 24.0},
+             {"actor": 26.0, "rollout": 31.0}]
+    assert regression_leader(alike) == "actor"                  # 26 >= 0.8 x 31: kept through the jitter
+    assert [regression_leader(alike[:i]) for i in range(1, 5)] == ["actor"] * 4
+    assert regression_leader(alike + [{"actor": 26.0, "rollout": 34.0}]) == "rollout"   # 26 < 0.8 x 34
+    assert regression_leader([{"actor": 5.0, "reward": 1.0}, {"actor": -1.0, "reward": 0.5}]) == "reward"
+    assert regression_leader([{"actor": 5.0, "reward": 1.0}], leader="reward") == "actor"
+    assert regression_leader([], leader="reward") == "reward" and regression_leader([]) is None

@@ -363,6 +363,33 @@ def _stats(xs: list[float]) -> dict[str, float]:
     return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
 
 
+# StepTimeRegression names one cause. When two parts of the step grow alike (a creep that slows generation and the
+# actor update together) the largest changes with each step's jitter, and every change is a new alert instance
+# (a "resolved" and a "firing" notification). The named cause therefore keeps its name while it grew at least
+# CAUSE_HOLD x as much as the largest; a cause that grew more than 1 / CAUSE_HOLD times the named one takes over.
+CAUSE_HOLD = 0.8
+
+
+def regression_leader(windows: list[dict[str, float]], hold: float = CAUSE_HOLD, leader: str | None = None) -> str | None:
+    """The cause to name after a sequence of windows' growth per cause (oldest first), starting from ``leader``
+    (none: the first window's largest): kept while its growth is positive and at least ``hold`` x the largest,
+    else the largest."""
+    for g in windows:
+        if not g:
+            continue
+        top = max(g, key=lambda c: (g[c], c))
+        if leader is None or g[leader] <= 0 or g[leader] < hold * g[top]:
+            leader = top
+    return leader
+
+
+def _recent_windows(recs: list["StepRecord"], k: int, count: int, after: int) -> list[list["StepRecord"]]:
+    """The last ``count`` windows of ``k`` normal steps with causes (oldest first), each after step ``after``
+    (the anchored reference's last step); the newest is the current window."""
+    rc = [r for r in recs if r.causes and r.step > after]
+    return [rc[i - k:i] for i in range(max(k, len(rc) - count + 1), len(rc) + 1)]
+
+
 @dataclass
 class WindowStats:
     steps: int = 0
@@ -374,6 +401,7 @@ class WindowStats:
     reward_step_share: dict[str, float] | None = None
     mfu_unsupported: list[str] = field(default_factory=list)   # roles that reported exactly 0 in every window step
     regression: dict[str, float] = field(default_factory=dict)  # cause -> window median - baseline median (s)
+    regression_top: str | None = None  # the cause StepTimeRegression names (regression_leader over recent windows)
     mfu_baseline: dict[str, float] = field(default_factory=dict)
     duration_baseline: float | None = None
     typical_step: float | None = None
@@ -413,6 +441,8 @@ class RunWindow:
         self.reference: list[StepRecord] = []  # the incarnation's first `r` normal steps, in step order
         self._typical: float | None = None  # typical_step(), cached until the window changes
         self._typical_valid = False
+        self._leader: str | None = None  # the cause StepTimeRegression names (_leader_for), and its window's end
+        self._leader_at = -1
 
     def add(self, rec: StepRecord) -> None:
         if rec.flags:  # not a normal step
@@ -455,6 +485,7 @@ class RunWindow:
         self.normal.clear()
         self._typical_valid = False
         self.reference.clear()
+        self._leader, self._leader_at = None, -1
 
     def typical_step(self) -> float | None:
         """The median duration of the last ``n`` normal steps. Read on every ingested step (the ledger's
@@ -512,8 +543,26 @@ class RunWindow:
             if len(wc) == self.k and len(bc) >= MIN_BASELINE_STEPS:
                 out.cause_reference = {c: statistics.median(x[c] for x in bc) for c in CAUSES}
                 out.regression = {c: statistics.median(x[c] for x in wc) - out.cause_reference[c] for c in CAUSES}
+                out.regression_top = self._leader_for(out, recs, win, base[-1].step)
             self._drift(out, recs, win)
         return out
+
+    def _leader_for(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], after: int) -> str | None:
+        """The cause StepTimeRegression names (:func:`regression_leader`), moved on once per new window: the
+        named cause of the previous window is the one to keep. With none yet (the first window, a restarted
+        exporter, a new incarnation) it starts from the windows of the last ``d`` steps the run window holds."""
+        end = win[-1].step
+        if self._leader is not None and end == self._leader_at:
+            return self._leader
+        if self._leader is None or end < self._leader_at:  # none yet, or a late step rewrote older windows
+            ref = out.cause_reference
+            history = [{c: statistics.median(x.causes[c] for x in w) - ref[c] for c in CAUSES}
+                       for w in _recent_windows(recs, self.k, self.d, after)]
+            self._leader = regression_leader(history)
+        else:
+            self._leader = regression_leader([out.regression], leader=self._leader)
+        self._leader_at = end
+        return self._leader
 
     def _drift(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
         """StepTimeDrift's series: the median of the last ``d`` normal steps over the reference, once that many

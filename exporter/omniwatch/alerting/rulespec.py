@@ -177,9 +177,14 @@ def steps(cfg: Config) -> Group:
                f"{REC_STEP_MIN}\n"
                f"  / max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_BASELINE)} > 0)"))
     add(Record(REC_REGRESSION_CAUSE_TOP,
+               f"max by ({RUN_BY}, cause) ({sel(c, n.STEP_REGRESSION_TOP)} == 1)\n"
+               f"or on ({RUN_BY})\n"
                f"topk by ({RUN_BY}) (1, max by ({RUN_BY}, cause) ({sel(c, n.STEP_REGRESSION)})) * 0 + 1",
                comment="The part of the step that grew most (label `cause`), valued 1: StepTimeRegression carries it so\n"
-                       "Alertmanager inhibits the regression only while the alert of that cause fires."))
+                       "Alertmanager inhibits the regression only while the alert of that cause fires. The exporter's\n"
+                       "choice (omniwatch_step_regression_top: the named cause keeps its name while it grew at least\n"
+                       "0.8x as much as the largest, so a creep growing two parts alike does not swap it every step);\n"
+                       "the largest where an exporter does not export it."))
     add(Alert(
         n.ALERT_STEP_REGRESSION,
         f"({REC_STEP_VS_BASELINE} > {c.step_time.regression_ratio:g})\n"

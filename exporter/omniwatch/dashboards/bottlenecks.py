@@ -68,7 +68,8 @@ SIGNALS = Row("Signals vs alert thresholds", (
           show_thresholds="dashed+area", w=6, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step growth by cause",
           "Window median minus baseline median of each part of the step (cause = reward, inter_stage_idle, actor, "
-          "rollout, weight_sync, other). StepTimeRegression names the largest; its runbook branches on it.",
+          "rollout, weight_sync, other). StepTimeRegression names the largest (kept while it grew at least 0.8x "
+          "as much as the largest: omniwatch_step_regression_top); its runbook branches on it.",
           (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
           unit="s", w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step time drift vs the run's reference",
