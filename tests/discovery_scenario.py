@@ -205,8 +205,11 @@ def main(out_path: str) -> int:
         obs["B_tq_storage_targets"] = wait_for("storage unit targets", lambda: (lambda r: r if len(r) == 2 else None)(
             prom_query(prom, 'up{job="transfer_queue",role="storage"} == 1')), 30)
         obs["B_ray"] = wait_for("ray node series", lambda: prom_query(prom, 'ray_node_cpu_count{job="ray"}'), 90)
-        obs["B_saturated"] = wait_for("saturation rule", lambda: prom_query(
-            prom, 'replica:omniwatch_rollout_saturated:bool == 1'), 60)
+        # both saturated servers (the rollout stand-in and the reward one found as a Ray actor): the reward
+        # replica's series may arrive a scrape after the rollout one's
+        obs["B_saturated"] = wait_for("saturation rule for rollout and reward", lambda: (
+            lambda r: r if {x["metric"].get("role") for x in r} >= {"rollout", "reward"} else None)(prom_query(
+                prom, 'replica:omniwatch_rollout_saturated:bool == 1')), 60)
         obs["B_alert"] = wait_for("alert evaluated", lambda: prom_query(
             prom, 'ALERTS{alertname="RolloutQueueSaturated"}'), 60)
         obs["B_vllm_both"] = prom_query(prom, 'count by (__name__, role) ({__name__=~"vllm_omni:num_requests_running|vllm:num_requests_running"})')

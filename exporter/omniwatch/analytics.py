@@ -368,6 +368,8 @@ def _stats(xs: list[float]) -> dict[str, float]:
 # (a "resolved" and a "firing" notification). The named cause therefore keeps its name while it grew at least
 # CAUSE_HOLD x as much as the largest; a cause that grew more than 1 / CAUSE_HOLD times the named one takes over.
 CAUSE_HOLD = 0.8
+# ... once something grew materially: while no cause grew by this share of the reference step, the largest is named.
+CAUSE_MIN_SHARE = 0.03
 
 
 def regression_leader(windows: list[dict[str, float]], hold: float = CAUSE_HOLD, leader: str | None = None) -> str | None:
@@ -548,21 +550,34 @@ class RunWindow:
         return out
 
     def _leader_for(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], after: int) -> str | None:
-        """The cause StepTimeRegression names (:func:`regression_leader`), moved on once per new window: the
-        named cause of the previous window is the one to keep. With none yet (the first window, a restarted
-        exporter, a new incarnation) it starts from the windows of the last ``d`` steps the run window holds."""
+        """The cause StepTimeRegression names (:func:`regression_leader`). Until the anchored reference is complete
+        (its growths still move) and while no cause grew by CAUSE_MIN_SHARE of the reference step, the largest;
+        after that the named cause is carried from window to window, every window in step order, so the name
+        depends on the steps only, not on when the exporter was scraped or a backfill sampled it. A late step
+        that rewrites an older window, a gap longer than the run window holds, a restarted exporter or a new
+        incarnation start over from the windows the run window holds."""
         end = win[-1].step
         if self._leader is not None and end == self._leader_at:
             return self._leader
-        if self._leader is None or end < self._leader_at:  # none yet, or a late step rewrote older windows
-            ref = out.cause_reference
-            history = [{c: statistics.median(x.causes[c] for x in w) - ref[c] for c in CAUSES}
-                       for w in _recent_windows(recs, self.k, self.d, after)]
-            self._leader = regression_leader(history)
-        else:
-            self._leader = regression_leader([out.regression], leader=self._leader)
-        self._leader_at = end
-        return self._leader
+        ref = out.cause_reference
+        floor = CAUSE_MIN_SHARE * (out.duration_baseline or 0.0)
+
+        def growth(w: list[StepRecord]) -> dict[str, float]:
+            return {c: statistics.median(x.causes[c] for x in w) - ref[c] for c in CAUSES}
+
+        if len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
+            self._leader, self._leader_at = None, -1
+            return max(out.regression, key=lambda c: (out.regression[c], c))
+        windows = _recent_windows(recs, self.k, len(recs), after)
+        pending = [w for w in windows if w[-1].step > self._leader_at]
+        leader = self._leader
+        if leader is None or end < self._leader_at or len(pending) == len(windows):
+            pending, leader = windows, None  # start over from every window the run window holds
+        for w in pending:
+            g = growth(w)
+            leader = regression_leader([g], leader=leader if max(g.values()) >= floor else None)
+        self._leader, self._leader_at = leader, end
+        return leader
 
     def _drift(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
         """StepTimeDrift's series: the median of the last ``d`` normal steps over the reference, once that many

@@ -115,8 +115,9 @@ class RunCollector(Collector):
                     fams[n.MFU_UNSUPPORTED].add_metric(rl + [role], 1)
                 for cause, v in st.regression.items():
                     fams[n.STEP_REGRESSION].add_metric(rl + [cause], v)
-                if st.regression_top is not None:
-                    fams[n.STEP_REGRESSION_TOP].add_metric(rl + [st.regression_top], 1)
+                if st.regression_top is not None:  # every cause, 1 for the named one: a stable set of series
+                    for cause in st.regression:    # (a backfill has no staleness markers for a series that ends)
+                        fams[n.STEP_REGRESSION_TOP].add_metric(rl + [cause], 1 if cause == st.regression_top else 0)
                 cost, reg_cost = run.cost_per_day()
                 for bucket, v in sorted(cost.items()):
                     fams[n.GPU_HOURS_PER_DAY].add_metric(rl + [bucket], v)

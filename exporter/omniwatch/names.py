@@ -192,9 +192,9 @@ STEP_REGRESSION = _m("omniwatch_step_regression_seconds", "gauge",
                      "step-time reference. "
                      "StepTimeRegression names the cause of omniwatch_step_regression_top.", R + ("cause",), "seconds")
 STEP_REGRESSION_TOP = _m("omniwatch_step_regression_top", "gauge",
-                         "1 for the cause StepTimeRegression names: the part of the step that grew most, kept while it "
-                         "grew at least 0.8x as much as the largest (two parts growing alike do not swap the name with "
-                         "each step's jitter); present with omniwatch_step_regression_seconds.",
+                         "1 for the cause StepTimeRegression names, 0 for the others: the part of the step that grew "
+                         "most, kept while it grew at least 0.8x as much as the largest (two parts growing alike do not "
+                         "swap the name with each step's jitter); present with omniwatch_step_regression_seconds.",
                          R + ("cause",))
 MFU_UNSUPPORTED = _m("omniwatch_mfu_unsupported", "gauge",
                      "1 when every one of the last k normal steps reported MFU exactly 0 (VeRL-Omni has no FLOPs estimator "

@@ -182,7 +182,7 @@ def steps(cfg: Config) -> Group:
                f"topk by ({RUN_BY}) (1, max by ({RUN_BY}, cause) ({sel(c, n.STEP_REGRESSION)})) * 0 + 1",
                comment="The part of the step that grew most (label `cause`), valued 1: StepTimeRegression carries it so\n"
                        "Alertmanager inhibits the regression only while the alert of that cause fires. The exporter's\n"
-                       "choice (omniwatch_step_regression_top: the named cause keeps its name while it grew at least\n"
+                       "choice (omniwatch_step_regression_top, which keeps the named cause while it grew at least\n"
                        "0.8x as much as the largest, so a creep growing two parts alike does not swap it every step);\n"
                        "the largest where an exporter does not export it."))
     add(Alert(
