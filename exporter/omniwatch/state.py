@@ -21,7 +21,7 @@ import orjson
 
 from . import statefile
 from .ledger import Gpus
-from .statelock import write_atomic
+from .statelock import Checkpoint
 from .model import RunStore, SeenSteps, StepDigests
 from .periodic import Periodic
 from .planned import PlannedWork
@@ -152,8 +152,7 @@ class Checkpointer(Periodic):
         super().__init__(interval)
         self.store, self.sources = store, sources
         self.path = Path(state_dir) / FILENAME
-        self._last_error: str | None = None
-        self._last_blob: bytes | None = None
+        self._file = Checkpoint(self.path)
 
     # -- load ------------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -227,23 +226,16 @@ class Checkpointer(Periodic):
         return orjson.dumps({"version": VERSION, "files": files, "model": model})
 
     def save(self) -> bool:
-        blob = self.snapshot()
-        if blob == self._last_blob:
-            return True
-        try:
-            write_atomic(self.path, blob)
-        except OSError as e:
-            cause = f"{type(e).__name__}: {e.strerror or e}"
-            if cause != self._last_error:
+        f = self._file
+        if not f.write(self.snapshot()):
+            if f.error_is_new:
                 log.error("cannot write exporter state to %s (%s); serving on, counters will restart from "
-                          "the last good checkpoint after an exporter restart", self.path, cause)
-            self._last_error = cause
+                          "the last good checkpoint after an exporter restart", self.path, f.error)
             self.store.count_error(SOURCE, "write_failed")
             self.store.set_source_up(SOURCE, str(self.path), False)
             return False
-        if self._last_error:
+        if f.recovered:
             log.info("exporter state written again to %s", self.path)
-        self._last_error, self._last_blob = None, blob
         self.store.set_source_up(SOURCE, str(self.path), True)
         return True
 

@@ -82,3 +82,32 @@ def write_atomic(path, blob: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+class Checkpoint:
+    """One checkpoint file: written through :func:`write_atomic` only when its bytes changed, remembering why the
+    last write failed, so its owner says a failure once per cause and a recovery once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.error: str | None = None   # why the last write failed; None after a success
+        self.error_is_new = False       # the last failure's cause differs from the one before it
+        self.recovered = False          # the last write succeeded after a failure
+        self._last_blob: bytes | None = None
+
+    def write(self, blob: bytes) -> bool:
+        """True when the file holds ``blob`` (written now, or unchanged since the last write); False when the
+        write failed (``error`` says why)."""
+        self.recovered = False
+        if blob == self._last_blob:
+            return True
+        try:
+            write_atomic(self.path, blob)
+        except OSError as e:
+            cause = f"{type(e).__name__}: {e.strerror or e}"
+            self.error_is_new, self.error = cause != self.error, cause
+            return False
+        self.recovered = self.error is not None
+        self.error, self._last_blob = None, blob
+        return True
+

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import orjson
 
-from ..statelock import write_atomic
+from ..statelock import Checkpoint
 from .phases import Call
 from .taskevents import Actor, Dispatch, Task, TaskLedger
 
@@ -135,8 +135,7 @@ class TaskRing:
     def __init__(self, state_dir: str | os.PathLike, store=None, run_labels=lambda: ("", "")):
         self.path = Path(state_dir) / FILENAME
         self.store, self.run_labels = store, run_labels
-        self._last_blob: bytes | None = None
-        self._said: str | None = None
+        self._file = Checkpoint(self.path)
         self.restored = 0
 
     def _count(self, reason: str) -> None:
@@ -190,17 +189,10 @@ class TaskRing:
         return to_json(ledger, job_id, tuple(x or "" for x in self.run_labels()))
 
     def save(self, data: dict) -> bool:
-        blob = orjson.dumps(data)
-        if blob == self._last_blob:
-            return True
-        try:
-            write_atomic(self.path, blob)
-        except OSError as e:
-            cause = f"{type(e).__name__}: {e.strerror or e}"
-            if cause != self._said:
-                log.error("cannot write the Ray task-event ring to %s (%s)", self.path, cause)
-            self._said = cause
+        f = self._file
+        if not f.write(orjson.dumps(data)):
+            if f.error_is_new:
+                log.error("cannot write the Ray task-event ring to %s (%s)", self.path, f.error)
             self._count("ring_write_failed")
             return False
-        self._said, self._last_blob = None, blob
         return True
