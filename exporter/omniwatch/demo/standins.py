@@ -403,6 +403,19 @@ def _gpu_busy(phase: str, gpu: int, gpus: int) -> float:
     return 0.93
 
 
+H200_MIB = 143771  # the demo GPUs' framebuffer
+
+
+def _gpu_load(t: float, labels: list[tuple], gpus: int):
+    """Each demo GPU of a node at time ``t`` (what DCGM and Ray's node agent both report, in their own units):
+    its label values, busy share and framebuffer MiB used and free."""
+    phase, _ = phase_at(t)
+    for g, lv in enumerate(labels):
+        busy = _gpu_busy(phase, g, gpus)
+        used = int(H200_MIB * (0.55 + 0.3 * busy))
+        yield lv, busy, used, H200_MIB - used
+
+
 class DcgmExporter(_Endpoint):
     def __init__(self, node: str, gpus: int):
         super().__init__()
@@ -418,14 +431,10 @@ class DcgmExporter(_Endpoint):
                         "NVIDIA H200", node) for g in range(gpus)]
 
     def tick(self, t, dt, rng):
-        phase, _ = phase_at(t)
-        total_mib = 143771
-        for g, lv in enumerate(self.labels):
-            busy = _gpu_busy(phase, g, self.gpus)
-            used = int(total_mib * (0.55 + 0.3 * busy))
+        for lv, busy, used, free in _gpu_load(t, self.labels, self.gpus):
             self.util.labels(*lv).set(round(100 * min(1.0, busy + rng.uniform(-0.03, 0.03)), 0))
             self.fb_used.labels(*lv).set(used)
-            self.fb_free.labels(*lv).set(total_mib - used)
+            self.fb_free.labels(*lv).set(free)
             self.power.labels(*lv).set(90 + 560 * busy + rng.uniform(-10, 10))
             self.tensor.labels(*lv).set(max(0.0, 0.32 * busy + rng.uniform(-0.02, 0.02)))
 
@@ -445,14 +454,10 @@ class RayNodeAgent(_Endpoint):
                        for g in range(gpus)]
 
     def tick(self, t, dt, rng):
-        phase, _ = phase_at(t)
-        total_mib = 143771
-        for g, lv in enumerate(self.labels):
-            busy = _gpu_busy(phase, g, self.gpus)
-            used = int(total_mib * (0.55 + 0.3 * busy))
+        for lv, busy, used, free in _gpu_load(t, self.labels, self.gpus):
             self.util.labels(*lv).set(round(100 * busy, 0))
             self.gram_used.labels(*lv).set(used)          # MiB, as Ray really reports it
-            self.gram_avail.labels(*lv).set(total_mib - used)
+            self.gram_avail.labels(*lv).set(free)
             self.power.labels(*lv).set(1000 * (90 + 560 * busy))
 
 
