@@ -385,11 +385,11 @@ def regression_leader(windows: list[dict[str, float]], hold: float = CAUSE_HOLD,
     return leader
 
 
-def _recent_windows(recs: list["StepRecord"], k: int, count: int, after: int) -> list[list["StepRecord"]]:
-    """The last ``count`` windows of ``k`` normal steps with causes (oldest first), each after step ``after``
-    (the anchored reference's last step); the newest is the current window."""
+def _windows_after(recs: list["StepRecord"], k: int, after: int) -> list[list["StepRecord"]]:
+    """Every window of ``k`` normal steps with causes that ``recs`` holds after step ``after`` (the anchored
+    reference's last step), oldest first; the newest is the current window."""
     rc = [r for r in recs if r.causes and r.step > after]
-    return [rc[i - k:i] for i in range(max(k, len(rc) - count + 1), len(rc) + 1)]
+    return [rc[i - k:i] for i in range(k, len(rc) + 1)]
 
 
 @dataclass
@@ -568,7 +568,7 @@ class RunWindow:
         if len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
             self._leader, self._leader_at = None, -1
             return max(out.regression, key=lambda c: (out.regression[c], c))
-        windows = _recent_windows(recs, self.k, len(recs), after)
+        windows = _windows_after(recs, self.k, after)
         pending = [w for w in windows if w[-1].step > self._leader_at]
         leader = self._leader
         if leader is None or end < self._leader_at or len(pending) == len(windows):
