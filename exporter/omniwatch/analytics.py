@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from . import names
+from .shift import Shape, Shift, reference_shift, shape
 
 # timing_s/<name> keys that time work *inside* timing_s/step, in the order the legacy and V1 trainers
 # run them (reference: verl_omni_metrics.md §2.1, §4). Unknown single-segment timing_s/<x> keys are
@@ -39,7 +40,8 @@ K_ZERO_STD = "critic/rewards/zero_std_ratio"
 # statistics (zero-std), the ledger's split of a step (testing time; the GPU-hours-per-day rate reads the
 # window). The exporter's checkpoint keeps exactly these of each window step (state.py); a statistic that
 # reads another key must add it here (tests/test_state.py watches the reads).
-WINDOW_VALUE_KEYS = frozenset({K_ZERO_STD, K_TESTING})
+K_IMAGES = "perf/total_num_images"  # train_batch_size x rollout.n: the unit of work a step's time is judged per
+WINDOW_VALUE_KEYS = frozenset({K_ZERO_STD, K_TESTING, K_IMAGES})
 K_FEED = "timing_s/feed"
 K_STALENESS_MAX = "training/off_policy/trajectory_staleness/max"
 K_STALENESS_MEAN = "training/off_policy/trajectory_staleness/mean"
@@ -92,6 +94,16 @@ REFERENCE_STEPS = 10
 # StepTimeDrift: the median of the last DRIFT_STEPS normal steps against the same reference (a creep that is
 # too slow for the k-step window to see before it has cost tens of steps).
 DRIFT_STEPS = 10
+# Normal steps of the incarnation kept (compactly) for the shape of a shift: "a step change at step N" or "a creep
+# of X % over N steps" (shift.shape). Older steps are summarised as "over more than N steps".
+HISTORY_STEPS = 128
+# After a trainer restart the previous incarnation's reference is kept (the same workload resumed from a
+# checkpoint, still slow, must still be judged against its healthy start) unless the new incarnation is this much
+# faster per unit of work than it, over its first k normal steps (a fix applied through the restart: judge the run
+# after the fix against itself), or its images per step or its config changed (a new workload).
+RESTART_FASTER = 0.92
+# ... or one of its MFU roles moved by this factor (a pinned device peak), or the kept MFU reference was impossible.
+RESTART_MFU_MOVED = 1.5
 
 
 @lru_cache(maxsize=1 << 16)
@@ -405,7 +417,7 @@ class WindowStats:
     regression: dict[str, float] = field(default_factory=dict)  # cause -> window median - baseline median (s)
     regression_top: str | None = None  # the cause StepTimeRegression names (regression_leader over recent windows)
     mfu_baseline: dict[str, float] = field(default_factory=dict)
-    duration_baseline: float | None = None
+    duration_baseline: float | None = None  # the reference step time at the latest step's workload (images)
     typical_step: float | None = None
     straggler: dict[str, float] | None = None        # generate_sequences max / mean
     rs_seq_masked: dict[str, float] | None = None     # RS sequence-level rejection share
@@ -419,17 +431,47 @@ class WindowStats:
     reference_last: int | None = None
     reference_steps: int = 0
     cause_reference: dict[str, float] = field(default_factory=dict)
+    # Where the reference comes from: "incarnation" (this trainer incarnation's first normal steps), "before_shift"
+    # (the stable steps before a level shift inside them: reference_shift), "kept" (the incarnation before a
+    # restart: the same workload resumed). reference_reason: why a restart started anew (REFERENCE_REASONS).
+    reference_origin: str | None = None
+    reference_reason: str = ""
+    reference_shift: Shift | None = None
+    # Step time per unit of work (perf/total_num_images where every step logs it, else seconds): each window
+    # step's over the reference's; what StepTimeRegression thresholds.
+    duration_ratio: dict[str, float] | None = None
+    workload_ratio: float | None = None               # images per step now / in the reference
     drift: float | None = None                        # median of the last DRIFT_STEPS normal steps / reference
     drift_regression: dict[str, float] = field(default_factory=dict)  # cause -> their median - reference (s)
+    mfu_drift: dict[str, float] = field(default_factory=dict)  # role -> median MFU of the last DRIFT_STEPS / reference
+    # The shape of each shift since the reference (shift.shape): ("step_time", "") and ("mfu", role).
+    shapes: dict[tuple[str, str], Shape] = field(default_factory=dict)
+
+
+# Why a trainer restart started a new reference instead of keeping the old one (omniwatch_reference_info's reason).
+REFERENCE_REASONS = {
+    "workload_changed": "images per step changed at the restart",
+    "config_changed": "the trainer's configuration changed at the restart",
+    "faster_after_restart": "the restarted run is faster than the old reference (a fix applied through the restart)",
+    "mfu_changed": "MFU moved at the restart (a pinned device peak or another fix)",
+}
+
+
+def _images(r: StepRecord) -> float | None:
+    v = r.values.get(K_IMAGES)
+    return v if v is not None and v > 0 else None
 
 
 class RunWindow:
-    """The last ``window + baseline`` normal steps of one trainer incarnation, in step order, and the
-    incarnation's first ``reference`` normal steps (the anchored reference).
+    """The last ``window + baseline`` normal steps of one trainer incarnation, in step order, the
+    incarnation's first ``reference`` normal steps (the anchored reference) and a compact history of its last
+    HISTORY_STEPS normal steps (the shape of a shift).
 
     Steps may arrive out of order (concurrent pushes): a late step is placed by its number. A trainer
-    restart (:meth:`reset`) starts a new incarnation: window and reference start over, so a run resumed
-    after a fix (a pinned device peak, a reward pool) is compared with itself after the fix only."""
+    restart (:meth:`reset`) starts a new incarnation: the window starts over; the old reference is kept for the
+    new incarnation (the same workload resumed) unless its first k normal steps say the workload or the run
+    changed (:meth:`_settle_prior`), so a run resumed after a fix (a pinned device peak, a reward pool) is
+    compared with itself after the fix, and a run resumed still slow is still compared with its healthy start."""
 
     def __init__(self, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
                  reference: int = REFERENCE_STEPS, drift: int = DRIFT_STEPS):
@@ -441,10 +483,22 @@ class RunWindow:
         self.d = drift
         self.normal: deque[StepRecord] = deque(maxlen=window + max(baseline, drift))
         self.reference: list[StepRecord] = []  # the incarnation's first `r` normal steps, in step order
+        # (step, seconds, images, ((role, mfu), ...)) of the last HISTORY_STEPS normal steps, in step order
+        self.history: deque[tuple] = deque(maxlen=HISTORY_STEPS)
         self._typical: float | None = None  # typical_step(), cached until the window changes
         self._typical_valid = False
         self._leader: str | None = None  # the cause StepTimeRegression names (_leader_for), and its window's end
         self._leader_at = -1
+        self._carry: str | None = None  # the cause named before a restart whose reference was kept
+        self._shift_key: tuple | None = None  # reference_shift() of the reference steps it was computed for
+        self._shift: Shift | None = None
+        # A previous incarnation's reference, kept across a restart: `prior` while its first k normal steps are
+        # not in yet (pending), `kept` once adopted; `reason` says why it was dropped instead.
+        self.prior: list[StepRecord] | None = None
+        self.prior_leader: str | None = None
+        self.kept: list[StepRecord] | None = None
+        self.reason = ""
+        self.config_changed = False  # set by the model when the trainer's configuration differs after a restart
 
     def add(self, rec: StepRecord) -> None:
         if rec.flags:  # not a normal step
@@ -453,21 +507,40 @@ class RunWindow:
         ref = self.reference
         if len(ref) < self.r or rec.step <= ref[-1].step:  # else: past the reference, nothing to do there
             self._add_reference(rec)
+        self._add_history(rec)
         q = self.normal
         if not q or rec.step > q[-1].step:
             q.append(rec)
-            return
-        steps = [r.step for r in q]
-        i = bisect_left(steps, rec.step)
-        if i < len(q) and q[i].step == rec.step:
-            q[i] = rec  # the step again (a re-run): the newer record counts
-        elif i == 0 and len(q) == q.maxlen:
-            return  # older than everything kept: beyond the baseline's reach
         else:
-            if len(q) == q.maxlen:  # full: the oldest step leaves, everything before i moves down one
-                q.popleft()
+            steps = [r.step for r in q]
+            i = bisect_left(steps, rec.step)
+            if i < len(q) and q[i].step == rec.step:
+                q[i] = rec  # the step again (a re-run): the newer record counts
+            elif i == 0 and len(q) == q.maxlen:
+                return  # older than everything kept: beyond the baseline's reach
+            else:
+                if len(q) == q.maxlen:  # full: the oldest step leaves, everything before i moves down one
+                    q.popleft()
+                    i -= 1
+                q.insert(i, rec)
+        if self.prior is not None and len(q) >= self.k:
+            self._settle_prior(list(q)[: self.k])
+
+    def _add_history(self, rec: StepRecord) -> None:
+        row = (rec.step, rec.duration, _images(rec), tuple(sorted(rec.mfu.items())))
+        h = self.history
+        if not h or rec.step > h[-1][0]:
+            h.append(row)
+            return
+        steps = [x[0] for x in h]
+        i = bisect_left(steps, rec.step)
+        if i < len(h) and h[i][0] == rec.step:
+            h[i] = row
+        elif not (i == 0 and len(h) == h.maxlen):
+            if len(h) == h.maxlen:
+                h.popleft()
                 i -= 1
-            q.insert(i, rec)
+            h.insert(i, row)
 
     def _add_reference(self, rec: StepRecord) -> None:
         """Keep the incarnation's first ``r`` normal steps by step number (a re-run step replaces its record,
@@ -483,11 +556,58 @@ class RunWindow:
         del ref[self.r:]
 
     def reset(self) -> None:
-        """A new trainer incarnation: nothing of the old one is compared with the new one."""
+        """A new trainer incarnation: the window starts over; the reference in force is kept as ``prior`` until
+        the new incarnation's first k normal steps settle whether it still applies (:meth:`_settle_prior`)."""
+        current = self.kept if self.kept is not None else self._stable(self.reference)
+        if current and len(current) >= MIN_BASELINE_STEPS:
+            self.prior, self.prior_leader = list(current), self._leader
+        elif self.prior is None:
+            self.prior_leader = None
+        self.kept = None
+        self.reason = ""
+        self.config_changed = False
         self.normal.clear()
+        self.history.clear()
         self._typical_valid = False
         self.reference.clear()
-        self._leader, self._leader_at = None, -1
+        self._leader, self._leader_at, self._carry = None, -1, None
+        self._shift_key, self._shift = None, None
+
+    def forget(self) -> None:
+        """A new trainer incarnation that shares nothing with the old one (a level shift the log did not show)."""
+        self.reset()
+        self.prior = self.prior_leader = None
+
+    def _settle_prior(self, first: list[StepRecord]) -> None:
+        """Keep the previous incarnation's reference for this one, or drop it and say why, from the new
+        incarnation's first k normal steps: a new workload (images per step, config) or a run that got faster or
+        whose MFU moved (a fix applied through the restart) starts a new reference."""
+        prior, self.prior = self.prior, None
+        reason = ""
+        old_img = [x for x in map(_images, prior) if x is not None]
+        new_img = [x for x in map(_images, first) if x is not None]
+        if self.config_changed:
+            reason = "config_changed"
+        elif (old_img or new_img) and (len(old_img) != len(prior) or len(new_img) != len(first)
+                                       or statistics.median(old_img) != statistics.median(new_img)):
+            reason = "workload_changed"
+        else:
+            old_d = [r.duration for r in prior if r.duration]
+            new_d = [r.duration for r in first if r.duration]
+            if old_d and new_d and statistics.median(new_d) < RESTART_FASTER * statistics.median(old_d):
+                reason = "faster_after_restart"
+            for role in {role for r in prior for role in r.mfu}:
+                a = [r.mfu[role] for r in prior if r.mfu.get(role, 0) > 0]
+                b = [r.mfu[role] for r in first if r.mfu.get(role, 0) > 0]
+                if a and b:
+                    ma, mb = statistics.median(a), statistics.median(b)
+                    if ma > 1.0 or max(ma / mb, mb / ma) > RESTART_MFU_MOVED:
+                        reason = reason or "mfu_changed"
+        if reason:
+            self.reason, self.kept = reason, None
+        else:
+            self.kept, self._carry = prior, self.prior_leader
+        self.prior_leader = None
 
     def typical_step(self) -> float | None:
         """The median duration of the last ``n`` normal steps. Read on every ingested step (the ledger's
@@ -500,6 +620,15 @@ class RunWindow:
             self._typical_valid = True
         return self._typical
 
+    def _stable(self, cand: list[StepRecord]) -> list[StepRecord]:
+        """``cand`` (reference steps), cut before a level shift inside it (shift.reference_shift): the steps
+        before a fault that began inside the reference are the reference. Cached per set of steps."""
+        key = tuple((r.step, id(r)) for r in cand)
+        if key != self._shift_key:
+            self._shift_key = key
+            self._shift = _reference_shift(cand) if len(cand) >= 2 * MIN_BASELINE_STEPS else None
+        return cand[: self._shift.index] if self._shift is not None else cand
+
     def stats(self) -> WindowStats:
         recs = list(self.normal)
         out = WindowStats(steps=min(len(recs), self.k))
@@ -507,8 +636,15 @@ class RunWindow:
         if len(recs) < self.k:
             return out
         win = recs[-self.k:]
-        # The anchored reference: the incarnation's first r normal steps that precede the window.
-        base = [r for r in self.reference if r.step < win[0].step]
+        # The reference: the previous incarnation's where it was kept across the restart; else this incarnation's
+        # first r normal steps that precede the window, cut before a level shift inside them.
+        if self.kept is not None:
+            base, out.reference_origin = self.kept, "kept"
+        else:
+            base = self._stable([r for r in self.reference if r.step < win[0].step])
+            out.reference_shift = self._shift if self._shift is not None and base else None
+            out.reference_origin = "before_shift" if out.reference_shift else "incarnation"
+        out.reference_reason = self.reason
         if base:
             out.reference_first, out.reference_last, out.reference_steps = base[0].step, base[-1].step, len(base)
         rb = [r.reward_bound_ratio for r in win if r.reward_bound_ratio is not None]
@@ -537,25 +673,40 @@ class RunWindow:
             if len(bs) >= MIN_BASELINE_STEPS:
                 out.mfu_baseline[role] = statistics.median(bs)
         self._signal_stats(out, recs, win)
-        bd = [r.duration for r in base if r.duration is not None]
+        unit = _unit(base, recs)  # per image where every step says, else per step
+        bd = [r.duration / unit(r) for r in base if r.duration is not None]
         if len(bd) >= MIN_BASELINE_STEPS:
-            out.duration_baseline = statistics.median(bd)
-            wc = [r.causes for r in win if r.causes]
-            bc = [r.causes for r in base if r.causes]
+            ref = statistics.median(bd)
+            now = unit(win[-1])
+            out.duration_baseline = ref * now
+            if now != 1.0:
+                imgs = [unit(r) for r in base]
+                out.workload_ratio = now / statistics.median(imgs)
+            ratios = [r.duration / unit(r) / ref for r in win if r.duration is not None]
+            if len(ratios) == self.k:
+                out.duration_ratio = _stats(ratios)
+            wc = [{c: v / unit(r) * now for c, v in r.causes.items()} for r in win if r.causes]
+            bc = [{c: v / unit(r) * now for c, v in r.causes.items()} for r in base if r.causes]
             if len(wc) == self.k and len(bc) >= MIN_BASELINE_STEPS:
                 out.cause_reference = {c: statistics.median(x[c] for x in bc) for c in CAUSES}
                 out.regression = {c: statistics.median(x[c] for x in wc) - out.cause_reference[c] for c in CAUSES}
-                out.regression_top = self._leader_for(out, recs, win, base[-1].step)
-            self._drift(out, recs, win)
+                out.regression_top = self._leader_for(out, recs, win, base[-1].step if self.kept is None else -1, unit, now)
+            self._drift(out, recs, win, unit, now, ref)
+            self._shapes(out, ref, unit is _images)
+        else:
+            self._shapes(out, None, False)
+        self._mfu_drift(out, recs, base)
         return out
 
-    def _leader_for(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], after: int) -> str | None:
+    def _leader_for(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], after: int,
+                    unit, now: float) -> str | None:
         """The cause StepTimeRegression names (:func:`regression_leader`). Until the anchored reference is complete
         (its growths still move) and while no cause grew by CAUSE_MIN_SHARE of the reference step, the largest;
         after that the named cause is carried from window to window, every window in step order, so the name
         depends on the steps only, not on when the exporter was scraped or a backfill sampled it. A late step
         that rewrites an older window, a gap longer than the run window holds, a restarted exporter or a new
-        incarnation start over from the windows the run window holds."""
+        incarnation start over from the windows the run window holds (a kept reference carries the cause it
+        named before the restart)."""
         end = win[-1].step
         if self._leader is not None and end == self._leader_at:
             return self._leader
@@ -563,34 +714,67 @@ class RunWindow:
         floor = CAUSE_MIN_SHARE * (out.duration_baseline or 0.0)
 
         def growth(w: list[StepRecord]) -> dict[str, float]:
-            return {c: statistics.median(x.causes[c] for x in w) - ref[c] for c in CAUSES}
+            return {c: statistics.median(x.causes[c] / unit(x) * now for x in w) - ref[c] for c in CAUSES}
 
-        if len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
+        if self.kept is None and len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
             self._leader, self._leader_at = None, -1
             return max(out.regression, key=lambda c: (out.regression[c], c))
         windows = _windows_after(recs, self.k, after)
         pending = [w for w in windows if w[-1].step > self._leader_at]
         leader = self._leader
         if leader is None or end < self._leader_at or len(pending) == len(windows):
-            pending, leader = windows, None  # start over from every window the run window holds
+            pending, leader = windows, self._carry  # start over from every window the run window holds
         for w in pending:
             g = growth(w)
             leader = regression_leader([g], leader=leader if max(g.values()) >= floor else None)
         self._leader, self._leader_at = leader, end
         return leader
 
-    def _drift(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
-        """StepTimeDrift's series: the median of the last ``d`` normal steps over the reference, once that many
-        normal steps follow the reference (a creep is judged over tens of steps, never over the reference
-        itself), and the cause medians' growth over the reference's."""
-        ref = out.reference_last
-        recent = [r for r in recs[-self.d:] if r.step > ref and r.duration is not None]
-        if len(recent) < self.d or not out.duration_baseline:
+    def _drift(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], unit, now: float,
+               ref: float) -> None:
+        """StepTimeRegression's creep series: the median of the last ``d`` normal steps (per unit of work) over the
+        reference, once that many normal steps follow the reference (a creep is judged over tens of steps, never
+        over the reference itself), and the cause medians' growth over the reference's."""
+        last = out.reference_last if self.kept is None else -1
+        recent = [r for r in recs[-self.d:] if r.step > last and r.duration is not None]
+        if len(recent) < self.d or not ref:
             return
-        out.drift = statistics.median(r.duration for r in recent) / out.duration_baseline
-        rc = [r.causes for r in recent if r.causes]
+        out.drift = statistics.median(r.duration / unit(r) for r in recent) / ref
+        rc = [{c: v / unit(r) * now for c, v in r.causes.items()} for r in recent if r.causes]
         if out.cause_reference and len(rc) == self.d:
             out.drift_regression = {c: statistics.median(x[c] for x in rc) - out.cause_reference[c] for c in CAUSES}
+
+    def _mfu_drift(self, out: WindowStats, recs: list[StepRecord], base: list[StepRecord]) -> None:
+        """MFUDrop's creep series: per role, the median MFU of the last ``d`` normal steps after the reference over
+        the reference's (zeros, the unsupported estimator, left out)."""
+        last = out.reference_last if self.kept is None else -1
+        if last is None:
+            return
+        recent = [r for r in recs[-self.d:] if r.step > last]
+        if len(recent) < self.d:
+            return
+        for role, b in out.mfu_baseline.items():
+            xs = [r.mfu[role] for r in recent if r.mfu.get(role, 0) > 0]
+            if len(xs) == self.d and b > 0:
+                out.mfu_drift[role] = statistics.median(xs) / b
+
+    def _shapes(self, out: WindowStats, ref: float | None, per_work: bool) -> None:
+        """The shape of each shift since the reference (shift.shape): step time per unit of work against ``ref``
+        (the reference's), MFU per role against its reference."""
+        last = out.reference_last if self.kept is None else -1
+        if last is None:
+            return
+        rows = [h for h in self.history if h[0] > last]
+        if len(rows) < 2:
+            return
+        if ref:
+            pts = [(h[0], h[1] / (h[2] if per_work else 1.0)) for h in rows if h[1] is not None and (h[2] or not per_work)]
+            if len(pts) >= 2 and (sh := shape([s for s, _ in pts], [v for _, v in pts], ref)) is not None:
+                out.shapes[("step_time", "")] = sh
+        for role, b in out.mfu_baseline.items():
+            pts = [(h[0], v) for h in rows if (v := dict(h[3]).get(role, 0.0)) > 0]
+            if len(pts) >= 2 and (sh := shape([s for s, _ in pts], [v for _, v in pts], b)) is not None:
+                out.shapes[("mfu", role)] = sh
 
     def _signal_stats(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
         """Window statistics of the issue-13 signals (every one of the k window steps must carry the
@@ -608,3 +792,35 @@ class RunWindow:
         recent = [r.grad_norm_nonfinite for r in recs[-self.n:] if r.grad_norm_nonfinite is not None]
         if recent:
             out.grad_nonfinite_recent = sum(recent)
+
+
+def _per_step(r: StepRecord) -> float:
+    return 1.0
+
+
+def _unit(base: list[StepRecord], recs: list[StepRecord]):
+    """The unit of work step times are judged per: images (perf/total_num_images) when the reference and every
+    kept step log it, else one step (seconds as they are)."""
+    if base and all(_images(r) for r in base) and all(_images(r) for r in recs):
+        return _images
+    return _per_step
+
+
+def _reference_shift(cand: list[StepRecord]) -> Shift | None:
+    """A level shift inside the reference steps (shift.reference_shift) in step time per unit of work, in each part
+    of the step (seconds, as a share of the reference step) and in MFU per role."""
+    unit = _unit(cand, cand)
+    steps = [r.step for r in cand]
+    series: dict[str, tuple[list[float], bool, float | None]] = {}
+    durs = [r.duration / unit(r) if r.duration is not None else None for r in cand]
+    if all(d is not None for d in durs):
+        step_ref = statistics.median(durs)
+        series["step_time"] = (durs, True, None)
+        if all(r.causes for r in cand):
+            for c in CAUSES:
+                series["cause:" + c] = ([r.causes[c] / unit(r) for r in cand], True, step_ref)
+    for role in sorted({role for r in cand for role in r.mfu}):
+        xs = [r.mfu.get(role, 0.0) for r in cand]
+        if all(x > 0 for x in xs):
+            series["mfu:" + role] = (xs, False, None)
+    return reference_shift(steps, series) if series else None

@@ -44,7 +44,7 @@ from typing import Callable, Iterable
 
 from ..model import RunStore
 from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
-from .evaluate import Firing, firing_intervals, true_at
+from .evaluate import Firing, firing_intervals, hysteresis_by, hysteresis_intervals, true_at
 from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, FamilyRender, SampleGrid, label_value
 from .ruleset import GAPS_ONLY, RuleSet, _IDENT, load
 from .runfile import RecordedRun
@@ -142,7 +142,7 @@ def annotation_families(rules: RuleSet) -> set[str]:
                 if isinstance(r, dict) and r.get("alert") in wanted:
                     for v in (r.get("annotations") or {}).values():
                         names_.update(_PRINTF_METRIC.findall(str(v)))
-    # a recording rule an annotation queries (StepTimeDrift's top cause) needs the families it reads
+    # a recording rule an annotation queries needs the families it reads
     by_name: dict[str, list] = {}
     for rec in rules.recordings:
         by_name.setdefault(rec.record, []).append(rec)
@@ -425,19 +425,30 @@ def _owner(labels: dict[str, str], plans: list[RunPlan], by_key: dict) -> list[i
 
 def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable[tuple[int, AlertHit]]:
     """The rule at every timestamp, then per label set and per owning run Prometheus' state machine over
-    that run's own evaluation timestamps (as its own backtest evaluates it)."""
+    that run's own evaluation timestamps (as its own backtest evaluates it); an alert with hysteresis runs its
+    label sets of one run together (evaluate.hysteresis_intervals)."""
     by_key = {(p.run.project, p.run.experiment): i for i, p in enumerate(plans)}
-    for labels, flags in true_at(prom, rule, etimes):
+    per_run: dict[int, list] = {}
+    for labels, flags, held in true_at(prom, rule, etimes):
         for ri in _owner(labels, plans, by_key):
-            p = plans[ri]
-            k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
-            if rule.gaps_only:  # judged up to the run's last step (+ silence): a finished file is no stall after it
-                k1 = min(bisect.bisect_right(etimes, p.last_ms / 1000 + 1e-6),
-                         bisect.bisect_right(etimes, p.timeline.end + p.silence))
-            else:
-                k1 = bisect.bisect_right(etimes, p.judged_ms / 1000 + 1e-6)
-            sub_t, sub_f = etimes[k0:k1], flags[k0:k1]
-            for iv in firing_intervals(sub_f, sub_t, rule.hold, rule.keep_firing_for):
+            per_run.setdefault(ri, []).append((labels, flags, held))
+    by = hysteresis_by(rule)
+    for ri, series in per_run.items():
+        p = plans[ri]
+        k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
+        if rule.gaps_only:  # judged up to the run's last step (+ silence): a finished file is no stall after it
+            k1 = min(bisect.bisect_right(etimes, p.last_ms / 1000 + 1e-6),
+                     bisect.bisect_right(etimes, p.timeline.end + p.silence))
+        else:
+            k1 = bisect.bisect_right(etimes, p.judged_ms / 1000 + 1e-6)
+        sub_t = etimes[k0:k1]
+        if by:
+            found = hysteresis_intervals([(lb, f[k0:k1], h[k0:k1]) for lb, f, h in series], sub_t, rule.hold, by,
+                                         rule.keep_firing_for)
+        else:
+            found = [(lb, firing_intervals(f[k0:k1], sub_t, rule.hold, rule.keep_firing_for)) for lb, f, _ in series]
+        for labels, ivs in found:
+            for iv in ivs:
                 yield ri, _hit(Firing(rule, labels, sub_t[iv.first], sub_t[iv.last]), p.timeline)
 
 

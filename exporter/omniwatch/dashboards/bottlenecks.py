@@ -73,7 +73,7 @@ SIGNALS = Row("Signals vs alert thresholds", (
           (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
           unit="s", w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step time drift vs the run's reference",
-          lambda C: (f"The series StepTimeDrift thresholds: the median of the last {C.window.drift} normal steps after the "
+          lambda C: (f"StepTimeRegression's creep condition: the median of the last {C.window.drift} normal steps after the "
           f"reference over the run's reference (median of the first {C.window.reference} normal steps of the trainer "
           "incarnation; a restart starts a new "
           f"one, from omniwatch_baseline_first_step). Above {C.step_drift.ratio:g} fires while the last k steps are "
@@ -81,7 +81,7 @@ SIGNALS = Row("Signals vs alert thresholds", (
           (Target(sel(REC_STEP_DRIFT), W + f" last {C.window.drift} / reference"),),
           unit="none", min=0, decimals=2,
           thresholds=(Step(None, "green"), cfg_step("step_drift.ratio", "red")),
-          show_thresholds="dashed+area", w=8, h=7, runbook=n.ALERT_STEP_DRIFT),
+          show_thresholds="dashed+area", w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step growth cost (GPU-hours per day)",
           "What each cause of the step's growth costs at the current rate (the figure StepTimeRegression quotes): "
           "its growth over the baseline / the window's median step x the run's GPUs x 24 h. A run with a baseline "

@@ -1,0 +1,125 @@
+"""Level shifts in a run's own history, counted in steps (pure, no I/O, no thresholds of the alert rules).
+
+Two questions the step analytics ask of a series of normal steps (step time per unit of work, MFU, the
+seconds of one part of the step):
+
+- :func:`reference_shift`: does the anchored reference itself hold a level shift — a fault that began
+  inside it (the reference is the median of an incarnation's first normal steps, so a fault from its 6th
+  step would otherwise *be* the reference)? Then the stable segment before the shift is the reference.
+- :func:`shape`: what did the series do since the reference: one **step change** at step N, or a
+  **creep** that began at step N and has grown steadily since? Alert texts say which ("a step change at
+  step 25", "a creep of 18 % over 40 steps"); the rules never read it, so it cannot change what fires.
+
+Both least-squares fits are O(n) with prefix sums, so they cost microseconds per scrape.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+# A shift inside the reference needs a stable segment of at least this many normal steps before it (the
+# design's "at least 3 normal steps") and as many after it (fewer is noise, and the median of 10 holds it).
+SHIFT_MIN_STEPS = 3
+# ... and must move the level by this share: of the reference step for step time and for each part of the
+# step, of the level itself for MFU. Healthy runs with 8-15 % step jitter never separate completely at this
+# margin (tests/test_shift.py); VeRL-Omni's nightly calls 15 % a regression, a third of it is a shift.
+SHIFT_MIN_RATIO = 0.05
+# ... and by this many times the larger spread (median absolute deviation) of the two segments.
+NOISE_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Shift:
+    """A level shift inside a reference: the stable segment is ``index`` steps long, the shift begins at
+    step ``step``; ``signal`` moved by ``ratio`` (after / before, medians)."""
+    index: int
+    step: int
+    signal: str
+    ratio: float
+
+
+def _mad(xs: list[float]) -> float:
+    m = statistics.median(xs)
+    return statistics.median(abs(x - m) for x in xs)
+
+
+def reference_shift(steps: list[int], series: dict[str, tuple[list[float], bool, float | None]]) -> Shift | None:
+    """The first split of the reference (by step order) after which some series is worse than before it at
+    every step, by a margin: ``series`` maps a name to (values in step order, ``worse_up`` — larger is worse,
+    as step time; smaller is worse, as MFU —, the scale the margin is a share of (None: the level itself)).
+    Complete separation (every step after worse than every step before) by at least ``SHIFT_MIN_RATIO`` of
+    the scale and NOISE_FACTOR times the segments' own spread (median absolute deviation) is what makes it a
+    shift, not jitter. Only degradations count: a run that gets faster after its first steps (a warm-up
+    tail) keeps its reference as it is."""
+    n = len(steps)
+    for i in range(SHIFT_MIN_STEPS, n - SHIFT_MIN_STEPS + 1):
+        best: tuple[float, Shift] | None = None
+        for name, (xs, worse_up, scale) in series.items():
+            before, after = xs[:i], xs[i:]
+            mb, ma = statistics.median(before), statistics.median(after)
+            unit = scale if scale else abs(mb)
+            if not unit:
+                continue
+            gap = (ma - mb) if worse_up else (mb - ma)
+            separated = min(after) > max(before) if worse_up else max(after) < min(before)
+            noise = max(_mad(before), _mad(after))
+            if separated and gap > SHIFT_MIN_RATIO * unit and gap > NOISE_FACTOR * noise:
+                rel = gap / unit
+                if best is None or rel > best[0]:
+                    best = (rel, Shift(i, steps[i], name, ma / mb if mb else float("inf")))
+        if best is not None:
+            return best[1]
+    return None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a series did after its reference level ``base``: ``kind`` "step" (one change at ``onset``, flat
+    since) or "creep" (flat until ``onset``, then growing steadily); ``ratio`` is the level now over ``base``
+    (the fitted level at the last step), ``steps`` the normal steps from ``onset`` to now."""
+    kind: str
+    onset: int
+    ratio: float
+    steps: int
+
+
+def shape(steps: list[int], xs: list[float], base: float) -> Shape | None:
+    """Fit two models to ``xs`` (normal steps after the reference, in step order) against the known level
+    ``base``: a step (``base`` until some index, a constant after it) and a hinge (``base`` until some index,
+    a straight line rising or falling from there); the one with the smaller squared error names the shape
+    (a tie is a step). None when there are fewer than 2 points or ``base`` is not positive."""
+    n = len(xs)
+    if n < 2 or not base or base <= 0:
+        return None
+    d = [x - base for x in xs]
+    # prefix sums: squares of d; suffix sums: d, d^2, d*t
+    sq = [0.0] * (n + 1)
+    for t in range(n):
+        sq[t + 1] = sq[t] + d[t] * d[t]
+    s1 = [0.0] * (n + 1)
+    st = [0.0] * (n + 1)
+    for t in range(n - 1, -1, -1):
+        s1[t] = s1[t + 1] + d[t]
+        st[t] = st[t + 1] + d[t] * t
+    total = sq[n]
+    best_step = (float("inf"), 0, 0.0)
+    best_hinge = (float("inf"), 0, 0.0)
+    for i in range(n):  # the change (either model) begins at index i
+        m = n - i
+        tail_sq = total - sq[i]
+        mean = s1[i] / m
+        sse = sq[i] + tail_sq - m * mean * mean  # head at base, tail at its own mean
+        if sse < best_step[0] - 1e-12:
+            best_step = (sse, i, mean)
+        # hinge: d_t = slope * (t - i + 1) for t >= i
+        su = st[i] - (i - 1) * s1[i]          # sum d_t * u, u = t - i + 1
+        uu = m * (m + 1) * (2 * m + 1) / 6.0  # sum u^2
+        slope = su / uu
+        sse_h = sq[i] + tail_sq - su * su / uu
+        if sse_h < best_hinge[0] - 1e-12:
+            best_hinge = (sse_h, i, slope)
+    if best_step[0] <= best_hinge[0]:
+        _, i, mean = best_step
+        return Shape("step", steps[i], (base + mean) / base, n - i)
+    _, i, slope = best_hinge
+    return Shape("creep", steps[i], (base + slope * (n - i)) / base, n - i)
