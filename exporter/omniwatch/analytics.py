@@ -806,21 +806,28 @@ def _unit(base: list[StepRecord], recs: list[StepRecord]):
     return _per_step
 
 
+# A level shift inside the reference (shift.reference_shift), per series: the least move of the medians and the least
+# gap between the segments. A part's share of the step does not move with the whole node (contention, clocks slow
+# every part alike: healthy step times vary 8-15 % from step to step), so 5 points of the step is already a fault
+# inside that part (update_actor 1.4x on a step it holds 24 % of: +7 points). The step time itself is not a signal
+# here: at 15 % step jitter its first 3 normal steps are all the fastest of 10 once in ~120 runs, and a slowdown of
+# every part alike (throttling) shows in MFU. MFU needs a large move. Calibrated on 400 healthy references
+# (tests/test_one_voice.py): none is cut.
+SHIFT_LEVEL = (0.15, 0.03)   # MFU: share of its median
+SHIFT_SHARE = (0.05, 0.02)   # a part of the step: points of the step
+
+
 def _reference_shift(cand: list[StepRecord]) -> Shift | None:
-    """A level shift inside the reference steps (shift.reference_shift) in step time per unit of work, in each part
-    of the step (seconds, as a share of the reference step) and in MFU per role."""
-    unit = _unit(cand, cand)
+    """A level shift inside the reference steps (shift.reference_shift) in each part's share of the step (cause
+    seconds / step seconds) and in MFU per role."""
     steps = [r.step for r in cand]
-    series: dict[str, tuple[list[float], bool, float | None]] = {}
-    durs = [r.duration / unit(r) if r.duration is not None else None for r in cand]
-    if all(d is not None for d in durs):
-        step_ref = statistics.median(durs)
-        series["step_time"] = (durs, True, None)
-        if all(r.causes for r in cand):
-            for c in CAUSES:
-                series["cause:" + c] = ([r.causes[c] / unit(r) for r in cand], True, step_ref)
+    series: dict[str, tuple[list[float], bool, float, float]] = {}
+    if all(r.duration and r.causes for r in cand):
+        for c in CAUSES:
+            series["cause:" + c] = ([r.causes[c] / r.duration for r in cand], True, *SHIFT_SHARE)
     for role in sorted({role for r in cand for role in r.mfu}):
         xs = [r.mfu.get(role, 0.0) for r in cand]
         if all(x > 0 for x in xs):
-            series["mfu:" + role] = (xs, False, None)
+            m = statistics.median(xs)
+            series["mfu:" + role] = (xs, False, SHIFT_LEVEL[0] * m, SHIFT_LEVEL[1] * m)
     return reference_shift(steps, series) if series else None

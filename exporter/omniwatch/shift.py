@@ -20,11 +20,8 @@ from dataclasses import dataclass
 # A shift inside the reference needs a stable segment of at least this many normal steps before it (the
 # design's "at least 3 normal steps") and as many after it (fewer is noise, and the median of 10 holds it).
 SHIFT_MIN_STEPS = 3
-# ... and must move the level by this share: of the reference step for step time and for each part of the
-# step, of the level itself for MFU. Healthy runs with 8-15 % step jitter never separate completely at this
-# margin (tests/test_shift.py); VeRL-Omni's nightly calls 15 % a regression, a third of it is a shift.
-SHIFT_MIN_RATIO = 0.05
-# ... and by this many times the larger spread (median absolute deviation) of the two segments.
+# ... and the segments must be apart by more than NOISE_FACTOR times their own spread (median absolute deviation),
+# besides each series' own margins (reference_shift's caller: analytics._reference_shift).
 NOISE_FACTOR = 4.0
 
 
@@ -43,28 +40,25 @@ def _mad(xs: list[float]) -> float:
     return statistics.median(abs(x - m) for x in xs)
 
 
-def reference_shift(steps: list[int], series: dict[str, tuple[list[float], bool, float | None]]) -> Shift | None:
+def reference_shift(steps: list[int], series: dict[str, tuple[list[float], bool, float, float]]) -> Shift | None:
     """The first split of the reference (by step order) after which some series is worse than before it at
-    every step, by a margin: ``series`` maps a name to (values in step order, ``worse_up`` — larger is worse,
-    as step time; smaller is worse, as MFU —, the scale the margin is a share of (None: the level itself)).
-    Complete separation (every step after worse than every step before) by at least ``SHIFT_MIN_RATIO`` of
-    the scale and NOISE_FACTOR times the segments' own spread (median absolute deviation) is what makes it a
-    shift, not jitter. Only degradations count: a run that gets faster after its first steps (a warm-up
-    tail) keeps its reference as it is."""
+    every step, by margins: ``series`` maps a name to (values in step order, ``worse_up`` — larger is worse, as step
+    time; smaller is worse, as MFU —, the least move of the medians and the least gap between the two segments
+    (after's best step to before's worst), both in the series' units). Complete separation by that gap, a move of
+    the medians by that margin and by NOISE_FACTOR times the segments' own spread is what makes it a shift, not
+    jitter. Only degradations count: a run that gets faster after its first steps (a warm-up tail) keeps its
+    reference as it is."""
     n = len(steps)
     for i in range(SHIFT_MIN_STEPS, n - SHIFT_MIN_STEPS + 1):
         best: tuple[float, Shift] | None = None
-        for name, (xs, worse_up, scale) in series.items():
+        for name, (xs, worse_up, margin, min_gap) in series.items():
             before, after = xs[:i], xs[i:]
             mb, ma = statistics.median(before), statistics.median(after)
-            unit = scale if scale else abs(mb)
-            if not unit:
-                continue
-            gap = (ma - mb) if worse_up else (mb - ma)
-            separated = min(after) > max(before) if worse_up else max(after) < min(before)
+            move = (ma - mb) if worse_up else (mb - ma)
+            gap = (min(after) - max(before)) if worse_up else (min(before) - max(after))
             noise = max(_mad(before), _mad(after))
-            if separated and gap > SHIFT_MIN_RATIO * unit and gap > NOISE_FACTOR * noise:
-                rel = gap / unit
+            if gap > min_gap and move > margin and move > NOISE_FACTOR * noise:
+                rel = move / margin
                 if best is None or rel > best[0]:
                     best = (rel, Shift(i, steps[i], name, ma / mb if mb else float("inf")))
         if best is not None:

@@ -63,9 +63,11 @@ def _median(cfg: Config, metric: str, by: str = RUN_BY) -> str:
     return _window(cfg, metric, "median", by)
 
 
-def _held(name: str, fire: str, hold: str, by: str = RUN_BY, static: dict | None = None,
+def _held(name: str, fire: str, hold: str, value: str, by: str = RUN_BY, static: dict | None = None,
           sticky: tuple[str, ...] = ()) -> str:
-    return hysteresis(fire, hold, name, by, static, sticky)
+    """Fires on ``fire``; once firing, stays while ``hold`` holds. Held, the alert's value is ``value`` (the statistic
+    it fired on: the window's min, say, while ``hold`` judges its median), so its text says the same thing in both."""
+    return hysteresis(fire, f"{value}\n  and on ({by})\n{hold}", name, by, static, sticky)
 
 
 # "— a step change at step N" / "a creep of X% over N steps (from step M)", and where the reference comes from.
@@ -93,7 +95,8 @@ def steps(cfg: Config) -> Group:
               f"{REC_REWARD_BOUND_MIN} > {c.reward_bound.ratio:g}\n"
               f"  and on ({RUN_BY}) {REC_REWARD_STEP_SHARE_MIN} > {c.reward_bound.step_share:g}",
               f"{_median(c, n.REWARD_BOUND_WINDOW)} > {c.reward_bound.resolve_ratio:g}\n"
-              f"  and on ({RUN_BY}) {_median(c, n.REWARD_STEP_SHARE_WINDOW)} > {c.reward_bound.resolve_step_share:g}"),
+              f"  and on ({RUN_BY}) {_median(c, n.REWARD_STEP_SHARE_WINDOW)} > {c.reward_bound.resolve_step_share:g}",
+              REC_REWARD_BOUND_MIN),
         "warning", "Reward scoring is on the critical path of rollout.",
         P(RUN, ": reward scoring held at least ", Value("pct"), " of the generation window (gen + reward) in every one "
           "of the last ", K, f" normal steps (threshold {pct(c.reward_bound.ratio)}) and at least "
@@ -118,7 +121,7 @@ def steps(cfg: Config) -> Group:
         n.ALERT_IDLE,
         _held(n.ALERT_IDLE, f"{REC_GPU_IDLE_MIN} > {c.inter_stage_idle.ratio:g}",
               f"{_median(c, n.GPU_INTER_STAGE_IDLE_WINDOW)} > {c.inter_stage_idle.resolve_ratio:g}",
-              static={"evidence": "gpu"}),
+              REC_GPU_IDLE_MIN, static={"evidence": "gpu"}),
         "warning", "GPUs idle between training stages.",
         P(RUN, ": the GPUs were idle between timed phases for at least ", Value("pct"), " of every one of the last ", K,
           f" normal steps, as measured by omniwatch's GPU sampler (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
@@ -133,7 +136,7 @@ def steps(cfg: Config) -> Group:
               f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
               f"{_median(c, n.IDLE_WINDOW)} > {c.inter_stage_idle.resolve_ratio:g}\n"
               f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
-              static={"evidence": "timers"}),
+              REC_IDLE_MIN, static={"evidence": "timers"}),
         "warning", "GPUs idle between training stages.",
         P(RUN, ": at least ", Value("pct"), " of every one of the last ", K,
           f" normal steps was spent outside any timed phase (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
@@ -167,7 +170,7 @@ def steps(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_MFU_IMPOSSIBLE,
         _held(n.ALERT_MFU_IMPOSSIBLE, f"{REC_MFU_MIN_PER_GPU} > {c.mfu.impossible:g}",
-              f"({per_gpu_median}) > {c.mfu.impossible_resolve:g}", role_by, {"evidence": "value"}),
+              f"({per_gpu_median}) > {c.mfu.impossible_resolve:g}", REC_MFU_MIN_PER_GPU, role_by, {"evidence": "value"}),
         "warning", "Reported MFU is above 1.0, which no hardware can reach.",
         P(RUN, ": ", mfu_role, " per GPU was at least ", Value("f2"), " in every one of the last ", K, " normal steps",
           AT_STEP,
@@ -196,7 +199,7 @@ def steps(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_MFU_LOW,
         _held(n.ALERT_MFU_LOW, f"{REC_MFU_MAX} < {c.mfu.floor:g}",
-              f"{_median(c, n.MFU_WINDOW, role_by)} < {c.mfu.floor_resolve:g}", role_by),
+              f"{_median(c, n.MFU_WINDOW, role_by)} < {c.mfu.floor_resolve:g}", REC_MFU_MAX, role_by),
         "warning", "Reported MFU is implausibly low.",
         P(RUN, ": the best ", mfu_role, " of the last ", K, " normal steps is ", Value("f2"),
           f", below any plausible value for a diffusion actor update (floor {c.mfu.floor:g}; healthy offloaded "
@@ -216,7 +219,7 @@ def steps(cfg: Config) -> Group:
               f"or on ({role_by})\n"
               f"(\n  {REC_MFU_DRIFT} < {c.mfu.drift_ratio:g}\n"
               f"    and on ({role_by}) {REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drift_ratio:g}\n)",
-              f"{REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drop_resolve:g}", role_by),
+              f"{REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drop_resolve:g}", REC_MFU_VS_BASELINE, role_by),
         "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline, or slid "
                    f"more than {pct(1 - c.mfu.drift_ratio)} below it.",
         P(RUN, ": ", n_label("role"), " MFU is at ", Value("pct"), " of the run's reference (median of the first ",
@@ -264,7 +267,7 @@ def steps(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_STEP_REGRESSION,
         _held(n.ALERT_STEP_REGRESSION, with_cause(fire), f"{REC_STEP_RATIO_MEDIAN} > {c.step_time.resolve_ratio:g}",
-              sticky=("cause",)),
+              REC_STEP_VS_BASELINE, sticky=("cause",)),
         "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own reference, "
                    f"or have crept more than {pct(c.step_drift.ratio - 1)} over it.",
         P(RUN, ": steps take ", Value("f2"), "x the run's reference step time per unit of work (median of the first "
@@ -303,7 +306,7 @@ def steps(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_REWARD_SATURATION,
         _held(n.ALERT_REWARD_SATURATION, f"{REC_ZERO_STD_MIN} > {c.reward_saturation.zero_std_ratio:g}",
-              f"{_median(c, n.ZERO_STD_WINDOW)} > {c.reward_saturation.resolve:g}"),
+              f"{_median(c, n.ZERO_STD_WINDOW)} > {c.reward_saturation.resolve:g}", REC_ZERO_STD_MIN),
         "warning", "Most GRPO groups get identical rewards; the learning signal is vanishing.",
         P(RUN, ": critic/rewards/zero_std_ratio was at least ", Value("pct"), " in every one of the last ", K,
           f" normal steps (threshold {pct(c.reward_saturation.zero_std_ratio)})", AT_STEP,
@@ -328,7 +331,7 @@ def signals(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_STRAGGLER,
         _held(n.ALERT_STRAGGLER, f"{REC_STRAGGLER_MIN} > {c.straggler.ratio:g}",
-              f"{_median(c, n.ROLLOUT_STRAGGLER_WINDOW)} > {c.straggler.resolve:g}"),
+              f"{_median(c, n.ROLLOUT_STRAGGLER_WINDOW)} > {c.straggler.resolve:g}", REC_STRAGGLER_MIN),
         "warning", "A straggler sample holds up rollout.",
         P(RUN, ": in every one of the last ", K, " normal steps the slowest sample took at least ", Value("f2"),
           "x the mean sample's generation time (threshold ", f"{c.straggler.ratio:g}", "x; queueing behind equal "
@@ -360,7 +363,7 @@ def signals(cfg: Config) -> Group:
         n.ALERT_RS_REJECTION,
         _held(n.ALERT_RS_REJECTION, f"{REC_RS_MASKED_MIN} > {c.rollout_rejection.seq_masked_fraction:g}",
               f"{_median(c, n.RS_SEQ_MASKED_WINDOW, RUN_BY + ', mode')} > {c.rollout_rejection.resolve:g}",
-              RUN_BY + ", mode"),
+              REC_RS_MASKED_MIN, RUN_BY + ", mode"),
         "warning", "Rollout correction rejects many samples: the rollout backend drifts from the trainer.",
         P(RUN, ": rejection sampling masked at least ", Value("pct"), " of the samples (sequence level, ",
           n_label("mode"), " mode) in every one of the last ", K, " normal steps (VeRL-Omni's warning level: "
@@ -376,7 +379,7 @@ def signals(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_OUTSIDE_STEP,
         _held(n.ALERT_OUTSIDE_STEP, f"{REC_OUTSIDE_MIN} > {c.outside_step.ratio:g}",
-              f"{_median(c, n.OUTSIDE_STEP_WINDOW)} > {c.outside_step.resolve:g}"),
+              f"{_median(c, n.OUTSIDE_STEP_WINDOW)} > {c.outside_step.resolve:g}", REC_OUTSIDE_MIN),
         "warning", "Time between steps goes outside every trainer timer.",
         P(RUN, ": at least ", Value("pct"), " of the wall time between consecutive steps was outside timing_s/step, "
           "validation and the profiler in every one of the last ", K,
@@ -392,7 +395,7 @@ def signals(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_TIMERS_EXCEED,
         _held(n.ALERT_TIMERS_EXCEED, f"{REC_TIMER_RESIDUAL_MAX} < -{c.timer_overlap.tolerance:g}",
-              f"{_median(c, n.TIMER_RESIDUAL_WINDOW)} < -{c.timer_overlap.resolve:g}"),
+              f"{_median(c, n.TIMER_RESIDUAL_WINDOW)} < -{c.timer_overlap.resolve:g}", REC_TIMER_RESIDUAL_MAX),
         "info", "The trainer's timers add up to more than the step.",
         P(RUN, ": in every one of the last ", K, " normal steps the in-step timers summed to more than timing_s/step "
           "(residual ", Value("pct"), " of the step at best; tolerance ", pct(c.timer_overlap.tolerance), ")", AT_STEP,
