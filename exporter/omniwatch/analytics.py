@@ -104,6 +104,9 @@ HISTORY_STEPS = 128
 RESTART_FASTER = 0.92
 # ... or one of its MFU roles moved by this factor (a pinned device peak), or the kept MFU reference was impossible.
 RESTART_MFU_MOVED = 1.5
+# The shape of a shift is fitted only for a signal this far off its reference (the window median or the 10-step
+# median): the alert texts quote it far beyond (1.13 and more), and a healthy run costs no fit.
+SHAPE_DEADBAND = 0.05
 
 
 @lru_cache(maxsize=1 << 16)
@@ -483,7 +486,7 @@ class RunWindow:
         self.d = drift
         self.normal: deque[StepRecord] = deque(maxlen=window + max(baseline, drift))
         self.reference: list[StepRecord] = []  # the incarnation's first `r` normal steps, in step order
-        # (step, seconds, images, ((role, mfu), ...)) of the last HISTORY_STEPS normal steps, in step order
+        # (step, seconds, images, {role: mfu}) of the last HISTORY_STEPS normal steps, in step order
         self.history: deque[tuple] = deque(maxlen=HISTORY_STEPS)
         self._typical: float | None = None  # typical_step(), cached until the window changes
         self._typical_valid = False
@@ -527,7 +530,7 @@ class RunWindow:
             self._settle_prior(list(q)[: self.k])
 
     def _add_history(self, rec: StepRecord) -> None:
-        row = (rec.step, rec.duration, _images(rec), tuple(sorted(rec.mfu.items())))
+        row = (rec.step, rec.duration, _images(rec), dict(rec.mfu))
         h = self.history
         if not h or rec.step > h[-1][0]:
             h.append(row)
@@ -674,28 +677,26 @@ class RunWindow:
                 out.mfu_baseline[role] = statistics.median(bs)
         self._signal_stats(out, recs, win)
         unit = _unit(base, recs)  # per image where every step says, else per step
+        ref = None
         bd = [r.duration / unit(r) for r in base if r.duration is not None]
         if len(bd) >= MIN_BASELINE_STEPS:
             ref = statistics.median(bd)
             now = unit(win[-1])
             out.duration_baseline = ref * now
-            if now != 1.0:
-                imgs = [unit(r) for r in base]
-                out.workload_ratio = now / statistics.median(imgs)
+            if unit is _images:  # the window's images per step over the reference's (a window fact, as the rest)
+                out.workload_ratio = statistics.median(map(unit, win)) / statistics.median(map(unit, base))
             ratios = [r.duration / unit(r) / ref for r in win if r.duration is not None]
             if len(ratios) == self.k:
                 out.duration_ratio = _stats(ratios)
-            wc = [{c: v / unit(r) * now for c, v in r.causes.items()} for r in win if r.causes]
-            bc = [{c: v / unit(r) * now for c, v in r.causes.items()} for r in base if r.causes]
+            wc = [_scaled(r, unit, now) for r in win if r.causes]
+            bc = [_scaled(r, unit, now) for r in base if r.causes]
             if len(wc) == self.k and len(bc) >= MIN_BASELINE_STEPS:
                 out.cause_reference = {c: statistics.median(x[c] for x in bc) for c in CAUSES}
                 out.regression = {c: statistics.median(x[c] for x in wc) - out.cause_reference[c] for c in CAUSES}
                 out.regression_top = self._leader_for(out, recs, win, base[-1].step if self.kept is None else -1, unit, now)
             self._drift(out, recs, win, unit, now, ref)
-            self._shapes(out, ref, unit is _images)
-        else:
-            self._shapes(out, None, False)
         self._mfu_drift(out, recs, base)
+        self._shapes(out, ref if out.duration_baseline else None, unit is _images)
         return out
 
     def _leader_for(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], after: int,
@@ -714,7 +715,8 @@ class RunWindow:
         floor = CAUSE_MIN_SHARE * (out.duration_baseline or 0.0)
 
         def growth(w: list[StepRecord]) -> dict[str, float]:
-            return {c: statistics.median(x.causes[c] / unit(x) * now for x in w) - ref[c] for c in CAUSES}
+            scaled = [_scaled(x, unit, now) for x in w]
+            return {c: statistics.median(x[c] for x in scaled) - ref[c] for c in CAUSES}
 
         if self.kept is None and len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
             self._leader, self._leader_at = None, -1
@@ -740,7 +742,7 @@ class RunWindow:
         if len(recent) < self.d or not ref:
             return
         out.drift = statistics.median(r.duration / unit(r) for r in recent) / ref
-        rc = [{c: v / unit(r) * now for c, v in r.causes.items()} for r in recent if r.causes]
+        rc = [_scaled(r, unit, now) for r in recent if r.causes]
         if out.cause_reference and len(rc) == self.d:
             out.drift_regression = {c: statistics.median(x[c] for x in rc) - out.cause_reference[c] for c in CAUSES}
 
@@ -760,19 +762,26 @@ class RunWindow:
 
     def _shapes(self, out: WindowStats, ref: float | None, per_work: bool) -> None:
         """The shape of each shift since the reference (shift.shape): step time per unit of work against ``ref``
-        (the reference's), MFU per role against its reference."""
+        (the reference's), MFU per role against its reference. Only for a signal that moved off its reference
+        (SHAPE_DEADBAND): the texts quote it when an alert fires, far beyond that."""
         last = out.reference_last if self.kept is None else -1
         if last is None:
+            return
+        moved_up = max((out.duration_ratio or {}).get("median", 0.0), out.drift or 0.0) > 1 + SHAPE_DEADBAND
+        roles = [role for role, b in out.mfu_baseline.items()
+                 if min(out.mfu.get(role, {}).get("median", b), out.mfu_drift.get(role, b) * b) < (1 - SHAPE_DEADBAND) * b]
+        if not (ref and moved_up) and not roles:
             return
         rows = [h for h in self.history if h[0] > last]
         if len(rows) < 2:
             return
-        if ref:
+        if ref and moved_up:
             pts = [(h[0], h[1] / (h[2] if per_work else 1.0)) for h in rows if h[1] is not None and (h[2] or not per_work)]
             if len(pts) >= 2 and (sh := shape([s for s, _ in pts], [v for _, v in pts], ref)) is not None:
                 out.shapes[("step_time", "")] = sh
-        for role, b in out.mfu_baseline.items():
-            pts = [(h[0], v) for h in rows if (v := dict(h[3]).get(role, 0.0)) > 0]
+        for role in roles:
+            b = out.mfu_baseline[role]
+            pts = [(h[0], v) for h in rows if (v := h[3].get(role, 0.0)) > 0]
             if len(pts) >= 2 and (sh := shape([s for s, _ in pts], [v for _, v in pts], b)) is not None:
                 out.shapes[("mfu", role)] = sh
 
@@ -796,6 +805,14 @@ class RunWindow:
 
 def _per_step(r: StepRecord) -> float:
     return 1.0
+
+
+def _scaled(r: StepRecord, unit, now: float) -> dict[str, float]:
+    """``r``'s seconds per cause at the workload ``now`` (``unit``: per image or per step)."""
+    if unit is _per_step:
+        return r.causes
+    f = now / unit(r)
+    return {c: v * f for c, v in r.causes.items()}
 
 
 def _unit(base: list[StepRecord], recs: list[StepRecord]):

@@ -156,8 +156,8 @@ STEP_DURATION_RATIO_WINDOW = _m(
     "step logs it, else per step) / the anchored reference's: what StepTimeRegression thresholds. A workload change "
     "(more images per step) moves omniwatch_workload_ratio, not this.", R + (L_STAT,), "ratio")
 WORKLOAD_RATIO = _m("omniwatch_workload_ratio", "gauge",
-                    "Images per step (perf/total_num_images) of the latest normal step / the anchored reference's "
-                    "(WorkloadChanged); absent where the run does not log it.", R, "ratio")
+                    "Median images per step (perf/total_num_images) of the last k normal steps / the anchored "
+                    "reference's (WorkloadChanged); absent where the run does not log it.", R, "ratio")
 MFU_DRIFT = _m("omniwatch_mfu_drift_ratio", "gauge",
                "Median MFU of the last 10 normal steps after the anchored reference / the reference (MFUDrop's creep "
                "condition). Absent until 10 normal steps follow the reference.", R + (L_ROLE,), "ratio")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from itertools import accumulate
 
 # A shift inside the reference needs a stable segment of at least this many normal steps before it (the
 # design's "at least 3 normal steps") and as many after it (fewer is noise, and the median of 10 holds it).
@@ -86,34 +87,19 @@ def shape(steps: list[int], xs: list[float], base: float) -> Shape | None:
     if n < 2 or not base or base <= 0:
         return None
     d = [x - base for x in xs]
-    # prefix sums: squares of d; suffix sums: d, d^2, d*t
-    sq = [0.0] * (n + 1)
-    for t in range(n):
-        sq[t + 1] = sq[t] + d[t] * d[t]
-    s1 = [0.0] * (n + 1)
-    st = [0.0] * (n + 1)
-    for t in range(n - 1, -1, -1):
-        s1[t] = s1[t + 1] + d[t]
-        st[t] = st[t + 1] + d[t] * t
+    sq = list(accumulate((v * v for v in d), initial=0.0))             # sq[i]: sum of d^2 over [0, i)
+    s1 = list(accumulate(reversed(d), initial=0.0))[::-1]              # s1[i]: sum of d over [i, n)
+    st = list(accumulate((v * t for t, v in zip(range(n - 1, -1, -1), reversed(d))), initial=0.0))[::-1]  # d*t
     total = sq[n]
-    best_step = (float("inf"), 0, 0.0)
-    best_hinge = (float("inf"), 0, 0.0)
-    for i in range(n):  # the change (either model) begins at index i
-        m = n - i
-        tail_sq = total - sq[i]
-        mean = s1[i] / m
-        sse = sq[i] + tail_sq - m * mean * mean  # head at base, tail at its own mean
-        if sse < best_step[0] - 1e-12:
-            best_step = (sse, i, mean)
-        # hinge: d_t = slope * (t - i + 1) for t >= i
-        su = st[i] - (i - 1) * s1[i]          # sum d_t * u, u = t - i + 1
-        uu = m * (m + 1) * (2 * m + 1) / 6.0  # sum u^2
-        slope = su / uu
-        sse_h = sq[i] + tail_sq - su * su / uu
-        if sse_h < best_hinge[0] - 1e-12:
-            best_hinge = (sse_h, i, slope)
-    if best_step[0] <= best_hinge[0]:
-        _, i, mean = best_step
-        return Shape("step", steps[i], (base + mean) / base, n - i)
-    _, i, slope = best_hinge
-    return Shape("creep", steps[i], (base + slope * (n - i)) / base, n - i)
+    # step at i: head at base, tail at its mean -> sse = total - m * mean^2
+    sse_step = [total - s1[i] * s1[i] / (n - i) for i in range(n)]
+    # hinge at i: d_t = slope * (t - i + 1) for t >= i -> sse = total - su^2 / uu
+    su = [st[i] - (i - 1) * s1[i] for i in range(n)]
+    uu = [(n - i) * (n - i + 1) * (2 * (n - i) + 1) / 6.0 for i in range(n)]
+    sse_hinge = [total - su[i] * su[i] / uu[i] for i in range(n)]
+    i_s = min(range(n), key=sse_step.__getitem__)
+    i_h = min(range(n), key=sse_hinge.__getitem__)
+    if sse_step[i_s] <= sse_hinge[i_h] + 1e-12:
+        return Shape("step", steps[i_s], (base + s1[i_s] / (n - i_s)) / base, n - i_s)
+    slope = su[i_h] / uu[i_h]
+    return Shape("creep", steps[i_h], (base + slope * (n - i_h)) / base, n - i_h)

@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 
 from . import statefile
-from .analytics import CAUSES, REFERENCE_REASONS
+from .analytics import CAUSES, K_IMAGES, REFERENCE_REASONS
 from .ledger import Gpus
 from .statelock import Checkpoint
 from .model import RunStore, SeenSteps, StepDigests
@@ -118,6 +118,13 @@ def restore_store(store: RunStore, data: dict) -> None:
                 run.last = w[-1]  # one object again, as before the snapshot (later steps may amend it)
             run.stats = run.window.stats()
             run.phase_names = set(run.stage_seconds_total) | set(run.last.phases if run.last else ())
+        missing = [f"{r.project}/{r.experiment}" for r in store.runs.values()
+                   if K_IMAGES in r.keys
+                   and any(K_IMAGES not in x.values for x in r.window.normal)]
+        if missing:  # a state from before the images per step were kept with each step
+            log.info("the kept steps of %d restored run(s) (%s) do not carry perf/total_num_images (an older "
+                     "state): step time is judged per step, not per image, and WorkloadChanged waits, until the "
+                     "window holds k new steps", len(missing), ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
         for s, r, n in data.get("errors", []):
             store.errors[(s, r)] = n
         for status, n in data.get("notifications", {}).items():
@@ -134,7 +141,7 @@ def _config_from(d) -> TrainerConfig | None:
 
 
 def _window_to(w) -> dict:
-    return {"history": [[s, dur, img, [list(x) for x in mfu]] for s, dur, img, mfu in w.history],
+    return {"history": [[s, dur, img, sorted(mfu.items())] for s, dur, img, mfu in w.history],
             "prior": [_rec_to(r) for r in w.prior] if w.prior is not None else None, "prior_leader": w.prior_leader,
             "kept": [_rec_to(r) for r in w.kept] if w.kept is not None else None, "reason": w.reason,
             "config_changed": w.config_changed, "leader": w._leader, "leader_at": w._leader_at, "carry": w._carry}
@@ -147,7 +154,7 @@ def _window_from(w, d: dict | None) -> None:
         for r in w.normal:
             w._add_history(r)
         return
-    w.history.extend((int(s), dur, img, tuple((str(k), float(v)) for k, v in mfu)) for s, dur, img, mfu in d["history"])
+    w.history.extend((int(s), dur, img, {str(k): float(v) for k, v in mfu}) for s, dur, img, mfu in d["history"])
     w.prior = [_rec_from(x) for x in d["prior"]] if d.get("prior") is not None else None
     w.kept = [_rec_from(x) for x in d["kept"]] if d.get("kept") is not None else None
     cause = lambda c: c if c in CAUSES else None  # noqa: E731 - a cause this version names, else none
