@@ -69,6 +69,7 @@ class Firing:
     labels: dict[str, str]
     first_t: float
     last_t: float
+    resolved_t: float | None = None  # the first evaluation without it after last_t (None: firing to the end)
 
 
 def true_at(prom, rule: AlertRule, times: list[float]) -> list[tuple[dict, list[bool]]]:
