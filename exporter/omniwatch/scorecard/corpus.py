@@ -421,13 +421,26 @@ def write_case(case: Case, root: Path, repo: Path, tracking_cls) -> RunTruth:
 
 
 def write_corpus(root: str | Path, repo: str | Path | None = None, cases: list[Case] | None = None) -> list[Path]:
-    """Every case under ``root``; returns the files written (relative to ``root``). Needs verl."""
+    """Every case under ``root`` (``<root>/scorecard/`` is emptied first: no stale case stays); returns the files
+    written, relative to ``root``. Needs verl."""
     from verl.utils.tracking import Tracking  # noqa: PLC0415 - verl is optional (make test-ray)
     from .. import paths
     root, repo = Path(root), Path(repo) if repo else paths.repo_dir()
+    if (root / PROJECT).is_dir():
+        shutil.rmtree(root / PROJECT)
     for case in cases or CASES:
         write_case(case, root, repo, Tracking)
     return sorted(p.relative_to(root) for p in (root / PROJECT).rglob("*") if p.is_file())
+
+
+def update_sums(sums: Path, root: Path, files: list[Path]) -> None:
+    """Rewrite the ``<project>/`` lines of a ``sha256sum`` list (tests/fixtures/SHA256SUMS) for ``files``."""
+    import hashlib
+    keep = [ln for ln in sums.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and not ln.split(None, 1)[1].startswith(PROJECT + "/")]
+    new = [f"{hashlib.sha256((root / f).read_bytes()).hexdigest()}  {f.as_posix()}" for f in files]
+    lines = sorted(keep + new, key=lambda ln: ln.split(None, 1)[1])
+    sums.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -435,8 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m omniwatch.scorecard.corpus",
                                 description="Write the scorecard corpus through verl's Tracking (needs verl).")
     p.add_argument("root", help="VERL_FILE_LOGGER_ROOT to write into (the repository's: tests/fixtures)")
+    p.add_argument("--sums", metavar="FILE", help="update the corpus' lines of this SHA256SUMS (paths relative to root)")
     args = p.parse_args(argv)
     files = write_corpus(args.root)
+    if args.sums:
+        update_sums(Path(args.sums), Path(args.root), files)
     print(f"wrote {len(files)} files under {args.root}/{PROJECT}")
     return 0
 

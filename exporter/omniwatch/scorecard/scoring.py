@@ -29,6 +29,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..backtest.backtest import LOOKBACK
 from ..backtest.ruleset import GAPS_ONLY
 from . import amsim
 from .truth import FaultTruth, Matcher, RunTruth
@@ -43,7 +44,10 @@ EARLY_OR_RESUME_STEPS = 5  # the issue's bar: a fault inside the reference or ac
 
 
 def _median(xs):
-    return statistics.median(xs) if xs else None
+    if not xs:
+        return None
+    m = statistics.median(xs)
+    return int(m) if m == int(m) else m
 
 
 def _r(x, nd=3):
@@ -55,6 +59,7 @@ class RunView:
     truth: RunTruth
     result: object  # BacktestResult
     notes: list = field(default_factory=list)  # this run's notifications (amsim.Notification)
+    eval_interval: float = 15.0
 
     @property
     def arrivals(self) -> list[float]:
@@ -137,6 +142,19 @@ def _info(note: amsim.Notification) -> bool:
     return note.status == "firing" and note.severity not in PAGING
 
 
+def _last_index(v: RunView, h, incs: list[range]) -> int:
+    """The last line a hit fired through, without what only the backfill shows: when a trainer restarts, the
+    exporter drops the run's window statistics and live scraping marks them stale at once, while a backfill (no
+    staleness markers) keeps them visible for the lookback; an alert of the old incarnation that ends within that
+    lookback after the new one's first line ended, live, at its restart."""
+    last = h.last_index
+    for inc in incs[1:]:
+        b = inc[0]
+        if h.first_index < b <= last and h.last_t <= v.arrivals[b] + LOOKBACK + 2 * v.eval_interval:
+            last = b - 1
+    return last
+
+
 def judge_fault(v: RunView, f: FaultTruth, matchers: list[Matcher] | None = None) -> dict:
     """One fault judged (by its own ``named_by``, or by ``matchers``: one alert's share)."""
     matchers = f.named_by if matchers is None else matchers
@@ -169,13 +187,13 @@ def judge_fault(v: RunView, f: FaultTruth, matchers: list[Matcher] | None = None
                     "held_after_detect": _r(on / (span.t1 - first_fire) if first_fire is not None and span.t1 > first_fire
                                             else 0.0)})
         return out
+    incs = v.incarnations()
     held = set()
     for h in hits:
-        held.update(range(h.first_index, h.last_index + 1))
+        held.update(range(h.first_index, _last_index(v, h, incs) + 1))
     held &= set(lines)
     num = den = 0
     redetect = None
-    incs = v.incarnations()
     for k, inc in enumerate(incs):
         mine = [i for i in lines if i in inc]
         first = min((i for i in mine if i in held), default=None)
@@ -202,14 +220,14 @@ def _run_class(t: RunTruth) -> str:
 
 
 def score(truths: list[RunTruth], results: list, notes: list[amsim.Notification], meta: dict | None = None,
-          horizon: float = 0.0) -> dict:
+          horizon: float = 0.0, eval_interval: float = 15.0) -> dict:
     """The scorecard (a JSON-able dict) of backtest ``results`` (in ``truths``' order) and Alertmanager's
     notifications; a run's notifications count up to ``horizon`` seconds after its last evaluation (what its last
     evaluations raised, sent after Alertmanager's group wait or interval)."""
     by_run: dict[tuple, RunView] = {}
     views = []
     for t, r in zip(truths, results):
-        v = RunView(t, r)
+        v = RunView(t, r, eval_interval=eval_interval)
         views.append(v)
         by_run[(t.project, t.experiment)] = v
     for x in notes:
@@ -372,10 +390,19 @@ def firings(results: list, eval_interval: float) -> list[amsim.Firing]:
     return out
 
 
-def run_scorecard(corpus: str | Path, *, rules_dir=None, alertmanager=None, eval_interval: float = 15.0,
-                  scrape_interval: float = 15.0, progress=None) -> dict:
-    """Backtest the whole corpus in one pass, apply Alertmanager, score."""
-    from .. import rules as rules_mod
+@dataclass
+class Backtested:
+    """The corpus backtested (one pass): what Alertmanager is then applied to."""
+    truths: list[RunTruth]
+    results: list
+    rules_dir: str | None
+    eval_interval: float
+    scrape_interval: float
+
+
+def backtest_corpus(corpus: str | Path, *, rules_dir=None, eval_interval: float = 15.0, scrape_interval: float = 15.0,
+                    progress=None) -> Backtested:
+    """Every run of the corpus backtested in one pass (``backtest_many``), each from the same fixed start."""
     from ..backtest.backtest import backtest_many
     from .truth import load_all, load_run
     truths = load_all(corpus)
@@ -383,22 +410,37 @@ def run_scorecard(corpus: str | Path, *, rules_dir=None, alertmanager=None, eval
     results = backtest_many(runs, rules_dir=rules_dir, eval_interval=eval_interval, scrape_interval=scrape_interval,
                             starts=[START] * len(runs), silence=[t.silence_after_s for t in truths],
                             annotations=False, progress=progress)
+    return Backtested(truths, results, str(rules_dir) if rules_dir else None, eval_interval, scrape_interval)
+
+
+def judge(bt: Backtested, cfg: amsim.AMConfig, am_name: str = "alertmanager.yml") -> dict:
+    """Alertmanager (``cfg``) applied to what Prometheus sent for the backtested corpus, and the scorecard."""
+    ei = bt.eval_interval
+    horizon = cfg.longest_wait() + ei
+    posts = amsim.prometheus_posts(firings(bt.results, ei), ei, hold_open=horizon)
+    first_eval = min(r.timeline.arrivals[0] for r in bt.results)
+    started = math.floor(first_eval / ei) * ei - AM_PHASE
+    until = max(max(r.eval_end, r.gaps_end) for r in bt.results) + horizon
+    notes = amsim.simulate(cfg, posts, until, started)
+    r0 = bt.results[0]
+    meta = {"corpus": {"digest": corpus_digest(bt.truths), "runs": len(bt.truths)},
+            "inputs": {"rules": sorted(Path(f).name for f in _rule_files(bt.rules_dir)), "alertmanager": am_name,
+                       "eval_interval_s": ei, "scrape_interval_s": bt.scrape_interval, "horizon_s": horizon,
+                       "evaluated": sorted(set(r0.evaluated)), "not_evaluated": sorted(r0.not_evaluated)}}
+    return score(bt.truths, bt.results, notes, meta, horizon, ei)
+
+
+def run_scorecard(corpus: str | Path, *, rules_dir=None, alertmanager=None, eval_interval: float = 15.0,
+                  scrape_interval: float = 15.0, progress=None) -> dict:
+    """Backtest the whole corpus in one pass, apply Alertmanager (``alertmanager``: default the rules directory's
+    alertmanager.yml), score."""
+    from .. import rules as rules_mod
     am_path = Path(alertmanager) if alertmanager else rules_mod.alertmanager_config_path(
         Path(rules_dir) if rules_dir else None)
-    cfg = amsim.load_config(am_path)
-    horizon = cfg.longest_wait() + eval_interval
-    posts = amsim.prometheus_posts(firings(results, eval_interval), eval_interval, hold_open=horizon)
-    first_eval = min(r.timeline.arrivals[0] for r in results)
-    started = math.floor(first_eval / eval_interval) * eval_interval - AM_PHASE
-    until = max(max(r.eval_end, r.gaps_end) for r in results) + horizon
-    notes = amsim.simulate(cfg, posts, until, started)
-    meta = {"corpus": {"digest": corpus_digest(truths), "runs": len(truths)},
-            "inputs": {"rules": sorted(Path(f).name for f in _rule_files(rules_dir)), "alertmanager": am_path.name,
-                       "eval_interval_s": eval_interval, "scrape_interval_s": scrape_interval,
-                       "evaluated": sorted(set(results[0].evaluated)) if results else [],
-                       "not_evaluated": sorted(results[0].not_evaluated) if results else []}}
-    meta["inputs"]["horizon_s"] = horizon
-    return score(truths, results, notes, meta, horizon)
+    cfg = amsim.load_config(am_path)  # a bad file fails before the backtest
+    bt = backtest_corpus(corpus, rules_dir=rules_dir, eval_interval=eval_interval, scrape_interval=scrape_interval,
+                         progress=progress)
+    return judge(bt, cfg, am_path.name)
 
 
 def _rule_files(rules_dir) -> list[str]:
