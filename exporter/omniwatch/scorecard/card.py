@@ -54,10 +54,12 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.0f} %"
 
 
-def _steps(f: dict) -> str:
+def _steps(f: dict, short: bool = False) -> str:
     if "detect_s" in f:
         if f.get("detect_s") is None:
             return "–"
+        if short:
+            return f"{f['detect_s'] / 60:.0f}m {f['detect_x_step']:.1f}x"
         return f"{f['detect_s'] / 60:.0f} min ({f['detect_x_step']:.1f}x its step)"
     return _n(f.get("detect_steps"))
 
@@ -181,7 +183,7 @@ def print_card(card: dict, console: Console, faults: bool = True) -> None:
         for f in card["faults"]:
             t.add_row(Text(f["run"]), f["kind"], f["shape"], f"{f['first_step']}-{f['last_step']}",
                       Text(", ".join(f["caught_by"]) or "missed", style="" if f["caught"] else "red"),
-                      _steps(f).replace("**", ""), _pct(f["held"]), str(f["notifications"]))
+                      _steps(f, short=True), _pct(f["held"]), str(f["notifications"]))
         console.print(t)
     tot = card["totals"]
     console.print(f"{tot['faults']} faults in {tot['runs']} runs; {tot['notifications']} notifications in fault "

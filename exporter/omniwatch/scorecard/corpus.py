@@ -8,7 +8,8 @@ opened ``"wb"``, one ``orjson`` line per ``log`` call), the ``console`` backend'
 (``verl.utils.logger.LocalLogger``: ``step:N - key:value - ...`` printed to stdout) kept where a case needs it, and
 the trainer's config as Hydra saves it (``<experiment>.hydra/config.yaml``) where a case has one.
 
-A resume is written as it happens: the first trainer's ``Tracking`` writes until it dies; the resumed trainer's
+A run that validates logs VeRL-Omni's ``val_before_train`` line first (only the validation keys, at the step it
+starts from). A resume is written as it happens: the first trainer's ``Tracking`` writes until it dies; the resumed trainer's
 ``Tracking`` reopens the same file ``"wb"`` (truncating it) and writes from its checkpoint's step. What the file
 held when the first trainer died is kept aside (``<experiment>.jsonl.before-resume``): a live exporter read those
 lines before it saw the truncation, and the backtest replays both (``truth.replay``). A console log appended by
@@ -47,6 +48,10 @@ CONFIG_TEMPLATE = Path("tests/fixtures/trainer_config/finished_on_cadence.hydra/
 PPRINT_TEMPLATE = Path("tests/fixtures/trainer_config/finished_on_cadence.pprint.log")
 SNAPSHOT_SUFFIX = ".jsonl.before-resume"
 GPUS = 4
+# A run that validates also validates before its first step (VeRL-Omni's val_before_train, default True) and logs
+# only the validation keys at the step it starts from: 0, or the checkpoint's step on a resume (docs/verl-source.md
+# S). The values of the simulator's validation keys at the start of a run.
+VAL_BEFORE_TRAIN = {"val-core/ocr/reward/mean@1": 0.27, "val-aux/ocr/reward/combined/mean@1": 0.25}
 
 
 # --- which alerts name which cause -------------------------------------------------------------------------
@@ -184,8 +189,9 @@ def _time_cases() -> list[Case]:
                 out.append(_faulty(name, shape, replace(f, start=20), steps=45, **layout,
                                    note="a step change from step 20 to the end"))
             elif shape == "episode":
-                out.append(_faulty(name, shape, replace(f, start=18, end=32), steps=50, **layout,
-                                   note="an episode: steps 18-32, then healthy again"))
+                out.append(_faulty(name, shape, replace(f, start=18, end=32), steps=50, **{**CK, **layout},
+                                   note="an episode: steps 18-32, then healthy again (checkpoint every 20, "
+                                        "validation every 10)"))
             elif shape == "creep":
                 out.append(_faulty(name, shape, replace(f, start=15, ramp=40), steps=60, **layout,
                                    note="a creep: from step 15 the fault grows linearly to full strength over 40 steps"))
@@ -321,6 +327,7 @@ def _config_overrides(case: Case) -> dict[str, object]:
         "trainer.save_freq": s.checkpoint_every or -1, "trainer.test_freq": s.validation_every or -1,
         "trainer.nnodes": 1, "trainer.n_gpus_per_node": GPUS, "trainer.use_v1": s.trainer == "v1",
         "trainer.v1.trainer_mode": s.async_mode, "actor_rollout_ref.model.lora_rank": 64 if case.lora else 0,
+        "trainer.val_before_train": bool(s.validation_every),
         "reward.reward_model.enable": reward_model,
         "reward.reward_model.enable_resource_pool": s.reward == "pool",
         "reward.reward_model.nnodes": 1 if s.reward == "pool" else 0,
@@ -394,6 +401,9 @@ def write_case(case: Case, root: Path, repo: Path, tracking_cls) -> RunTruth:
         with contextlib.redirect_stdout(console):
             if case.console and case.config:
                 print(printed_config(case, repo), end="")
+            if spec.validation_every:  # val_before_train: the validation line before the first step (docstring)
+                tracker.log(data=_compact(VAL_BEFORE_TRAIN), step=first - 1)
+                lines += 1
             for step in range(first, last + 1):
                 tracker.log(data=_compact(step_dict(spec, step)), step=step)
                 lines += 1
