@@ -64,6 +64,9 @@ class AlertHit:
     last_index: int
     first_t: float = 0.0  # the evaluation at which it first fired (unix seconds, simulated clock)
     hold: float = 0.0     # its rule's for:
+    last_t: float = 0.0   # the last evaluation at which it fired
+    resolved_t: float | None = None  # the first evaluation after last_t (Prometheus resolves it then); None: still
+    #                                  firing at the run's last evaluation (the scorecard sends it to Alertmanager)
     annotations: dict[str, str] = field(default_factory=dict)  # as Prometheus rendered them at first_t
 
     def as_json(self) -> dict:
@@ -80,6 +83,8 @@ class BacktestResult:
     evaluated: list[str]
     eval_points: int = 0
     samples: int = 0
+    eval_end: float = 0.0  # the run's last evaluation (simulated clock): last step + tail
+    gaps_end: float = 0.0  # the last evaluation of the gaps-only rules (TrainingStalled): last step + silence
 
     @property
     def steps(self) -> int:
@@ -109,7 +114,7 @@ def _hit(f: Firing, timeline: Timeline) -> AlertHit:
     j = i if j is None else j
     labels = {k: v for k, v in sorted(f.labels.items()) if k != "alertname"}
     return AlertHit(f.rule.name, f.rule.severity, timeline.steps[i], timeline.steps[j], labels, i, j,
-                    f.first_t, f.rule.hold)
+                    f.first_t, f.rule.hold, f.last_t, f.resolved_t)
 
 
 EVAL_THREADS = 4
@@ -316,7 +321,8 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
     for ri, p in enumerate(plans):
         hs = sorted(hits[ri], key=lambda h: (h.first_index, h.alertname, sorted(h.labels.items())))
         out.append(BacktestResult(p.run, p.timeline, hs, rules.skipped(), [a.name for a in alerts],
-                                  per_run_points[ri], samples))
+                                  per_run_points[ri], samples, p.judged_ms / 1000,
+                                  min(p.last_ms / 1000, p.timeline.end + p.silence)))
     return out
 
 
@@ -392,6 +398,7 @@ def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], fami
     now = [tl.arrivals[0]]
     store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
     store.set_source_up(run.kind, run.path, True)
+    truncated = set(run.truncated_before)
     if run.trainer_config is not None:
         store.set_trainer_config(run.trainer_config, labels=(run.project, run.experiment))
     render = FamilyRender(store, families)
@@ -399,6 +406,8 @@ def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], fami
     n = len(run.entries)
     for i, entry in enumerate(run.entries):
         now[0] = tl.arrivals[i]
+        if i in truncated:  # the file source saw the log truncated here: verl reopened it ("wb") on a resume
+            store.trainer_restarted(run.project, run.experiment, run.kind)
         rec = store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
         if observe is not None:
             observe(ri, i, store, rec)
@@ -449,7 +458,8 @@ def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable
             found = [(lb, firing_intervals(f[k0:k1], sub_t, rule.hold, rule.keep_firing_for)) for lb, f, _ in series]
         for labels, ivs in found:
             for iv in ivs:
-                yield ri, _hit(Firing(rule, labels, sub_t[iv.first], sub_t[iv.last]), p.timeline)
+                resolved = sub_t[iv.last + 1] if iv.last + 1 < len(sub_t) else None
+                yield ri, _hit(Firing(rule, labels, sub_t[iv.first], sub_t[iv.last], resolved), p.timeline)
 
 
 def _run_grid(grid: SampleGrid, run: RecordedRun) -> SampleGrid:

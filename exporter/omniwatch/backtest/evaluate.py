@@ -77,6 +77,7 @@ class Firing:
     labels: dict[str, str]
     first_t: float
     last_t: float
+    resolved_t: float | None = None  # the first evaluation without it after last_t (None: firing to the end)
 
 
 def _truth(prom, rule: AlertRule, expr: str, times: list[float]) -> dict[tuple, tuple[dict, list[bool]]]:
