@@ -201,7 +201,9 @@ def test_late_lower_step_and_rerun_enter_the_reference_by_step_number():
     assert [r.step for r in w.reference] == [1, 2, 3, 4]
     w.add(synthetic(3, 120.0))  # the same step again replaces its record
     assert [r.duration for r in w.reference] == [130.0, 100.0, 120.0, 100.0]
-    w.reset()  # a new trainer incarnation starts a new reference
+    w.reset()  # a new trainer incarnation: its own reference starts over, the old one is kept until it settles
+    assert w.reference == [] and w.prior is not None and w.stats().reference_origin == "kept"
+    w.forget()  # a restart that shares nothing with the old incarnation (a level shift the log did not show)
     assert w.reference == [] and w.stats().duration_baseline is None
 
 

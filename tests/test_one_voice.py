@@ -52,7 +52,8 @@ def _records(spec: RunSpec, last: int):
 
 def test_healthy_references_never_hold_a_level_shift_under_8_to_15_percent_jitter():
     """400 reference windows of healthy runs, every layout, phase jitter 10 %, step jitter 8-15 %: the shift test
-    (complete separation, 5 points of the step and 4x the segments' own spread; MFU 15 %) never cuts one."""
+    (5 points of the step and a fifth of the part's share, 4 robust standard errors; MFU 15 %) never cuts one (3000
+    with 4-15 % phase jitter were measured the same way while calibrating: none cut)."""
     layouts = [dict(trainer="legacy", reward="colocated"), dict(trainer="legacy", reward="pool"),
                dict(trainer="v1", reward="function"), dict(trainer="v1", reward="colocated"),
                dict(trainer="v1", reward="function", async_mode="separate_async")]
@@ -71,6 +72,7 @@ def test_healthy_references_never_hold_a_level_shift_under_8_to_15_percent_jitte
 
 @pytest.mark.parametrize("factor,onset", [(1.4, 6), (1.8, 6), (1.6, 7), (1.5, 8)])
 def test_a_fault_from_step_6_to_8_is_judged_against_the_steps_before_it(factor, onset):
+    """(the calibration, 60 seeds per case at 15 % phase jitter: actor and reward faults found in 60 of 60, generation 1.55x in 52-55)"""
     """update_actor 1.4-1.8x slower from step 6-8 to the end (the issue's case): the reference is the normal steps
     before the shift (3..onset-1), so MFU and the step are judged against the healthy start, and the texts can say
     where the shift began."""
@@ -79,9 +81,11 @@ def test_a_fault_from_step_6_to_8_is_judged_against_the_steps_before_it(factor, 
     for r in _records(spec, 20):
         w.add(r)
     st = w.stats()
-    assert st.reference_shift is not None and st.reference_shift.step == onset
+    # the first split after which the steps are worse: at the onset, or a step before it when the median of the later
+    # segment is the faulty level already (the reference is then the healthy steps before that split)
+    assert st.reference_shift is not None and 6 <= st.reference_shift.step <= onset
     assert st.reference_origin == "before_shift"
-    assert (st.reference_first, st.reference_last) == (3, onset - 1)
+    assert (st.reference_first, st.reference_last) == (3, st.reference_shift.step - 1)
     assert st.mfu["actor"]["max"] / st.mfu_baseline["actor"] < 1 / factor + 0.05  # MFUDrop's condition holds
     assert st.duration_ratio["min"] > 1 + 0.24 * (factor - 1) * 0.5  # the step is judged against the healthy start
 

@@ -500,6 +500,10 @@ class RunWindow:
         self.prior: list[StepRecord] | None = None
         self.prior_leader: str | None = None
         self.kept: list[StepRecord] | None = None
+        # The previous incarnation's last normal steps and history, while its reference is pending or kept: the
+        # window goes on across the restart (a resume of the same workload, still slow, stays one alert).
+        self.carried: list[StepRecord] = []
+        self.carried_hist: list[tuple] = []
         self.reason = ""
         self.config_changed = False  # set by the model when the trainer's configuration differs after a restart
 
@@ -564,8 +568,11 @@ class RunWindow:
         current = self.kept if self.kept is not None else self._stable(self.reference)
         if current and len(current) >= MIN_BASELINE_STEPS:
             self.prior, self.prior_leader = list(current), self._leader
+            self.carried = (self.carried + list(self.normal))[-self.normal.maxlen:]
+            self.carried_hist = (self.carried_hist + list(self.history))[-HISTORY_STEPS:]
         elif self.prior is None:
             self.prior_leader = None
+            self.carried, self.carried_hist = [], []
         self.kept = None
         self.reason = ""
         self.config_changed = False
@@ -576,10 +583,16 @@ class RunWindow:
         self._leader, self._leader_at, self._carry = None, -1, None
         self._shift_key, self._shift = None, None
 
+    @property
+    def borrowed(self) -> bool:
+        """The reference is the previous incarnation's (kept, or pending until the first k normal steps settle it)."""
+        return self.kept is not None or self.prior is not None
+
     def forget(self) -> None:
         """A new trainer incarnation that shares nothing with the old one (a level shift the log did not show)."""
         self.reset()
         self.prior = self.prior_leader = None
+        self.carried, self.carried_hist = [], []
 
     def _settle_prior(self, first: list[StepRecord]) -> None:
         """Keep the previous incarnation's reference for this one, or drop it and say why, from the new
@@ -608,6 +621,7 @@ class RunWindow:
                         reason = reason or "mfu_changed"
         if reason:
             self.reason, self.kept = reason, None
+            self.carried, self.carried_hist = [], []
         else:
             self.kept, self._carry = prior, self.prior_leader
         self.prior_leader = None
@@ -623,17 +637,23 @@ class RunWindow:
             self._typical_valid = True
         return self._typical
 
-    def _stable(self, cand: list[StepRecord]) -> list[StepRecord]:
+    def _stable(self, cand: list[StepRecord], tail: list[StepRecord] = ()) -> list[StepRecord]:
         """``cand`` (reference steps), cut before a level shift inside it (shift.reference_shift): the steps
-        before a fault that began inside the reference are the reference. Cached per set of steps."""
-        key = tuple((r.step, id(r)) for r in cand)
+        before a fault that began inside the reference are the reference. ``tail``: the normal steps after ``cand``
+        while the reference is not complete (the window): more evidence of the later segment, so a fault from the
+        incarnation's 4th normal step is seen at its 3rd step, not only once the reference holds 3 steps of it.
+        Cached per set of steps."""
+        key = tuple((r.step, id(r)) for r in cand), tuple((r.step, id(r)) for r in tail)
         if key != self._shift_key:
             self._shift_key = key
-            self._shift = _reference_shift(cand) if len(cand) >= 2 * MIN_BASELINE_STEPS else None
+            self._shift = _reference_shift(cand, list(tail)) if len(cand) + len(tail) >= 2 * MIN_BASELINE_STEPS \
+                and len(cand) >= MIN_BASELINE_STEPS else None
         return cand[: self._shift.index] if self._shift is not None else cand
 
     def stats(self) -> WindowStats:
         recs = list(self.normal)
+        if self.carried:
+            recs = (self.carried + recs)[-self.normal.maxlen:]
         out = WindowStats(steps=min(len(recs), self.k))
         out.typical_step = self.typical_step()
         if len(recs) < self.k:
@@ -641,10 +661,12 @@ class RunWindow:
         win = recs[-self.k:]
         # The reference: the previous incarnation's where it was kept across the restart; else this incarnation's
         # first r normal steps that precede the window, cut before a level shift inside them.
-        if self.kept is not None:
-            base, out.reference_origin = self.kept, "kept"
+        if self.kept is not None or self.prior is not None:  # kept, or pending: judged as kept until settled
+            base, out.reference_origin = (self.kept if self.kept is not None else self.prior), "kept"
         else:
-            base = self._stable([r for r in self.reference if r.step < win[0].step])
+            cand = [r for r in self.reference if r.step < win[0].step]
+            tail = [r for r in recs if r.step > cand[-1].step] if cand and len(self.reference) < self.r else []
+            base = self._stable(cand, tail)
             out.reference_shift = self._shift if self._shift is not None and base else None
             out.reference_origin = "before_shift" if out.reference_shift else "incarnation"
         out.reference_reason = self.reason
@@ -693,7 +715,7 @@ class RunWindow:
             if len(wc) == self.k and len(bc) >= MIN_BASELINE_STEPS:
                 out.cause_reference = {c: statistics.median(x[c] for x in bc) for c in CAUSES}
                 out.regression = {c: statistics.median(x[c] for x in wc) - out.cause_reference[c] for c in CAUSES}
-                out.regression_top = self._leader_for(out, recs, win, base[-1].step if self.kept is None else -1, unit, now)
+                out.regression_top = self._leader_for(out, recs, win, base[-1].step if not self.borrowed else -1, unit, now)
             self._drift(out, recs, win, unit, now, ref)
         self._mfu_drift(out, recs, base)
         self._shapes(out, ref if out.duration_baseline else None, unit is _images)
@@ -718,7 +740,7 @@ class RunWindow:
             scaled = [_scaled(x, unit, now) for x in w]
             return {c: statistics.median(x[c] for x in scaled) - ref[c] for c in CAUSES}
 
-        if self.kept is None and len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
+        if not self.borrowed and len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
             self._leader, self._leader_at = None, -1
             return max(out.regression, key=lambda c: (out.regression[c], c))
         windows = _windows_after(recs, self.k, after)
@@ -737,7 +759,7 @@ class RunWindow:
         """StepTimeRegression's creep series: the median of the last ``d`` normal steps (per unit of work) over the
         reference, once that many normal steps follow the reference (a creep is judged over tens of steps, never
         over the reference itself), and the cause medians' growth over the reference's."""
-        last = out.reference_last if self.kept is None else -1
+        last = out.reference_last if not self.borrowed else -1
         recent = [r for r in recs[-self.d:] if r.step > last and r.duration is not None]
         if len(recent) < self.d or not ref:
             return
@@ -749,7 +771,7 @@ class RunWindow:
     def _mfu_drift(self, out: WindowStats, recs: list[StepRecord], base: list[StepRecord]) -> None:
         """MFUDrop's creep series: per role, the median MFU of the last ``d`` normal steps after the reference over
         the reference's (zeros, the unsupported estimator, left out)."""
-        last = out.reference_last if self.kept is None else -1
+        last = out.reference_last if not self.borrowed else -1
         if last is None:
             return
         recent = [r for r in recs[-self.d:] if r.step > last]
@@ -764,7 +786,7 @@ class RunWindow:
         """The shape of each shift since the reference (shift.shape): step time per unit of work against ``ref``
         (the reference's), MFU per role against its reference. Only for a signal that moved off its reference
         (SHAPE_DEADBAND): the texts quote it when an alert fires, far beyond that."""
-        last = out.reference_last if self.kept is None else -1
+        last = out.reference_last if not self.borrowed else -1
         if last is None:
             return
         moved_up = max((out.duration_ratio or {}).get("median", 0.0), out.drift or 0.0) > 1 + SHAPE_DEADBAND
@@ -772,7 +794,8 @@ class RunWindow:
                  if min(out.mfu.get(role, {}).get("median", b), out.mfu_drift.get(role, b) * b) < (1 - SHAPE_DEADBAND) * b]
         if not (ref and moved_up) and not roles:
             return
-        rows = [h for h in self.history if h[0] > last]
+        rows = self.carried_hist + [h for h in self.history if h[0] > last] if self.borrowed else \
+            [h for h in self.history if h[0] > last]
         if len(rows) < 2:
             return
         if ref and moved_up:
@@ -823,28 +846,40 @@ def _unit(base: list[StepRecord], recs: list[StepRecord]):
     return _per_step
 
 
-# A level shift inside the reference (shift.reference_shift), per series: the least move of the medians and the least
-# gap between the segments. A part's share of the step does not move with the whole node (contention, clocks slow
-# every part alike: healthy step times vary 8-15 % from step to step), so 5 points of the step is already a fault
-# inside that part (update_actor 1.4x on a step it holds 24 % of: +7 points). The step time itself is not a signal
-# here: at 15 % step jitter its first 3 normal steps are all the fastest of 10 once in ~120 runs, and a slowdown of
-# every part alike (throttling) shows in MFU. MFU needs a large move. Calibrated on 400 healthy references
-# (tests/test_one_voice.py): none is cut.
-SHIFT_LEVEL = (0.15, 0.03)   # MFU: share of its median
-SHIFT_SHARE = (0.05, 0.02)   # a part of the step: points of the step
+# A level shift inside the reference (shift.reference_shift), per series: the least move of the medians (in the
+# series' units, and as a share of the earlier level: both), and the least gap between the later median and the
+# earlier segment's worst step. A part's share of the step does not move with the whole node (contention, clocks
+# slow every part alike: healthy step times vary 8-15 % from step to step), so 5 points of the step and a fifth of
+# the part's own share is already a fault inside that part (update_actor 1.4x on a step it holds 24 % of: +7
+# points, +29 %; generation 1.55x: +11 points, +25 %). The step time itself is not a signal here: at 15 % step
+# jitter its first 3 normal steps are all the fastest of 10 once in ~120 runs, and a slowdown of every part alike
+# (throttling) shows in MFU. MFU must move by 15 %. Calibrated in tests/test_one_voice.py: 3000 healthy references
+# at 4-15 % phase and 8-15 % step jitter are never cut; faults from step 6-8 are.
+# Criteria (shift.Criteria): least move in the series' units, least move as a share of its earlier level, least gap
+# past the earlier segment's worst step, robust standard errors of noise. "Alone": one series is enough; "together":
+# two series must move at the same split (a part that slowed moves its share *and* the step time; node-wide jitter
+# moves the step alone, one part's jitter its share alone).
+SHIFT_SHARE = ((0.05, 0.20, 0.02, 4.0), (0.03, 0.12, 0.0, 3.0))  # a part's share of the step: points of the step
+SHIFT_MFU = ((0.0, 0.15, 0.0, 4.0), (0.0, 0.10, 0.0, 3.0))       # MFU
+SHIFT_STEP = (None, (0.0, 0.10, 0.0, 3.0))                       # step time per unit of work: never alone
 
 
-def _reference_shift(cand: list[StepRecord]) -> Shift | None:
-    """A level shift inside the reference steps (shift.reference_shift) in each part's share of the step (cause
-    seconds / step seconds) and in MFU per role."""
+def _reference_shift(cand: list[StepRecord], tail: list[StepRecord] = ()) -> Shift | None:
+    """A level shift inside the reference steps ``cand`` (shift.reference_shift) in step time per unit of work (only
+    together with another series), in each part's share of the step (cause seconds / step seconds) and in MFU per
+    role; ``tail``: later normal steps that only add evidence to the later segment."""
+    split = len(cand)
+    cand = list(cand) + list(tail)
     steps = [r.step for r in cand]
-    series: dict[str, tuple[list[float], bool, float, float]] = {}
+    series: dict[str, tuple] = {}
+    if all(r.duration for r in cand):
+        unit = _unit(cand, cand)
+        series["step_time"] = ([r.duration / unit(r) for r in cand], True, *SHIFT_STEP)
     if all(r.duration and r.causes for r in cand):
         for c in CAUSES:
             series["cause:" + c] = ([r.causes[c] / r.duration for r in cand], True, *SHIFT_SHARE)
     for role in sorted({role for r in cand for role in r.mfu}):
         xs = [r.mfu.get(role, 0.0) for r in cand]
         if all(x > 0 for x in xs):
-            m = statistics.median(xs)
-            series["mfu:" + role] = (xs, False, SHIFT_LEVEL[0] * m, SHIFT_LEVEL[1] * m)
-    return reference_shift(steps, series) if series else None
+            series["mfu:" + role] = (xs, False, *SHIFT_MFU)
+    return reference_shift(steps, series, max_split=split) if series else None

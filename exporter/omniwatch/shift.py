@@ -21,9 +21,6 @@ from itertools import accumulate
 # A shift inside the reference needs a stable segment of at least this many normal steps before it (the
 # design's "at least 3 normal steps") and as many after it (fewer is noise, and the median of 10 holds it).
 SHIFT_MIN_STEPS = 3
-# ... and the segments must be apart by more than NOISE_FACTOR times their own spread (median absolute deviation),
-# besides each series' own margins (reference_shift's caller: analytics._reference_shift).
-NOISE_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -36,34 +33,53 @@ class Shift:
     ratio: float
 
 
-def _mad(xs: list[float]) -> float:
-    m = statistics.median(xs)
-    return statistics.median(abs(x - m) for x in xs)
+Criteria = tuple[float, float, float, float]  # least move (units), least move (share of the earlier median), gap, noise
 
 
-def reference_shift(steps: list[int], series: dict[str, tuple[list[float], bool, float, float]]) -> Shift | None:
-    """The first split of the reference (by step order) after which some series is worse than before it at
-    every step, by margins: ``series`` maps a name to (values in step order, ``worse_up`` — larger is worse, as step
-    time; smaller is worse, as MFU —, the least move of the medians and the least gap between the two segments
-    (after's best step to before's worst), both in the series' units). Complete separation by that gap, a move of
-    the medians by that margin and by NOISE_FACTOR times the segments' own spread is what makes it a shift, not
-    jitter. Only degradations count: a run that gets faster after its first steps (a warm-up tail) keeps its
-    reference as it is."""
+def _passes(xs: list[float], i: int, worse_up: bool, c: Criteria) -> float | None:
+    """How far the later segment's median moved past the earlier one's (as a multiple of its margin) when it passes
+    ``c``, else None."""
+    least, rel, min_gap, noise = c
+    before, after = xs[:i], xs[i:]
+    mb, ma = statistics.median(before), statistics.median(after)
+    move = (ma - mb) if worse_up else (mb - ma)
+    margin = max(least, rel * abs(mb))
+    if margin <= 0 or move <= margin:
+        return None
+    clear = (ma - max(before)) if worse_up else (min(before) - ma)
+    sigma = 1.4826 * statistics.median([abs(x - mb) for x in before] + [abs(x - ma) for x in after])
+    stderr = sigma * (1 / len(before) + 1 / len(after)) ** 0.5
+    return move / margin if clear > min_gap and move > noise * stderr else None
+
+
+def reference_shift(steps: list[int], series: dict[str, tuple[list[float], bool, Criteria | None, Criteria]],
+                    max_split: int | None = None) -> Shift | None:
+    """The first split of the reference (by step order) after which some series is worse than before it: ``series``
+    maps a name to (values in step order, ``worse_up`` — larger is worse, as a part's share of the step; smaller is
+    worse, as MFU —, its criteria alone (None: never alone), its criteria when another series moves at the same
+    split too). Criteria: the least move of the medians in the series' units and as a share of the earlier median
+    (both must be met), the least gap by which the later median must clear the earlier segment's worst step, and how
+    many robust standard errors (the segments' spread around their own medians) the move must stand above the noise
+    (a median-based two-sample test), so 15 % jitter cannot fake it. Only degradations count: a run that gets faster
+    after its first steps (a warm-up tail) keeps its reference as it is. ``max_split``: the split is at most this
+    index (the reference's own steps; the steps after it only add evidence to the later segment)."""
     n = len(steps)
-    for i in range(SHIFT_MIN_STEPS, n - SHIFT_MIN_STEPS + 1):
-        best: tuple[float, Shift] | None = None
-        for name, (xs, worse_up, margin, min_gap) in series.items():
-            before, after = xs[:i], xs[i:]
-            mb, ma = statistics.median(before), statistics.median(after)
-            move = (ma - mb) if worse_up else (mb - ma)
-            gap = (min(after) - max(before)) if worse_up else (min(before) - max(after))
-            noise = max(_mad(before), _mad(after))
-            if gap > min_gap and move > margin and move > NOISE_FACTOR * noise:
-                rel = move / margin
-                if best is None or rel > best[0]:
-                    best = (rel, Shift(i, steps[i], name, ma / mb if mb else float("inf")))
-        if best is not None:
-            return best[1]
+    last = n - SHIFT_MIN_STEPS if max_split is None else min(n - SHIFT_MIN_STEPS, max_split)
+    for i in range(SHIFT_MIN_STEPS, last + 1):
+        alone: list[tuple[float, str]] = []
+        together: list[tuple[float, str]] = []
+        for name, (xs, worse_up, strong, weak) in series.items():
+            if strong is not None and (r := _passes(xs, i, worse_up, strong)) is not None:
+                alone.append((r, name))
+            elif (r := _passes(xs, i, worse_up, weak)) is not None:
+                together.append((r, name))
+        if not alone and len(together) >= 2:
+            alone = together
+        if alone:
+            _, name = max(alone)
+            xs = series[name][0]
+            mb, ma = statistics.median(xs[:i]), statistics.median(xs[i:])
+            return Shift(i, steps[i], name, ma / mb if mb else float("inf"))
     return None
 
 

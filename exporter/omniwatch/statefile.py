@@ -175,6 +175,8 @@ class WindowState(_Open):
     leader: Annotated[str, Field(max_length=64)] | None = None
     leader_at: Annotated[StrictInt, Field(ge=-1, le=MAX_STEP)] = -1
     carry: Annotated[str, Field(max_length=64)] | None = None
+    carried: list[Record] = Field(default_factory=list)
+    carried_history: list[tuple[Step, Finite | None, Finite | None, list[tuple[str, Finite]]]] = Field(default_factory=list)
 
 
 class RunState(_Open):

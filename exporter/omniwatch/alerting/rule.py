@@ -75,12 +75,14 @@ _SPLIT = re.compile(r"^\(\n" + re.escape(HOLD_MARK) + r"\n(?P<hold>.*)\n\)\n  \*
 
 
 def hysteresis(fire: str, hold: str, alertname: str, by: str = RUN_BY, static: dict | None = None,
-               sticky: tuple[str, ...] = ()) -> str:
+               sticky: tuple[str, ...] = (), unheld: dict[str, str] | None = None) -> str:
     """While this alert (with the ``static`` labels of its variant) fires for the ``by`` labels, it stays as long as
     ``hold`` holds, keeping its ``sticky`` labels; otherwise it fires as ``fire`` says. ``hold`` must return one
-    series per ``by`` label set (it is matched one-to-one with the firing alert)."""
+    series per ``by`` label set (it is matched one-to-one with the firing alert). ``unheld``: label -> regex of the
+    instances that are never held (they resolve as soon as ``fire`` no longer holds)."""
     matchers = ", ".join([f'alertname="{alertname}"', 'alertstate="firing"',
-                          *(f'{k}="{v}"' for k, v in sorted((static or {}).items()))])
+                          *(f'{k}="{v}"' for k, v in sorted((static or {}).items())),
+                          *(f'{k}!~"{v}"' for k, v in sorted((unheld or {}).items()))])
     body = "\n".join("  " + line for line in hold.splitlines())
     return (f"(\n{HOLD_MARK}\n{body}\n)\n  * on ({by}) group_left ({', '.join(sticky)}) ALERTS{{{matchers}}}\n"
             f"{FIRE_MARK.format(by=by)}\n{fire}")
@@ -93,6 +95,23 @@ class Hysteresis:
     by: tuple[str, ...]
     sticky: tuple[str, ...]
     matchers: str
+
+
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def matches(matchers: str, labels: dict[str, str]) -> bool:
+    """Whether an alert with ``labels`` is selected by the PromQL label matchers ``matchers`` (``a="x", b!~"y|z"``;
+    regexes are anchored, as in PromQL). ``alertname`` and ``alertstate`` are the caller's to judge."""
+    for m in _MATCHER.finditer(matchers):
+        name, op, value = m[1], m[2], m[3].replace('\\"', '"')
+        if name in ("alertname", "alertstate"):
+            continue
+        have = labels.get(name, "")
+        ok = (have == value if op in ("=", "!=") else re.fullmatch(value, have) is not None)
+        if ok != (op in ("=", "=~")):
+            return False
+    return True
 
 
 def split_hysteresis(expr: str) -> Hysteresis | None:

@@ -64,10 +64,16 @@ def _median(cfg: Config, metric: str, by: str = RUN_BY) -> str:
 
 
 def _held(name: str, fire: str, hold: str, value: str, by: str = RUN_BY, static: dict | None = None,
-          sticky: tuple[str, ...] = ()) -> str:
+          sticky: tuple[str, ...] = (), unheld: dict[str, str] | None = None) -> str:
     """Fires on ``fire``; once firing, stays while ``hold`` holds. Held, the alert's value is ``value`` (the statistic
     it fired on: the window's min, say, while ``hold`` judges its median), so its text says the same thing in both."""
-    return hysteresis(fire, f"{value}\n  and on ({by})\n{hold}", name, by, static, sticky)
+    return hysteresis(fire, f"{value}\n  and on ({by})\n{hold}", name, by, static, sticky, unheld)
+
+
+# StepTimeRegression causes that an alert of their own names (Alertmanager inhibits the regression while it fires):
+# the regression is not held for them, so it never outlives that alert at the end of an episode (it would be sent
+# the moment the inhibition lifts). A cause no alert of its own covers (rollout, weight_sync, other) is held.
+OWNED_CAUSES = {"reward": n.ALERT_REWARD_BOUND, "inter_stage_idle": n.ALERT_IDLE, "actor": n.ALERT_MFU_DROP}
 
 
 # "— a step change at step N" / "a creep of X% over N steps (from step M)", and where the reference comes from.
@@ -267,7 +273,7 @@ def steps(cfg: Config) -> Group:
     add(Alert(
         n.ALERT_STEP_REGRESSION,
         _held(n.ALERT_STEP_REGRESSION, with_cause(fire), f"{REC_STEP_RATIO_MEDIAN} > {c.step_time.resolve_ratio:g}",
-              REC_STEP_VS_BASELINE, sticky=("cause",)),
+              REC_STEP_VS_BASELINE, sticky=("cause",), unheld={"cause": "|".join(OWNED_CAUSES)}),
         "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own reference, "
                    f"or have crept more than {pct(c.step_drift.ratio - 1)} over it.",
         P(RUN, ": steps take ", Value("f2"), "x the run's reference step time per unit of work (median of the first "

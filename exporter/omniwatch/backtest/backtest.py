@@ -441,7 +441,7 @@ def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable
     for labels, flags, held in true_at(prom, rule, etimes):
         for ri in _owner(labels, plans, by_key):
             per_run.setdefault(ri, []).append((labels, flags, held))
-    by = hysteresis_by(rule)
+    by, held_matchers = hysteresis_by(rule)
     for ri, series in per_run.items():
         p = plans[ri]
         k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
@@ -453,7 +453,7 @@ def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable
         sub_t = etimes[k0:k1]
         if by:
             found = hysteresis_intervals([(lb, f[k0:k1], h[k0:k1]) for lb, f, h in series], sub_t, rule.hold, by,
-                                         rule.keep_firing_for)
+                                         rule.keep_firing_for, held_matchers)
         else:
             found = [(lb, firing_intervals(f[k0:k1], sub_t, rule.hold, rule.keep_firing_for)) for lb, f, _ in series]
         for labels, ivs in found:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..alerting.rule import split_hysteresis
+from ..alerting.rule import matches, split_hysteresis
 from .ruleset import AlertRule
 
 
@@ -117,18 +117,20 @@ def true_at(prom, rule: AlertRule, times: list[float]) -> list[tuple[dict, list[
     return out + [({b: v for b, v in zip(h.by, key)}, [False] * len(times), flags) for key, flags in held.items()]
 
 
-def hysteresis_by(rule: AlertRule) -> tuple[str, ...]:
+def hysteresis_by(rule: AlertRule) -> tuple[tuple[str, ...], str]:
+    """The ``by`` labels of a rule with hysteresis and the matchers of the instances it holds (else ``()``)."""
     h = split_hysteresis(rule.eval_expr)
-    return h.by if h is not None else ()
+    return (h.by, h.matchers) if h is not None else ((), "")
 
 
 def hysteresis_intervals(series: list[tuple[dict, list[bool], list[bool]]], times: list[float], hold: float,
-                         by: tuple[str, ...], keep_firing_for: float = 0.0) -> list[tuple[dict, list[Interval]]]:
+                         by: tuple[str, ...], keep_firing_for: float = 0.0,
+                         held_matchers: str = "") -> list[tuple[dict, list[Interval]]]:
     """Firing intervals of every instance of one rule with hysteresis over one run's evaluations (``series``: as
     ``true_at`` returns them), run together. At evaluation k the ``by`` label sets whose hold condition holds and
     that had a firing instance at k - 1 are held: those instances stay active with their labels; every other
     ``by`` label set is active where its firing condition holds (Prometheus' state machine per instance, as
-    ``firing_intervals``)."""
+    ``firing_intervals``). ``held_matchers``: the rule's ALERTS matchers; an instance they do not select is never held."""
     hold_of: dict[tuple, list[bool]] = {}
     fire_sets: list[tuple[dict, tuple, list[bool]]] = []
     for labels, fire, held in series:
@@ -163,8 +165,9 @@ def hysteresis_intervals(series: list[tuple[dict, list[bool], list[bool]]], time
                     st[0] = "inactive"
             else:
                 st[0] = "inactive"
-            if st[0] == "firing":
+            if st[0] == "firing" and matches(held_matchers, st[3]):
                 firing_now.setdefault(st[4], set()).add(inst)
+            if st[0] == "firing":
                 if inst not in cur:
                     cur[inst] = Interval(k, k)
                     out.setdefault(inst, []).append(cur[inst])
