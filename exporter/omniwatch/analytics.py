@@ -87,11 +87,16 @@ MIN_BASELINE_STEPS = 3
 # checkpoint steps left out), frozen once the window has moved past them; until then the median of the
 # normal steps before the window (at least MIN_BASELINE_STEPS). A rolling baseline forgives a fault that
 # lasts (it becomes the new normal in ~N/2 steps) and never sees a creep; an anchored one holds the alert
-# until the run is back near where it started. 10: a median of 10 steps moves ~2 % under 8-10 % step
-# jitter, and a fault that starts after the incarnation's 5th normal step leaves it a healthy majority
-# (docs/alerts.md, "How each reference is chosen").
-REFERENCE_STEPS = 10
-# StepTimeDrift: the median of the last DRIFT_STEPS normal steps against the same reference (a creep that is
+# until the run is back near where it started. 20: the median of 10 steps is off by ~3.4 % (1 sd) under 15 %
+# step jitter, and a run whose first steps were an unlucky fast stretch then pages for the rest of its life
+# (scorecard corpus healthy_pool_jittery: its first 10 normal steps 9 % under its level); 20 halve that. A fault
+# that starts inside them is cut out by the level-shift test (shift.reference_shift), so the reference is never
+# a fault (docs/alerts.md, "How each reference is chosen").
+REFERENCE_STEPS = 20
+# The creep series (StepTimeRegression's, MFUDrop's) judge the normal steps after the reference's DRIFT_AFTER-th step:
+# a creep must not wait for the reference's later steps.
+DRIFT_AFTER = 10
+# The creep series: the median of the last DRIFT_STEPS normal steps against the same reference (a creep that is
 # too slow for the k-step window to see before it has cost tens of steps).
 DRIFT_STEPS = 10
 # Normal steps of the incarnation kept (compactly) for the shape of a shift: "a step change at step N" or "a creep
@@ -759,7 +764,7 @@ class RunWindow:
         """StepTimeRegression's creep series: the median of the last ``d`` normal steps (per unit of work) over the
         reference, once that many normal steps follow the reference (a creep is judged over tens of steps, never
         over the reference itself), and the cause medians' growth over the reference's."""
-        last = out.reference_last if not self.borrowed else -1
+        last = self._drift_after(out)
         recent = [r for r in recs[-self.d:] if r.step > last and r.duration is not None]
         if len(recent) < self.d or not ref:
             return
@@ -768,10 +773,21 @@ class RunWindow:
         if out.cause_reference and len(rc) == self.d:
             out.drift_regression = {c: statistics.median(x[c] for x in rc) - out.cause_reference[c] for c in CAUSES}
 
+    def _drift_after(self, out: WindowStats) -> int | None:
+        """The creep series judge the normal steps after this step: the reference's DRIFT_AFTER-th step (the median
+        of 10 steps is already a level; its later steps make it steadier, and a creep must not wait for them), or
+        its last step where it holds fewer; every kept step where the reference is borrowed from before a restart."""
+        if self.borrowed:
+            return -1
+        if out.reference_last is None:
+            return None
+        ref = [r for r in self.reference if out.reference_first <= r.step <= out.reference_last]
+        return ref[min(len(ref), DRIFT_AFTER) - 1].step if ref else out.reference_last
+
     def _mfu_drift(self, out: WindowStats, recs: list[StepRecord], base: list[StepRecord]) -> None:
         """MFUDrop's creep series: per role, the median MFU of the last ``d`` normal steps after the reference over
         the reference's (zeros, the unsupported estimator, left out)."""
-        last = out.reference_last if not self.borrowed else -1
+        last = self._drift_after(out)
         if last is None:
             return
         recent = [r for r in recs[-self.d:] if r.step > last]
