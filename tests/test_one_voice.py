@@ -90,13 +90,13 @@ def test_a_fault_from_step_6_to_8_is_judged_against_the_steps_before_it(factor, 
     assert st.duration_ratio["min"] > 1 + 0.24 * (factor - 1) * 0.5  # the step is judged against the healthy start
 
 
-def test_the_reference_without_a_shift_is_the_first_ten_normal_steps():
+def test_the_reference_without_a_shift_is_the_first_twenty_normal_steps():
     spec = RunSpec(seed=12, pace=240.0, step_jitter=0.08)
     w = RunWindow()
-    for r in _records(spec, 30):
+    for r in _records(spec, 40):
         w.add(r)
     st = w.stats()
-    assert st.reference_origin == "incarnation" and (st.reference_first, st.reference_last) == (3, 12)
+    assert st.reference_origin == "incarnation" and (st.reference_first, st.reference_last) == (3, 22)
 
 
 # --- step time per image --------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_a_resume_still_slow_is_judged_against_the_healthy_start():
                                            ("mfu", "mfu_changed")])
 def test_a_resume_that_changed_the_run_starts_a_new_reference_and_says_why(change, reason):
     spec = RunSpec(seed=17, pace=240.0, faults=[Fault("reward_slow", 1, 3.0)] if change == "faster" else
-                   [Fault("mfu_value", 1, value=2.62)] if change == "mfu" else [])
+                   [Fault("mfu_value", 1, value=2.62)] if change == "mfu" else [])  # mfu: the peak pinned at the restart
     store = RunStore()
     t = _feed(store, spec, range(1, 31))
     store.trainer_restarted("p", "e", "jsonl")

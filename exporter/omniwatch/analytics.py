@@ -107,7 +107,8 @@ HISTORY_STEPS = 128
 # faster per unit of work than it, over its first k normal steps (a fix applied through the restart: judge the run
 # after the fix against itself), or its images per step or its config changed (a new workload).
 RESTART_FASTER = 0.92
-# ... or one of its MFU roles moved by this factor (a pinned device peak), or the kept MFU reference was impossible.
+# ... or one of its MFU roles rose by this factor (a fix of the actor), or the kept MFU reference was impossible (above
+# 1: a device peak pinned through the restart lowers it to the truth). MFU that fell at a restart is a fault resumed.
 RESTART_MFU_MOVED = 1.5
 # The shape of a shift is fitted only for a signal this far off its reference (the window median or the 10-step
 # median): the alert texts quote it far beyond (1.13 and more), and a healthy run costs no fit.
@@ -449,6 +450,9 @@ class WindowStats:
     # step's over the reference's; what StepTimeRegression thresholds.
     duration_ratio: dict[str, float] | None = None
     workload_ratio: float | None = None               # images per step now / in the reference
+    # each part's (cause's) share of the step minus its share in the reference, min/median/max over the window: a part
+    # that grew while the rest jittered down (its growth hidden in the step total)
+    part_growth: dict[str, dict[str, float]] = field(default_factory=dict)  # cause -> min/median/max
     drift: float | None = None                        # median of the last DRIFT_STEPS normal steps / reference
     drift_regression: dict[str, float] = field(default_factory=dict)  # cause -> their median - reference (s)
     mfu_drift: dict[str, float] = field(default_factory=dict)  # role -> median MFU of the last DRIFT_STEPS / reference
@@ -622,7 +626,7 @@ class RunWindow:
                 b = [r.mfu[role] for r in first if r.mfu.get(role, 0) > 0]
                 if a and b:
                     ma, mb = statistics.median(a), statistics.median(b)
-                    if ma > 1.0 or max(ma / mb, mb / ma) > RESTART_MFU_MOVED:
+                    if ma > 1.0 or mb / ma > RESTART_MFU_MOVED:  # an impossible old MFU, or one the restart raised
                         reason = reason or "mfu_changed"
         if reason:
             self.reason, self.kept = reason, None
@@ -721,6 +725,12 @@ class RunWindow:
                 out.cause_reference = {c: statistics.median(x[c] for x in bc) for c in CAUSES}
                 out.regression = {c: statistics.median(x[c] for x in wc) - out.cause_reference[c] for c in CAUSES}
                 out.regression_top = self._leader_for(out, recs, win, base[-1].step if not self.borrowed else -1, unit, now)
+                # each part's share of the step over its share in the reference, lowest over the window
+                ws = [r for r in win if r.causes and r.duration]
+                bs_ = [r for r in base if r.causes and r.duration]
+                if len(ws) == self.k and len(bs_) >= MIN_BASELINE_STEPS:
+                    ref_share = {c: statistics.median(r.causes[c] / r.duration for r in bs_) for c in CAUSES}
+                    out.part_growth = {c: _stats([r.causes[c] / r.duration - ref_share[c] for r in ws]) for c in CAUSES}
             self._drift(out, recs, win, unit, now, ref)
         self._mfu_drift(out, recs, base)
         self._shapes(out, ref if out.duration_baseline else None, unit is _images)

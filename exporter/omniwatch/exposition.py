@@ -30,7 +30,7 @@ OWNED = (
     n.GRAD_NORM_NONFINITE_TOTAL, n.RS_SEQ_MASKED_WINDOW, n.OUTSIDE_STEP_SECONDS, n.OUTSIDE_STEP_WINDOW,
     n.TIMER_RESIDUAL, n.TIMER_RESIDUAL_WINDOW, n.VALIDATION_STEP, n.STEP_DURATION_RATIO_WINDOW, n.WORKLOAD_RATIO,
     n.MFU_DRIFT, n.REFERENCE_INFO, n.REFERENCE_SHIFT_STEP, n.SHIFT_ONSET_STEP, n.SHIFT_SHAPE, n.SHIFT_SIZE,
-    n.SHIFT_STEPS,
+    n.SHIFT_STEPS, n.STEP_PART_GROWTH,
 )
 
 
@@ -167,6 +167,9 @@ def _reference(fams: dict, rl: list[str], st) -> None:
     if st.duration_ratio:
         for stat, v in st.duration_ratio.items():
             fams[n.STEP_DURATION_RATIO_WINDOW].add_metric(rl + [stat], v)
+    for cause, stats in sorted(st.part_growth.items()):
+        for stat, v in stats.items():
+            fams[n.STEP_PART_GROWTH].add_metric(rl + [cause, stat], v)
     if st.workload_ratio is not None:
         fams[n.WORKLOAD_RATIO].add_metric(rl, st.workload_ratio)
     for role, v in st.mfu_drift.items():

@@ -155,6 +155,11 @@ STEP_DURATION_RATIO_WINDOW = _m(
     "min/median/max over the last k normal steps of step time per unit of work (perf/total_num_images where every "
     "step logs it, else per step) / the anchored reference's: what StepTimeRegression thresholds. A workload change "
     "(more images per step) moves omniwatch_workload_ratio, not this.", R + (L_STAT,), "ratio")
+STEP_PART_GROWTH = _m("omniwatch_step_part_growth_ratio_window", "gauge",
+                      "Each part of the step (cause, as omniwatch_step_regression_seconds): its share of the step minus "
+                      "its share in the anchored reference, min/median/max over the last k normal steps (min 0.10: every "
+                      "window step spent 10 points more of itself on that part). StepTimeRegression's part condition.",
+                      R + ("cause", L_STAT), "ratio")
 WORKLOAD_RATIO = _m("omniwatch_workload_ratio", "gauge",
                     "Median images per step (perf/total_num_images) of the last k normal steps / the anchored "
                     "reference's (WorkloadChanged); absent where the run does not log it.", R, "ratio")

@@ -103,6 +103,24 @@ class StepTime(_Part):
         "Window min / baseline: the nightly's PERF_THRESHOLD=0.15 for perf/time_per_step; the fastest of "
         "the window's steps must be 15 % slower. Judged per unit of work (perf/total_num_images where every step "
         "logs it): more images per step is a workload change (WorkloadChanged), not a regression."))
+    median_ratio: float = Field(1.25, description=(
+        "StepTimeRegression's second step-change condition: the window *median* per unit of work / the reference over "
+        "this, i.e. 2 of the last 3 steps 25 % slow. One fast step in a jittery run keeps the fastest-of-3 condition "
+        "under 1.15 for 3 steps (a generation 1.55x slower at 15 % stage jitter: window min 1.11, median 1.26-1.33); "
+        "healthy runs at 15 % step jitter stay under 1.2 in 2 of 3 steps even against a reference 3 % low. It fires a step "
+        "before the other conditions, so it stands aside where an alert of the step's own cause is about to fire (the "
+        "named cause is reward, untimed gaps or the actor; the straggler ratio is up): that alert speaks first."))
+    part_share: float = Field(0.10, description=(
+        "StepTimeRegression's part condition: one part of the step (a cause: generation, reward, the actor phases, "
+        "weight sync, untimed gaps) took this many more points of the step than in the reference in every window step "
+        "(window min of its share minus the reference's share). A part that grew while the others jittered down hides "
+        "its growth in the step total (weight sync 8x slower adds 15 points; generation 1.55x 11). Shares do not move "
+        "when the whole node slows: healthy runs at 15 % phase jitter stay under 8 points in a single step (the largest "
+        "part, generation at 43 % of the step, at +15 % with the rest at -15 %), so every one of 3 steps never passes 10. "
+        "VeRL-Omni's nightly judges weight sync on a threshold of its own for the same reason."))
+    part_resolve: float = Field(0.05, description=(
+        "Hysteresis of the part condition: the alert also stays while some part's window median share is this many "
+        "points over the reference's."))
     resolve_ratio: float = Field(1.08, description=(
         "Hysteresis: once firing (a step change or a creep), StepTimeRegression stays while the window median per unit "
         "of work / the reference is above this, i.e. until most of the last k steps are back within 8 % of it. Under "

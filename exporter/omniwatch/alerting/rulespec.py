@@ -19,7 +19,7 @@ from . import endpoints, rankstraggler, remedies, stalls
 from .config import Config
 from .rule import RUN_BY, Alert, Group, Record, RuleFile, hysteresis, pct, sel
 from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, ShiftShape, Value
-from .records import REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_MFU_DRIFT, REC_MFU_MEDIAN_VS_BASELINE, REC_STEP_DRIFT, REC_STEP_MEDIAN, REC_STEP_RATIO_MEDIAN, REC_WORKLOAD, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN
+from .records import REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_MFU_DRIFT, REC_MFU_MEDIAN_VS_BASELINE, REC_STEP_DRIFT, REC_STEP_MEDIAN, REC_STEP_RATIO_MEDIAN, REC_WORKLOAD, REC_PART_GROWTH_MEDIAN, REC_PART_GROWTH_MIN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN
 
 RELABELED = 'cause="relabeled_sku"'
 
@@ -268,18 +268,33 @@ def steps(cfg: Config) -> Group:
                 f"({cond})")
     fire = (f"{REC_STEP_VS_BASELINE} > {c.step_time.regression_ratio:g}\n"
             f"or on ({RUN_BY})\n"
+            f"(\n  {REC_STEP_RATIO_MEDIAN} > {c.step_time.median_ratio:g}\n"
+            f"    unless on ({RUN_BY}) {REC_REGRESSION_CAUSE_TOP}{{cause=~\"{'|'.join(OWNED_CAUSES)}\"}}\n"
+            f"    unless on ({RUN_BY}) {_median(c, n.ROLLOUT_STRAGGLER_WINDOW)} > {c.straggler.resolve:g}\n)\n"
+            f"or on ({RUN_BY})\n"
             f"(\n  {REC_STEP_DRIFT} > {c.step_drift.ratio:g}\n"
             f"    and on ({RUN_BY}) {REC_STEP_RATIO_MEDIAN} > {c.step_drift.ratio:g}\n)")
+    add(Record(REC_PART_GROWTH_MIN, _window(c, n.STEP_PART_GROWTH, "min", RUN_BY + ", cause"),
+               comment="Each part's share of the step over its share in the reference, lowest over the window."))
+    add(Record(REC_PART_GROWTH_MEDIAN, _window(c, n.STEP_PART_GROWTH, "median"),
+               comment="The largest window median of that growth over the parts (StepTimeRegression's hold)."))
+    # the part that grew, by its own label (the largest if several did), valued like the step-time conditions; not a
+    # part an alert of its own names (RewardBoundRollout, InterStageIdleGPU, MFUDrop judge those: one voice each)
+    part = (f"(topk by ({RUN_BY}) (1, {REC_PART_GROWTH_MIN}{{cause!~\"{'|'.join(OWNED_CAUSES)}\"}} > {c.step_time.part_share:g}) * 0 + 1)\n"
+            f"  * on ({RUN_BY}) group_left () {REC_STEP_VS_BASELINE}")
     add(Alert(
         n.ALERT_STEP_REGRESSION,
-        _held(n.ALERT_STEP_REGRESSION, with_cause(fire), f"{REC_STEP_RATIO_MEDIAN} > {c.step_time.resolve_ratio:g}",
+        _held(n.ALERT_STEP_REGRESSION, f"{with_cause(fire)}\nor on ({RUN_BY})\n{part}",
+              f"{REC_STEP_RATIO_MEDIAN} > {c.step_time.resolve_ratio:g}\n"
+              f"  or on ({RUN_BY}) {REC_PART_GROWTH_MEDIAN} > {c.step_time.part_resolve:g}",
               REC_STEP_VS_BASELINE, sticky=("cause",), unheld={"cause": "|".join(OWNED_CAUSES)}),
         "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own reference, "
                    f"or have crept more than {pct(c.step_drift.ratio - 1)} over it.",
         P(RUN, ": steps take ", Value("f2"), "x the run's reference step time per unit of work (median of the first "
           f"{c.window.reference} normal steps of this trainer incarnation", REFERENCE_NOTE,
-          f"; thresholds: the fastest of the last k steps over {c.step_time.regression_ratio:g}x, or the median of the "
-          f"last {c.window.drift} over {c.step_drift.ratio:g}x)", STEP_SHAPE,
+          f"; thresholds: the fastest of the last k steps over {c.step_time.regression_ratio:g}x, their median over "
+          f"{c.step_time.median_ratio:g}x, the median of the last {c.window.drift} over {c.step_drift.ratio:g}x, or "
+          f"one part {pct(c.step_time.part_share)} more of the step in each of the last k)", STEP_SHAPE,
           LabelIf("cause", "; most of the growth is in "), remedies.gen_includes_scoring(), AT_STEP, ".",
           regression_cost(),
           f" It holds until the window median is back under {c.step_time.resolve_ratio:g}x."),
