@@ -225,7 +225,7 @@ def steps(cfg: Config) -> Group:
               f"or on ({role_by})\n"
               f"(\n  {REC_MFU_DRIFT} < {c.mfu.drift_ratio:g}\n"
               f"    and on ({role_by}) {REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drift_ratio:g}\n)",
-              f"{REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drop_resolve:g}", REC_MFU_VS_BASELINE, role_by),
+              f"{REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drop_resolve:g}", REC_MFU_MEDIAN_VS_BASELINE, role_by),
         "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline, or slid "
                    f"more than {pct(1 - c.mfu.drift_ratio)} below it.",
         P(RUN, ": ", n_label("role"), " MFU is at ", Value("pct"), " of the run's reference (median of the first ",
