@@ -144,10 +144,12 @@ class TaskLedger:
     # -- actors ----------------------------------------------------------------------------------
     def stale_actor_ids(self, rows: list[dict]) -> set[str]:
         """Actors of running calls that are unknown, or known only from before they were ALIVE (a pending
-        actor has no pid or node yet)."""
+        actor has no node yet), actors being created, and actors last seen pending or restarting: the actor
+        table is re-read for them (rate-bounded by the poller) so a new worker is mapped at its first call."""
         return {r["actor_id"] for r in rows if r.get("actor_id")
                 and (r["actor_id"] not in self.actors or self.actors[r["actor_id"]].state != "ALIVE")} | \
-            {a for a in self.creating if a not in self.actors or self.actors[a].state != "ALIVE"}
+            {a for a in self.creating if a not in self.actors or self.actors[a].state != "ALIVE"} | \
+            {aid for aid, a in self.actors.items() if a.state not in ("ALIVE", "DEAD")}   # pending, restarting
 
     def apply_actors(self, rows: list[dict]) -> None:
         for r in rows:

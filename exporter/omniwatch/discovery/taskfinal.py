@@ -39,6 +39,7 @@ class Recovery:
     wanted: "OrderedDict[tuple[str, str], list]" = field(default_factory=OrderedDict)   # (actor, name) -> [windows]
     tries: dict = field(default_factory=dict)
     given_up: set = field(default_factory=set)          # (actor, name) whose pages are too long: observer's view
+    refresh_actors: bool = False   # an observer saw a worker the actor table does not name: re-read it
     pages: int = 0
     cut_pages: int = 0
     observed: int = 0          # observed calls that kept the observer's boundaries

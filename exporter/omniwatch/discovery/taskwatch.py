@@ -97,7 +97,9 @@ class TaskPoller:
         new_nodes = {r.get("node_id") for r in running.rows if r.get("node_id") and r.get("node_id") not in led.nodes}
         now = time.time() if now is None else now   # the poll's time: calls gone from RUNNING closed by then
         wall = now
+        stale = stale or (self.recovery.refresh_actors and {"observed"})
         if (stale or new_nodes) and (not self._last_actor_refresh or wall - self._last_actor_refresh >= self.actor_refresh_s):
+            self.recovery.refresh_actors = False
             if stale:
                 led.apply_actors(self.api.list("actors", job_f).rows)
             if new_nodes:

@@ -29,6 +29,7 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.05
+SCAN_S = 1.0
 MAX_PIDS = 256
 TITLE_BYTES = 512
 
@@ -58,14 +59,21 @@ def title_call(raw: bytes) -> str | None:
 
 
 class CallObserver:
-    """Samples the process titles of ``pids()`` (pid -> actor id) every ``interval`` s in its own thread, or
-    when ``sample()`` is called (tests, replays)."""
+    """Samples the process titles of ``pids()`` (pid -> actor id: the workers mapped to this node's GPUs) and of
+    the Ray actor workers a scan of ``/proc`` finds (every ``scan_s``; a worker the actor table does not name
+    yet -- just created -- is watched from its first call) every ``interval`` s in its own thread, or when
+    ``sample()`` is called (tests, replays)."""
 
     def __init__(self, pids: Callable[[], dict[int, str]], interval: float = DEFAULT_INTERVAL_S,
                  read: Callable[[int], bytes] | None = None, clock: Callable[[], float] = time.time,
-                 max_calls: int = 8192, on_sample: Callable[[float, dict], None] | None = None):
+                 max_calls: int = 8192, on_sample: Callable[[float, dict], None] | None = None,
+                 scan: Callable[[], list[int]] | None = None, scan_s: float = SCAN_S):
         self.pids, self.interval, self.clock = pids, max(0.005, float(interval)), clock
         self.read = read or _read_title
+        self.scan = scan if scan is not None else (_proc_pids if read is None else None)
+        self.scan_s = scan_s
+        self._last_scan = 0.0
+        self._kind: dict[int, str] = {}      # pid -> "actor" (a Ray actor worker), "idle" (ray::IDLE), "other"
         self.lock = threading.Lock()
         self.done: deque[Observed] = deque(maxlen=max_calls)
         self.current: dict[int, tuple[str, str | None, float]] = {}   # pid -> (actor, name, since)
@@ -76,6 +84,31 @@ class CallObserver:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _scan(self) -> None:
+        """Find this node's Ray actor workers: new pids are read once; a worker still ``ray::IDLE`` (Ray hands
+        idle workers to new actors) or not titled yet is read again at the next scan."""
+        try:
+            pids = set(self.scan())
+        except OSError:
+            return
+        for pid in list(self._kind):
+            if pid not in pids:
+                del self._kind[pid]
+        for pid in pids:
+            if self._kind.get(pid) in ("other", "actor"):
+                continue
+            try:
+                raw = self.read(pid)
+            except OSError:
+                continue
+            title = raw.split(b"\x00", 1)[0]
+            if title.startswith(b"ray::IDLE") or b"default_worker.py" in raw:
+                self._kind[pid] = "idle"
+            elif title.startswith(b"ray::") and len(self._kind) < 4 * MAX_PIDS:
+                self._kind[pid] = "actor"
+            else:
+                self._kind[pid] = "other"
+
     def sample(self, now: float | None = None) -> None:
         try:
             pids = dict(list(self.pids().items())[:MAX_PIDS])
@@ -83,13 +116,21 @@ class CallObserver:
             log.debug("call observer: no pids", exc_info=True)
             pids = {}
         now = self.clock() if now is None else now
+        if self.scan is not None and now - self._last_scan >= self.scan_s:
+            self._last_scan = now
+            self._scan()
+        watch = dict(pids)
+        for pid, kind in self._kind.items():
+            if kind == "actor" and pid not in watch and len(watch) < MAX_PIDS:
+                watch[pid] = ""
         seen: dict[int, str | None] = {}
-        for pid, actor in pids.items():
+        for pid in watch:
             try:
                 seen[pid] = title_call(self.read(pid))
             except OSError:
                 self.unreadable += 1
-        self.apply(now, seen, pids)
+                self._kind.pop(pid, None)
+        self.apply(now, seen, {p: a for p, a in watch.items() if p in seen})
 
     def apply(self, now: float, seen: dict[int, str | None], actors: dict[int, str]) -> None:
         """One sample: ``seen`` pid -> the task name its title shows (None: idle)."""
@@ -111,17 +152,23 @@ class CallObserver:
                     continue
                 if cur[1] != name:
                     if cur[1]:
-                        self.done.append(Observed(cur[0], pid, cur[1], cur[2], mid))
+                        self.done.append(Observed(cur[0] or actor, pid, cur[1], cur[2], mid))
                     self.current[pid] = (actor, name, mid)
+                elif actor and not cur[0]:
+                    self.current[pid] = (actor, cur[1], cur[2])
             self.last_sample = now
             self.samples += 1
 
     def calls(self, lo: float) -> list[Observed]:
         """Observed calls ending after ``lo`` (finished ones and those still running)."""
+        return self.snapshot(lo)[0]
+
+    def snapshot(self, lo: float) -> tuple[list[Observed], float]:
+        """(calls ending after ``lo``, the time of the sample they are complete up to), read together."""
         with self.lock:
             out = [o for o in self.done if o.end is not None and o.end > lo]
             out += [Observed(a, pid, name, since, None) for pid, (a, name, since) in self.current.items() if name]
-        return out
+            return out, self.last_sample
 
     @property
     def watermark(self) -> float:
@@ -148,6 +195,11 @@ class CallObserver:
             except Exception:   # the observer must keep running
                 log.exception("call observer sample failed")
             self._stop.wait(self.interval)
+
+
+def _proc_pids() -> list[int]:
+    import os
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
 
 
 def _read_title(pid: int) -> bytes:

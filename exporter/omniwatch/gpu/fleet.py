@@ -136,7 +136,9 @@ def gpu_map(ledger, gpus, local_ids: set[str]) -> dict[str, list[tuple[str, str]
     for g in gpus:
         for pid in getattr(g, "pids", ()) or ():
             pid_gpu[pid].append(g.uuid)
-    live = {aid: a for aid, a in ledger.actors.items() if a.state in ("ALIVE", "RESTARTING") and a.node_id in local_ids}
+    # a DEAD actor keeps its GPU for the calls it made before it died (a run's last calls are attributed after
+    # its job ended); holders() leaves it out of the no-call time
+    live = {aid: a for aid, a in ledger.actors.items() if a.node_id in local_ids}
     for aid, a in live.items():
         if a.pid is not None and a.pid in pid_gpu:
             out[aid] = [(u, "nvml_pid") for u in pid_gpu[a.pid]]
@@ -182,6 +184,8 @@ class FleetAccountant:
             every = DEFAULT_INTERVAL_S if observe is True else float(observe)
             self.observer = CallObserver(lambda: dict(self._watch), every)
         self._observer_started = observer is not None
+        self.recorder = None       # gpu/fleettrace.Recorder (a live run recorded as a replay fixture)
+        self.trace: list | None = None   # (uuid, a, b, fleet, phase, busy, idle) of every attributed piece, when set
         sampler.listeners.append(self.process)
 
     def close(self) -> None:
@@ -252,9 +256,17 @@ class FleetAccountant:
         return per_gpu, node_calls, missed
 
     def process(self) -> None:
+        marker = None
+        try:
+            marker = self._process()
+        finally:
+            if self.recorder is not None:   # gpu/fleettrace.py: what this pass saw, for a replay
+                self.recorder.processed(marker)
+
+    def _process(self):
         led = self.poller.ledger
         if not (getattr(led, "last_poll", 0.0) or 0.0):
-            return
+            return (getattr(led, "polls", 0), 0.0)
         if self.observer is not None and not self._observer_started:
             self.observer.start()
             self._observer_started = True
@@ -263,31 +275,43 @@ class FleetAccountant:
         # the poller holds its lock through a poll (HTTP calls, up to its timeout when Ray is slow): never stall
         # the sampler's thread on it; this pass is skipped and the next one attributes the same time
         if not self.poller.lock.acquire(timeout=0.1):
-            return
+            return None
         try:
             local_ids = {self.node_id} if self.node_id else \
                 local_node_ids(getattr(led, "node_info", {}), self.sampler.node, self.addresses)
             amap = gpu_map(led, gpus, local_ids)
-            self._watch = {led.actors[aid].pid: aid for aid in amap if aid in led.actors and led.actors[aid].pid}
+            self._watch = {led.actors[aid].pid: aid for aid in amap
+                           if led.actors[aid].pid and led.actors[aid].state != "DEAD"}
+            # pid -> actor for the observer's calls: any actor of this node or not placed yet (a pending actor
+            # has a pid before its node is known)
+            pid_actor = {a.pid: aid for aid, a in led.actors.items() if a.pid and (a.node_id in local_ids or not a.node_id)}
             holders: dict[str, set[tuple[str, str]]] = defaultdict(set)
             for aid, pairs in amap.items():
+                if led.actors[aid].state == "DEAD":
+                    continue
                 fleet = holder_fleet(led.actors.get(aid))
                 for uuid, how in pairs:
                     holders[uuid].add((fleet, how))
             last = getattr(led, "last_poll", 0.0) or 0.0
             lo_all = min((self.until.get(g.uuid, last) for g in gpus), default=last)
             lo_all = max(min(lo_all, last), last - MAX_CATCHUP_S) - 60.0
-            observed = self.observer.calls(lo_all) if self.observer is not None else []
+            observed, obs_t = self.observer.snapshot(lo_all) if self.observer is not None else ([], 0.0)
+            marker = (getattr(led, "polls", 0), obs_t)
+            observed = [o if o.actor_id else _with_actor(o, pid_actor.get(o.pid, "")) for o in observed]
             per_gpu, node_calls, missed = self._calls(led, amap, local_ids, lo_all, last, observed)
+            unknown = [o for o in observed if not o.actor_id and o.end is not None and last - o.end < self._wait_s()]
+            if unknown and getattr(self.poller, "recovery", None) is not None:
+                self.poller.recovery.refresh_actors = True   # a worker the actor table does not name yet
+            missed = missed + unknown
             hi_all = self._horizon(led, missed)
             recovery = getattr(self.poller, "recovery", None)
             for o in missed:
-                if recovery is not None and last - o.end < self._wait_s():
+                if recovery is not None and o.actor_id and last - o.end < self._wait_s():
                     recovery.want(o.actor_id, o.name, o.start, o.end)
         finally:
             self.poller.lock.release()
         if hi_all is None:
-            return
+            return marker
         for o in missed:   # what Ray's pages did not give (yet): the observer's boundaries
             call = classify_name(o.name, led, o.actor_id)
             for uuid, how in amap.get(o.actor_id, ()):
@@ -318,12 +342,13 @@ class FleetAccountant:
                 mine = per_gpu.get(g.uuid, [])
                 self.observed_s += sum(max(0.0, min(o.end, hi) - max(o.start, lo)) for o in missed
                                        if any(u == g.uuid for u, _ in amap.get(o.actor_id, ())))
-                self._attribute(run, g.ring, lo, hi, mine, node_calls, h_fleet, h_how)
+                self._attribute(run, g.ring, lo, hi, mine, node_calls, h_fleet, h_how, g.uuid)
                 self.until[g.uuid] = hi
             self.gpus_by = dict(counts)
+        return marker
 
     def _attribute(self, run, ring, lo: float, hi: float, mapped: list[Held], node_calls: list[Held],
-                   h_fleet: str, h_how: str) -> None:
+                   h_fleet: str, h_how: str, uuid: str = "") -> None:
         edges = {lo, hi}
         for c in mapped + node_calls:
             edges.update(x for x in (c.start, c.end) if lo < x < hi)
@@ -338,8 +363,12 @@ class FleetAccountant:
                 share = 1.0 / len(holding)
                 for c in holding:
                     self._add(run, c.fleet, c.phase, c.mapping, busy * share, idle * share)
+                    if self.trace is not None:
+                        self.trace.append((uuid, a, b, c.fleet, c.phase, busy * share, idle * share))
             else:
                 self._add(run, h_fleet, NO_CALL, h_how, busy, idle)
+                if self.trace is not None:
+                    self.trace.append((uuid, a, b, h_fleet, NO_CALL, busy, idle))
 
     def _add(self, run, fleet, phase, how, busy, idle) -> None:
         phase = phase if phase in _PHASES_OK else "other"
@@ -361,6 +390,11 @@ class FleetAccountant:
             for (_p, _e, _node, fleet, _ph, bucket, _how), s in self.totals.items():
                 out[(fleet, bucket)] += s
         return dict(out)
+
+
+def _with_actor(o, actor_id: str):
+    from .callwatch import Observed
+    return Observed(actor_id, o.pid, o.name, o.start, o.end) if actor_id else o
 
 
 def classify_name(name: str, led, actor_id: str):
