@@ -53,8 +53,8 @@ def title_call(raw: bytes) -> str | None:
     if rest.endswith("::Exiting"):
         rest = rest[: -len("::Exiting")]
     cls, dot, method = rest.partition(".")
-    if not dot or not cls or not method or " " in rest:
-        return None
+    if not dot or not cls or not method or " " in rest or method == "__init__":
+        return None   # __init__: the actor is being created (Ray's creation task, not a call)
     return rest[:200]
 
 
