@@ -216,9 +216,10 @@ class FleetAccountant:
             if t.end is not None and last - t.end < FINAL_WAIT_S:
                 hi = min(hi, (t.seen or t.start) - REPORT_LAG_S)
         wait = self._wait_s()
+        early = 2.0 * getattr(self.observer, "interval", 0.0)   # an observed start is up to one sample late
         for o in missed:
             if o.end is not None and last - o.end < wait:
-                hi = min(hi, o.start)
+                hi = min(hi, o.start - early)
         if self.observer is not None and self.observer.watermark:
             hi = min(hi, self.observer.watermark)
         return hi
