@@ -122,6 +122,8 @@ class TaskLedger:
         self.awaiting: dict[tuple[str, int], Task] = {}   # closed, end not final yet (oldest first)
         self.tries: dict[tuple[str, int], int] = {}
         self.creating: dict[str, float] = {}              # actor id -> when its creation task was seen
+        self.seq = 0                 # bumped at every change of a call; changes: (seq, key), bounded
+        self.changes: deque[tuple[int, tuple[str, int]]] = deque(maxlen=4 * max_done)
         self.finals_exact = 0        # closed calls whose end became Ray's recorded end
         self.finals_estimated = 0    # ... that kept the poll's estimate (no finished row came)
         self.recovered = 0           # calls no poll saw, recovered from finished-task pages
@@ -216,6 +218,12 @@ class TaskLedger:
     def known(self, key: tuple[str, int]) -> bool:
         return key in self.running or key in self.closed
 
+    def touch(self, key: tuple[str, int]) -> None:
+        """A call opened, closed, got its final end or was recovered: agents mirroring the ledger
+        (discovery/taskshare.py) fetch the calls changed since their last look."""
+        self.seq += 1
+        self.changes.append((self.seq, key))
+
     # -- finals: Ray's recorded end of calls that left the RUNNING set ---------------------------------
     def apply_final(self, key: tuple[str, int], row: dict | None) -> bool:
         """The finished (or failed) row of an awaiting call, looked up by its task id (None: Ray had none).
@@ -237,6 +245,7 @@ class TaskLedger:
             self.finals_estimated += 1
         del self.awaiting[key]
         self.tries.pop(key, None)
+        self.touch(key)
         return True
 
     def add_recovered(self, rows: list[dict]) -> int:
@@ -257,6 +266,7 @@ class TaskLedger:
             t.seen = end
             self._dispatch_for(t)
             self._remember(t)
+            self.touch(t.key)
             self.recovered += 1
             added += 1
         return added
@@ -312,6 +322,7 @@ class TaskLedger:
                     continue
                 self.running[t.key] = t
                 self._dispatch_for(t)
+                self.touch(t.key)
                 opened += 1
             self.running[t.key].seen = now
         failed_end = {}
@@ -335,6 +346,7 @@ class TaskLedger:
                     self.tries.pop(old, None)
                     self.finals_estimated += 1
             self._remember(t)
+            self.touch(key)
             closed += 1
         self.prev_poll, self.last_poll = self.last_poll, now
         return {"opened": opened, "closed": closed, "lossy": lossy}

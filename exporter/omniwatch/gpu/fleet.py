@@ -60,8 +60,8 @@ log = logging.getLogger(__name__)
 
 SOURCE = "gpu_fleet"
 FLEETS = ("actor", "rollout", "reward", "other")
-BUCKETS = ("productive", "overhead", "idle")
-MAPPINGS = ("nvml_pid", "placement", "node", "unmapped")
+BUCKETS = ("productive", "overhead", "idle", "unmeasured")   # unmeasured: a node whose agent was down
+MAPPINGS = ("nvml_pid", "placement", "node", "unmapped", "agent_down")
 NO_CALL = "none"
 OVERHEAD_PHASES = frozenset({
     "update_weights", "save_checkpoint", "load_checkpoint", "init_model", "wake_up", "sleep", "copy_adapter",
@@ -428,20 +428,33 @@ def _holder(hs: set[tuple[str, str]]) -> tuple[str, str]:
 
 
 class FleetCollector(Collector):
+    """The exporter's own GPUs (``accountant``, when it samples any) and every node agent's (``nodes``,
+    gpu/fleetnodes.py), each under its ``node``."""
     OWNED = (n.GPU_FLEET_SECONDS_TOTAL, n.GPU_FLEET_GPUS)
 
-    def __init__(self, accountant: FleetAccountant):
-        self.accountant = accountant
+    def __init__(self, accountant: FleetAccountant | None, nodes=None):
+        self.accountant, self.nodes = accountant, nodes
 
     def describe(self):
         return n.describe(self.OWNED)
 
     def collect(self):
         f = {k: n.family(k) for k in self.OWNED}
-        totals, gpus = self.accountant.series()
-        for labels, secs in totals:
-            f[n.GPU_FLEET_SECONDS_TOTAL].add_metric(list(labels), secs)
-        run = list(self.accountant.run_key()) + [self.accountant.node]
-        for (fleet, how), count in gpus:
-            f[n.GPU_FLEET_GPUS].add_metric(run + [fleet, how], count)
+        own = set()
+        if self.accountant is not None:
+            totals, gpus = self.accountant.series()
+            for labels, secs in totals:
+                f[n.GPU_FLEET_SECONDS_TOTAL].add_metric(list(labels), secs)
+            run = list(self.accountant.run_key()) + [self.accountant.node]
+            own.add(self.accountant.node)
+            for (fleet, how), count in gpus:
+                f[n.GPU_FLEET_GPUS].add_metric(run + [fleet, how], count)
+        if self.nodes is not None:
+            totals, gpus = self.nodes.series()
+            for labels, secs in totals:
+                if labels[2] not in own:   # an agent on the exporter's own node: the exporter's numbers win
+                    f[n.GPU_FLEET_SECONDS_TOTAL].add_metric(list(labels), secs)
+            for labels, count in gpus:
+                if labels[2] not in own:
+                    f[n.GPU_FLEET_GPUS].add_metric(list(labels), count)
         yield from f.values()
