@@ -265,3 +265,97 @@ def test_a_gap_longer_than_the_ring_is_a_counted_skip():
     acct.process()
     assert acct.skipped_s >= 5.0
     assert store.errors[(fl.SOURCE, "fleet_before_samples")] == 1
+
+
+# -- cluster-wide: the agents' mirror of the one poller's ledger, and the exporter's per-node sums (issue 33 item 3)
+def test_an_agent_mirroring_the_ledger_attributes_its_gpus_as_the_exporter_does():
+    """An agent's accountant over a mirror fed the exporter's ledger changes (``share`` since its last look, as
+    ``GET /api/v1/raytasks/calls`` answers) charges every second as an accountant over the ledger itself."""
+    from types import SimpleNamespace
+    from omniwatch.discovery.taskshare import TaskMirror, share
+    stand = dr.StateStandIn()
+    devs = [TraceDevice(0, "GPU-0", "NVIDIA H200", deque(), memory_total=1 << 30)]
+    sampler = GpuSampler(TraceBackend(devs), None, node="127.0.0.1")
+    poller = Poller()
+    poller.snapshot, poller.run_labels = SimpleNamespace(job_id=dr.JOB_ID), lambda: ("flowgrpo", "fleet")
+    mirror = TaskMirror("http://127.0.0.1:9")
+    here = fl.FleetAccountant(sampler, poller, poller.run_labels, None, addresses=set())
+    there = fl.FleetAccountant(sampler, mirror, mirror.run_labels, None, node_id=stand.nodes[0]["node_id"])
+    poller.ledger.apply_actors(stand.actors)
+    poller.ledger.apply_nodes(stand.nodes)
+    api = StandInAPI(stand)
+    t = last = T0 - 2.0
+    sizes = []
+    while t < T0 + 2 * dr.CYCLE_S:
+        t = round(t + POLL_S, 6)
+        api.now = t
+        poller.ledger.apply(stand.running(t), now=t)
+        settle(api, poller.ledger, [], poller.recovery)
+        doc = json.loads(json.dumps(share(poller, mirror.seq)))
+        sizes.append(len(doc["calls"]))
+        mirror.apply(doc)
+        devs[0].chunks.append([(int(round(x * 1e6)), util(0, x)) for x in (last + SAMPLE_S * k for k in (1, 2, 3))
+                               if last < x <= t + 1e-9])
+        last = max(x for x in (last + SAMPLE_S * k for k in range(4)) if x <= t + 1e-9)
+        sampler.poll_once()
+    a, b = dict(_got(here)), dict(_got(there))
+    assert a.keys() == b.keys() and all(b[k] == pytest.approx(v, abs=1e-6) for k, v in a.items()) and sum(a.values()) > 10
+    assert max(sizes[1:]) < 20   # after the first answer only the calls that changed travel
+    assert mirror.bad_rows == 0 and mirror.run == ("flowgrpo", "fleet")
+    doc = share(poller, 0)   # a bad row is a counted skip, the rest is taken
+    doc["calls"][0][3] = "no_such_role"
+    doc["calls"][1] = ["x"]
+    fresh = TaskMirror("http://127.0.0.1:9")
+    assert fresh.apply(json.loads(json.dumps(doc))) == len(doc["calls"]) - 2 and fresh.bad_rows == 2
+    with pytest.raises(ValueError):
+        fresh.apply({"v": 99})
+
+
+def test_the_exporter_sums_nodes_and_counts_a_down_agents_gpus_as_unmeasured():
+    from omniwatch.gpu.fleetnodes import DOWN_LAG_S, NodeTotals
+    now = {"t": 1000.0}
+    store = RunStore()
+    nodes = NodeTotals(store, clock=lambda: now["t"])
+    row = lambda secs, bucket="productive": ["p", "e", "actor", "update_actor", bucket, "placement", secs]  # noqa: E731
+
+    def rep(node, since, until, secs, idle=0.0, gpus=2):
+        return nodes.report({"node": node, "node_id": node * 4, "gpus": gpus, "since": since, "until": until,
+                             "totals": [row(secs), row(idle, "idle")], "gpus_by": [["actor", "placement", gpus]]})
+
+    def sums(node):
+        return sum(s for labels, s in nodes.series()[0] if labels[2] == node)
+    rep("a", 900.0, 950.0, 80.0, 20.0)             # 2 GPUs x 50 s
+    rep("b", 900.0, 950.0, 100.0)
+    assert sums("a") == pytest.approx(100.0) and sums("b") == pytest.approx(100.0)
+    # agent a goes down at 950; the exporter counts its 2 GPUs unmeasured up to now - DOWN_LAG_S
+    now["t"] = 1100.0
+    nodes.sweep({"a": False, "b": True})
+    assert sums("a") == pytest.approx(2 * (1100.0 - DOWN_LAG_S - 900.0))
+    series, gpus = nodes.series()
+    assert ("p", "e", "a", "other", "agent_down") in {g[0] for g in gpus}
+    assert any(labels[5] == "unmeasured" and labels[6] == "agent_down" for labels, _ in series)
+    # it comes back (same process): of its seconds since 950 only the part after the counted time is taken
+    rep("a", 900.0, 1100.0, 80.0 + 300.0, 20.0)
+    assert sums("a") == pytest.approx(2 * (1100.0 - 900.0))   # every GPU-second of a in exactly one bucket
+    # a restarted agent (totals start over, since after the last until): the gap between is unmeasured
+    now["t"] = 1200.0
+    rep("a", 1150.0, 1190.0, 80.0)
+    assert sums("a") == pytest.approx(2 * (1190.0 - 900.0))
+    # bad rows are counted skips; a report that is not one is a ValueError
+    nodes.report({"node": "b", "gpus": 2, "since": 900.0, "until": 960.0,
+                  "totals": [row(110.0), ["p", "e", "spaceship", "x", "productive", "placement", 1.0], "junk"]})
+    assert store.errors[("gpu_fleet", "bad_fleet_row")] == 2 and sums("b") == pytest.approx(110.0)
+    for bad in ({"node": "b"}, {"node": "b", "gpus": -1, "since": 0, "until": 1}, [], {"node": "b" * 300}):
+        with pytest.raises(ValueError):
+            nodes.report(bad)
+
+
+def test_recovery_wants_from_agents_are_validated():
+    from omniwatch.discovery.taskshare import check_wants
+    wants, refresh = check_wants({"wants": [["a" * 32, "WorkerDict.actor_rollout_update_weights", 1.0, 2.0]],
+                                  "refresh_actors": True})
+    assert wants == [("a" * 32, "WorkerDict.actor_rollout_update_weights", 1.0, 2.0)] and refresh
+    for bad in ([], {"wants": "x"}, {"wants": [["a", "b", "c", 1.0]]}, {"wants": [["a", "b", float("nan"), 1.0]]},
+                {"wants": [["a", "b", 1.0, 2.0]] * 300}):
+        with pytest.raises(ValueError):
+            check_wants(bad)
