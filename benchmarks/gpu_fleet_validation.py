@@ -269,6 +269,9 @@ def run(args) -> dict:
     gcs_port, dash_port = free_port(), free_port()
     dash = f"http://{NODE_IP}:{dash_port}"
     t_start = time.time()
+    meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
+            "machine": platform.machine(), "cpus": os.cpu_count(),
+            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "argv": sys.argv[1:]}
     r = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={gcs_port}",
                         f"--dashboard-port={dash_port}", f"--node-ip-address={NODE_IP}", "--dashboard-host=127.0.0.1",
                         "--num-cpus=8", f"--num-gpus={0 if args.dry_run else 1}", f"--temp-dir={ray_tmp}",
@@ -360,7 +363,7 @@ def run(args) -> dict:
                           "bytes_median": _median([c[1] for c in poll_costs]),
                           "wall_s_median": _median([c[2] for c in poll_costs]),
                           "cpu_s_median": _median([c[3] for c in poll_costs])},
-            "live": live, **replayed}
+            "live": live, **replayed, "meta": dict(meta, section_wall_s=round(t_done - t_start, 1))}
         return {"results": res, "doc": doc}
     finally:
         for p in procs:
@@ -369,6 +372,25 @@ def run(args) -> dict:
         stop_own(ray_tmp)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+RECORDED = ("gpu", "python", "poll_interval_s", "observer_interval_s", "steps", "wall_s", "sampler_cpu_s", "ledger",
+            "recovery", "observer", "accountant", "poll_cost", "live", "replay", "replay_poll_time_view")
+
+
+def record_result(path: Path, res: dict) -> None:
+    """Put a run under ``gpu_fleet`` in a results.json (docs/benchmarks.md's block), the other sections kept."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        results = {}
+    sec = {k: res.get(k) for k in RECORDED}
+    for name in ("live", "replay", "replay_poll_time_view"):   # the per-call list is in the run's own file
+        if isinstance(sec.get(name), dict):
+            sec[name] = {k: v for k, v in sec[name].items() if k != "calls_below_95pct"}
+    sec["meta"] = res.get("meta") or {}
+    results["gpu_fleet"] = sec
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
 def _median(xs):
@@ -387,7 +409,17 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=5.0, help="task-event poll interval (default: the exporter's)")
     ap.add_argument("--observe-s", type=float, default=0.05, help="call observer interval (default: the exporter's)")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--results", help="record this run under 'gpu_fleet' in this results.json (not with --dry-run)")
+    ap.add_argument("--record", metavar="RESULT_JSON", help="run nothing: record the gpu_fleet_validation.json of a "
+                    "finished GPU run into --results")
     args = ap.parse_args()
+    if args.record:
+        if not args.results:
+            ap.error("--record needs --results")
+        record_result(Path(args.results), json.loads(Path(args.record).read_text()))
+        return 0
+    if args.results and args.dry_run:
+        ap.error("--results records a real GPU run; a --dry-run's figures are synthetic")
     os.makedirs(args.out, exist_ok=True)
     got = run(args)
     with open(os.path.join(args.out, "gpu_fleet_validation.json"), "w") as f:
@@ -395,6 +427,8 @@ def main() -> int:
     with open(os.path.join(args.out, "h200_fleet.trace.json" if not args.dry_run else "dry_fleet.trace.json"), "w") as f:
         json.dump(got["doc"], f, separators=(",", ":"))
     r = got["results"]
+    if args.results:
+        record_result(Path(args.results), r)
     for name in ("live", "replay", "replay_poll_time_view"):
         b = r[name]["buckets"]
         print(name, {k: (v["truth_s"], v["measured_s"], v["error_pct"]) for k, v in b.items()},
