@@ -216,7 +216,14 @@ STEP_REGRESSION_GPU_HOURS_PER_DAY = _m(
     "median step x the run's GPUs x 24 h (GPU-hours per day).", R + ("cause",))
 RUN_GPUS = _m("omniwatch_run_gpus", "gauge",
               "GPUs the ledger multiplies by: origin=\"log\" derived from the run's keys (perf/total_num_images / "
-              "(perf/throughput x perf/time_per_step)), origin=\"config\" every GPU pool the trainer config names, origin=\"flag\" from --gpus.", R + ("origin",))
+              "(perf/throughput x perf/time_per_step)), origin=\"config\" every GPU pool the trainer config names, "
+              "origin=\"ray\" the GPU bundles of the run's placement groups (no config read), origin=\"flag\" from --gpus.",
+              R + ("origin",))
+RUN_POOL_GPUS = _m("omniwatch_run_pool_gpus", "gauge",
+                   "The run's GPUs per pool (trainer, reward, rollout: standalone, teacher: distillation, other) from "
+                   "its config (origin=\"config\") or Ray's placement groups (origin=\"ray\"); they sum to "
+                   "omniwatch_run_gpus when it has that origin. Per-pool GPU-hours: a pool's share of "
+                   "omniwatch_gpu_seconds_total.", R + ("pool", "origin"))
 
 GPU_HOURS_PER_DAY = _m("omniwatch_gpu_hours_per_day", "gauge",
                        "What each ledger bucket costs at the current rate: its share of the last k normal steps' "

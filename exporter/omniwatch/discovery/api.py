@@ -127,6 +127,8 @@ def init(app) -> None:
         poller = TaskPoller(cfg.ray_tasks, interval=cfg.ray_tasks_interval, timeout=cfg.timeout, job_id=cfg.ray_job,
                             ring=ring)
         poller.run_labels = disc._run_labels   # shared with the node agents (taskshare.py)
+        store = app.state.store
+        poller.on_pools = lambda pools: store.set_ray_pools(*disc._run_labels(), pools)   # the ledger's GPUs
         app.state.ray_tasks = poller
         app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))
         on_lifespan(app, poller.start, poller.stop)

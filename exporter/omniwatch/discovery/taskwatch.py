@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from .. import backoff
 from . import taskevents as te
-from . import taskring
+from . import pools, taskring
 from .rayapi import RayAPIError, StateAPI
 from .taskfinal import Recovery, settle
 
@@ -75,6 +75,9 @@ class TaskPoller:
         self._saved_at = 0.0
         self.recovery = Recovery()    # calls node observers saw that no poll did (taskfinal.py)
         self.final_budget, self.recover_budget = final_budget, recover_budget
+        self.pools: dict[str, int] = {}   # GPUs per pool from Ray's placement groups (pools.py), every REFRESH_S
+        self._pools_at = 0.0
+        self.on_pools = None              # called with the pools when they change (the run's ledger GPUs)
 
     def _job(self) -> str | None:
         if self.job_id:
@@ -110,6 +113,13 @@ class TaskPoller:
         res = led.apply(running.rows, failed.rows, now, dropped=max(running.dropped, failed.dropped),
                         truncated=running.truncated)
         settle(self.api, led, job_f, self.recovery, self.final_budget, self.recover_budget)
+        if now - self._pools_at >= pools.REFRESH_S:   # the GPU pools verl reserved (issue 33 item 4)
+            self._pools_at = now
+            got = pools.pools(self.api.list("placement_groups", detail=True, limit=pools.MAX_GROUPS).rows)
+            if got != self.pools:
+                self.pools = got
+                if self.on_pools is not None:
+                    self.on_pools(dict(got))
         job = self._job()
         cost = PollCost(self.api.cost.calls - c0, self.api.cost.bytes - w0, time.monotonic() - t0,
                         time.process_time() - cpu0, len(running.rows) + len(failed.rows))
