@@ -164,6 +164,8 @@ class StateStandIn:
             rows = self.actors
         elif kind == "nodes":
             rows = self.nodes
+        elif kind == "placement_groups":   # the demo's workers were placed without GPU bundles
+            rows = []
         else:
             return 404, json.dumps({"result": False, "msg": f"no such list: {kind}", "data": {}}).encode()
         return 200, body([r for r in rows if _match(r, filters)], limit)

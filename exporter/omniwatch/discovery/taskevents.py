@@ -109,6 +109,7 @@ def _pid(v) -> int | None:
 
 
 FINAL_TRIES = 3          # lookups of a closed call's finished row before its poll-time end is kept
+FINAL_WAIT_S = 60.0      # a closed call's finished row is looked for (and waited for) this long at most
 MAX_AWAITING = 4096      # closed calls waiting for their finished row (beyond: the oldest keep their estimate)
 MAX_CREATING = 1024
 
@@ -247,6 +248,17 @@ class TaskLedger:
         self.tries.pop(key, None)
         self.touch(key)
         return True
+
+    def give_up_old(self, older_than: float) -> int:
+        """Closed calls that ended before ``older_than`` and still await their row keep their estimate (a
+        lookup budget too small for the calls ending per poll: the newest are looked up first)."""
+        old = [k for k, t in self.awaiting.items() if t.end is not None and t.end < older_than]
+        for k in old:
+            self.awaiting.pop(k).final = True
+            self.tries.pop(k, None)
+            self.finals_estimated += 1
+            self.touch(k)
+        return len(old)
 
     def add_recovered(self, rows: list[dict]) -> int:
         """Finished rows of calls no poll saw running (a finished-task page): each unknown one is a closed,

@@ -9,9 +9,11 @@ row on a loaded 2-core head, 2 KiB per detailed row; docs/who-holds-the-step.md)
 answered from the GCS's task index (``GcsTaskManager::HandleGetTaskEvents``: one EQUAL task id -> the index;
 two or more -> nothing), one row, 12-21 ms of wall on the same head whatever the history. So:
 
-- **finals**: each closed call awaiting its end (``TaskLedger.awaiting``, oldest first) is looked up by its
-  task id, at most ``final_budget`` per poll; its ``end_time_ms`` replaces the poll-time estimate
-  (``TaskLedger.apply_final``). Not found after ``FINAL_TRIES`` lookups (evicted, dropped): the estimate stays.
+- **finals**: each closed call awaiting its end (``TaskLedger.awaiting``) is looked up by its task id, the
+  newest ``final_budget`` per poll; its ``end_time_ms`` replaces the poll-time estimate
+  (``TaskLedger.apply_final``). Not found after ``FINAL_TRIES`` lookups (evicted, dropped), or still waiting
+  ``FINAL_WAIT_S`` after it ended (more calls end per poll than the budget looks up: 512 ranks closing one
+  dispatch), the estimate stays (``finals_estimated``).
 - **recovery**: a call that started and ended between two polls is in no RUNNING answer. A node's call
   observer (gpu/callwatch.py: the worker's process title names the method it runs) sees it and asks for it
   (``want``: actor id, task name, observed window). The finished-task page ``actor_id=A, name=N,
@@ -26,7 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .taskevents import FINAL_TRIES, TaskLedger
+from .taskevents import FINAL_TRIES, FINAL_WAIT_S, TaskLedger
 
 RECOVER_PAGE = 200        # rows of one recovery page (an actor's calls of one method still in Ray's GCS)
 MAX_WANTED = 1024
@@ -64,7 +66,8 @@ def settle(api, ledger: TaskLedger, job_filter: list, recovery: Recovery | None,
            final_budget: int = 32, recover_budget: int = 2) -> dict:
     """One round of finals and recovery pages (raises RayAPIError when Ray stops answering)."""
     looked = exact = 0
-    for key in list(ledger.awaiting)[:max(0, final_budget)]:
+    ledger.give_up_old(ledger.last_poll - FINAL_WAIT_S)
+    for key in list(ledger.awaiting)[-max(0, final_budget):] if final_budget > 0 else []:   # the newest first
         page = api.list("tasks", [("task_id", "=", key[0])], detail=True, limit=8)
         looked += 1
         row = next((r for r in page.rows if int(r.get("attempt_number") or 0) == key[1]), None)

@@ -54,6 +54,7 @@ from prometheus_client.registry import Collector
 
 from .. import names as n
 from ..discovery.phases import PHASES, SERVER_NAME, WORKER_NAME, classify
+from ..discovery.taskevents import FINAL_WAIT_S
 from .accounting import overlap_seconds
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,6 @@ SERVER_ROLES = ("rollout_server", "reward_server", "teacher_server")
 CPU_ROLES = ("agent_loop", "reward_loop")   # orchestration actors: they hold no GPU
 REPORT_LAG_S = 2.0        # Ray workers report task events every 1 s (RAY_task_events_report_interval_ms)
 MAX_CATCHUP_S = 900.0     # at most this much of one GPU's past per pass (the ring holds ~300 s)
-FINAL_WAIT_S = 60.0       # a closed call's finished row is waited for this long before its estimate is used
 RECOVER_WAIT_S = 15.0     # at least this long for the finished-task page of a call only the observer saw
 OBS_SLACK_S = 0.25        # an observed call and a Ray call of the same method this close are the same call
 DONE_SCAN_SLACK_S = 600.0 # closed calls are scanned back to this long before the attribution window

@@ -17,7 +17,7 @@ A recording is one JSON document (``FORMAT``):
 Replay applies polls and observer samples up to each pass's marker before feeding its drain, so the ledger,
 the observer and the sample ring are in the state the live pass saw. State-API answers are matched to the
 replayed poll's requests by (kind, filters); a request with no recorded answer gets an empty page and is
-counted (``mismatches``).
+counted (``mismatches``; ``unrecorded`` for a kind the recording has none of).
 """
 from __future__ import annotations
 
@@ -106,9 +106,15 @@ class Recorder:
 
 
 class _ReplayAPI:
-    def __init__(self):
+    """Recorded answers by (kind, filters). A request of a kind the whole recording has none of (a list the
+    poller asks for since the recording was made) is answered empty and counted in ``unrecorded``, not as a
+    mismatch."""
+
+    def __init__(self, kinds: set[str] = frozenset()):
         self.queue: dict[tuple, deque] = {}
+        self.kinds = set(kinds)
         self.mismatches = 0
+        self.unrecorded = 0
         self.cost = type("Cost", (), {"calls": 0, "bytes": 0, "seconds": 0.0})()
 
     def load(self, calls: list) -> None:
@@ -120,7 +126,10 @@ class _ReplayAPI:
         self.cost.calls += 1
         q = self.queue.get((kind, tuple(tuple(f) for f in filters)))
         if not q:
-            self.mismatches += 1
+            if kind in self.kinds:
+                self.mismatches += 1
+            else:
+                self.unrecorded += 1
             return Page([])
         p = q.popleft()
         return Page(p["rows"], p["total"], p["after"], p["filtered"])
@@ -141,7 +150,7 @@ def replay(doc: dict, finals: bool = True, observe: bool = True, trace: bool = F
         raise ValueError("not a per-fleet GPU time recording of this format")
     devs = {uuid: TraceDevice(int(i), uuid, name, deque()) for i, uuid, name in doc["gpus"]}
     sampler = GpuSampler(TraceBackend(list(devs.values())), None, node=doc["node"])
-    api = _ReplayAPI()
+    api = _ReplayAPI({c[0] for e in doc["events"] if e[0] == "poll" for c in e[2]})
     poller = TaskPoller("http://127.0.0.1:9", interval=float(doc.get("interval") or 5.0), timeout=1.0)
     poller.api.close()
     poller.api = api
@@ -183,7 +192,8 @@ def replay(doc: dict, finals: bool = True, observe: bool = True, trace: bool = F
             sampler.listeners = listeners
         else:
             sampler.poll_once()
-    return {"accountant": acct, "poller": poller, "sampler": sampler, "mismatches": api.mismatches}
+    return {"accountant": acct, "poller": poller, "sampler": sampler, "mismatches": api.mismatches,
+            "unrecorded": api.unrecorded}
 
 
 # -- the score: measured buckets against the workload's own segments ------------------------------------------
