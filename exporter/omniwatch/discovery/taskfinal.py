@@ -72,6 +72,19 @@ def settle(api, ledger: TaskLedger, job_filter: list, recovery: Recovery | None,
         looked += 1
         row = next((r for r in page.rows if int(r.get("attempt_number") or 0) == key[1]), None)
         exact += ledger.apply_final(key, row) and row is not None
+    # the creation task of each actor that has calls: its id is the actor's with a nil prefix
+    # (TaskID::ForActorCreationTask), its end bounds the start of the calls queued on the actor meanwhile
+    left = max(0, final_budget - looked)
+    actors = {t.actor_id for t in ledger.running.values()} | {t.actor_id for t in list(ledger.done)[-256:]}
+    for aid in [a for a in sorted(actors) if a and a not in ledger.created][:left]:
+        page = api.list("tasks", [("task_id", "=", creation_task_id(aid))], detail=True, limit=2)
+        looked += 1
+        row = page.rows[0] if page.rows else None
+        end = row.get("end_time_ms") if isinstance(row, dict) else None
+        try:
+            ledger.set_created(aid, float(end) / 1000.0 if end else None)
+        except (TypeError, ValueError):
+            ledger.set_created(aid, None)
     pages = added = 0
     if recovery is not None:
         for k in list(recovery.wanted)[:max(0, recover_budget)]:
@@ -99,6 +112,12 @@ def settle(api, ledger: TaskLedger, job_filter: list, recovery: Recovery | None,
             elif left:
                 recovery.wanted[k] = left
     return {"looked_up": looked, "exact": exact, "pages": pages, "recovered": added}
+
+
+def creation_task_id(actor_id: str) -> str:
+    """Ray's id of an actor's creation task: 8 nil (0xff) bytes + the actor id (src/ray/common/id.cc
+    ``TaskID::ForActorCreationTask``)."""
+    return "ff" * 8 + actor_id
 
 
 def _near(row: dict, start: float, end: float) -> bool:

@@ -68,7 +68,8 @@ def share(poller, since: int = 0) -> dict:
                        for a in list(led.actors.values())[-MAX_ACTORS:]],
             "nodes": {k: dict(v) for k, v in list(led.node_info.items())[:MAX_ACTORS]},
             "calls": [_row(t) for t in tasks],
-            "awaiting": [[k[0], k[1]] for k in list(led.awaiting)[:MAX_CALLS]]}
+            "awaiting": [[k[0], k[1]] for k in list(led.awaiting)[:MAX_CALLS]],
+            "created": {a: e for a, e in list(led.created.items())[-MAX_ACTORS:]}}
 
 
 def _str(v, n: int = 256) -> str:
@@ -180,6 +181,10 @@ class TaskMirror:
                     old.start, old.end, old.end_estimated, old.final, old.failed = \
                         t.start, t.end, t.end_estimated, t.final, t.failed
             led.awaiting = {k: led.closed[k] for k in awaiting if k in led.closed}
+            for aid, end in (doc.get("created") or {}).items():
+                if isinstance(aid, str) and len(aid) <= 128 and isinstance(end, (int, float)) and \
+                        not isinstance(end, bool) and math.isfinite(end) and len(led.created) < 4 * MAX_ACTORS:
+                    led.created[aid] = float(end)
             led.polls = int(doc.get("polls") or 0)
             led.last_poll, led.prev_poll = times
             if isinstance(run, list) and len(run) == 2 and all(isinstance(v, str) for v in run):

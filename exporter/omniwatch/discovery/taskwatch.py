@@ -108,6 +108,8 @@ class TaskPoller:
             if new_nodes:
                 led.apply_nodes(self.api.list("nodes", limit=1000).rows)
             self._last_actor_refresh = wall
+            if now - self._pools_at >= 5.0:   # new workers: their pools were just reserved
+                self._pools_at = 0.0
         # DEAD / RESTARTING (and not yet created) actors: one call; a healthy job has few
         led.apply_actors(self.api.list("actors", [("state", "!=", "ALIVE")] + job_f, limit=200).rows)
         res = led.apply(running.rows, failed.rows, now, dropped=max(running.dropped, failed.dropped),

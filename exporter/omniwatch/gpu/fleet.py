@@ -222,6 +222,11 @@ class FleetAccountant:
                 hi = min(hi, o.start - early)
         if self.observer is not None and self.observer.watermark:
             hi = min(hi, self.observer.watermark)
+        created = getattr(led, "created", None)
+        if created is not None:   # a call of an actor whose creation end is not known yet may start later
+            for t in list(led.running.values()):
+                if t.actor_id not in created and last - t.start < FINAL_WAIT_S:
+                    hi = min(hi, t.start)
         return hi
 
     def _calls(self, led, amap, local_ids, lo: float, hi: float, observed: list):
@@ -300,7 +305,9 @@ class FleetAccountant:
             marker = (getattr(led, "polls", 0), obs_t)
             observed = [o if o.actor_id else _with_actor(o, pid_actor.get(o.pid, "")) for o in observed]
             per_gpu, node_calls, missed = self._calls(led, amap, local_ids, lo_all, last, observed)
-            unknown = [o for o in observed if not o.actor_id and o.end is not None and last - o.end < self._wait_s()]
+            known_pids = {a.pid for a in led.actors.values() if a.pid}   # another node's workers: not ours
+            unknown = [o for o in observed if not o.actor_id and o.pid not in known_pids and o.end is not None
+                       and last - o.end < self._wait_s()]
             if unknown and getattr(self.poller, "recovery", None) is not None:
                 self.poller.recovery.refresh_actors = True   # a worker the actor table does not name yet
             missed = missed + unknown

@@ -58,11 +58,11 @@ def _label(v, allowed=None, n: int = 128) -> str:
 class NodeTotals:
     """The agents' per-fleet GPU time (and the unmeasured time of the down ones)."""
 
-    def __init__(self, store=None, clock=time.time):
+    def __init__(self, store=None, clock=time.time, down_lag_s: float = DOWN_LAG_S):
         from .fleet import BUCKETS, FLEETS, MAPPINGS, NO_CALL
         self._fleets, self._buckets, self._maps = set(FLEETS), set(BUCKETS), set(MAPPINGS)
         self._phases = set(PHASES) | {NO_CALL}
-        self.store, self.clock = store, clock
+        self.store, self.clock, self.down_lag_s = store, clock, down_lag_s
         self.lock = threading.Lock()
         self.nodes: dict[str, NodeFleet] = {}
 
@@ -152,9 +152,9 @@ class NodeTotals:
             for node, nf in self.nodes.items():
                 down = live.get(node) is False
                 nf.down = down
-                if down and now - DOWN_LAG_S > nf.counted_until:
-                    self._unmeasured(nf, now - DOWN_LAG_S - nf.counted_until)
-                    nf.counted_until = now - DOWN_LAG_S
+                if down and now - self.down_lag_s > nf.counted_until:
+                    self._unmeasured(nf, now - self.down_lag_s - nf.counted_until)
+                    nf.counted_until = now - self.down_lag_s
 
     def forget(self, node: str) -> None:
         with self.lock:
