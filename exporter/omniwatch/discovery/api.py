@@ -94,9 +94,10 @@ async def recover_calls(request: Request):
     except (jsonin.BodyError, ValueError) as e:
         request.app.state.store.count_error("ray_tasks", "bad_recover")
         raise HTTPException(400, str(e)) from None
-    taken = sum(1 for w in wants if poller.recovery.want(*w))
-    if refresh:
-        poller.recovery.refresh_actors = True
+    with poller.lock:   # settle() reads the queue under the poller's lock
+        taken = sum(1 for w in wants if poller.recovery.want(*w))
+        if refresh:
+            poller.recovery.refresh_actors = True
     return {"taken": taken}
 
 
