@@ -94,10 +94,9 @@ async def recover_calls(request: Request):
     except (jsonin.BodyError, ValueError) as e:
         request.app.state.store.count_error("ray_tasks", "bad_recover")
         raise HTTPException(400, str(e)) from None
-    with poller.lock:   # settle() reads the queue under the poller's lock
-        taken = sum(1 for w in wants if poller.recovery.want(*w))
-        if refresh:
-            poller.recovery.refresh_actors = True
+    taken = sum(1 for w in wants if poller.recovery.want(*w))   # Recovery has its own lock: a poll may hold the poller's
+    if refresh:
+        poller.recovery.refresh_actors = True
     return {"taken": taken}
 
 

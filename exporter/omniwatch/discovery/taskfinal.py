@@ -25,6 +25,7 @@ two or more -> nothing), one row, 12-21 ms of wall on the same head whatever the
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -45,21 +46,35 @@ class Recovery:
     pages: int = 0
     cut_pages: int = 0
     observed: int = 0          # observed calls that kept the observer's boundaries
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def want(self, actor_id: str, name: str, start: float, end: float) -> bool:
         """Ask for the finished row of a call seen at [start, end] on ``actor_id`` running ``name``. False when
-        that (actor, name) is not paged any more or the queue is full."""
+        that (actor, name) is not paged any more or the queue is full. Thread-safe (the HTTP area and the
+        accountants call it while a poll may run)."""
         k = (actor_id, name)
-        if not actor_id or not name or k in self.given_up:
+        if not actor_id or not name:
             return False
-        wins = self.wanted.get(k)
-        if wins is None:
-            if len(self.wanted) >= MAX_WANTED:
+        with self.lock:
+            if k in self.given_up:
                 return False
-            wins = self.wanted[k] = []
-        if not any(abs(a - start) < 1e-3 for a, _ in wins) and len(wins) < 64:
-            wins.append((start, end))
+            wins = self.wanted.get(k)
+            if wins is None:
+                if len(self.wanted) >= MAX_WANTED:
+                    return False
+                wins = self.wanted[k] = []
+            if not any(abs(a - start) < 1e-3 for a, _ in wins) and len(wins) < 64:
+                wins.append((start, end))
         return True
+
+    def take(self, n: int) -> list[tuple[tuple[str, str], list]]:
+        with self.lock:
+            out = [(k, self.wanted.pop(k)) for k in list(self.wanted)[:max(0, n)]]
+        return out
+
+    def put_back(self, k: tuple[str, str], windows: list) -> None:
+        with self.lock:
+            self.wanted.setdefault(k, []).extend(windows)
 
 
 def settle(api, ledger: TaskLedger, job_filter: list, recovery: Recovery | None,
@@ -87,9 +102,8 @@ def settle(api, ledger: TaskLedger, job_filter: list, recovery: Recovery | None,
             ledger.set_created(aid, None)
     pages = added = 0
     if recovery is not None:
-        for k in list(recovery.wanted)[:max(0, recover_budget)]:
+        for k, windows in recovery.take(recover_budget):
             actor_id, name = k
-            windows = recovery.wanted.pop(k)
             page = api.list("tasks", [("actor_id", "=", actor_id), ("name", "=", name), ("state", "=", "FINISHED")]
                             + job_filter, detail=True, limit=RECOVER_PAGE)
             pages += 1
@@ -110,7 +124,7 @@ def settle(api, ledger: TaskLedger, job_filter: list, recovery: Recovery | None,
                 recovery.observed += len(left)
                 recovery.tries.pop(k, None)
             elif left:
-                recovery.wanted[k] = left
+                recovery.put_back(k, left)
     return {"looked_up": looked, "exact": exact, "pages": pages, "recovered": added}
 
 

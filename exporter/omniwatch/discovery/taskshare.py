@@ -206,14 +206,21 @@ class TaskMirror:
 
     def send_wants(self) -> None:
         rec = self.recovery
-        wants = [[a, n, s, e] for (a, n), wins in list(rec.wanted.items()) for s, e in wins][:MAX_WANTS]
+        taken = rec.take(MAX_WANTS)
+        wants = [[a, n, s, e] for (a, n), wins in taken for s, e in wins][:MAX_WANTS]
         if not wants and not rec.refresh_actors:
             return
-        r = self._client.post(f"{self.url}/api/v1/raytasks/recover", headers=self._headers,
-                              json={"wants": wants, "refresh_actors": rec.refresh_actors})
-        if r.status_code == 200:
-            rec.wanted.clear()
+        try:
+            r = self._client.post(f"{self.url}/api/v1/raytasks/recover", headers=self._headers,
+                                  json={"wants": wants, "refresh_actors": rec.refresh_actors})
+            ok = r.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok:
             rec.refresh_actors = False
+        else:   # the exporter did not take them: ask again next time
+            for k, wins in taken:
+                rec.put_back(k, wins)
 
     def start(self) -> "TaskMirror":
         if self._thread is None:
