@@ -66,7 +66,7 @@ def table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-COMMANDS = {"gpu_idle": "benchmarks/gpu_idle_validation.py"}
+COMMANDS = {"gpu_idle": "benchmarks/gpu_idle_validation.py", "gpu_fleet": "benchmarks/gpu_fleet_validation.py"}
 
 
 def measured(name: str, sec: dict) -> str:
@@ -321,6 +321,45 @@ def gpu_idle(r: dict) -> list[str]:
     return out
 
 
+def gpu_fleet(r: dict) -> list[str]:
+    pct = lambda v: "–" if v is None else f"{v:+.2f} %"  # noqa: E731
+    live, rep, old = r["live"], r["replay"], r["replay_poll_time_view"]
+    names = {"productive": "productive (busy in a compute call)", "overhead": "overhead (every second of an overhead "
+             "call; busy outside any call)", "idle": "idle inside compute calls"}
+    rows = []
+    for k in ("productive", "overhead", "idle"):
+        lv, rv, ov = live["buckets"][k], rep["buckets"][k], old["buckets"][k]
+        ok = lv["error_pct"] is not None and abs(lv["error_pct"]) <= 2.0
+        rows.append([names[k], num(lv["truth_s"], 3), num(lv["measured_s"], 3), pct(lv["error_pct"]), met(ok),
+                     num(rv["measured_s"], 3), f"{num(ov['measured_s'], 3)} ({pct(ov['error_pct'])})"])
+    tp, mp = live["truth_per_phase"], live["measured_per_phase"]
+    led, rec, cost = r["ledger"], r["recovery"], r["poll_cost"]
+    return [f"{', '.join(r.get('gpu') or ['?'])}; Python {r.get('python')}; {r['steps']} steps + init_model; task-event "
+            f"poll every {num(r['poll_interval_s'], 1, ' s')} (the default), call observer every "
+            f"{num(r['observer_interval_s'], 2, ' s')}, sampler drains every 1 s; attributed window "
+            f"{num(live['window'][1] - live['window'][0], 1, ' s')}.", "",
+            "**Per bucket** (target: each within 2 % of the truth; *replay* = the committed recording through the "
+            "accountant, as CI runs it; *poll-time view* = the same recording with calls closed at the poll that no "
+            "longer sees them and no observer: what the accountant did before):", "",
+            *table(["bucket", "truth (s)", "measured (s)", "error", "target", "replay (s)", "poll-time view (s)"], rows),
+            "", "**Per fleet / phase** (seconds the call held the GPU):", "",
+            *table(["fleet / phase", "truth (s)", "measured (s)", "error (s)"],
+                   [[k, num(v, 3), num(mp.get(k, 0.0), 3), f"{mp.get(k, 0.0) - v:+.3f}"] for k, v in tp.items()]),
+            "",
+            f"* Calls longer than 0.2 s: **{live.get('calls')}**, each charged to its own fleet and phase for at least "
+            f"**{num(100 * (live.get('calls_min_share') or 0), 2, ' %')}** of its span (poll-time view: "
+            f"{num(100 * (old.get('calls_min_share') or 0), 1, ' %')}).",
+            f"* Boundaries: {led['finals_exact']} calls closed by a poll got Ray's recorded end (by task id), "
+            f"{led['finals_estimated']} kept the poll's estimate; {led['recovered']} calls no poll saw were found by the "
+            f"observer and recovered from {rec['pages']} finished-task pages ({rec['cut_pages']} cut, "
+            f"{rec['observed_only']} left with the observer's boundaries); GPU busy outside any call "
+            f"{num(live['busy_no_call_s'], 3, ' s')}.",
+            f"* Cost per poll (median of {cost['polls']}): {cost['calls_median']} state-API calls (at most "
+            f"{cost['calls_max']}), {num((cost['bytes_median'] or 0) / 1024, 1, ' KiB')}, "
+            f"{num(1000 * (cost['wall_s_median'] or 0), 1, ' ms')} wall, {num(1000 * (cost['cpu_s_median'] or 0), 1, ' ms')} "
+            f"CPU; observer {r['observer']['samples']:,} samples; sampler {num(r['sampler_cpu_s'], 2, ' s')} CPU over the run."]
+
+
 def _cluster_rows(c: dict) -> list[list[str]]:
     rows = []
     for gpus in (8, 64, 512, 4096):
@@ -422,6 +461,10 @@ def _summary_row(name: str, r: dict) -> list[str] | None:
         v = r["per_phase"].get("inter_stage", {})
         return [f"GPU inter-stage idle measured {num(v.get('measured_idle_s'), 2, ' s')}",
                 f"truth {num(v.get('truth_idle_s'), 2, ' s')}", ratio(v.get("measured_idle_s"), v.get("truth_idle_s"), 3)]
+    if name == "gpu_fleet":
+        worst = max(r["live"]["buckets"].items(), key=lambda kv: abs(kv[1]["error_pct"] or 0))
+        return [f"per-fleet GPU time at 5 s polls, worst bucket ({worst[0]}) {worst[1]['error_pct']:+.2f} %",
+                "target ±2 %", ratio(abs(worst[1]["error_pct"] or 0), 2.0)]
     if name == "prometheus":
         x = r["loads"][-1]
         return [f"Prometheus RSS peak {mib(x['rss_bytes_peak'])} at {x['gpus']:,} GPUs", f"{x['head_series']:,.0f} head series", "–"]
@@ -431,7 +474,7 @@ def _summary_row(name: str, r: dict) -> list[str] | None:
 
 
 SUMMARY_ORDER = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "idle", "connections",
-                 "gpu_idle", "prometheus", "queries")
+                 "gpu_idle", "gpu_fleet", "prometheus", "queries")
 
 
 def summary(results: dict) -> list[str]:
@@ -466,6 +509,7 @@ SECTION_BLOCKS: dict[str, tuple[str, str, Callable[[dict], list[str]]]] = {
     "raytasks": ("docs/benchmarks.md", "raytasks", raytasks),
     "raytasks_overhead": ("docs/benchmarks.md", "raytasks_overhead", raytasks_overhead),
     "gpu_idle": ("docs/benchmarks.md", "gpu_idle", gpu_idle),
+    "gpu_fleet": ("docs/benchmarks.md", "gpu_fleet", gpu_fleet),
     "prometheus-series": ("docs/scaling.md", "prometheus", prometheus_series),
     "prometheus": ("docs/scaling.md", "prometheus", prometheus),
     "queries": ("docs/scaling.md", "queries", queries),

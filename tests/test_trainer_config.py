@@ -385,3 +385,86 @@ def test_the_report_page_says_what_was_read_or_assumed():
     pb, pc = run_page(fb, verdict(fb)), run_page(fc, verdict(fc))
     assert "Assumed: no trainer configuration read" in pb and "Trainer config" not in pb
     assert "Trainer config (yaml): total_steps 12" in pc and "gpus 8" in pc and "Assumed:" not in pc
+
+
+# -- every GPU pool counted (issue 33 item 4) ------------------------------------------------------------------
+def _layout(**edits) -> dict:
+    """VeRL-Omni's composed config of the separate_async case (Hydra's config.yaml), with keys set."""
+    d = tc.parse_yaml_text(fixture(f"{CFG}/v1_separate_async.hydra/config.yaml").read_text())
+    for dotted, v in edits.items():
+        node = d
+        *path, last = dotted.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = v
+    return d
+
+
+def test_a_fully_async_standalone_rollout_and_a_distillation_teacher_pool_count_all_their_gpus():
+    # fully async (VeRL-Omni omni_megatron_trainer.yaml: actor_rollout_ref.hybrid_engine false, top-level rollout
+    # pool); not V1 separate_async, so actor_rollout_ref.rollout.nnodes is not the pool
+    d = _layout(**{"trainer.use_v1": False, "actor_rollout_ref.hybrid_engine": False, "rollout.nnodes": 2,
+                   "rollout.n_gpus_per_node": 8, "trainer.nnodes": 1, "trainer.n_gpus_per_node": 8})
+    c = tc.facts(d, "yaml")
+    assert (c.gpus_trainer, c.gpus_rollout_pool, c.gpus_teacher_pool, c.gpus) == (8, 16, 0, 24)
+    assert c.pools() == {"trainer": 8, "rollout": 16}
+    # distillation teacher pool (verl's V1 trainer_base teacher_pool) beside a reward pool
+    d = _layout(**{"trainer.use_v1": False, "distillation.enabled": True, "distillation.nnodes": 1,
+                   "distillation.n_gpus_per_node": 4, "reward.reward_model.enable_resource_pool": True,
+                   "reward.reward_model.nnodes": 1, "reward.reward_model.n_gpus_per_node": 2,
+                   "trainer.nnodes": 2, "trainer.n_gpus_per_node": 8})
+    c = tc.facts(d, "yaml")
+    assert c.pools() == {"trainer": 16, "reward": 2, "teacher": 4} and c.gpus == 22
+    # the keys present but the features off count nothing
+    off = tc.facts(_layout(**{"trainer.use_v1": False, "distillation.enabled": False, "distillation.nnodes": 1,
+                              "distillation.n_gpus_per_node": 4, "actor_rollout_ref.hybrid_engine": True,
+                              "rollout.nnodes": 2, "rollout.n_gpus_per_node": 8}), "yaml")
+    assert off.gpus_teacher_pool == 0 and off.gpus_rollout_pool == 0
+
+
+def test_the_report_splits_gpu_hours_by_pool_and_they_add_up(tmp_path):
+    """A distillation layout (trainer 4 + teacher 2 + reward 2) read from its config: the ledger multiplies by 8,
+    the report's per-pool GPU-hours are each pool's GPUs x the run's wall time and add up to the total."""
+    import yaml
+    from omniwatch.backtest.runfile import load_run
+    from omniwatch.report.gather import facts_of_runs
+    d = _layout(**{"distillation.enabled": True, "distillation.nnodes": 1, "distillation.n_gpus_per_node": 2,
+                   "reward.reward_model.enable_resource_pool": True, "reward.reward_model.nnodes": 1,
+                   "reward.reward_model.n_gpus_per_node": 2, "trainer.v1.trainer_mode": "sync"})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(d))
+    run = load_run(str(fixture("whole_run/v1_separate_async.jsonl")))
+    assert not tc.attach([run], [str(tmp_path / "config.yaml")])
+    f = facts_of_runs([run], alerts=False)[0]
+    assert (f.gpus, f.gpus_source, f.pools, f.pools_source) == (8, "config", {"trainer": 4, "reward": 2, "teacher": 2}, "config")
+    hours = f.pool_gpu_hours()
+    assert sum(hours.values()) == pytest.approx(f.total_gpu_seconds / 3600.0, rel=1e-9)
+    assert hours["teacher"] == pytest.approx(hours["reward"]) == pytest.approx(hours["trainer"] / 2)
+    from omniwatch.report.html import header_rows
+    row = dict(header_rows(f))["GPU pools"]
+    assert "teacher 2 GPUs" in row and "from the trainer config" in row
+
+
+def test_ray_placement_groups_give_the_pools_when_no_config_says():
+    """verl names a pool's placement groups after it (RayResourcePool: <pool>verl_group_<counts>:<i>; a standalone
+    replica's rollout_pool_<rank>): GPUs per pool from their GPU bundles; the ledger uses them (origin ray)."""
+    from omniwatch.discovery import pools
+    pg = lambda name, gpus, state="CREATED": {"name": name, "state": state, "bundles": [  # noqa: E731
+        {"bundle_id": {"bundle_index": i}, "unit_resources": {"CPU": 1.0, "GPU": 1.0}} for i in range(gpus)]}
+    rows = [pg("global_poolverl_group_4_4:0", 4), pg("global_poolverl_group_4_4:1", 4), pg("teacher_poolverl_group_2:0", 2),
+            pg("rollout_pool_0verl_group_2:0", 2), pg("rollout_pool_reward_0verl_group_1:0", 1),
+            pg("some_users_pg", 1), pg("global_poolverl_group_8:0", 8, state="REMOVED"),
+            {"name": "cpu_only", "state": "CREATED", "bundles": [{"unit_resources": {"CPU": 4.0}}]}, "junk",
+            {"name": "bad", "state": "CREATED", "bundles": [{"unit_resources": {"GPU": "x"}}, None]}]
+    assert pools.pools(rows) == {"trainer": 8, "teacher": 2, "rollout": 2, "reward": 1, "other": 1}
+    store = new_store()
+    store.set_ray_pools("whole_run", "v1_separate_async", {"trainer": 4, "rollout": 4})
+    feed(store, "v1_separate_async")
+    a = dict(project="whole_run", experiment="v1_separate_async")
+    assert value(store, names.RUN_GPUS, origin="ray", **a) == 8
+    assert value(store, names.RUN_POOL_GPUS, pool="rollout", origin="ray", **a) == 4
+    conf = new_store()   # a config read wins over Ray's view
+    conf.set_ray_pools("whole_run", "v1_separate_async", {"trainer": 4})
+    conf.set_trainer_config(_cfg("v1_separate_async", "yaml"))
+    feed(conf, "v1_separate_async")
+    assert value(conf, names.RUN_GPUS, origin="config", **a) == 8
+    assert value(conf, names.RUN_POOL_GPUS, pool="rollout", origin="config", **a) == 4

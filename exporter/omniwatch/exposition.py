@@ -24,7 +24,7 @@ OWNED = (
     n.REWARD_CRITICAL_PATH, n.INTER_STAGE_IDLE_RATIO, n.MFU, n.THROUGHPUT, n.STEP_FLAG, n.WINDOW_STEPS,
     n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW, n.ZERO_STD_WINDOW,
     n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION, n.RUN_INFO,
-    n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.STEP_REGRESSION_TOP, n.MFU_UNSUPPORTED, n.GPU_SECONDS_TOTAL, n.RUN_GPUS, n.GPU_HOURS_PER_DAY,
+    n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.STEP_REGRESSION_TOP, n.MFU_UNSUPPORTED, n.GPU_SECONDS_TOTAL, n.RUN_GPUS, n.RUN_POOL_GPUS, n.GPU_HOURS_PER_DAY,
     n.STEP_REGRESSION_GPU_HOURS_PER_DAY, n.BASELINE_FIRST_STEP, n.BASELINE_LAST_STEP, n.STEP_DURATION_DRIFT, n.STEP_DRIFT,
     n.ROLLOUT_STRAGGLER, n.ROLLOUT_STRAGGLER_WINDOW, n.GRAD_NORM_NONFINITE, n.GRAD_NORM_NONFINITE_RECENT,
     n.GRAD_NORM_NONFINITE_TOTAL, n.RS_SEQ_MASKED_WINDOW, n.OUTSIDE_STEP_SECONDS, n.OUTSIDE_STEP_WINDOW,
@@ -76,6 +76,9 @@ class RunCollector(Collector):
                     fams[n.GPU_SECONDS_TOTAL].add_metric(rl + [bucket], sec)
                 if run.gpus is not None:
                     fams[n.RUN_GPUS].add_metric(rl + [run.gpus.source], run.gpus.count)
+                pools, origin = s.pools(run)
+                for pool, count in sorted(pools.items()):
+                    fams[n.RUN_POOL_GPUS].add_metric(rl + [pool, origin], count)
                 last = run.last
                 if last is None:
                     continue

@@ -375,6 +375,7 @@ class RunStore:
         self.stalled_expiry = stalled_expiry
         self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
         self.gpus_override = gpus_override  # report --gpus: the user's count wins over config and keys
+        self.ray_pools: dict[tuple[str, str], dict[str, int]] = {}   # GPUs per pool from Ray's placement groups
         self.stale_horizon = stale_horizon  # 0: never stale
         # The alert configuration the rules were made with: the ledger books outside time beyond its stall
         # tolerance as stalled (ledger.stall_tolerance_steps).
@@ -420,6 +421,23 @@ class RunStore:
             if (cfg := self.trainer_configs.get(key)) is not None:
                 self._configure(run, cfg)
         return run
+
+    def set_ray_pools(self, project: str | None, experiment: str | None, pools: dict[str, int]) -> None:
+        """The GPU pools Ray's placement groups show for the run the task-event source watches
+        (discovery/pools.py): the ledger's GPUs when the run's config does not say (origin ``ray``)."""
+        if not project or not experiment:
+            return
+        with self.lock:
+            key = (fit_label(project), fit_label(experiment))
+            if key in self.ray_pools or len(self.ray_pools) < 4 * self.max_runs:
+                self.ray_pools[key] = {str(p)[:32]: int(v) for p, v in list(pools.items())[:16]}
+
+    def pools(self, run: "Run") -> tuple[dict[str, int], str]:
+        """The run's GPU pools and where they came from: config | ray | "" (unknown)."""
+        if run.config is not None and run.config.gpus:
+            return run.config.pools(), "config"
+        got = self.ray_pools.get((run.project, run.experiment))
+        return (dict(got), "ray") if got else ({}, "")
 
     def set_trainer_config(self, cfg: TrainerConfig, labels: tuple[str, str] | None = None) -> None:
         """The trainer's configuration for the run it names (``trainer.project_name`` /
@@ -677,6 +695,8 @@ class RunStore:
             gpus = (self.gpus, "flag")
         elif run.config is not None and run.config.gpus:  # every pool the config names (separate_async)
             gpus = (run.config.gpus, "config")
+        elif self.ray_pools.get((run.project, run.experiment)):   # Ray's placement groups (discovery/pools.py)
+            gpus = (sum(self.ray_pools[(run.project, run.experiment)].values()), "ray")
         elif n is not None:
             gpus = (n, "log")
         elif run.gpus is None and self.gpus:

@@ -255,7 +255,14 @@ STEP_REGRESSION_GPU_HOURS_PER_DAY = _m(
     "median step x the run's GPUs x 24 h (GPU-hours per day).", R + ("cause",))
 RUN_GPUS = _m("omniwatch_run_gpus", "gauge",
               "GPUs the ledger multiplies by: origin=\"log\" derived from the run's keys (perf/total_num_images / "
-              "(perf/throughput x perf/time_per_step)), origin=\"config\" every GPU pool the trainer config names, origin=\"flag\" from --gpus.", R + ("origin",))
+              "(perf/throughput x perf/time_per_step)), origin=\"config\" every GPU pool the trainer config names, "
+              "origin=\"ray\" the GPU bundles of the run's placement groups (no config read), origin=\"flag\" from --gpus.",
+              R + ("origin",))
+RUN_POOL_GPUS = _m("omniwatch_run_pool_gpus", "gauge",
+                   "The run's GPUs per pool (trainer, reward, rollout: standalone, teacher: distillation, other) from "
+                   "its config (origin=\"config\") or Ray's placement groups (origin=\"ray\"); they sum to "
+                   "omniwatch_run_gpus when it has that origin. Per-pool GPU-hours: a pool's share of "
+                   "omniwatch_gpu_seconds_total.", R + ("pool", "origin"))
 
 GPU_HOURS_PER_DAY = _m("omniwatch_gpu_hours_per_day", "gauge",
                        "What each ledger bucket costs at the current rate: its share of the last k normal steps' "
@@ -508,12 +515,15 @@ RAY_STRAGGLER_SPREAD_MIN = _m("omniwatch_ray_straggler_spread_ratio_min", "gauge
 # --- Per-fleet GPU time: GPU seconds by the fleet / phase of the worker holding the GPU (gpu/fleet.py) ----
 L_FLEET, L_BUCKET, L_MAPPING = "fleet", "bucket", "mapping"
 GPU_FLEET_SECONDS_TOTAL = _m("omniwatch_gpu_fleet_seconds_total", "counter",
-                             "GPU seconds of this node's sampled GPUs by the fleet (actor / rollout / reward / other) "
-                             "and phase of the Ray worker call holding the GPU (phase none: no call), in goodput "
-                             "buckets (productive: busy in a compute call; overhead: any second of a weight-sync / "
-                             "checkpoint / init / wake-sleep call, or busy outside any call; idle), and how the GPU was "
-                             "mapped to the worker (nvml_pid, placement, node, unmapped).",
-                             R + (L_FLEET, L_PHASE_T, L_BUCKET, L_MAPPING), "seconds")
+                             "GPU seconds of each node's sampled GPUs (the exporter's own and every node agent's) by "
+                             "the fleet (actor / rollout / reward / other) and phase of the Ray worker call holding "
+                             "the GPU (phase none: no call), in goodput buckets (productive: busy in a compute call; "
+                             "overhead: any second of a weight-sync / checkpoint / init / wake-sleep call, or busy "
+                             "outside any call; idle; unmeasured: the node's agent was down, its GPUs' seconds are "
+                             "unknown), and how the GPU was mapped to the worker (nvml_pid, placement, node, "
+                             "unmapped, agent_down). Cluster totals: sum without (node).",
+                             R + (L_NODE, L_FLEET, L_PHASE_T, L_BUCKET, L_MAPPING), "seconds")
 GPU_FLEET_GPUS = _m("omniwatch_gpu_fleet_gpus", "gauge",
-                    "This node's sampled GPUs by how the per-fleet GPU time maps each to the worker holding it "
-                    "(nvml_pid, placement, node, unmapped) and that worker's fleet.", R + (L_FLEET, L_MAPPING))
+                    "Each node's sampled GPUs by how the per-fleet GPU time maps each to the worker holding it "
+                    "(nvml_pid, placement, node, unmapped; agent_down: the node's agent is down) and that worker's "
+                    "fleet.", R + (L_NODE, L_FLEET, L_MAPPING))

@@ -71,14 +71,15 @@ class TrainerConfig:
     async_mode: str | None = None     # V1 trainer_mode: sync | colocate_async | separate_async
     gpus_trainer: int | None = None   # trainer.nnodes x trainer.n_gpus_per_node
     gpus_reward_pool: int = 0         # reward.reward_model pool (enable_resource_pool)
-    gpus_rollout_pool: int = 0        # standalone rollout (V1 separate_async: rollout.nnodes x n_gpus_per_node)
+    gpus_rollout_pool: int = 0        # standalone rollout (V1 separate_async, or fully async: pool_gpus)
+    gpus_teacher_pool: int = 0        # distillation teacher pool (distillation.enabled: pool_gpus)
     path: str = field(default="", compare=False)  # where it was read (logs only; never a label)
 
     @property
     def gpus(self) -> int | None:
         if self.gpus_trainer is None:
             return None
-        return self.gpus_trainer + self.gpus_reward_pool + self.gpus_rollout_pool
+        return self.gpus_trainer + self.gpus_reward_pool + self.gpus_rollout_pool + self.gpus_teacher_pool
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -92,6 +93,8 @@ class TrainerConfig:
             out["reward"] = self.gpus_reward_pool
         if self.gpus_rollout_pool:
             out["rollout"] = self.gpus_rollout_pool
+        if self.gpus_teacher_pool:
+            out["teacher"] = self.gpus_teacher_pool
         return out
 
     def to_json(self) -> dict:
@@ -217,21 +220,44 @@ def facts(d: dict, source: str, path: str = "") -> TrainerConfig:
         mode = "other"
     nn, per = _int(d, "trainer.nnodes"), _int(d, "trainer.n_gpus_per_node")
     gpus_trainer = nn * per if nn and per and nn > 0 and per > 0 else None
-    reward_pool = 0
-    if _bool(d, "reward.reward_model.enable_resource_pool"):
-        rn, rp = _int(d, "reward.reward_model.nnodes"), _int(d, "reward.reward_model.n_gpus_per_node")
-        reward_pool = rn * rp if rn and rp and rn > 0 and rp > 0 else 0
-    rollout_pool = 0
-    if mode == "separate_async":
-        on, op = _int(d, "actor_rollout_ref.rollout.nnodes"), _int(d, "actor_rollout_ref.rollout.n_gpus_per_node")
-        rollout_pool = on * op if on and op and on > 0 and op > 0 else 0
+    reward_pool, rollout_pool, teacher_pool = pool_gpus(d, mode)
     total = _int(d, "trainer.total_training_steps")
     return TrainerConfig(
         project=_str(d, "trainer.project_name"), experiment=_str(d, "trainer.experiment_name"), source=source,
         total_steps=total if total is not None and total > 0 else None,
         save_freq=_int(d, "trainer.save_freq"), test_freq=_int(d, "trainer.test_freq"), sp=sp, engine=engine,
         lora=None if rank is None else rank > 0, trainer=trainer, async_mode=mode, gpus_trainer=gpus_trainer,
-        gpus_reward_pool=reward_pool, gpus_rollout_pool=rollout_pool, path=path)
+        gpus_reward_pool=reward_pool, gpus_rollout_pool=rollout_pool, gpus_teacher_pool=teacher_pool, path=path)
+
+
+def _pool(d: dict, nodes: str, per: str) -> int:
+    nn, pp = _int(d, nodes), _int(d, per)
+    return nn * pp if nn and pp and nn > 0 and pp > 0 else 0
+
+
+def pool_gpus(d: dict, mode: str | None) -> tuple[int, int, int]:
+    """GPUs of the pools beside the trainer's global pool (docs/verl-source.md H9, H11): (reward, standalone
+    rollout, distillation teacher).
+
+    - reward: ``reward.reward_model.{nnodes,n_gpus_per_node}`` when ``reward.reward_model.enable_resource_pool``
+      (VeRL-Omni ``main_diffusion.py`` / ``main_omni.py`` ``init_resource_pool_mgr``);
+    - standalone rollout: ``actor_rollout_ref.rollout.{nnodes,n_gpus_per_node}`` in a V1 ``separate_async`` run
+      (``trainer_separate_async.py``), or the top-level ``rollout.{nnodes,n_gpus_per_node}`` of a fully async run
+      (``actor_rollout_ref.hybrid_engine: false``: VeRL-Omni's ``omni_megatron_trainer.yaml``, verl's
+      ``fully_async_trainer.py`` counts them as its standalone GPUs);
+    - teacher: ``distillation.{nnodes,n_gpus_per_node}`` when ``distillation.enabled`` (verl's V1
+      ``trainer_base.py``: ``resource_pool_spec["teacher_pool"]``; VeRL-Omni's omni trainers run it). VeRL-Omni's
+      diffusion distillation config has no pool keys: its teacher runs in the actor's workers."""
+    reward = _pool(d, "reward.reward_model.nnodes", "reward.reward_model.n_gpus_per_node") \
+        if _bool(d, "reward.reward_model.enable_resource_pool") else 0
+    rollout = 0
+    if mode == "separate_async":
+        rollout = _pool(d, "actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node")
+    elif _bool(d, "actor_rollout_ref.hybrid_engine") is False:
+        rollout = _pool(d, "rollout.nnodes", "rollout.n_gpus_per_node")
+    teacher = _pool(d, "distillation.nnodes", "distillation.n_gpus_per_node") \
+        if _bool(d, "distillation.enabled") else 0
+    return reward, rollout, teacher
 
 
 # --- pprint (console) ----------------------------------------------------------------------------------
@@ -520,7 +546,7 @@ def assumptions(cfg: TrainerConfig | None) -> list[str]:
                 "not seen yet keeps a reserve in TrainingStalled",
                 "Ulysses SP=1 (MFU judged as reported)",
                 "GPUs from the log (perf/total_num_images / (throughput x time_per_step): the resource pools only, "
-                "not a V1 separate_async standalone rollout) or --gpus"]
+                "not a standalone rollout), from Ray's placement groups (--ray-tasks: every pool) or --gpus"]
     out = []
     if cfg.total_steps is None:
         out.append("trainer.total_training_steps is null (derived from the epochs): the end of the run is unknown "

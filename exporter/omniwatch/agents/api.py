@@ -64,6 +64,22 @@ def deregister_agent(node: str, request: Request):
     return {"removed": _registry(request).deregister(node)}
 
 
+@router.post("/api/v1/agents/fleet")
+async def agent_fleet(request: Request):
+    """A node agent's per-fleet GPU time (its cumulative totals, gpu/fleetnodes.py; bearer = push token)."""
+    _require_token(request)
+    nodes = getattr(request.app.state, "fleet_nodes", None)
+    store = request.app.state.store
+    if nodes is None:
+        raise HTTPException(409, "per-fleet GPU time needs the Ray task-event source on this exporter (--ray-tasks)")
+    try:
+        taken = nodes.report(jsonin.loads(await request.body()))
+    except (jsonin.BodyError, ValueError) as e:
+        store.count_error("agents", "bad_fleet_report")
+        raise HTTPException(400, str(e)) from None
+    return {"taken": taken}
+
+
 @router.get("/api/v1/agents")
 def list_agents(request: Request):
     return JSONResponse([e.as_dict() for e in _registry(request).entries()])
@@ -77,5 +93,13 @@ def agents_sd(request: Request):
 def init(app) -> None:
     reg = AgentRegistry(app.state.store, **(app.state.settings.extra or {}).get("agents_registry", {}))
     app.state.agents = reg
-    sweep = Periodic(SWEEP_S, reg.sweep, name="omniwatch-agent-sweep", what="agent sweep", wait_first=True)
+
+    def sweep_all() -> None:
+        reg.sweep()
+        nodes = getattr(app.state, "fleet_nodes", None)
+        if nodes is not None:   # a down agent's node: its GPUs' seconds are unmeasured, not idle
+            with reg.lock:
+                live = {node: e.live for node, e in reg.agents.items()}
+            nodes.sweep(live)
+    sweep = Periodic(SWEEP_S, sweep_all, name="omniwatch-agent-sweep", what="agent sweep", wait_first=True)
     on_lifespan(app, sweep.start, sweep.stop)

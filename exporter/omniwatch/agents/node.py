@@ -116,6 +116,7 @@ class NodeAgent:
         self.exporter_url, self.heartbeat_s, self.node_id = exporter_url, heartbeat_s, node_id
         self.server = None
         self.heartbeat: Heartbeat | None = None
+        self.fleet = None   # agents/fleetagent.AgentFleet: this node's per-fleet GPU time, reported to the exporter
         self.started_at = 0.0
 
     @property
@@ -134,6 +135,12 @@ class NodeAgent:
         if self.exporter_url:
             self.heartbeat = Heartbeat(self.exporter_url, self.node, self.address, self.settings.push_token,
                                        self.heartbeat_s, self.node_id).start()
+            sampler = getattr(getattr(self.app.state, "gpu", None), "sampler", None)
+            if sampler is not None and self.settings.extra.get("fleet", True):
+                from .fleetagent import AgentFleet
+                self.fleet = AgentFleet(sampler, self.exporter_url, self.settings.push_token, self.node_id,
+                                        report_s=min(self.heartbeat_s, 5.0),
+                                        observe=self.settings.extra.get("gpu_call_watch", True)).start()
         log.info("omniwatch node agent %s on http://%s/metrics", self.node, self.address)
         return self
 
@@ -143,6 +150,8 @@ class NodeAgent:
                 "gpu_sampling": getattr(getattr(self.app.state, "gpu", None), "sampler", None) is not None}
 
     def stop(self, deregister: bool = True) -> None:
+        if self.fleet is not None:
+            self.fleet.stop()
         if self.heartbeat:
             self.heartbeat.stop(deregister=deregister)
         if self.server:

@@ -60,19 +60,27 @@ STRAGGLERS = Row("Stragglers", (
 ))
 
 FLEET_EXPR = f"sum by ({by_run('fleet', 'bucket')}) ({rate(sel(n.GPU_FLEET_SECONDS_TOTAL))})"
+FLEET_NODE_EXPR = f"sum by ({by_run(n.L_NODE, 'bucket')}) ({rate(sel(n.GPU_FLEET_SECONDS_TOTAL))})"
 FLEETS = Row("GPU time by fleet", (
-    Panel("GPUs by fleet and bucket: $experiment",
-          "GPU-seconds per second (= GPUs) of this exporter's sampled GPUs, by the fleet of the Ray worker call "
-          "holding each GPU (actor / rollout / reward / other) and goodput bucket: productive (busy in a compute "
-          "call), overhead (weight sync, checkpoint, init, wake / sleep calls, and busy with no call), idle. "
-          f"Query: `{FLEET_EXPR}`.",
+    Panel("GPUs by fleet and bucket, cluster: $experiment",
+          "GPU-seconds per second (= GPUs) of every sampled GPU of the cluster (the exporter's and every node "
+          "agent's, summed over node), by the fleet of the Ray worker call holding each GPU (actor / rollout / "
+          "reward / other) and goodput bucket: productive (busy in a compute call), overhead (weight sync, "
+          "checkpoint, init, wake / sleep calls, and busy with no call), idle; unmeasured: a node whose agent is "
+          f"down (its GPUs counted, not as idle). Query: `{FLEET_EXPR}`.",
           (Target(FLEET_EXPR, EXP + " {{fleet}} {{bucket}}"),),
           unit="none", stack=True, min=0, w=24, h=8, repeat=True),
+    Panel("GPUs by node and bucket: $experiment",
+          "The same GPU-seconds per second per node (one series per node and bucket): which node's GPUs are idle, "
+          f"and which node's agent is down (unmeasured). Query: `{FLEET_NODE_EXPR}`.",
+          (Target(FLEET_NODE_EXPR, EXP + " {{node}} {{bucket}}"),),
+          unit="none", stack=True, min=0, w=24, h=8, repeat=True),
     Panel("How GPUs were mapped to workers",
-          "This node's GPUs by how the fleet time maps each to a worker: nvml_pid (NVML lists the worker's pid; "
-          "often empty in containers), placement (verl's bundle = local rank), node (server replicas), unmapped.",
-          (Target(run_max(sel(n.GPU_FLEET_GPUS), 'fleet', n.L_MAPPING), "{{fleet}} {{mapping}}", instant=True,
-                  table=True),),
+          "Each node's GPUs by how the fleet time maps each to a worker: nvml_pid (NVML lists the worker's pid; "
+          "often empty in containers), placement (verl's bundle = local rank), node (server replicas), unmapped, "
+          "agent_down (the node's agent is down).",
+          (Target(run_max(sel(n.GPU_FLEET_GPUS), n.L_NODE, 'fleet', n.L_MAPPING), "{{node}} {{fleet}} {{mapping}}",
+                  instant=True, table=True),),
           unit="none", kind="table", w=24, h=5),
 ))
 
@@ -84,8 +92,9 @@ SOURCE = Row("Task-event source", (
           (Target(f"max({n.RAY_TASK_EVENTS_DROPPED})", "dropped"),
            Target(f"max({n.RAY_TASK_EVENTS_LOSSY})", "latest poll lossy", dashed=True)),
           unit="none", min=0, w=8, scope="global", runbook=n.ALERT_RAY_TASK_EVENTS_LOST),
-    Panel("State-API calls", "Calls per second to Ray's state API (3 per poll, + the actor table when a new actor "
-          "runs).", (Target(f"sum({rate(n.RAY_STATE_API_CALLS_TOTAL + '{}')})", "calls/s"),),
+    Panel("State-API calls", "Calls per second to Ray's state API (3 per poll, + the finished rows of the calls "
+          "that ended and the pages of calls only a node observer saw, + the actor / node / placement-group tables "
+          "when they change).", (Target(f"sum({rate(n.RAY_STATE_API_CALLS_TOTAL + '{}')})", "calls/s"),),
           unit="reqps", min=0, w=8, scope="global"),
 ), collapsed=True)
 

@@ -15,7 +15,8 @@ Two ways to move:
   RUNNING-task poll moves all of them to the next phase.
 
 Filters are Ray's (``=`` / ``!=`` on any row key), ``limit`` cuts the answer as Ray does (``num_filtered``
-says by how much). Loopback only (the demo endpoints' server binds 127.0.0.1); bounded: the rows are a
+says by how much). A ``task_id=`` lookup or a ``state=FINISHED`` page answers the finished calls with their
+scheduled end (``end_time_ms``), as Ray keeps them (discovery/taskfinal.py reads those). Loopback only (the demo endpoints' server binds 127.0.0.1); bounded: the rows are a
 function of the clock, nothing accumulates.
 """
 from __future__ import annotations
@@ -90,6 +91,23 @@ class StateStandIn:
             e["created_ms"] = ms
         return r
 
+    def _calls(self, kk: int):
+        """The calls of cycle ``kk``: (task number, actor row, task name, start, end)."""
+        t0 = kk * CYCLE_S
+        for s in self.servers:
+            cls = s["class_name"].rsplit(".", 1)[-1]
+            for j in range(REQUESTS):  # requests in flight on the replica, ending one by one
+                yield kk * 1000 + 900 + j, s, f"{cls}.generate", t0 + 0.1 * j, t0 + 1.6 + 0.25 * j
+        for pi, (method, start, dur) in enumerate(WORKER_PHASES):
+            for r, a in enumerate(self.ranks):
+                d = dur * (SLOW_FACTOR if r == SLOW_RANK and pi < 2 else 1.0)
+                if kk % HANG_EVERY == 0:  # the held step: the slow rank's update_actor runs to the step's end
+                    if method.endswith("update_weights"):
+                        continue
+                    if r == SLOW_RANK and method.endswith("update_actor"):
+                        d = CYCLE_S - 0.1 - start
+                yield kk * 1000 + pi * 100 + r, a, "WorkerDict." + method, t0 + start, t0 + start + d
+
     def running(self, now: float) -> list[dict]:
         """The RUNNING actor tasks at ``now`` (clock mode) or of the next phase (poll mode)."""
         if self.advance == "poll":
@@ -99,26 +117,33 @@ class StateStandIn:
             cls = "WorkerDict.actor_rollout_" + BENCH_PHASES[p % len(BENCH_PHASES)]
             return [self._row(p * 100000 + i, a, cls, 1_700_000_000 + p + i / 1000) for i, a in enumerate(self.ranks)]
         k = math.floor(now / CYCLE_S)
-        rows = []
-        for kk in (k - 1, k):  # a hang of the previous step may still run
-            t0 = kk * CYCLE_S
-            for s in self.servers:
-                cls = s["class_name"].rsplit(".", 1)[-1]
-                for j in range(REQUESTS):  # requests in flight on the replica, ending one by one
-                    st, end = t0 + 0.1 * j, t0 + 1.6 + 0.25 * j
-                    if st <= now < end:
-                        rows.append(self._row(kk * 1000 + 900 + j, s, f"{cls}.generate", st))
-            for pi, (method, start, dur) in enumerate(WORKER_PHASES):
-                for r, a in enumerate(self.ranks):
-                    d = dur * (SLOW_FACTOR if r == SLOW_RANK and pi < 2 else 1.0)
-                    if kk % HANG_EVERY == 0:  # the held step: the slow rank's update_actor runs to the step's end
-                        if method.endswith("update_weights"):
-                            continue
-                        if r == SLOW_RANK and method.endswith("update_actor"):
-                            d = CYCLE_S - 0.1 - start
-                    if t0 + start <= now < t0 + start + d:
-                        rows.append(self._row(kk * 1000 + pi * 100 + r, a, "WorkerDict." + method, t0 + start))
-        return rows
+        return [self._row(tid, a, name, st) for kk in (k - 1, k)   # a hang of the previous step may still run
+                for tid, a, name, st, end in self._calls(kk) if st <= now < end]
+
+    def finished(self, now: float, filters: list[tuple[str, str, str]]) -> list[dict]:
+        """FINISHED rows (clock mode) as Ray keeps them: one ``task_id=`` lookup, or the calls of an actor /
+        name in the last few cycles (a finished-task page)."""
+        if self.advance == "poll":
+            return []
+        want = dict((k, v) for k, p, v in filters if p == "=")
+        tid_hex = want.get("task_id")
+        if tid_hex:
+            try:
+                tid = int(tid_hex[:40], 16)
+            except ValueError:
+                return []
+            kks = [tid // 1000]
+        else:
+            k = math.floor(now / CYCLE_S)
+            kks = range(k - 5, k + 1)
+        out = []
+        for kk in kks:
+            for n, a, name, st, end in self._calls(kk):
+                if end <= now and (not tid_hex or n == tid):
+                    r = self._row(n, a, name, st)
+                    r.update(state="FINISHED", end_time_ms=round(end * 1000.0, 3))
+                    out.append(r)
+        return out
 
     def answer(self, path: str, now: float | None = None) -> tuple[int, bytes]:
         """``GET /api/v0/<kind>?...`` -> (HTTP status, body)."""
@@ -131,11 +156,16 @@ class StateStandIn:
         except ValueError:
             return 400, json.dumps({"result": False, "msg": "limit is not a number", "data": {}}).encode()
         if kind == "tasks":
-            rows = self.running(time.time() if now is None else now) if ("state", "=", "RUNNING") in filters else []
+            t = time.time() if now is None else now
+            rows = self.running(t) if ("state", "=", "RUNNING") in filters else \
+                self.finished(t, filters) if any(k == "task_id" for k, _, _ in filters) or ("state", "=", "FINISHED") in filters \
+                else []
         elif kind == "actors":
             rows = self.actors
         elif kind == "nodes":
             rows = self.nodes
+        elif kind == "placement_groups":   # the demo's workers were placed without GPU bundles
+            rows = []
         else:
             return 404, json.dumps({"result": False, "msg": f"no such list: {kind}", "data": {}}).encode()
         return 200, body([r for r in rows if _match(r, filters)], limit)

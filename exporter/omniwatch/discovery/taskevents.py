@@ -7,9 +7,14 @@ incrementally). ``TaskLedger.apply`` merges a poll:
 - a task seen RUNNING for the first time opens with Ray's ``start_time_ms``;
 - a task that was running and is no longer in the RUNNING set ended between the two polls: it closes at
   its FAILED row's ``end_time_ms`` when there is one, else at the time of the poll that missed it
-  (``end_estimated``; at most one poll interval late, which is what the lanes promise);
-- a call that starts and ends between two polls is never seen (documented: lanes show calls longer
-  than the poll interval);
+  (``end_estimated``) and waits in ``awaiting`` until Ray's own finished row gives its exact end
+  (``apply_final``: looked up by task id, taskfinal.py) -- then it is ``final``; a call whose row never
+  comes (evicted, dropped) keeps the poll's estimate after ``FINAL_TRIES`` lookups (``finals_estimated``);
+- a call that starts and ends between two polls is not in any RUNNING answer; when a node's call observer
+  (gpu/callwatch.py) saw it, its finished row is recovered from a finished-task page
+  (``add_recovered``: ``recovered=True``, exact and final);
+- an actor creation task (``ACTOR_CREATION_TASK``) is not a call, but its actor goes into ``creating``:
+  the poller re-reads the actor table (rate-bounded) so the actor's first call is mapped;
 - Ray's own dropped-event count going up, or a page our ``limit`` cut, marks the poll ``lossy``: the
   ledger then does not close tasks it merely failed to see, and says so (``drops``, ``truncated``).
 
@@ -43,6 +48,9 @@ class Task:
     end: float | None = None
     end_estimated: bool = False
     failed: bool = False
+    final: bool = False          # start and end are Ray's recorded times (or the estimate, given up)
+    seen: float = 0.0            # the last poll whose RUNNING answer had it: its end is after seen - Ray's lag
+    recovered: bool = False      # never seen running: from a finished-task page
 
     def age(self, now: float) -> float:
         return max(0.0, (self.end if self.end is not None else now) - self.start)
@@ -100,10 +108,27 @@ def _pid(v) -> int | None:
         return None
 
 
+FINAL_TRIES = 3          # lookups of a closed call's finished row before its poll-time end is kept
+FINAL_WAIT_S = 60.0      # a closed call's finished row is looked for (and waited for) this long at most
+MAX_AWAITING = 4096      # closed calls waiting for their finished row (beyond: the oldest keep their estimate)
+MAX_CREATING = 1024
+
+
 class TaskLedger:
     def __init__(self, max_done: int = 20000, max_dispatches: int = 2000, dispatch_gap_s: float = 5.0):
         self.running: dict[tuple[str, int], Task] = {}
-        self.done: deque[Task] = deque(maxlen=max_done)
+        self.done: deque[Task] = deque()
+        self.max_done = max_done
+        self.closed: dict[tuple[str, int], Task] = {}     # the calls in ``done``, by key
+        self.awaiting: dict[tuple[str, int], Task] = {}   # closed, end not final yet (oldest first)
+        self.tries: dict[tuple[str, int], int] = {}
+        self.creating: dict[str, float] = {}              # actor id -> when its creation task was seen
+        self.created: dict[str, float] = {}               # actor id -> its creation task's end (0: unknown)
+        self.seq = 0                 # bumped at every change of a call; changes: (seq, key), bounded
+        self.changes: deque[tuple[int, tuple[str, int]]] = deque(maxlen=4 * max_done)
+        self.finals_exact = 0        # closed calls whose end became Ray's recorded end
+        self.finals_estimated = 0    # ... that kept the poll's estimate (no finished row came)
+        self.recovered = 0           # calls no poll saw, recovered from finished-task pages
         self.dispatches: deque[Dispatch] = deque(maxlen=max_dispatches)
         self._open_dispatch: dict[tuple[str, str], Dispatch] = {}
         self.actors: dict[str, Actor] = {}
@@ -123,9 +148,12 @@ class TaskLedger:
     # -- actors ----------------------------------------------------------------------------------
     def stale_actor_ids(self, rows: list[dict]) -> set[str]:
         """Actors of running calls that are unknown, or known only from before they were ALIVE (a pending
-        actor has no pid or node yet)."""
+        actor has no node yet), actors being created, and actors last seen pending or restarting: the actor
+        table is re-read for them (rate-bounded by the poller) so a new worker is mapped at its first call."""
         return {r["actor_id"] for r in rows if r.get("actor_id")
-                and (r["actor_id"] not in self.actors or self.actors[r["actor_id"]].state != "ALIVE")}
+                and (r["actor_id"] not in self.actors or self.actors[r["actor_id"]].state != "ALIVE")} | \
+            {a for a in self.creating if a not in self.actors or self.actors[a].state != "ALIVE"} | \
+            {aid for aid, a in self.actors.items() if a.state not in ("ALIVE", "DEAD")}   # pending, restarting
 
     def apply_actors(self, rows: list[dict]) -> None:
         for r in rows:
@@ -141,6 +169,8 @@ class TaskLedger:
             self.actors[aid] = Actor(aid, str(r.get("name") or ""), str(r.get("class_name") or ""),
                                      str(r.get("state") or ""), str(r.get("node_id") or ""), _pid(r.get("pid")),
                                      str(r.get("job_id") or ""), why)
+            if self.actors[aid].state in ("ALIVE", "DEAD"):
+                self.creating.pop(aid, None)
         self.rank_of = ranks([a.name for a in self.actors.values()])
 
     def apply_nodes(self, rows: list[dict]) -> None:
@@ -166,10 +196,109 @@ class TaskLedger:
             d = self._open_dispatch.get((t.call.group or t.actor_id, t.call.method))
             if d is None or abs(t.start - d.start) > self.dispatch_gap_s:
                 continue
-            t.end = end
+            t.end, t.final = end, True
             d.tasks.append(t)
             d.start = min(d.start, t.start)
-            self.done.append(t)
+            self._remember(t)
+            added += 1
+        return added
+
+    def _remember(self, t: Task) -> None:
+        """A closed call into ``done`` (bounded: the oldest leave, with their index entries)."""
+        old = self.closed.get(t.key)
+        if old is not None and old is not t:
+            return
+        self.done.append(t)
+        self.closed[t.key] = t
+        while len(self.done) > self.max_done:
+            gone = self.done.popleft()
+            if self.closed.get(gone.key) is gone:
+                del self.closed[gone.key]
+            self.awaiting.pop(gone.key, None)
+            self.tries.pop(gone.key, None)
+
+    def known(self, key: tuple[str, int]) -> bool:
+        return key in self.running or key in self.closed
+
+    def touch(self, key: tuple[str, int]) -> None:
+        """A call opened, closed, got its final end or was recovered: agents mirroring the ledger
+        (discovery/taskshare.py) fetch the calls changed since their last look."""
+        self.seq += 1
+        self.changes.append((self.seq, key))
+
+    # -- finals: Ray's recorded end of calls that left the RUNNING set ---------------------------------
+    def apply_final(self, key: tuple[str, int], row: dict | None) -> bool:
+        """The finished (or failed) row of an awaiting call, looked up by its task id (None: Ray had none).
+        Its ``end_time_ms`` becomes the call's end; after ``FINAL_TRIES`` misses the estimate is kept.
+        Returns True when the call became final."""
+        t = self.awaiting.get(key)
+        if t is None:
+            return False
+        end = _ms(row.get("end_time_ms")) if isinstance(row, dict) else None
+        state = str(row.get("state") or "") if isinstance(row, dict) else ""
+        if end is not None and state in ("FINISHED", "FAILED") and end >= t.start:
+            t.end, t.end_estimated, t.final, t.failed = end, False, True, t.failed or state == "FAILED"
+            self.finals_exact += 1
+        else:
+            n = self.tries[key] = self.tries.get(key, 0) + 1
+            if n < FINAL_TRIES:
+                return False
+            t.final = True
+            self.finals_estimated += 1
+        del self.awaiting[key]
+        self.tries.pop(key, None)
+        self.touch(key)
+        return True
+
+    def give_up_old(self, older_than: float) -> int:
+        """Closed calls that ended before ``older_than`` and still await their row keep their estimate (a
+        lookup budget too small for the calls ending per poll: the newest are looked up first)."""
+        old = [k for k, t in self.awaiting.items() if t.end is not None and t.end < older_than]
+        for k in old:
+            self.awaiting.pop(k).final = True
+            self.tries.pop(k, None)
+            self.finals_estimated += 1
+            self.touch(k)
+        return len(old)
+
+    def set_created(self, actor_id: str, end: float | None) -> int:
+        """The end of an actor's creation task (its ``__init__``). Ray stamps the first calls queued on an actor
+        while it is being created as running from before its creation ended (measured on Ray 2.60: 1-5.5 s
+        early); their start becomes the creation's end. Returns the calls moved."""
+        self.created[actor_id] = end or 0.0
+        if not end:
+            return 0
+        moved = 0
+        for t in list(self.running.values()) + [t for t in reversed(self.done) if t.actor_id == actor_id][:64]:
+            if t.actor_id == actor_id and t.start < end and (t.end is None or t.end > end):
+                t.start = end
+                self.touch(t.key)
+                moved += 1
+        return moved
+
+    def add_recovered(self, rows: list[dict]) -> int:
+        """Finished rows of calls no poll saw running (a finished-task page): each unknown one is a closed,
+        final call in its dispatch. Returns how many were added."""
+        added = 0
+        for r in rows:
+            if r.get("type") not in (None, "ACTOR_TASK") or str(r.get("state") or "") not in ("FINISHED", "FAILED"):
+                continue
+            t = self._task(r)
+            end = _ms(r.get("end_time_ms"))
+            if t is None or end is None or end < t.start:
+                self.bad_rows += 1
+                continue
+            if self.known(t.key):
+                continue
+            t.end, t.final, t.recovered, t.failed = end, True, True, r.get("state") == "FAILED"
+            t.seen = end
+            c = self.created.get(t.actor_id)
+            if c and t.start < c < t.end:
+                t.start = c
+            self._dispatch_for(t)
+            self._remember(t)
+            self.touch(t.key)
+            self.recovered += 1
             added += 1
         return added
 
@@ -208,6 +337,10 @@ class TaskLedger:
         seen: set[tuple[str, int]] = set()
         opened = closed = 0
         for r in running:
+            if r.get("type") == "ACTOR_CREATION_TASK" and r.get("actor_id"):
+                if len(self.creating) < MAX_CREATING or r["actor_id"] in self.creating:
+                    self.creating.setdefault(str(r["actor_id"]), now)
+                continue
             if r.get("type") not in (None, "ACTOR_TASK"):
                 continue
             t = self._task(r)
@@ -216,9 +349,16 @@ class TaskLedger:
                 continue
             seen.add(t.key)
             if t.key not in self.running:
+                if t.key in self.closed:   # closed by a lossy-free poll, running again: Ray's view wins
+                    continue
+                c = self.created.get(t.actor_id)
+                if c and t.start < c:
+                    t.start = c
                 self.running[t.key] = t
                 self._dispatch_for(t)
+                self.touch(t.key)
                 opened += 1
+            self.running[t.key].seen = now
         failed_end = {}
         for r in failed:
             tid = r.get("task_id")
@@ -228,11 +368,19 @@ class TaskLedger:
             if lossy and key not in failed_end:
                 continue  # a cut page or dropped events: not seeing it proves nothing
             t = self.running.pop(key)
-            if key in failed_end:
-                t.failed, t.end = True, failed_end[key] or now
+            if key in failed_end and failed_end[key]:
+                t.failed, t.end, t.final = True, failed_end[key], True
             else:
+                t.failed = key in failed_end
                 t.end, t.end_estimated = now, True
-            self.done.append(t)
+                self.awaiting[key] = t
+                while len(self.awaiting) > MAX_AWAITING:   # the oldest keep their estimate
+                    old = next(iter(self.awaiting))
+                    self.awaiting.pop(old).final = True
+                    self.tries.pop(old, None)
+                    self.finals_estimated += 1
+            self._remember(t)
+            self.touch(key)
             closed += 1
         self.prev_poll, self.last_poll = self.last_poll, now
         return {"opened": opened, "closed": closed, "lossy": lossy}

@@ -122,7 +122,8 @@ def restore(ledger: TaskLedger, data: dict) -> int:
         ledger.dispatches.append(d)
         ledger._open_dispatch[(d.group, d.method)] = d   # the latest per (group, method)
     for t in sorted((t for t in tasks if t.end is not None), key=lambda t: t.end):
-        ledger.done.append(t)
+        t.final = True   # the ring keeps no lookups in flight: a restored end is as good as it will get
+        ledger._remember(t)
     for t in running:
         if t.end is None:
             ledger.running[t.key] = t

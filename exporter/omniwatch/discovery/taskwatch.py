@@ -6,7 +6,10 @@ discovery: the state API is the head's dashboard). Readers (the collector, ``omn
 ``/api/v1/ps``) only read ``snapshot``, swapped whole, so a slow Ray never slows a scrape.
 
 One poll = 3 state-API calls (RUNNING tasks, FAILED tasks, actors not ALIVE — of the watched job) + the
-actor and node tables when an actor not seen before runs a task (at most every ``actor_refresh_s``).
+actor and node tables when an actor not seen before runs a task or is being created (at most every
+``actor_refresh_s``, 1 s: a new worker is mapped at its first call) + the finished rows of the calls that
+ended (by task id, at most ``final_budget``) and the finished-task pages of calls a node observer saw but no
+poll did (at most ``recover_budget``; taskfinal.py).
 Measured (benchmarks/raytasks_poll.py): 8 / 64 / 512 workers -> 14 / 111 / 881 KiB and a median 5 / 9 / 34 ms
 of exporter CPU per poll.
 """
@@ -19,8 +22,9 @@ from dataclasses import dataclass, field
 
 from .. import backoff
 from . import taskevents as te
-from . import taskring
+from . import pools, taskring
 from .rayapi import RayAPIError, StateAPI
+from .taskfinal import Recovery, settle
 
 log = logging.getLogger("omniwatch.raytasks")
 
@@ -54,8 +58,8 @@ class TaskSnapshot:
 
 class TaskPoller:
     def __init__(self, address: str | None = None, interval: float = 5.0, timeout: float = 5.0,
-                 page: int = 2000, job_id: str | None = None, actor_refresh_s: float = 10.0,
-                 ledger: te.TaskLedger | None = None, ring=None):
+                 page: int = 2000, job_id: str | None = None, actor_refresh_s: float = 1.0,
+                 ledger: te.TaskLedger | None = None, ring=None, final_budget: int = 32, recover_budget: int = 2):
         self.api = StateAPI(address, timeout=timeout, limit=page)
         self.interval = interval
         self.job_id = job_id
@@ -69,6 +73,11 @@ class TaskPoller:
         self.lock = threading.Lock()
         self.ring = ring              # taskring.TaskRing: the ledger persisted in --state-dir (None: not kept)
         self._saved_at = 0.0
+        self.recovery = Recovery()    # calls node observers saw that no poll did (taskfinal.py)
+        self.final_budget, self.recover_budget = final_budget, recover_budget
+        self.pools: dict[str, int] = {}   # GPUs per pool from Ray's placement groups (pools.py), every REFRESH_S
+        self._pools_at = 0.0
+        self.on_pools = None              # called with the pools when they change (the run's ledger GPUs)
 
     def _job(self) -> str | None:
         if self.job_id:
@@ -89,18 +98,33 @@ class TaskPoller:
         # new or was last seen before it was ALIVE, or its node is new; at most every actor_refresh_s
         stale = led.stale_actor_ids(running.rows)
         new_nodes = {r.get("node_id") for r in running.rows if r.get("node_id") and r.get("node_id") not in led.nodes}
-        wall = time.monotonic()
+        now = time.time() if now is None else now   # the poll's time: calls gone from RUNNING closed by then
+        wall = now
+        stale = stale or (self.recovery.refresh_actors and {"observed"})
         if (stale or new_nodes) and (not self._last_actor_refresh or wall - self._last_actor_refresh >= self.actor_refresh_s):
+            self.recovery.refresh_actors = False
             if stale:
                 led.apply_actors(self.api.list("actors", job_f).rows)
             if new_nodes:
                 led.apply_nodes(self.api.list("nodes", limit=1000).rows)
             self._last_actor_refresh = wall
+            if now - self._pools_at >= 5.0:   # new workers: their pools were just reserved
+                self._pools_at = 0.0
         # DEAD / RESTARTING (and not yet created) actors: one call; a healthy job has few
         led.apply_actors(self.api.list("actors", [("state", "!=", "ALIVE")] + job_f, limit=200).rows)
-        now = time.time() if now is None else now
         res = led.apply(running.rows, failed.rows, now, dropped=max(running.dropped, failed.dropped),
                         truncated=running.truncated)
+        settle(self.api, led, job_f, self.recovery, self.final_budget, self.recover_budget)
+        if now - self._pools_at >= pools.REFRESH_S:   # the GPU pools verl reserved (issue 33 item 4)
+            self._pools_at = now
+            try:
+                got = pools.pools(self.api.list("placement_groups", detail=True, limit=pools.MAX_GROUPS).rows)
+            except RayAPIError:   # an older or trimmed dashboard without the table: the ledger keeps its GPUs
+                got = self.pools
+            if got != self.pools:
+                self.pools = got
+                if self.on_pools is not None:
+                    self.on_pools(dict(got))
         job = self._job()
         cost = PollCost(self.api.cost.calls - c0, self.api.cost.bytes - w0, time.monotonic() - t0,
                         time.process_time() - cpu0, len(running.rows) + len(failed.rows))

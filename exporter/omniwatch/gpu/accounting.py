@@ -35,7 +35,7 @@ DEFAULT_THRESHOLD = 50.0
 DEFAULT_MAX_GAP_S = 2.0
 DEFAULT_PERIOD_S = 0.2  # the H200's NVML sample period; replaced by the observed spacing
 JUMP_S = 1.0
-DEFAULT_EDGE_BAND = (10.0, 90.0)  # utilization strictly inside this band is a partial period
+DEFAULT_EDGE_BAND = (5.0, 95.0)  # utilization strictly inside this band is a partial period
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class SampleAccountant:
     last_us: int | None = None
     last_util: int | None = None
     prev_util: int | None = None
+    edge: bool | None = None   # the state the last (split) transition period ended in, for the one after it
     edge_band: tuple[float, float] = DEFAULT_EDGE_BAND
     period_s: float = DEFAULT_PERIOD_S
     busy_s: float = 0.0
@@ -95,13 +96,19 @@ class SampleAccountant:
         else:
             self.period_s = 0.9 * self.period_s + 0.1 * dt  # smoothed spacing, used for gaps only
         prev, self.prev_util = self.prev_util, util
-        if prev is not None and self._partial(util) and not self._partial(prev):
+        edge, self.edge = self.edge, None
+        if prev is not None and self._partial(util) and (not self._partial(prev) or edge is not None):
             # A transition period: the previous period was fully busy (or idle), this one partly.
             # Split it at the edge: busy first after a busy period, idle first after an idle one.
+            # The period right after a split one continues from where that one ended (a busy burst or an
+            # idle gap of 1-2 periods straddles two partial samples); a third partial one in a row is load.
             busy_part = dt * util / 100.0
             self.busy_s += busy_part
             self.idle_s += dt - busy_part
-            if prev > self.threshold:
+            busy_first = edge if edge is not None else prev > self.threshold
+            if edge is None:
+                self.edge = not busy_first   # this period ends the other way: the next may continue it
+            if busy_first:
                 mid = start + (end - start) * util / 100.0
                 return [Interval(start, mid, True), Interval(mid, end, False)]
             mid = end - (end - start) * util / 100.0

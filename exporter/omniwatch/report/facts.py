@@ -105,6 +105,9 @@ class RunFacts:
         return f"{n} of {self.lines} lines skipped ({why})"
     lanes: list = field(default_factory=list)  # report/gantt.Bar: per-worker phase lanes (live reports with task events)
     slow_lanes: list = field(default_factory=list)  # report/gantt.Bar of the slowest steps (lanes "step N · ...")
+    pools: dict[str, int] = field(default_factory=dict)   # GPUs per pool (trainer, reward, rollout, teacher, other)
+    pools_source: str = ""                                # config | ray ("": unknown)
+    fleet_nodes: dict[str, dict[str, float]] = field(default_factory=dict)  # node -> fleet bucket -> GPU-seconds
 
     # -- header -------------------------------------------------------------------------------------
     @property
@@ -146,6 +149,15 @@ class RunFacts:
     def wall_hours(self) -> dict[str, float]:
         n = self.gpus or 1
         return {b: v / n for b, v in self.gpu_hours().items()}
+
+    def pool_gpu_hours(self) -> dict[str, float]:
+        """GPU-hours per pool: each pool's GPUs x the ledger's wall time. They add up to the run's GPUs x wall time
+        (the ledger's total) when the pools are the run's GPUs (the config's or Ray's pools are the ledger's GPUs)."""
+        n = sum(self.pools.values())
+        if not n or not self.gpus:
+            return {}
+        wall_h = self.total_gpu_seconds / HOUR / self.gpus
+        return {p: g * wall_h for p, g in self.pools.items()}
 
     def gpu_hours_per_1k_images(self) -> dict[str, float] | None:
         imgs = self.images

@@ -130,7 +130,9 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
             not_evaluated=dict(res.not_evaluated), skipped=dict(r.skipped), label_note=r.label_note,
             lines=len(r.entries) + sum(r.skipped.values()),
             trainer_config=trainer_config.describe(run.config if run is not None else None),
-            assumed=trainer_config.assumptions(run.config if run is not None else None)))
+            assumed=trainer_config.assumptions(run.config if run is not None else None),
+            pools=run.config.pools() if run is not None and run.config is not None and run.config.gpus else {},
+            pools_source="config" if run is not None and run.config is not None and run.config.gpus else ""))
     return out
 
 

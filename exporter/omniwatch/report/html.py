@@ -264,15 +264,30 @@ def _fmt(v, nd: int = 2, unit: str = "") -> str:
 
 def header_rows(f: RunFacts) -> list[tuple[str, str]]:
     modes = f.modes
-    gpus = f"{f.gpus} ({'derived from the run: perf/total_num_images / (perf/throughput x perf/time_per_step)' if f.gpus_source == 'log' else 'from --gpus'})" \
+    why = {"log": "derived from the run: perf/total_num_images / (perf/throughput x perf/time_per_step)",
+           "config": "every GPU pool the trainer config names", "ray": "the GPU bundles of the run's Ray placement groups"}
+    gpus = f"{f.gpus} ({why.get(f.gpus_source, 'from --gpus')})" \
         if f.gpus else "unknown (the log cannot tell; pass --gpus N): GPU-hours are per GPU"
     named = [("run label", f.label_note)] if f.label_note else []
+    extra = []
+    ph = f.pool_gpu_hours()
+    if ph:
+        extra.append(("GPU pools", ", ".join(f"{p} {f.pools[p]} GPUs = {h:,.2f} GPU-h" for p, h in ph.items())
+                      + f" (from the {'trainer config' if f.pools_source == 'config' else 'Ray placement groups'}; "
+                      f"together {sum(ph.values()):,.2f} GPU-h = GPUs x wall time)"))
+    if f.fleet_nodes:
+        cluster: dict[str, float] = {}
+        for node, bs_ in sorted(f.fleet_nodes.items()):
+            extra.append((f"GPU time, node {node}", ", ".join(f"{b} {v / HOUR:,.2f} GPU-h" for b, v in sorted(bs_.items()))))
+            for b, v in bs_.items():
+                cluster[b] = cluster.get(b, 0.0) + v
+        extra.append(("GPU time, cluster", ", ".join(f"{b} {v / HOUR:,.2f} GPU-h" for b, v in sorted(cluster.items()))))
     return [("run", f"{f.project}/{f.experiment}"), *named, ("source", f"{f.source}: {f.shown_source}"),
             ("trainer", modes.get("trainer", "unknown")), ("reward", modes.get("reward", "unknown")),
             ("async mode", modes.get("async_mode", "unknown")), ("GPUs", gpus), ("steps", str(f.n_steps)),
             ("median step time", _fmt(f.median_step_seconds, 1, " s")),
             ("images / GPU / s", _fmt(f.images_per_gpu_second, 3)),
-            ("GPU-hours", _fmt(f.total_gpu_seconds / HOUR, 2))]
+            ("GPU-hours", _fmt(f.total_gpu_seconds / HOUR, 2)), *extra]
 
 
 def _table(rows: list[tuple[str, str]]) -> str:

@@ -106,6 +106,13 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     for kind, metric in (("busy", n.GPU_PHASE_BUSY_SECONDS_TOTAL), ("idle", n.GPU_PHASE_IDLE_SECONDS_TOTAL)):
         for r in prom.query(f"sum by (phase) ({metric}{{{sel}}})", until):
             phases.setdefault(r["metric"].get("phase", "?"), {})[kind] = float(r["value"][1])
+    pools, pools_source = {}, ""
+    for r in prom.query(f"max by (pool, origin) ({n.RUN_POOL_GPUS}{{{sel}}})", until):
+        pools[r["metric"].get("pool", "?")] = int(float(r["value"][1]))
+        pools_source = r["metric"].get("origin", "")
+    fleet: dict[str, dict[str, float]] = {}   # per node and cluster-wide (the exporter's and every agent's GPUs)
+    for r in prom.query(f"sum by (node, bucket) ({n.GPU_FLEET_SECONDS_TOTAL}{{{sel}}})", until):
+        fleet.setdefault(r["metric"].get("node", "?"), {})[r["metric"].get("bucket", "?")] = float(r["value"][1])
     peak = prom.query(f"max({n.MFU_DEVICE_PEAK}{{{sel}}})", until)
     series = {n.MFU_DEVICE_PEAK: float(peak[0]["value"][1])} if peak else {}
     alerts = _alerts(prom, sel, start, until, res, marks)
@@ -118,7 +125,8 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     return RunFacts(run=f"{prom.url} {project}/{experiment}", project=project, experiment=experiment,
                     source="prometheus", steps=points, gpu_seconds=final, gpus=gpus,
                     gpus_source=gsrc or "unknown", modes=modes, alerts=alerts, alerts_source="prometheus",
-                    gpu_phases=phases, series=series, lanes=bars, slow_lanes=slow)
+                    gpu_phases=phases, series=series, lanes=bars, slow_lanes=slow, pools=pools,
+                    pools_source=pools_source, fleet_nodes=fleet)
 
 
 def _alerts(prom, sel, start, until, res, marks) -> list[AlertSpan]:

@@ -26,6 +26,11 @@ def facts_json(f: RunFacts, bs: list[Bottleneck]) -> dict:
         "wall_hours": {"total": _r(sum(f.wall_hours().values())), "buckets": {b: _r(h) for b, h in f.wall_hours().items()}},
         "gpu_hours_per_1k_images": None if per_k is None else {"total": _r(sum(per_k.values())),
                                                                 "buckets": {b: _r(h) for b, h in per_k.items()}},
+        "pools": {"gpus": f.pools, "source": f.pools_source or None,
+                  "gpu_hours": {p: _r(h) for p, h in f.pool_gpu_hours().items()}},
+        "fleet_gpu_seconds": {"nodes": {node: {b: _r(v) for b, v in bs_.items()} for node, bs_ in f.fleet_nodes.items()},
+                              "cluster": {b: _r(sum(x.get(b, 0.0) for x in f.fleet_nodes.values()))
+                                          for b in sorted({b for x in f.fleet_nodes.values() for b in x})}},
         "lost_gpu_hours": _r(lost_gpu_hours(bs)),
         "verdict": [b.as_json() for b in bs],
         "alerts": [a.as_json() for a in f.alerts],
