@@ -112,6 +112,10 @@ def restore_store(store: RunStore, data: dict) -> None:
             ref = [by_step.get(x["step"]) or _rec_from(x) for x in d.get("reference", [])] if "reference" in d \
                 else list(w)[:run.window.r]
             run.window.reference[:] = ref[:run.window.r]
+            short = len(run.window.reference) < run.window.r and bool(w)
+            if short and run.window.reference and w[0].step <= run.window.reference[-1].step + 1:
+                for r in w:  # the window continues the reference: what this version would have kept (an older state
+                    run.window._add_reference(r)  # held fewer reference steps)
             _window_from(run.window, d.get("window_state"))
             run.prior_config = _config_from(d.get("prior_config"))
             if run.last and w and (w[-1].step, w[-1].arrival) == (run.last.step, run.last.arrival):
