@@ -514,7 +514,6 @@ class RunWindow:
         self.carried: list[StepRecord] = []
         self.carried_hist: list[tuple] = []
         self.reason = ""
-        self.config_changed = False  # set by the model when the trainer's configuration differs after a restart
 
     def add(self, rec: StepRecord) -> None:
         if rec.flags:  # not a normal step
@@ -584,13 +583,22 @@ class RunWindow:
             self.carried, self.carried_hist = [], []
         self.kept = None
         self.reason = ""
-        self.config_changed = False
         self.normal.clear()
         self.history.clear()
         self._typical_valid = False
         self.reference.clear()
         self._leader, self._leader_at, self._carry = None, -1, None
         self._shift_key, self._shift = None, None
+
+    def drop_prior(self, reason: str) -> None:
+        """The previous incarnation's reference no longer applies (the trainer's configuration changed at the restart):
+        this incarnation's own reference from now on, and ``reason`` says why."""
+        if self.prior is None and self.kept is None:
+            return
+        self.prior = self.kept = self.prior_leader = self._carry = None
+        self.carried, self.carried_hist = [], []
+        self.reason = reason
+        self._leader, self._leader_at = None, -1
 
     @property
     def borrowed(self) -> bool:
@@ -611,9 +619,7 @@ class RunWindow:
         reason = ""
         old_img = [x for x in map(_images, prior) if x is not None]
         new_img = [x for x in map(_images, first) if x is not None]
-        if self.config_changed:
-            reason = "config_changed"
-        elif (old_img or new_img) and (len(old_img) != len(prior) or len(new_img) != len(first)
+        if (old_img or new_img) and (len(old_img) != len(prior) or len(new_img) != len(first)
                                        or statistics.median(old_img) != statistics.median(new_img)):
             reason = "workload_changed"
         else:

@@ -245,7 +245,7 @@ class Run:
     config: TrainerConfig | None = None  # the trainer's configuration, when read (trainer_config.py)
     stale: bool = False                  # first seen as history (its newest line older than the stale horizon)
     # The configuration in force when the current incarnation's first step came, and the previous incarnation's:
-    # a restart whose configuration changed starts a new reference (RunWindow.config_changed).
+    # a restart whose configuration changed starts a new reference (RunWindow.drop_prior).
     inc_config: TrainerConfig | None = None
     prior_config: TrainerConfig | None = None
 
@@ -455,8 +455,9 @@ class RunStore:
 
     def _configure(self, run: Run, cfg: TrainerConfig) -> None:
         run.config = cfg
-        if run.window.prior is not None and _config_changed(run.prior_config, cfg):
-            run.window.config_changed = True  # a new configuration printed for the restarted trainer
+        if run.window.borrowed and _config_changed(run.prior_config, cfg):
+            run.window.drop_prior("config_changed")  # a new configuration printed for the restarted trainer
+            run.stats_dirty = True
         run.planned.configure(cfg.total_steps, {"checkpoint": cfg.save_freq, "validation": cfg.test_freq})
         if cfg.gpus and not (self.gpus_override and self.gpus):
             run.gpus = ledger.Gpus(cfg.gpus, "config")
@@ -620,7 +621,7 @@ class RunStore:
             if run.inc_steps == 0:
                 run.inc_config = run.config
                 if _config_changed(run.prior_config, run.config):
-                    run.window.config_changed = True
+                    run.window.drop_prior("config_changed")
             run.inc_steps += 1
             if warm and len(run.warm) < WARM_KEPT:
                 run.warm.append(rec)

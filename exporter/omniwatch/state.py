@@ -148,7 +148,7 @@ def _window_to(w) -> dict:
     return {"history": [[s, dur, img, sorted(mfu.items())] for s, dur, img, mfu in w.history],
             "prior": [_rec_to(r) for r in w.prior] if w.prior is not None else None, "prior_leader": w.prior_leader,
             "kept": [_rec_to(r) for r in w.kept] if w.kept is not None else None, "reason": w.reason,
-            "config_changed": w.config_changed, "leader": w._leader, "leader_at": w._leader_at, "carry": w._carry,
+            "leader": w._leader, "leader_at": w._leader_at, "carry": w._carry,
             "carried": [_rec_to(r) for r in w.carried],
             "carried_history": [[s, dur, img, sorted(mfu.items())] for s, dur, img, mfu in w.carried_hist]}
 
@@ -165,7 +165,6 @@ def _window_from(w, d: dict | None) -> None:
     w.kept = [_rec_from(x) for x in d["kept"]] if d.get("kept") is not None else None
     cause = lambda c: c if c in CAUSES else None  # noqa: E731 - a cause this version names, else none
     w.prior_leader, w.reason = cause(d.get("prior_leader")), d.get("reason", "") if d.get("reason") in REFERENCE_REASONS else ""
-    w.config_changed = d.get("config_changed", False)
     w.carried = [_rec_from(x) for x in d.get("carried", [])]
     w.carried_hist = [(int(s), dur, img, {str(k): float(v) for k, v in mfu}) for s, dur, img, mfu in d.get("carried_history", [])]
     w._leader, w._leader_at, w._carry = cause(d.get("leader")), d.get("leader_at", -1), cause(d.get("carry"))

@@ -171,7 +171,6 @@ class WindowState(_Open):
     prior_leader: Annotated[str, Field(max_length=64)] | None = None
     kept: list[Record] | None = None
     reason: Annotated[str, Field(max_length=64)] = ""
-    config_changed: StrictBool = False
     leader: Annotated[str, Field(max_length=64)] | None = None
     leader_at: Annotated[StrictInt, Field(ge=-1, le=MAX_STEP)] = -1
     carry: Annotated[str, Field(max_length=64)] | None = None
