@@ -3,7 +3,7 @@ notifications the model must send) and the real-Alertmanager test (tests/test_sc
 Alertmanager 0.25 must send what the model predicts for the very posts made).
 
 The configuration is alerts/alertmanager.yml with its times scaled down (``scaled``): group_wait and
-group_interval / 100 (10 s -> 0.1 s, 20 s -> 0.2 s, 5 m -> 3 s), repeat_interval / 1000 (4 h -> 14.4 s). Every
+group_interval / 100 (10 s -> 0.1 s, 20 s -> 0.2 s, 5 m -> 3 s), repeat_interval / 6000 (24 h -> 14.4 s). Every
 scenario is one run (its own ``experiment``) and a list of posts (seconds from the scenario's start, the alerts of
 one request); an alert is firing (``endsAt`` one minute ahead) or resolved at the post (``endsAt`` = the post)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from omniwatch import names as n, rules
 
 GROUP_FACTOR = 0.01
-REPEAT_FACTOR = 0.001
+REPEAT_FACTOR = 1 / 6000  # 24 h -> 14.4 s
 FIRING_FOR = 60.0  # a firing alert's endsAt: this far ahead (Prometheus: 4 x max(resend delay, eval interval))
 PROJECT = "scorecard-am"
 
@@ -81,9 +81,9 @@ SCENARIOS: dict[str, list[Post]] = {
     S4: [Post(0.0, (_a(S4, n.ALERT_IDLE, evidence="timers"),))],
     # A group whose alerts all resolved is dropped at the dispatcher's next 30-second cleanup: a later alert starts a
     # new group and is sent after group_wait (an existing group would wait for its next flush, at 36.1 s).
-    S5: [Post(0.0, (_a(S5, n.ALERT_STEP_DRIFT),)),
-         Post(0.5, (_a(S5, n.ALERT_STEP_DRIFT, "resolved", starts=0.0),)),
-         Post(34.6, (_a(S5, n.ALERT_STEP_DRIFT),))],
+    S5: [Post(0.0, (_a(S5, STR, cause="weight_sync"),)),
+         Post(0.5, (_a(S5, STR, "resolved", starts=0.0, cause="weight_sync"),)),
+         Post(34.6, (_a(S5, STR, cause="weight_sync"),))],
 }
 DURATION = {S1: 7.0, S2: 11.0, S3: 5.0, S4: 17.0, S5: 38.0}
 

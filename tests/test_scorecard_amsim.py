@@ -44,9 +44,9 @@ def test_the_model_sends_what_alertmanager_025_would_for_each_scenario():
         (3.1, S3, "firing", ("TrainingStalled{severity=critical}",), ()),  # the warning muted by the critical
         (0.1, S4, "firing", ("InterStageIdleGPU{evidence=timers}",), ()),
         (15.1, S4, "firing", ("InterStageIdleGPU{evidence=timers}",), ()),  # repeat_interval 14.4 s
-        (0.1, S5, "firing", ("StepTimeDrift",), ()),
-        (3.1, S5, "resolved", (), ("StepTimeDrift",)),
-        (34.7, S5, "firing", ("StepTimeDrift",), ()),  # a new group: group_wait again
+        (0.1, S5, "firing", ("StepTimeRegression{cause=weight_sync}",), ()),
+        (3.1, S5, "resolved", (), ("StepTimeRegression{cause=weight_sync}",)),
+        (34.7, S5, "firing", ("StepTimeRegression{cause=weight_sync}",), ()),  # a new group: group_wait again
     ])
     assert got == want
 

@@ -45,7 +45,7 @@ from typing import Callable, Iterable
 from ..model import RunStore
 from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
 from .evaluate import Firing, firing_intervals, hysteresis_by, hysteresis_intervals, true_at
-from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, FamilyRender, SampleGrid, label_value
+from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, FamilyRender, SampleGrid, label_value, stale_points
 from .ruleset import GAPS_ONLY, RuleSet, _IDENT, load
 from .runfile import RecordedRun
 from .timeline import Timeline
@@ -190,8 +190,10 @@ def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | 
             continue
         out.write("\n".join(fam.meta) + "\n")
         step = 1 if name in dense else every
+        gauge = fam.is_gauge
         for prefix, runs in fam.series.items():
             last_hi = -1
+            stale = set(stale_points(runs, len(ts))) if gauge else set()  # where live Prometheus marks it stale
             for lo, hi, value in sorted(runs):
                 if lo < last_hi:
                     raise ValueError(f"series {prefix} is written twice for one scrape: two runs share its labels")
@@ -202,6 +204,9 @@ def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | 
                 head = f"{prefix} {value} "
                 out.write("".join(head + ts[k] + "\n" for k in idx))
                 n += len(idx)
+                if hi in stale:  # in time order: before the series' next run
+                    out.write(f"{prefix} NaN {ts[hi]}\n")
+                    n += 1
     out.write("# EOF\n")
     return n
 
