@@ -325,6 +325,43 @@ def test_stale_horizon_zero_turns_it_off_and_a_live_writer_is_no_history(tmp_pat
     assert value(on, names.RUN_STALE, project="p", experiment="e") == 0
 
 
+def test_history_at_first_sight_is_counted_in_the_runs_own_steps_not_a_fixed_age(tmp_path):
+    """Issue 31 item 6: on the first `up`, a run whose last line is older than stall.history_steps (3) of its typical
+    steps plus its planned allowance is history (info once, never paged) whatever its age: an hour-old hang is
+    history (the 6-hour horizon alone paged it critical 37 s after `up`); one a couple of steps old is live (it may
+    be mid-step); before a normal step the provisional step counts; a new line makes a history run live again."""
+    from omniwatch.alerting.config import DEFAULT
+    root = tmp_path / "root"
+    (root / "w").mkdir(parents=True)
+    now = time.time()
+    recs = whole_run("finished_on_cadence")[:12]          # 240 s steps: 3 typical steps = 12 min
+    early = whole_run("hang_in_step3")[:2]               # warm-up steps only (308 s, 255 s): provisional 462 s
+    cases = {"hour_old": (recs, 3600), "two_steps_old": (recs, 2 * 240), "early_old": (early, 3 * 462 + 60),
+             "early_fresh": (early, 400)}
+    for name, (lines, age) in cases.items():
+        p = root / "w" / f"{name}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        os.utime(p, (now - age, now - age))
+    store = RunStore(clock=time.time)
+    src = FileSource(store, [str(root)], "jsonl")
+    src.poll_once()
+    got = {name: value(store, names.RUN_STALE, project="w", experiment=name) for name in cases}
+    assert got == {"hour_old": 1, "two_steps_old": 0, "early_old": 1, "early_fresh": 0}, got
+    run = store.runs[("w", "hour_old")]
+    typ = run.window.typical_step()
+    assert store.history_threshold(run) == pytest.approx(DEFAULT.stall.history_steps * typ
+                                                         + run.planned.allowance(run.last.step))
+    assert value(store, names.STALE_RUNS) == 2
+    # a new line: live again (TrainingStalled may escalate from now on)
+    with open(root / "w" / "hour_old.jsonl", "a") as f:
+        f.write(json.dumps({"step": 13, "data": recs[-1]["data"]}) + "\n")
+    src.poll_once()
+    assert value(store, names.RUN_STALE, project="w", experiment="hour_old") == 0
+    # live evidence from Ray (the run's job still runs) also clears it
+    store.not_history("w", "early_old")
+    assert value(store, names.RUN_STALE, project="w", experiment="early_old") == 0
+
+
 # --- remedies that fit the run's engine and LoRA (from its config) --------------------------------------------
 def test_remedies_name_the_engine_keys_and_layered_summon_only_for_lora():
     from omniwatch.alerting import remedies

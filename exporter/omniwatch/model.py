@@ -242,7 +242,10 @@ class Run:
     planned: PlannedWork = field(default_factory=PlannedWork)
     phase_names: set[str] = field(default_factory=set)  # distinct phases (timing_s/<name>) so far, <= max_phases
     config: TrainerConfig | None = None  # the trainer's configuration, when read (trainer_config.py)
-    stale: bool = False                  # first seen as history (its newest line older than the stale horizon)
+    stale: bool = False                  # first seen as history (RunStore.history: decided from first_sight)
+    # When omniwatch first saw this run, if that was from a file's backlog (its lines older than omniwatch): the
+    # age of its last line at that moment decides whether it is history (RunStore.history). None: first seen live.
+    first_sight: float | None = None
 
     @property
     def keys(self) -> dict[str, float]:
@@ -359,6 +362,8 @@ class RunStore:
         self.gpus = gpus  # --gpus: GPUs of a run whose keys cannot tell (the ledger's multiplier)
         self.gpus_override = gpus_override  # report --gpus: the user's count wins over config and keys
         self.stale_horizon = stale_horizon  # 0: never stale
+        self.history_steps = alert_config.stall.history_steps      # typical steps (+ allowance) that make history
+        self.provisional_factor = alert_config.stall.provisional_factor
         # The alert configuration the rules were made with: the ledger books outside time beyond its stall
         # tolerance as stalled (ledger.stall_tolerance_steps).
         self.stall_tolerance_steps = ledger.stall_tolerance_steps(alert_config)
@@ -464,7 +469,40 @@ class RunStore:
             if run is not None and (is_open or run.planned.log_open is not None):
                 run.planned.log_open = is_open
                 if is_open:  # a live process holds its log: a hung run, not history
-                    run.stale = False
+                    run.stale, run.first_sight = False, None
+
+    def not_history(self, project: str, experiment: str) -> None:
+        """Live evidence that the run is not history (its Ray job still runs): a stop is a hang."""
+        with self.lock:
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is not None:
+                run.stale, run.first_sight = False, None
+
+    def history_threshold(self, run: Run) -> float | None:
+        """Seconds a run's last line may be old at first sight before it is history: ``stall.history_steps`` of its
+        typical steps (provisional before the first normal step) plus its planned allowance. None: no step time
+        known yet (then only ``--stale-horizon`` decides)."""
+        typ = run.window.typical_step()
+        if typ is None:
+            durs = [r.duration for r in run.warm if r.duration]
+            typ = self.provisional_factor * max(durs) if durs else None
+        if typ is None:
+            return None
+        return self.history_steps * typ + run.planned.allowance(run.last.step if run.last else None)
+
+    def history(self, run: Run) -> bool:
+        """Was the run history when omniwatch first saw it (issue 31 item 6)? Its last line, read from a file's
+        backlog, was older than a few of its typical steps plus its planned allowance (or than --stale-horizon),
+        and no live evidence says otherwise. Decided from ``first_sight`` (kept in ``run.stale``); a live step, a
+        live writer of its log or its running Ray job clear it."""
+        if run.first_sight is not None and run.last_arrival is not None:
+            if self.stale_horizon <= 0 or run.planned.log_open is True:
+                run.stale = False
+            else:
+                age = run.first_sight - run.last_arrival
+                limit = self.history_threshold(run)
+                run.stale = age > (self.stale_horizon if limit is None else min(limit, self.stale_horizon))
+        return run.stale
 
     def hidden(self, run: Run, now: float | None = None) -> bool:
         """Not exported: expired (finished), or restored from a checkpoint and not produced by any
@@ -543,10 +581,11 @@ class RunStore:
                 return None
             run.visible = True
             if run.last is None and backlog and self.stale_horizon > 0 and run.planned.log_open is not True:
-                # first seen from a file's backlog (arrival = its mtime): older than the horizon is history
-                run.stale = self.clock() - arrival > self.stale_horizon
+                # first seen from a file's backlog (arrival = its mtime): history or not is decided from the age of
+                # its last line at this moment, once its typical step is known (history())
+                run.first_sight = self.clock()
             elif not backlog:
-                run.stale = False
+                run.stale, run.first_sight = False, None
             step = parsed.step
             layout = key_layout(parsed.values, run.layouts)
             digest = step_digest(parsed.values, layout)

@@ -219,6 +219,17 @@ class PlannedWork:
             out += 1
         return out
 
+    def unseen_configured(self, last_step: int | None = None) -> int:
+        """Kinds not seen yet that the trainer's config says may come before the next step line: a configured
+        cadence (> 0) due on the next step, or the next step may be the last (total unknown or reached).
+        TrainingStalled's early stages (no normal step yet) wait a reserve for them; without a config nothing
+        is known and this is 0."""
+        nxt = None if last_step is None else last_step + 1
+        final_possible = self.total is None or (nxt is not None and nxt >= self.total)
+        return sum(1 for k in self.kinds.values()
+                   if not k.seen and k.configured is not None and k.configured > 0
+                   and (final_possible or nxt is None or k.due(nxt)))
+
     def allowance(self, last_step: int | None) -> float:
         """Seconds of planned work that may come before the line of the step after ``last_step``."""
         if last_step is None:
@@ -399,7 +410,8 @@ class LogWriterWatch(Periodic):
 # --- exposition -----------------------------------------------------------------------------------------
 def owned() -> tuple[str, ...]:
     """The families :class:`PlannedCollector` renders."""
-    return (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN, n.RUN_TOTAL_STEPS,
+    return (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN, n.PLANNED_UNSEEN_CONFIGURED,
+            n.RUN_TOTAL_STEPS,
             n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS, n.WARMUP_STEP, n.RUN_STALE, n.STALE_RUNS)
 
 
@@ -427,7 +439,7 @@ class PlannedCollector:
             for (project, experiment), run in s.runs.items():
                 if s.hidden(run, now) or run.last is None:
                     continue
-                stale += run.stale
+                stale += s.history(run)
                 rl, p, last = [project, experiment], run.planned, run.last.step
                 for kind, k in p.kinds.items():
                     if k.seen:
@@ -436,6 +448,7 @@ class PlannedCollector:
                         fams[n.PLANNED_EVERY].add_metric(rl + [kind], k.every)
                 fams[n.PLANNED_ALLOWANCE].add_metric(rl, p.allowance(last))
                 fams[n.PLANNED_UNSEEN].add_metric(rl, p.unseen(last))
+                fams[n.PLANNED_UNSEEN_CONFIGURED].add_metric(rl, p.unseen_configured(last))
                 if p.total is not None:
                     fams[n.RUN_TOTAL_STEPS].add_metric(rl, p.total)
                 fams[n.RUN_FINISHED].add_metric(rl, 1 if p.finished(last) else 0)
