@@ -461,15 +461,38 @@ class RunStore:
             if run is not None:
                 run.planned.ckpt_write = (step, newest)
 
-    def set_log_open(self, project: str, experiment: str, is_open: bool) -> None:
+    def set_log_open(self, project: str, experiment: str, is_open: bool, pids: set[int] | None = None) -> None:
         """A process holds the run's log open for writing now (or not). Not seen open yet and not open
         now stays unknown: a log written on another node is never seen open here."""
         with self.lock:
             run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is not None:
+                run.planned.writer_pids = frozenset(pids or ())
             if run is not None and (is_open or run.planned.log_open is not None):
                 run.planned.log_open = is_open
                 if is_open:  # a live process holds its log: a hung run, not history
                     run.stale, run.first_sight = False, None
+
+    def writer_pids(self) -> dict[tuple[str, str], frozenset]:
+        """Runs whose log a local process writes now -> those pids (discovery/jobs.py matches them to Ray jobs)."""
+        with self.lock:
+            return {k: r.planned.writer_pids for k, r in self.runs.items() if r.planned.writer_pids}
+
+    def ray_jobs(self) -> dict[tuple[str, str], str]:
+        """Runs matched to a Ray job -> its id."""
+        with self.lock:
+            return {k: r.planned.ray.job_id for k, r in self.runs.items() if r.planned.ray is not None}
+
+    def set_ray_job(self, project: str, experiment: str, state) -> None:
+        """The run's Ray job and its state (discovery/jobs.py): finished, crashed or running (then never
+        history: a stop is a hang)."""
+        with self.lock:
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is None:
+                return
+            run.planned.ray = state
+            if state.status in ("RUNNING", "PENDING"):
+                run.stale, run.first_sight = False, None
 
     def not_history(self, project: str, experiment: str) -> None:
         """Live evidence that the run is not history (its Ray job still runs): a stop is a hang."""
@@ -586,6 +609,8 @@ class RunStore:
                 run.first_sight = self.clock()
             elif not backlog:
                 run.stale, run.first_sight = False, None
+                if run.planned.ray is not None and run.planned.ray.status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                    run.planned.ray = None   # a step after its job ended: a new job (a resume), matched anew
             step = parsed.step
             layout = key_layout(parsed.values, run.layouts)
             digest = step_digest(parsed.values, layout)

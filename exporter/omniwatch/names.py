@@ -467,7 +467,7 @@ RAY_STACK_INFO = _m("omniwatch_ray_stack_info", "gauge",
                     "worker running the call, or why no stack could be had (and the fix); of=\"holder\" for the call "
                     "holding the step, \"straggler\" for the rank RankStraggler names while it runs. Value: the "
                     "unix time of the dump.", R + (L_STACK_OF, L_ROLE_T, L_PHASE_T, L_RANK, L_STACK), "seconds")
-L_JOB, L_JOB_TYPE, L_JOB_STATUS, L_ERROR = "job", "type", "status", "error"
+L_JOB, L_JOB_TYPE, L_JOB_STATUS, L_ERROR = "ray_job", "type", "status", "error"
 RAY_JOB_INFO = _m("omniwatch_ray_job_info", "gauge",
                   "The Ray job matched to the run (--ray-job, the job whose driver or TaskRunner writes the run's "
                   "log, or the only training job): its id, type (SUBMISSION / DRIVER), status as omniwatch reads it "

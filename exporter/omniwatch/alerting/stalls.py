@@ -86,7 +86,9 @@ def records(cfg: Config) -> list:
 
 def _expr(cfg: Config, severity: str) -> str:
     out = (f"{AGE}\n  > on ({RUN_BY}) {REC}{severity}\n"
-           f"unless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_FINISHED)} == 1)")
+           f"unless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_FINISHED)} == 1)\n"
+           # a crash its Ray job reported pages as TrainingCrashed, not as a stall
+           f"unless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_CRASHED)} == 1)")
     if severity != "info":
         # history, not news: a run first seen long after its last line is reported once, at info
         out += f"\nunless on ({RUN_BY}) max by ({RUN_BY}) ({sel(cfg, n.RUN_STALE)} == 1)"
@@ -201,6 +203,25 @@ def alerts(cfg: Config) -> list:
     return out
 
 
+CRASH_JOB = QueryLabel(n.RAY_JOB_INFO, n.L_JOB, prefix=" (Ray job ", suffix=")")
+CRASH_ERROR = QueryLabel(n.RAY_JOB_INFO, n.L_ERROR, prefix=": ")
+
+
+def crashed(cfg: Config) -> Alert:
+    """TrainingCrashed: the run's Ray job failed (discovery/jobs.py). Pages at once (no for:): a failed job is a
+    fact Ray recorded, not a reading that jitters; TrainingStalled stays quiet for the run meanwhile."""
+    return Alert(
+        n.ALERT_CRASHED, f"max by ({RUN_BY}) ({sel(cfg, n.RUN_CRASHED)}) == 1", "critical",
+        "Training crashed: its Ray job failed.",
+        P(RUN, ": the trainer's Ray job failed", CRASH_JOB, LAST, CRASH_ERROR,
+          ". Not a hang: the job ended, and the GPUs it reserved are free or idle until it is resumed."),
+        None, {}, P("Read the error above and the driver / TaskRunner log (`ray job logs <job>` for a submitted job; "
+                    "the driver's console otherwise); fix it, then resume from the last checkpoint with ",
+                    remedies.key("trainer.resume_mode", "auto"), "."), step=True,
+        comment="TrainingCrashed: the run's Ray job FAILED (a submitted job's status, or a driver job whose\n"
+                "TaskRunner.run failed): Ray's error in the description.")
+
+
 def rules(cfg: Config) -> list:
-    return records(cfg) + alerts(cfg)
+    return records(cfg) + alerts(cfg) + [crashed(cfg)]
 
