@@ -363,6 +363,7 @@ class RunStore:
         self.gpus_override = gpus_override  # report --gpus: the user's count wins over config and keys
         self.stale_horizon = stale_horizon  # 0: never stale
         self.history_steps = alert_config.stall.history_steps      # typical steps (+ allowance) that make history
+        self.notice_steps = alert_config.stall.notice_steps
         self.provisional_factor = alert_config.stall.provisional_factor
         # The alert configuration the rules were made with: the ledger books outside time beyond its stall
         # tolerance as stalled (ledger.stall_tolerance_steps).
@@ -512,6 +513,24 @@ class RunStore:
         if typ is None:
             return None
         return self.history_steps * typ + run.planned.allowance(run.last.step if run.last else None)
+
+    def stalled(self, project: str, experiment: str) -> bool:
+        """Has the run gone without a step past TrainingStalled's first stage (``stall.notice_steps`` typical
+        steps; before the first normal step, one provisional step)? The task-event source then dumps the stack of
+        the call holding the step (discovery/traceback.py), so it is there by the warning."""
+        with self.lock:
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is None or run.last_arrival is None or run.planned.finished(run.last.step if run.last else None):
+                return False
+            typ = run.window.typical_step()
+            if typ is not None:
+                limit = self.notice_steps * typ
+            else:
+                durs = [r.duration for r in run.warm if r.duration]
+                if not durs:
+                    return False
+                limit = self.provisional_factor * max(durs)
+            return self.clock() - run.last_arrival > limit
 
     def history(self, run: Run) -> bool:
         """Was the run history when omniwatch first saw it (issue 31 item 6)? Its last line, read from a file's

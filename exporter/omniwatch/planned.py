@@ -317,9 +317,9 @@ MAX_FDS_SCANNED = 200_000  # bounded: a scan of a huge host stops here (and says
 
 
 def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = None,
-            pids: dict[str, set[int]] | None = None) -> set[str] | None:
+            pids_out: dict[str, set[int]] | None = None) -> set[str] | None:
     """Which of ``paths`` (real paths) some process other than ``exclude`` holds open for writing (and, into
-    ``pids``, which processes: a Ray job's driver or TaskRunner, discovery/jobs.py).
+    ``pids_out``, which processes: a Ray job's driver or TaskRunner, discovery/jobs.py).
     None when ``proc`` cannot be read at all (no procfs): the answer is unknown, not "nobody"."""
     exclude = exclude if exclude is not None else {os.getpid()}
     try:
@@ -345,7 +345,7 @@ def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = Non
                 target = os.readlink(f"{fd_dir}/{fd}")
             except OSError:
                 continue
-            if target not in paths or (target in found and pids is None):
+            if target not in paths or (target in found and pids_out is None):
                 continue
             try:
                 with open(f"{proc}/{pid}/fdinfo/{fd}", "rb") as f:
@@ -355,8 +355,8 @@ def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = Non
             m = re.search(rb"^flags:\s*([0-7]+)", info, re.M)
             if m and int(m.group(1), 8) & 0o3:  # O_WRONLY or O_RDWR
                 found.add(target)
-                if pids is not None:
-                    pids.setdefault(target, set()).add(int(pid))
+                if pids_out is not None:
+                    pids_out.setdefault(target, set()).add(int(pid))
     return found
 
 
@@ -441,7 +441,7 @@ class LogWriterWatch(Periodic):
         if not files:
             return
         pids: dict[str, set[int]] = {}
-        found = writers(set(files), self.proc, pids=pids)
+        found = writers(set(files), self.proc, pids_out=pids)
         if found is None:
             return
         runs: dict[tuple[str, str], bool] = {}

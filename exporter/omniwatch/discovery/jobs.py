@@ -55,12 +55,14 @@ ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 def one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """Ray's multi-line error (a traceback) as one bounded, redacted line: its last non-empty lines first (the
     exception), so the cut keeps what matters."""
-    lines = [x.strip() for x in str(text or "").splitlines() if x.strip()]
+    raw = str(text or "").splitlines()
+    lines = [x.strip() for x in raw if x.strip()]
     if not lines:
         return ""
-    # the exception line(s) are at the end of a Python traceback; lead with them
-    tail = [x for x in lines if not x.startswith(("File ", "Traceback", "^", "~"))]
-    text = " | ".join(reversed(tail[-3:])) if tail else lines[-1]
+    # a Python traceback ends with the exception after its last `File "…", line N` and that frame's source line
+    last = max((i for i, x in enumerate(lines) if x.startswith("File ")), default=None)
+    exc = [x for x in lines[last + 2:] if not set(x) <= set("^~ ")] if last is not None else []
+    text = " | ".join(exc or lines[-1:])
     text = redact(text)
     return text[: limit - 1] + "…" if len(text) > limit else text
 
@@ -119,7 +121,8 @@ class JobWatch:
         if not pick:
             return None
         r = pick[0]
-        return one_line(f"{r.get('name', '')}: {r.get('error_message') or r.get('error_type')}")
+        where = f" (in {str(r.get('name', ''))[:80]})" if r.get("name") else ""
+        return one_line(str(r.get("error_message") or r.get("error_type")), MAX_ERROR_CHARS - len(where)) + where
 
     def state_of(self, j: dict, how: str) -> JobState:
         jid = str(j.get("job_id") or j.get("submission_id") or "")

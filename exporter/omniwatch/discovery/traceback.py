@@ -97,8 +97,8 @@ def summary(dump: str, method: str = "") -> tuple[str, bool]:
     if not threads:
         return "", False
 
-    def has(t: Thread, name: str) -> int | None:
-        return next((i for i, f in enumerate(t.frames) if f.func == name), None)
+    def has(t: Thread, name: str) -> int | None:   # py-spy 0.4 on Python >= 3.11 shows qualified names
+        return next((i for i, f in enumerate(t.frames) if f.func == name or f.func.endswith("." + name)), None)
 
     names = [m for m in dict.fromkeys((method, method.split("_", 2)[-1] if method.count("_") >= 2 else "")) if m]
     pick, at = None, None
