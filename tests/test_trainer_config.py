@@ -17,7 +17,7 @@ from omniwatch.parse import parse_record
 from omniwatch.sources.files import FileSource
 from omniwatch.state import restore_store, snapshot_store
 
-from .conftest import fixture
+from .conftest import REPO, fixture
 from .test_model import samples, value
 
 CFG = "trainer_config"
@@ -165,6 +165,26 @@ def test_a_config_dir_finds_hydra_run_dirs_and_matches_runs_by_name(tmp_path):
     assert not store.errors
     run = feed(store, "finished_on_cadence")
     assert run.config is not None and run.config.source == "yaml"
+
+
+def test_up_finds_a_hydra_config_and_a_console_log_with_the_config_print_under_a_named_dir(tmp_path):
+    """Issue 31 item 2: `make up TRAINER_CONFIG=DIR` / `omniwatch up --trainer-config DIR` — under the directory the
+    user names, a Hydra run dir's .hydra/config.yaml and a console log with VeRL-Omni's config print (any depth) are
+    both found and matched to their runs; `make up` passes every TRAINER_CONFIG path to `omniwatch up`."""
+    import subprocess
+    hydra = tmp_path / "outputs" / "2026-12-01" / "10-00-00" / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "config.yaml").write_bytes(fixture(f"{CFG}/finished_on_cadence.hydra/config.yaml").read_bytes())
+    logs = tmp_path / "logs" / "v1"
+    logs.mkdir(parents=True)
+    (logs / "train.log").write_bytes(fixture(f"{CFG}/v1_separate_async.pprint.log").read_bytes())
+    found = sorted(os.path.relpath(p, tmp_path) for p in tc.expand(str(tmp_path)))
+    assert found == ["logs/v1/train.log", "outputs/2026-12-01/10-00-00/.hydra/config.yaml"]
+    configs = tc.load_all([str(tmp_path)])
+    assert {c.source for c in configs.values()} == {"yaml", "pprint"} and len(configs) == 2
+    r = subprocess.run(["make", "-n", "up", f"TRAINER_CONFIG={tmp_path} /other/dir", "WATCH=/w"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert f"--trainer-config {tmp_path} --trainer-config /other/dir" in r.stdout, r.stdout + r.stderr
 
 
 # --- what the run model does with it --------------------------------------------------------------------------

@@ -132,13 +132,14 @@ def split(rec: StepRecord, interval: float | None, typical: float | None, tolera
 
 def open_stall(gap: float, typical: float | None, tolerance_steps: float, allowance: float = 0.0) -> float:
     """Wall seconds of a stall still open (issue 31 item 3): ``gap`` = the time since the run's last step (to now,
-    to a report's end, or to its job's end), less the step that was due (one typical step), the stall tolerance
-    (``tolerance_steps`` of them: TrainingStalled's first stage is at tolerance + 1) and the planned work that may
-    come before the next step (``allowance``). The ledger books the same kind of seconds as ``stalled`` when the next
-    step arrives; until then nothing is booked, so the reports add this (x GPUs) to the stalled bucket."""
+    to a report's end, or to its job's end), less the stall tolerance (``tolerance_steps`` typical steps, as
+    :func:`split` and the dashboards' open-stall panels: TrainingStalled's info threshold less one typical step) and
+    the planned work that may come before the next step (``allowance``). The ledger books the same kind of seconds
+    as ``stalled`` when the next step arrives; until then nothing is booked, so the reports add this (x GPUs) to the
+    stalled bucket."""
     if typical is None or typical <= 0 or gap <= 0:
         return 0.0
-    return max(0.0, gap - (tolerance_steps + 1) * typical - max(0.0, allowance))
+    return max(0.0, gap - tolerance_steps * typical - max(0.0, allowance))
 
 
 def rate_per_day(recs, gpus: int) -> dict[str, float]:
