@@ -150,9 +150,9 @@ def main(out_path: str, record_dir: str | None = None) -> int:
         # Three jobs side by side (their workers' start-up overlaps): a clean finish and a failure on 2 ranks, then
         # the hang on 4, started last so that it is the newest job (the one the task-event source watches)
         note("runs finish + fail, then hang")
-        pf, px = trainer("finish", "finish", 8, 2), trainer("fail", "fail", 4, 2)
+        pf, px = trainer("finish", "finish", 6, 2), trainer("fail", "fail", 3, 2)
         wait_for("finish and fail connected", lambda: connected("finish") and connected("fail"), 120, 0.3)
-        ph = trainer("hang", "hang", 6, 4)
+        ph = trainer("hang", "hang", 5, 4)
 
         # 1. a clean finish, no config: finished from Ray's job, never pages
         obs["finish_rc"] = pf.wait(5) if wait_for("finish exits", lambda: pf.poll() is not None, 300, 0.3) else None
@@ -185,7 +185,7 @@ def main(out_path: str, record_dir: str | None = None) -> int:
 
         # 3. a hang in rank 1's update_actor: the holder, its stack in ps and in TrainingStalled's warning
         note("hang")
-        wait_for("hang run steps", lambda: steps_of("hang") >= 5, 240, 0.5)
+        wait_for("hang run steps", lambda: steps_of("hang") >= 4, 240, 0.5)
         obs["hang_last_step_t"] = time.time()
 
         def ps():
@@ -222,7 +222,7 @@ def main(out_path: str, record_dir: str | None = None) -> int:
 
         # the clean finish never paged (its info stage alone would have fired 3 typical steps + 15 s after its end)
         wait_for("a minute since the finish", lambda: time.time() - obs["finish_end"] > 60, 70, 1.0)
-        q = 'max_over_time(ALERTS{experiment="finish",alertname="TrainingStalled"}[30m])'
+        q = 'max_over_time(ALERTS{experiment="finish",alertname="TrainingStalled",alertstate="firing"}[30m])'
         obs["finish_alerts_ever"] = httpx.get(f"{prom}/api/v1/query", params={"query": q}, timeout=5).json()["data"]["result"]
         obs["finish_age_at_check_s"] = round(time.time() - obs["finish_end"], 1)
         with open(os.path.join(work, "exporter.log"), errors="replace") as f:

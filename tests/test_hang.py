@@ -91,8 +91,14 @@ class Dashboard:
                     ctype = "text/plain"
                 elif u.path == "/api/jobs/":
                     code, body, ctype = 200, json.dumps(outer.jobs), "application/json"
-                elif u.path == "/api/v0/tasks":
-                    code, body, ctype = 200, json.dumps(outer.failed), "application/json"
+                elif u.path == "/api/v0/tasks":   # Ray's `=` filters (job_id, state) on the recorded rows
+                    rows = ((outer.failed or {}).get("data") or {}).get("result", {}).get("result", [])
+                    for k, op, v in zip(q.get("filter_keys", []), q.get("filter_predicates", []),
+                                        q.get("filter_values", [])):
+                        rows = [r for r in rows if (str(r.get(k)) == v) == (op == "=")]
+                    page = {"result": rows, "total": len(rows), "num_after_truncation": len(rows),
+                            "num_filtered": len(rows)}
+                    code, body, ctype = 200, json.dumps({"result": True, "data": {"result": page}}), "application/json"
                 else:
                     code, body, ctype = 404, "Not Found", "text/plain"
                 raw = body.encode()
@@ -193,15 +199,17 @@ def _store_with(*runs: str) -> RunStore:
 
 def test_the_recorded_job_table_tells_a_finish_from_a_crash_with_rays_error():
     """The recorded jobs: 01000000 ended cleanly, 02000000's TaskRunner.run failed (both DRIVER jobs: Ray calls a
-    dead driver SUCCEEDED either way); the failed TaskRunner's error is the crash."""
+    dead driver SUCCEEDED either way), 03000000 runs; the failed TaskRunner's error is the crash."""
     by_id = {j["job_id"]: j for j in JOBS}
-    assert {j["type"] for j in JOBS} == {"DRIVER"} and {j["status"] for j in JOBS} == {"SUCCEEDED"}
+    assert {j["type"] for j in JOBS} == {"DRIVER"}
+    assert [by_id[k]["status"] for k in ("01000000", "02000000", "03000000")] == ["SUCCEEDED", "SUCCEEDED", "RUNNING"]
     dash = Dashboard(jobs=JOBS, failed=FAILED)
     api = StateAPI(dash.url)
     try:
         w = jb.JobWatch(api, RunStore(), lambda: (None, None))
         ok, bad = w.state_of(by_id["01000000"], "test"), w.state_of(by_id["02000000"], "test")
         assert (ok.status, ok.error) == ("SUCCEEDED", "")
+        assert w.state_of(by_id["03000000"], "test").status == "RUNNING"
         assert bad.status == "FAILED"
         assert bad.error.startswith("RuntimeError: CUDA error: an illegal memory access was encountered")
         assert bad.error.endswith("(in TaskRunner.run)") and len(bad.error) <= jb.MAX_ERROR_CHARS
@@ -215,8 +223,8 @@ def test_the_recorded_job_table_tells_a_finish_from_a_crash_with_rays_error():
 
 
 def test_jobwatch_matches_the_only_training_job_and_the_run_follows_it():
-    running = [dict(JOBS[0], status="RUNNING", end_time=None)]
-    dash = Dashboard(jobs=running, failed={"result": True, "data": {"result": {"result": [], "total": 0}}})
+    running = [dict(JOBS[0], status="RUNNING", end_time=None)]   # the finish job while it ran
+    dash = Dashboard(jobs=running, failed=FAILED)
     api = StateAPI(dash.url)
     store = _store_with("hang")
     clock = Clock()
@@ -251,8 +259,8 @@ def test_a_crash_survives_an_exporter_restart_and_a_second_job_is_no_match(tmp_p
     run = again.runs[("proj", "fail")]
     assert run.planned.crashed and run.planned.ray.error == "RuntimeError: boom (in TaskRunner.run)"
     # two training jobs and no flag, no writer: no match, said once, nothing set
-    two = [dict(JOBS[0], status="RUNNING"), dict(JOBS[1], status="RUNNING")]
-    dash = Dashboard(jobs=two, failed={})
+    two = [dict(JOBS[0], status="RUNNING"), dict(JOBS[2])]
+    dash = Dashboard(jobs=two, failed=FAILED)
     api = StateAPI(dash.url)
     try:
         store = _store_with("x")
