@@ -41,7 +41,7 @@ def seen(tmp_path_factory):
     out = tmp_path_factory.mktemp("hang") / "observed.json"
     cmd = (f"ip link set lo up && PATH={bindir}:$PATH exec {sys.executable} "
            f"{ROOT / 'tests' / 'hang_scenario.py'} {out} {os.environ.get('OMNIWATCH_RECORD_HANG', '')}")
-    r = subprocess.run(["unshare", "-n", "sh", "-c", cmd], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(["unshare", "-n", "sh", "-c", cmd], cwd=ROOT, capture_output=True, text=True, timeout=960)
     assert out.exists(), f"scenario wrote nothing (rc={r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     obs = json.loads(out.read_text())
     assert "error" not in obs, obs["error"] + obs.get("exporter_log", "")[-3000:]
@@ -50,7 +50,7 @@ def seen(tmp_path_factory):
     return obs
 
 
-@pytest.mark.timeout(1000)
+@pytest.mark.timeout(1100)
 def test_a_clean_finish_without_config_is_finished_and_never_pages(seen):
     assert seen["finish_rc"] == 0 and seen["finish_steps"] == 6
     (job,) = seen["finish_job"]
