@@ -47,6 +47,11 @@ def seen(tmp_path_factory):
     assert "error" not in obs, obs["error"] + obs.get("exporter_log", "")[-3000:]
     assert not obs.get("timeouts"), (obs.get("timeouts"), obs.get("exporter_log", "")[-4000:],
                                      {k: v for k, v in obs.items() if k.startswith("trainer_")})
+    print(f"hang scenario: finished {obs['finish_finished_after_s']} s after the finish; TrainingCrashed firing "
+          f"{obs['fail_alert_after_s']} s after the failed driver exited; hang named "
+          f"{obs['hang_named_t'] - obs['hang_last_step_t']:.1f} s after the last step, its stack in ps "
+          f"{obs['hang_stack_t'] - obs['hang_named_t']:.2f} s after it was named; TrainingStalled warning "
+          f"{obs['hang_warning_t'] - obs['hang_last_step_t']:.1f} s after the last step; phases {obs['steps']}")
     return obs
 
 
