@@ -137,10 +137,14 @@ def _end(prom, sel, start, until, res) -> tuple[str, float, float | None, float 
     when the GPUs were freed), running, or stalled — and the stall still open then (ledger.open_stall, with the
     tolerance of the default alert config and the run's planned allowance): the ledger books a stall only when the
     next step arrives, so a hang would read 0 GPU-h."""
-    last = _one(prom, f"max({n.LAST_STEP_TS}{{{sel}}})", until)
+    span = f"{max(60, int(until - start))}s"   # the newest sample in the report's range (a series that stopped)
+
+    def last_of(metric: str) -> float | None:
+        return _one(prom, f"max(last_over_time({metric}{{{sel}}}[{span}]))", until)
+    last = last_of(n.LAST_STEP_TS)
     if last is None:
         return "", 0.0, None, None, ""
-    if (_one(prom, f"max({n.RUN_FINISHED}{{{sel}}})", until) or 0) == 1:
+    if (last_of(n.RUN_FINISHED) or 0) == 1:
         return "finished", 0.0, None, last, ""
     end, state, error = until, "", ""
     crashed = prom.query_range(f"max({n.RUN_CRASHED}{{{sel}}}) == 1", start, until, res)
@@ -148,8 +152,8 @@ def _end(prom, sel, start, until, res) -> tuple[str, float, float | None, float 
         end, state = min(until, float(crashed[0]["values"][0][0])), "crashed"
         info = prom.query(f"max by ({n.L_ERROR}) ({n.RAY_JOB_INFO}{{{sel}}})", until)
         error = info[0]["metric"].get(n.L_ERROR, "") if info else ""
-    typ = _one(prom, f"max({REC_STALL_TYPICAL}{{{sel}}})", until) or _one(prom, f"max({n.TYPICAL_STEP}{{{sel}}})", until)
-    allowance = _one(prom, f"max({n.PLANNED_ALLOWANCE}{{{sel}}})", until) or 0.0
+    typ = last_of(REC_STALL_TYPICAL) or last_of(n.TYPICAL_STEP)
+    allowance = last_of(n.PLANNED_ALLOWANCE) or 0.0
     open_s = ledger.open_stall(end - last, typ, ledger.stall_tolerance_steps(DEFAULT), allowance)
     return state or ("stalled" if open_s > 0 else "running"), open_s, (end if open_s > 0 else None), last, error
 
