@@ -150,7 +150,7 @@ def main(out_path: str, record_dir: str | None = None) -> int:
         # Three jobs side by side (their workers' start-up overlaps): a clean finish and a failure on 1 rank, then
         # the hang on 4, started last so that it is the newest job (the one the task-event source watches)
         note("runs finish + fail, then hang")
-        pf, px = trainer("finish", "finish", 6, 1), trainer("fail", "fail", 3, 1)
+        pf, px = trainer("finish", "finish", 8, 1), trainer("fail", "fail", 5, 1)
         wait_for("finish and fail connected", lambda: connected("finish") and connected("fail"), 300, 0.3)
         ph = trainer("hang", "hang", 5, 4)
 
@@ -168,7 +168,7 @@ def main(out_path: str, record_dir: str | None = None) -> int:
         obs["fail_rc"] = px.wait(5) if wait_for("fail exits", lambda: px.poll() is not None, 300, 0.3) else None
         obs["fail_end"] = time.time()
         crash = wait_for("TrainingCrashed fires", lambda: [a for a in alerts("fail") if a["labels"]["alertname"] ==
-                                                           "TrainingCrashed" and a["state"] == "firing"], 90, 0.3)
+                                                           "TrainingCrashed" and a["state"] == "firing"], 120, 0.3)
         obs["fail_alert"] = crash[0] if crash else None
         obs["fail_alert_after_s"] = round(time.time() - obs["fail_end"], 1)
         obs["fail_stalled"] = [a for a in alerts("fail") if a["labels"]["alertname"] == "TrainingStalled"]

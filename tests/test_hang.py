@@ -278,3 +278,32 @@ def test_one_line_keeps_the_exception_of_a_python_traceback():
     assert jb.one_line(tbtext) == "ValueError: bad batch"
     assert jb.one_line("Job entrypoint command failed with exit code 1, last available logs ...") .startswith("Job entrypoint")
     assert jb.one_line("x" * 1000).endswith("…") and len(jb.one_line("x" * 1000)) == jb.MAX_ERROR_CHARS
+
+
+def test_a_short_run_that_ended_between_writer_scans_is_matched_by_when_its_lines_came():
+    """The failing job ended before the 10 s log-writer scan saw its TaskRunner write: the one run without a job
+    whose last line arrived while the job ran is its run (recorded job 02000000 failed; job 03 still runs)."""
+    by_id = {j["job_id"]: j for j in JOBS}
+    j2 = by_id["02000000"]
+    inside = (j2["start_time"] + j2["end_time"]) / 2000.0
+    dash = Dashboard(jobs=JOBS, failed=FAILED)
+    api = StateAPI(dash.url)
+    store = RunStore()
+    store.ingest("proj", "fail", ParsedStep(2, {"timing_s/step": 2.5}), "jsonl", arrival=inside)
+    store.ingest("proj", "later", ParsedStep(2, {"timing_s/step": 2.5}), "jsonl", arrival=j2["end_time"] / 1000 + 600)
+    try:
+        # the finish job (01) ran at the same time: while it is unmatched too, neither is matched by time
+        jb.JobWatch(api, store, lambda: (None, None))(Poller(), None)
+        assert store.runs[("proj", "fail")].planned.ray is None
+        # the finish run matched by its writer: the failed job and the run are each other's only fit
+        store.ingest("proj", "finish", ParsedStep(2, {"timing_s/step": 2.5}), "jsonl", arrival=inside)
+        store.set_ray_job("proj", "finish", JobState("01000000", "DRIVER", "SUCCEEDED", "", None, "log_writer"))
+        jb.JobWatch(api, store, lambda: (None, None))(Poller(), None)
+        run = store.runs[("proj", "fail")]
+        assert run.planned.ray.how == "by_time" and run.planned.crashed
+        assert "CUDA error: an illegal memory access" in run.planned.ray.error
+        assert store.runs[("proj", "later")].planned.ray is None   # its lines came after every ended job
+        assert value(store, names.RUN_CRASHED, project="proj", experiment="fail") == 1
+    finally:
+        api.close()
+        dash.close()

@@ -57,7 +57,7 @@ def seen(tmp_path_factory):
 
 @pytest.mark.timeout(1100)
 def test_a_clean_finish_without_config_is_finished_and_never_pages(seen):
-    assert seen["finish_rc"] == 0 and seen["finish_steps"] == 6
+    assert seen["finish_rc"] == 0 and seen["finish_steps"] == 8
     (job,) = seen["finish_job"]
     assert (job["type"], job["status"], job["error"]) == ("DRIVER", "SUCCEEDED", "")
     # 3 typical steps (~2.5 s each) + for: 15s would have paged the info stage; it never fired (a page = firing)
@@ -73,8 +73,9 @@ def test_a_failed_job_pages_with_rays_error_not_as_a_stall(seen):
     assert FAIL_TEXT in a["annotations"]["description"], a["annotations"]["description"]
     assert "the trainer's Ray job failed (Ray job " in a["annotations"]["description"]
     assert seen["fail_stalled"] == []
-    # "at once": the job-table poll (5 s) + one evaluation; no for:
-    assert seen["fail_alert_after_s"] <= 30, seen["fail_alert_after_s"]
+    # "at once": the job-table poll (5 s) + one evaluation; no for: (a run too short for the 10 s log-writer scan is
+    # matched when its job has ended, by when its lines came: a few polls more)
+    assert seen["fail_alert_after_s"] <= 45, seen["fail_alert_after_s"]
 
 
 def test_the_hung_ranks_stack_line_in_ps_within_two_polls(seen):

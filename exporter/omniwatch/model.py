@@ -479,21 +479,32 @@ class RunStore:
         with self.lock:
             return {k: r.planned.writer_pids for k, r in self.runs.items() if r.planned.writer_pids}
 
+    def has_run(self, project: str, experiment: str) -> bool:
+        with self.lock:
+            return (fit_label(project), fit_label(experiment)) in self.runs
+
+    def unmatched_runs(self) -> dict[tuple[str, str], float]:
+        """Runs with no Ray job matched yet -> the arrival of their last line (discovery/jobs.py)."""
+        with self.lock:
+            return {k: r.last_arrival for k, r in self.runs.items()
+                    if r.planned.ray is None and r.last_arrival is not None and r.visible}
+
     def ray_jobs(self) -> dict[tuple[str, str], str]:
         """Runs matched to a Ray job -> its id."""
         with self.lock:
             return {k: r.planned.ray.job_id for k, r in self.runs.items() if r.planned.ray is not None}
 
-    def set_ray_job(self, project: str, experiment: str, state) -> None:
+    def set_ray_job(self, project: str, experiment: str, state) -> bool:
         """The run's Ray job and its state (discovery/jobs.py): finished, crashed or running (then never
-        history: a stop is a hang)."""
+        history: a stop is a hang). False when there is no such run."""
         with self.lock:
             run = self.runs.get((fit_label(project), fit_label(experiment)))
             if run is None:
-                return
+                return False
             run.planned.ray = state
             if state.status in ("RUNNING", "PENDING"):
                 run.stale, run.first_sight = False, None
+            return True
 
     def not_history(self, project: str, experiment: str) -> None:
         """Live evidence that the run is not history (its Ray job still runs): a stop is a hang."""

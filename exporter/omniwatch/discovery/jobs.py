@@ -21,7 +21,9 @@ TaskRunner, a failed call of the job) is the crash and its message; none is a fi
    driver's stdout): only on the exporter's own node;
 3. the only training job on the cluster (a job with a TaskRunner actor or worker calls, or the only job not
    finished), matched to the task-event source's run (``--discovery-project/--discovery-experiment``, or the
-   exporter's only live run).
+   exporter's only live run) once that run exists;
+4. a job that ended unmatched (a run too short for the log-writer scan, every 10 s, to see its writer): the one
+   run without a job whose last line arrived while the job ran.
 
 No match (several jobs and no flag, a log written elsewhere): the run is judged as without Ray (TrainingStalled
 stages, the config if given); the exporter logs once why, and ``omniwatch_ray_job_info`` is absent for it.
@@ -195,22 +197,40 @@ class JobWatch:
                 matches[label] = (j, "flag")
         for run, j in self._writer_match(poller, jobs).items():
             matches.setdefault(run, (j, "log_writer"))
+        known = self.store.ray_jobs()
         if not matches:
             train = self._training_jobs(poller, jobs)
-            if len(train) == 1 and label:
+            if len(train) == 1 and label and self.store.has_run(*label) and label not in known:
                 matches[label] = (train[0], "only_job")
             elif label or train:
                 self._say("nomatch", f"Ray job <-> run: no match ({len(train)} training job(s), run "
                           f"{'/'.join(label) if label else 'labels unknown'}): finish vs hang is judged without Ray; "
                           "give --ray-job and --discovery-project/--discovery-experiment")
+        # a job that ended unmatched (a short run: its log writer came and went between two scans) is the run
+        # whose last line arrived while it ran, when exactly one run without a job did
+        # (both ways: the run fits no other such job, the job no other such run)
+        taken = {j.get("job_id") for j, _ in matches.values()} | set(known.values())
+        free = {run: last for run, last in self.store.unmatched_runs().items() if run not in matches}
+        fits: dict[str, list] = {}
+        for j in jobs:
+            if j.get("job_id") in taken or j.get("status") not in ("SUCCEEDED", "FAILED", "STOPPED"):
+                continue
+            start, end = (j.get("start_time") or 0) / 1000.0, (j.get("end_time") or 0) / 1000.0
+            if start and end:
+                fits[j["job_id"]] = [run for run, last in free.items() if start <= last <= end + 2 * self.interval]
+        for j in jobs:
+            runs = fits.get(j.get("job_id"), [])
+            if len(runs) == 1 and sum(runs[0] in rs for rs in fits.values()) == 1:
+                matches[runs[0]] = (j, "by_time")
         # a run matched before keeps its job (its writer is gone once it ended)
-        for run, job_id in self.store.ray_jobs().items():
+        for run, job_id in known.items():
             if run not in matches:
                 j = next((j for j in jobs if j.get("job_id") == job_id), None)
                 if j is not None:
                     matches[run] = (j, "kept")
         for (p, e), (j, how) in matches.items():
             st = self.state_of(j, how)
-            self.store.set_ray_job(p, e, st)
+            if not self.store.set_ray_job(p, e, st):
+                continue
             self._say(f"job:{p}/{e}", f"run {p}/{e} is Ray job {st.job_id} ({st.type}, matched by {how}): {st.status}"
                       + (f": {st.error}" if st.error else ""))
