@@ -170,13 +170,16 @@ class Stall(_Part):
         "Until the run has a typical step (its first normal step, after the warm-up steps), its provisional "
         "typical step is this many times its longest warm-up step, and TrainingStalled's info stage fires after "
         "one of them: a second step merely slower than the first is a notice, not a page."))
-    early_warning_warmups: float = Field(2, description=(
+    early_warning_warmups: float = Field(1.95, description=(
         "Early hangs (no normal step yet): warning after this many times the longest warm-up step since it "
         "ended, plus the planned work that may come before the next step. The first update and the first weight "
-        "sync are where OOMs and NCCL hangs happen; a video run whose first step took 21 minutes warns at 42 "
-        "minutes (it was 1 h 35 min with 10.5 warm-up steps)."))
-    early_critical_warmups: float = Field(3, description=(
-        "Early hangs: critical after this many times the longest warm-up step, plus the same planned work."))
+        "sync are where OOMs and NCCL hangs happen; a video run whose first step took 21 minutes warns at 41 "
+        "minutes (it was 1 h 35 min with 10.5 warm-up steps). 1.95, not 2: the message must reach a person within "
+        "2 warm-up steps, and for:, the evaluation and Alertmanager's group_wait add ~40 s (the scorecard's "
+        "hang_after_warmup_video: 2.02x at 2)."))
+    early_critical_warmups: float = Field(2.95, description=(
+        "Early hangs: critical after this many times the longest warm-up step, plus the same planned work "
+        "(3 warm-up steps less the same delivery margin)."))
     early_unseen_planned_warmups: float = Field(3, description=(
         "Early hangs: while the trainer's config says a first checkpoint or validation may come before the next "
         "step (save_freq / test_freq due on it, or it may be the last), warning and critical wait this many more "
