@@ -74,9 +74,10 @@ SCENARIOS: dict[str, list[Post]] = {
          Post(4.0, (_a(S2, n.ALERT_MFU_DROP, "resolved", starts=1.6, role="actor"),)),
          Post(7.0, (_a(S2, n.ALERT_MFU_DROP, role="actor"),))],
     # TrainingStalled's warning mutes its info notice (another route) and the run's step alerts; its critical stage
-    # mutes the warning: the group's next message carries the critical alone.
+    # mutes the warning: the group's next message carries the critical alone, at the escalation route's next flush
+    # (group_interval 30 s, scaled 0.3 s: flushes at 0.1, 0.4, 0.7, 1.0, 1.3; the post falls between two).
     S3: [Post(0.0, (_a(S3, n.ALERT_STALLED, severity="warning"), _a(S3, n.ALERT_STALLED, severity="info"))),
-         Post(1.0, (_a(S3, n.ALERT_STALLED, severity="critical"), _a(S3, RBR)))],
+         Post(1.15, (_a(S3, n.ALERT_STALLED, severity="critical"), _a(S3, RBR)))],
     # Nothing changes: the group is sent again after repeat_interval (14.4 s), at its next flush.
     S4: [Post(0.0, (_a(S4, n.ALERT_IDLE, evidence="timers"),))],
     # A group whose alerts all resolved is dropped at the dispatcher's next 30-second cleanup: a later alert starts a

@@ -41,7 +41,7 @@ def test_the_model_sends_what_alertmanager_025_would_for_each_scenario():
         (6.1, S2, "firing", ("MFUDrop{role=actor_infer}",), ("MFUDrop{role=actor}",)),
         (9.1, S2, "firing", ("MFUDrop{role=actor}", "MFUDrop{role=actor_infer}"), ()),
         (0.1, S3, "firing", ("TrainingStalled{severity=warning}",), ()),  # info muted; RewardBoundRollout muted
-        (3.1, S3, "firing", ("TrainingStalled{severity=critical}",), ()),  # the warning muted by the critical
+        (1.3, S3, "firing", ("TrainingStalled{severity=critical}",), ()),  # the warning muted; the escalation flush (0.3 s)
         (0.1, S4, "firing", ("InterStageIdleGPU{evidence=timers}",), ()),
         (15.1, S4, "firing", ("InterStageIdleGPU{evidence=timers}",), ()),  # repeat_interval 14.4 s
         (0.1, S5, "firing", ("StepTimeRegression{cause=weight_sync}",), ()),

@@ -94,9 +94,9 @@ INTER_STAGE_IDLE_RATIO = _m("omniwatch_inter_stage_idle_ratio", "gauge",
 MFU = _m("omniwatch_mfu_ratio", "gauge",
          "MFU as the trainer reported it (perf/mfu/<role>); 0 means the estimator is unsupported, not idle.", R + (L_ROLE,), "ratio")
 MFU_BASELINE = _m("omniwatch_mfu_baseline_ratio", "gauge",
-                  "The run's MFU reference, anchored to the trainer incarnation: median MFU over its first 10 normal "
-                  "steps (zeros ignored; fewer, all before the window, until the window has moved past them). MFUDrop "
-                  "judges against it.", R + (L_ROLE,), "ratio")
+                  "The run's MFU reference, anchored to the trainer incarnation: median MFU over its first 20 normal "
+                  "steps (zeros ignored; fewer, all before the window, until the window has moved past them; re-chosen "
+                  "after a shift inside them). MFUDrop judges against it.", R + (L_ROLE,), "ratio")
 TYPICAL_STEP = _m("omniwatch_typical_step_seconds", "gauge",
                   "Median step duration over the recent normal steps (the run's own pace, used by TrainingStalled).", R, "seconds")
 THROUGHPUT = _m("omniwatch_throughput_images_per_gpu_second", "gauge",
@@ -134,14 +134,14 @@ STEP_DURATION_WINDOW = _m("omniwatch_step_duration_seconds_window", "gauge",
                           "min/median/max step seconds over the last k normal steps.", R + (L_STAT,), "seconds")
 STEP_DURATION_BASELINE = _m("omniwatch_step_duration_baseline_seconds", "gauge",
                             "The run's step-time reference, anchored to the trainer incarnation: median step seconds "
-                            "over its first 10 normal steps (fewer, all before the window, until the window has moved "
-                            "past them). StepTimeRegression and StepTimeDrift judge against it.", R, "seconds")
+                            "over its first 20 normal steps (fewer, all before the window, until the window has moved "
+                            "past them; re-chosen after a shift inside them). StepTimeRegression judges against it.", R, "seconds")
 BASELINE_FIRST_STEP = _m("omniwatch_baseline_first_step", "gauge",
                          "First step of the anchored reference (omniwatch_step_duration_baseline_seconds, "
                          "omniwatch_mfu_baseline_ratio): a trainer restart starts a new one, so it moves to the new "
                          "incarnation's first normal step.", R)
 BASELINE_LAST_STEP = _m("omniwatch_baseline_last_step", "gauge",
-                        "Last step of the anchored reference; it stops moving once the reference holds its 10 steps.", R)
+                        "Last step of the anchored reference; it stops moving once the reference holds its 20 steps.", R)
 STEP_DURATION_DRIFT = _m("omniwatch_step_duration_drift_ratio", "gauge",
                          "Median step time per unit of work (perf/total_num_images where logged) of the last 10 normal "
                          "steps after the anchored reference / the reference's (StepTimeRegression's creep condition: "

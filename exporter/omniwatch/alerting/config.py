@@ -37,9 +37,10 @@ class Window(_Part):
                           description="Normal steps in the MFU / step-time baselines (`--baseline-steps`).")
     warmup: int = Field(DEFAULT_WARMUP_STEPS, description="Steps after each trainer (re)start left out as warm-up (`--warmup-steps`).")
     reference: int = Field(REFERENCE_STEPS, description=(
-        "Normal steps in the anchored reference of MFUDrop, StepTimeRegression and StepTimeDrift: the first ones of "
-        "each trainer incarnation (analytics.REFERENCE_STEPS)."))
-    drift: int = Field(DRIFT_STEPS, description="Normal steps StepTimeDrift takes the median of (analytics.DRIFT_STEPS).")
+        "Normal steps in the anchored reference of MFUDrop and StepTimeRegression: the first ones of each trainer "
+        "incarnation (analytics.REFERENCE_STEPS), re-chosen where a shift inside them is found (docs/alerts.md)."))
+    drift: int = Field(DRIFT_STEPS, description=(
+        "Normal steps the creep conditions of StepTimeRegression and MFUDrop take the median of (analytics.DRIFT_STEPS)."))
 
 
 class RewardBound(_Part):
@@ -130,15 +131,13 @@ class StepTime(_Part):
 
 class StepDrift(_Part):
     ratio: float = Field(1.13, description=(
-        "StepTimeDrift: median step time of the last 10 normal steps after the anchored reference / the reference "
-        "(median of the trainer incarnation's first 10 normal steps), and the last k steps' median over it too. A creep "
-        "the k-step window sees late: StepTimeRegression needs the fastest of 3 steps 15 % over. Healthy simulated "
-        "runs, 300 steps, checkpoint 4.5x every 10 and validation 2.5x every 8, 100 runs (5 layouts) per jitter level, "
-        "highest value of the condition over every step: every phase +-10 % and the whole step +-8 % (step CV 4.7-6.1 %) "
-        "1.124; the whole step +-10 % (CV ~6.4 %) 1.142, over 1.13 in 2 runs of 100 (the 10-step reference itself is "
-        "off by up to ~5 %: tests/test_analytics.py, tests/test_whole_run.py). whole_run/gradual_slowdown (+0.6 %/step "
-        "from step 10) fires at step 38, 3 steps before StepTimeRegression; a slower creep gains more (the k-step "
-        "window's fastest step lags the level by the jitter)."))
+        "StepTimeRegression's creep condition: the median step time per unit of work of the last 10 normal steps after "
+        "the anchored reference's 10th / the reference, and the last 3 steps' median over it too. A creep the k-step "
+        "window sees late: the step-change condition needs the fastest of 3 steps 15 % over. Healthy simulated runs, "
+        "300 steps, checkpoint 4.5x every 10 and validation 2.5x every 8, 100 runs (5 layouts) per jitter level, "
+        "highest value of the condition over every step: every phase +-10 % and the whole step +-8 % 1.111; the whole "
+        "step +-10 % 1.128, none of 100 over 1.13 (the 20-step reference is off by up to ~4 %: tests/test_analytics.py, "
+        "tests/test_whole_run.py)."))
 
 
 class RewardSaturation(_Part):
@@ -170,16 +169,21 @@ class Stall(_Part):
         "Until the run has a typical step (its first normal step, after the warm-up steps), its provisional "
         "typical step is this many times its longest warm-up step, and TrainingStalled's info stage fires after "
         "one of them: a second step merely slower than the first is a notice, not a page."))
-    early_warning_warmups: float = Field(1.95, description=(
+    early_warning_warmups: float = Field(2, description=(
         "Early hangs (no normal step yet): warning after this many times the longest warm-up step since it "
-        "ended, plus the planned work that may come before the next step. The first update and the first weight "
-        "sync are where OOMs and NCCL hangs happen; a video run whose first step took 21 minutes warns at 41 "
-        "minutes (it was 1 h 35 min with 10.5 warm-up steps). 1.95, not 2: the message must reach a person within "
-        "2 warm-up steps, and for:, the evaluation and Alertmanager's group_wait add ~40 s (the scorecard's "
-        "hang_after_warmup_video: 2.02x at 2)."))
-    early_critical_warmups: float = Field(2.95, description=(
-        "Early hangs: critical after this many times the longest warm-up step, plus the same planned work "
-        "(3 warm-up steps less the same delivery margin)."))
+        "ended (less the delivery allowance), plus the planned work that may come before the next step. The "
+        "first update and the first weight sync are where OOMs and NCCL hangs happen; a video run whose first "
+        "step took 21 minutes warns at 41 minutes (it was 1 h 35 min with 10.5 warm-up steps)."))
+    early_critical_warmups: float = Field(3, description=(
+        "Early hangs: critical after this many times the longest warm-up step (less the same delivery allowance), "
+        "plus the same planned work."))
+    early_delivery_seconds: float = Field(75, description=(
+        "Early hangs: the warning and critical thresholds come this much sooner (at most a quarter of the warm-up "
+        "step), so the message reaches a person by 2 and 3 warm-up steps. What comes after the threshold is "
+        "crossed, at worst: the age's scrape (15 s), one evaluation interval (15 s), TrainingStalled's for: (15 s) "
+        "and the escalation group's flush (group_interval 30 s in alerts/alertmanager.yml; the first stage's "
+        "group_wait is 10 s). A fraction of W would not do: the delay is the same for a 1-minute and a 20-minute "
+        "warm-up step (the scorecard's hang_after_warmup_video took 2.02 W at 1.95 W, a 5-minute one 2.03 W)."))
     early_unseen_planned_warmups: float = Field(3, description=(
         "Early hangs: while the trainer's config says a first checkpoint or validation may come before the next "
         "step (save_freq / test_freq due on it, or it may be the last), warning and critical wait this many more "

@@ -78,7 +78,7 @@ def x_by_key(y_expr: str) -> str:
 
 def step_vs_start() -> str:
     """Median of the run's last k normal steps / its anchored step-time reference (the median of the trainer
-    incarnation's first 10 normal steps, omniwatch_step_duration_baseline_seconds): what StepTimeRegression's creep condition judges,
+    incarnation's first 20 normal steps, omniwatch_step_duration_baseline_seconds): what StepTimeRegression's creep condition judges,
     never a moving baseline (issue 26 item 2)."""
     return f"{run_max(sel(REC_STEP_MEDIAN))} / on ({RUN_BY}) {run_max(sel(n.STEP_DURATION_BASELINE))}"
 

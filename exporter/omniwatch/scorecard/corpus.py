@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import os
 import pprint
 import shutil
 import zlib
@@ -38,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from .. import names as n
+from ..settings import env_override
 from ..simulate import Fault, RunSpec, step_dict
 from .truth import ChangeTruth, FaultTruth, Matcher, RunTruth, dump
 
@@ -360,19 +360,6 @@ def printed_config(case: Case, repo: Path) -> str:
     return pprint.pformat(d) + "\n"
 
 
-@contextlib.contextmanager
-def _env(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def _incarnations(case: Case) -> list[tuple[RunSpec, int, int]]:
     """(spec, first step, last step) of each trainer incarnation; a resumed one re-runs its steps (new values)."""
     if not case.resume:
@@ -395,7 +382,7 @@ def write_case(case: Case, root: Path, repo: Path, tracking_cls) -> RunTruth:
         if k and not case.console:  # what the file held when the trainer died: the resumed trainer truncates it
             shutil.copyfile(jsonl, d / f"{case.name}{SNAPSHOT_SUFFIX}")
             replay.append(f"{case.name}{SNAPSHOT_SUFFIX}")
-        with _env("VERL_FILE_LOGGER_ROOT", str(root)), contextlib.redirect_stdout(io.StringIO()):
+        with env_override("VERL_FILE_LOGGER_ROOT", str(root)), contextlib.redirect_stdout(io.StringIO()):
             tracker = tracking_cls(PROJECT, case.name, default_backend=backends)
         with contextlib.redirect_stdout(console):
             if case.console and case.config:
