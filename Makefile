@@ -6,7 +6,7 @@ OW := $(VENV)/bin/omniwatch
 PIP_FLAGS ?= -q
 CONSTRAINTS := $(wildcard constraints.txt)
 
-.PHONY: help install deps up down status demo test test-quick test-unit test-long test-ray bench generate check dashboards compose docs rules backtest report clean
+.PHONY: help install deps up down status demo test test-quick test-unit test-long test-ray bench generate check dashboards compose docs rules backtest report scorecard scorecard-corpus clean
 
 help:
 	@echo "make demo        native stack + simulated FlowGRPO runs that trip every core alert"
@@ -19,6 +19,8 @@ help:
 	@echo "make backtest RUN=path/to/run.jsonl   which alerts would have fired, at which steps"
 	@echo "make report RUN=run.jsonl|LOG_ROOT [OUT=run.html]   a shareable HTML report (GPU-hours ledger, verdict, charts)"
 	@echo "make bench       benchmarks (ratios against baselines in the same run)"
+	@echo "make scorecard   detection scorecard: backtest the public corpus, write benchmarks/scorecard.json + docs/scorecard.md"
+	@echo "make scorecard-corpus   rewrite the scorecard corpus through verl's Tracking (needs verl: make test-ray installs it)"
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	python3 -m venv $(VENV)
@@ -121,6 +123,16 @@ backtest: install deps
 report: install deps
 	@test -n "$(RUN)" || { echo "usage: make report RUN=path/to/run.jsonl|VERL_FILE_LOGGER_ROOT [OUT=run.html]"; exit 2; }
 	$(OW) report $(RUN) $(if $(OUT),-o $(OUT))
+
+# The detection scorecard (docs/scorecard.md): the corpus backtested in one pass, alerts/alertmanager.yml applied; writes
+# the baseline benchmarks/scorecard.json (tests/test_scorecard.py fails when a figure gets worse) and the page.
+scorecard: install deps
+	$(OW) scorecard --write
+
+# The corpus itself, written through verl's own Tracking logger (verl is a heavy optional dependency: make test-ray
+# installs it), with its SHA256SUMS lines; then re-baseline with `make scorecard`.
+scorecard-corpus: install
+	$(PY) -m omniwatch.scorecard.corpus tests/fixtures --sums tests/fixtures/SHA256SUMS
 
 clean:
 	rm -rf $(VENV) .omniwatch .pytest_cache

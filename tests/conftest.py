@@ -178,6 +178,9 @@ SLOW_S = {  # nodeid prefix -> seconds (setup + call; CI's --durations and a 4-w
     "tests/test_rules.py::test_rules_check_command_passes": 80,
     "tests/test_faults.py::test_disk_full": 80,
     "tests/test_report.py::test_one_prometheus_pass": 80,
+    "tests/test_scorecard.py": 75,   # one unit (a module fixture): the whole corpus backtested once
+    "tests/test_scorecard_corpus.py::test_the_corpus_is_what": 60,  # imports verl (torch, ray) and writes the corpus
+    "tests/test_scorecard_alertmanager.py": 55,  # a real Alertmanager, 40 s of scripted scenarios
     "tests/test_names.py::test_report_of_a_hostile_log_root": 75,
     "tests/test_rules.py::test_a_tuned_config": 70,
     "tests/test_hardening_relay.py::test_a_second_exporter": 70,

@@ -30,6 +30,7 @@ def sentinel(default: C.Config) -> tuple[C.Config, dict]:
     """Every number (ints, floats, durations) moved to a value no default has: ratios stay in (0, 1)."""
     data = default.model_dump(by_alias=True)
     changed = {}
+    defaults = {v for _, v in fields(default) if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
     for i, (path, v) in enumerate(fields(default), start=1):
         if isinstance(v, bool) or path.startswith("selectors.") or path == "runbook_base":
             continue
@@ -42,6 +43,8 @@ def sentinel(default: C.Config) -> tuple[C.Config, dict]:
             new = f"{int(num) * SECONDS[unit] + 7 * i + 3}s"
         else:
             continue
+        while isinstance(new, float) and new in defaults | {n for _, n in changed.values()}:
+            new = round(new + 0.0003, 4)  # a sentinel equal to another field's default would hide that field
         changed[path] = (v, new)
         d = data
         *head, last = path.split(".")

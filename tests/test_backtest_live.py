@@ -63,7 +63,8 @@ def live():
 
 
 def _key(name: str, labels: dict) -> tuple:
-    return name, tuple(sorted((k, v) for k, v in labels.items() if k not in ("job", "instance", "__name__")))
+    # An empty label value is no label in Prometheus (reference_info's reason="" of a reference kept as chosen).
+    return name, tuple(sorted((k, v) for k, v in labels.items() if k not in ("job", "instance", "__name__") and v))
 
 
 def _compared(name: str) -> bool:
@@ -107,7 +108,9 @@ def test_backfilled_series_equal_what_the_live_exporter_served(live, tmp_path):
             got = {}
             for s in prom.query('{__name__=~"omniwatch_.+|verl_.+"}', t):
                 assert s["metric"]["job"] == DEFAULT_JOB and s["metric"]["instance"] == DEFAULT_INSTANCE
-                if _compared(s["metric"]["__name__"]):
+                # NaN: the backfill's stand-in for the staleness marker live Prometheus writes when a series goes
+                # (openmetrics.stale_points), e.g. reference_info's old origin once the reference moved before a shift
+                if _compared(s["metric"]["__name__"]) and s["value"][1] != "NaN":
                     got[_key(s["metric"]["__name__"], s["metric"])] = float(s["value"][1])
             assert got.keys() == live_values.keys(), (i, set(got) ^ set(live_values))
             assert got == live_values, i

@@ -183,7 +183,7 @@ def test_why_slow_names_the_phase_the_cause_its_cost_and_the_alert(tmp_path):
               f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="inter_stage_idle"}}': 3,
               f'ALERTS{{{slow}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="info"}}': 1,
               f'ALERTS{{{slow}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning"}}': 1,
-              f'ALERTS{{{quiet}, alertname="{names.ALERT_STEP_DRIFT}", alertstate="pending", severity="warning"}}': 1}
+              f'ALERTS{{{quiet}, alertname="{names.ALERT_MFU_DROP}", alertstate="pending", severity="warning"}}': 1}
     s = lambda **k: {"project": "p", "experiment": "slow", **k}  # noqa: E731
     qu = lambda **k: {"project": "p", "experiment": "quiet", **k}  # noqa: E731
     _promtool_eval(tmp_path, series, [

@@ -97,8 +97,8 @@ def _wait_ready(prom: str, evaluations: int = 240) -> None:
         "gpu idle ratio": lambda: bool(_query(prom, f"{names.GPU_IDLE_RATIO}{{{run}}}")),
         "demo endpoints": lambda: bool(_query(prom, "rate(vllm_omni:e2e_request_latency_s_count[1m]) > 0")),
         "alerts": lambda: bool(_query(prom, 'ALERTS{experiment=~".+"}')),
-        # StepTimeDrift's series needs the reference (first 10 normal steps after warm-up) and 10 normal steps
-        # after it: step ~22 of the joined run (the demo writes 24)
+        # StepTimeRegression's creep series needs the reference's 10th normal step after warm-up and 10 normal
+        # steps after it: step ~22 of the joined run (the demo writes 24)
         "drift": lambda: bool(_query(prom, f'{REC_STEP_DRIFT}{{{run}}}')),
         # worker lanes (the Ray state-API stand-in): a finished dispatch with its straggler, and the held step
         "worker lanes": lambda: bool(_query(prom, f'{names.RAY_STRAGGLER_STREAK}{{{run}}}'))

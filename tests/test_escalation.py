@@ -75,7 +75,7 @@ def test_every_escalating_alert_is_grouped_for_escalations_on_time():
         assert all(r["index"] == paged[0]["index"] for r in paged), f"{alert}: its warning and critical stages must share a route"
         assert dur(paged[0]["group_interval"]) <= 30, (alert, paged[0])
         assert dur(paged[0]["repeat_interval"]) >= dur(AM["route"]["repeat_interval"]), (alert, paged[0])
-    assert dur(AM["route"]["repeat_interval"]) == 4 * 3600
+    assert dur(AM["route"]["repeat_interval"]) >= 4 * 3600  # standing alerts never re-sent more often than the 4 h of before
 
 
 def _start(args, log, env=None):

@@ -57,8 +57,9 @@ def kth_normal(onset: int, k: int = K) -> int:
 
 
 FIRST = kth_normal(ONSET)
-REFERENCE_LAST = kth_normal(3, 10)  # the anchored reference: the first 10 normal steps after the 2 warm-up steps
-DRIFT_FIRST = kth_normal(REFERENCE_LAST + 1, 10)  # StepTimeDrift's median needs 10 normal steps after it
+# StepTimeRegression of a cause no alert of its own names (generation): 2 of the window's 3 steps 25 % over the
+# reference already fire it, on the window median (a 1.6x generation: at the 2nd or, with a fast step, the 3rd)
+MEDIAN_FIRST = kth_normal(ONSET, 2)
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Exp:
     severity: str = "warning"
     remedy: tuple[str, ...] = ()                     # substrings the rendered remedy must contain
     not_remedy: tuple[str, ...] = ()                 # ... and must not
+    first_max: int | None = None                     # first may be any step from `first` to this one
 
 
 @dataclass
@@ -106,54 +108,54 @@ def cases() -> list[Case]:
         if lay["trainer"] == "v1" and lay["reward"] != "colocated":
             # V1 scores inside the agent loop and logs no per-sample timers: a slow reward is only generation
             # getting slower (documented limit): the regression names the rollout.
-            exp = [Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "rollout"})]
+            exp = [Exp(n.ALERT_STEP_REGRESSION, MEDIAN_FIRST, STEPS, labels={"cause": "rollout"}, first_max=FIRST)]
         else:
             yes, no = reward_remedy(layout)
             exp = [Exp(n.ALERT_REWARD_BOUND, FIRST, STEPS, remedy=yes, not_remedy=no),
                    Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "reward"})]
-        # a slowdown that lasts is judged against the anchored reference: held to the last step; the drift's
-        # 10-step median sees it too once it exists (Alertmanager silences it under StepTimeRegression)
-        exp.append(Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS))
+        # a slowdown that lasts is judged against the anchored reference: held to the last step
         out.append(Case(layout, "reward_slow", [slow], exp))
     for layout in ("legacy-colocated", "v1-function", "v1-separate-async"):
         yes, no = idle_remedy(layout)
         out.append(Case(layout, "idle_gap", [Fault("idle_gap", ONSET, seconds_share=0.3)], [
             Exp(n.ALERT_IDLE, FIRST, STEPS, {"evidence": "timers"}, remedy=yes, not_remedy=no),
-            Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "inter_stage_idle"}),
-            Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS)]))
+            Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "inter_stage_idle"})]))
     for layout in ("legacy-pool", "v1-colocated"):
         out.append(Case(layout, "actor_slow", [Fault("actor_slow", ONSET, factor=2.0)], [
             Exp(n.ALERT_MFU_DROP, FIRST, STEPS, labels={"role": "actor"}, remedy=("ppo_micro_batch_size_per_gpu",),
                 not_remedy=("param_offload",)),
-            Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "actor"}, remedy=("param_offload=False",)),
-            Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS)]))
+            Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "actor"}, remedy=("param_offload=False",))]))
     # Generation 1.6x slower to the end (rollout batching, a slower rollout server): held to the last step.
     for layout in ("legacy-colocated", "v1-function"):
         out.append(Case(layout, "gen_slow", [Fault("gen_slow", ONSET, factor=1.6)], [
-            Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "rollout"}),
-            Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS)]))
-    # An episode that ends (update_actor 2x from step 12 to 24): resolved at the first healthy normal step (25).
+            Exp(n.ALERT_STEP_REGRESSION, MEDIAN_FIRST, STEPS, labels={"cause": "rollout"}, first_max=FIRST)]))
+    # An episode that ends (update_actor 2x from step 12 to 24): MFUDrop is held until the window median is back,
+    # the first healthy normal step (25) is its last; the regression (not held: MFUDrop names its cause) lasts as
+    # long, on its creep condition (the window's median and the last 10 steps' still over 1.13x at step 25).
     out.append(Case("legacy-colocated", "actor_slow_episode", [Fault("actor_slow", ONSET, factor=2.0, end=24)], [
-        Exp(n.ALERT_MFU_DROP, FIRST, 24, labels={"role": "actor"}),
-        Exp(n.ALERT_STEP_REGRESSION, FIRST, 24, labels={"cause": "actor"})]))
-    # Creeping drifts: generation and the actor update grow a little every step from step 10.
+        Exp(n.ALERT_MFU_DROP, FIRST, 25, labels={"role": "actor"}),
+        Exp(n.ALERT_STEP_REGRESSION, FIRST, 25, labels={"cause": "actor"})]))
+    # Creeping drifts: generation and the actor update grow a little every step from step 10 (the reference of 20
+    # normal steps holds their first steps: generation is caught at 35, not 31 as against 10 steps).
     out.append(Case("legacy-pool", "gen_creep", [Fault("creep", 10, value=0.02, phase="gen")], [
-        Exp(n.ALERT_STEP_DRIFT, 31, STEPS), Exp(n.ALERT_STEP_REGRESSION, 31, STEPS, labels={"cause": "rollout"})]))
+        Exp(n.ALERT_STEP_REGRESSION, 35, STEPS, labels={"cause": "rollout"})]))
     out.append(Case("v1-colocated", "actor_creep", [Fault("creep", 10, value=0.035, phase="update_actor")], [
-        Exp(n.ALERT_STEP_DRIFT, 33, STEPS), Exp(n.ALERT_STEP_REGRESSION, 31, STEPS, labels={"cause": "actor"}),
-        Exp(n.ALERT_MFU_DROP, 26, STEPS, labels={"role": "actor"})]))  # the actor's MFU falls as it creeps
+        Exp(n.ALERT_STEP_REGRESSION, 31, STEPS, labels={"cause": "actor"}),
+        Exp(n.ALERT_MFU_DROP, 22, STEPS, labels={"role": "actor"})]))  # the actor's MFU slides as it creeps
     # A wrong device peak (MFU 2.62 from step 1), fixed through a restart that resumes at 15 with the peak
-    # pinned (after step 20 was logged): MFUImpossible until the resumed step 15 arrives, and no MFUDrop
-    # against the old incarnation's MFU after it.
+    # pinned (after step 20 was logged): MFUImpossible stands while the fixed trainer warms up (the old window,
+    # the last known state) and resolves once its first normal steps show MFU 0.31 (the resumed step 17), and no
+    # MFUDrop against the old incarnation's MFU after it.
     out.append(Case("legacy-colocated", "mfu_peak_fix", [Fault("mfu_value", 1, value=2.62)], [
-        Exp(n.ALERT_MFU_IMPOSSIBLE, kth_normal(1 + 2), 15, {"role": "actor", "evidence": "value"},
+        Exp(n.ALERT_MFU_IMPOSSIBLE, kth_normal(1 + 2), 17, {"role": "actor", "evidence": "value"},
             remedy=("VERL_OMNI_DEVICE_FLOPS_TFLOPS",)),
-        Exp(n.ALERT_MFU_IMPOSSIBLE, kth_normal(1 + 2), 15, {"role": "actor_infer", "evidence": "value"})],
+        Exp(n.ALERT_MFU_IMPOSSIBLE, kth_normal(1 + 2), 17, {"role": "actor_infer", "evidence": "value"})],
         after_restart=(15, {}, [])))
     # A colocated reward model gating every step, fixed by a restart at 25 with a reward pool: the alert
-    # stops, nothing fires against the old incarnation's baselines.
+    # stops once the fixed trainer's first step is in its window (25), nothing fires against the old
+    # incarnation's baselines.
     out.append(Case("legacy-colocated", "reward_pool_fix", [Fault("reward_slow", ONSET, factor=5.0)], [
-        Exp(n.ALERT_REWARD_BOUND, FIRST, 24, remedy=("enable_resource_pool=True",)),
+        Exp(n.ALERT_REWARD_BOUND, FIRST, 25, remedy=("enable_resource_pool=True",)),
         Exp(n.ALERT_STEP_REGRESSION, FIRST, labels={"cause": "reward"})],
         after_restart=(25, {"reward": "pool"}, [])))
     # A collective that hangs for 50 minutes inside step 25 of a 4-minute-step run: it pages.
@@ -161,10 +163,9 @@ def cases() -> list[Case]:
         Exp(n.ALERT_STALLED, 24, 24, severity="warning"), Exp(n.ALERT_STALLED, 24, 24, severity="critical")]))
     # Signals the seeds name.
     # the straggler also lengthens gen: the regression names the rollout (Alertmanager lets the straggler
-    # alert silence it)
+    # alert silence it; its window-median condition stands aside while the straggler ratio is up)
     out.append(Case("legacy-function", "straggler", [Fault("straggler", ONSET, factor=3.2)],
-                    [Exp(n.ALERT_STRAGGLER, FIRST, STEPS), Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "rollout"}),
-                     Exp(n.ALERT_STEP_DRIFT, DRIFT_FIRST, STEPS)]))
+                    [Exp(n.ALERT_STRAGGLER, FIRST, STEPS), Exp(n.ALERT_STEP_REGRESSION, FIRST, STEPS, labels={"cause": "rollout"})]))
     out.append(Case("v1-separate-async", "grad_nonfinite", [Fault("grad_nonfinite", ONSET)],
                     [Exp(n.ALERT_GRAD_NONFINITE, kth_normal(ONSET, 3), STEPS)]))
     out.append(Case("legacy-colocated", "rs_drift", [Fault("rs_drift", ONSET, value=0.12)],
@@ -231,7 +232,7 @@ def test_each_configuration_gets_exactly_its_alerts_with_the_remedy_that_fits(re
             continue
         a = min(match, key=lambda a: a.first_step)
         got.remove(a)
-        assert a.first_step == e.first, (e, a.as_json())
+        assert e.first <= a.first_step <= (e.first_max or e.first), (e, a.as_json())
         if e.last is not None:
             assert a.last_step == e.last, (e, a.as_json())
         remedy = a.annotations.get("remedy", "")
@@ -246,9 +247,10 @@ def test_each_configuration_gets_exactly_its_alerts_with_the_remedy_that_fits(re
     rest = [a for a in got if not (a.alertname == n.ALERT_STALLED and a.severity == "info"
                                    and a.first_step in allowed_info)]
     assert not rest, [a.as_json() for a in rest]
-    if case.after_restart:  # nothing fires on the old incarnation's baselines after the fix
-        resume = case.after_restart[0]
-        late = [a for a in res.alerts if a.last_step >= resume and a.severity != "info"
+    if case.after_restart:  # nothing fires on the old incarnation's baselines after the fix: nothing starts after it,
+        resume = case.after_restart[0]  # and what fired before ends while the fixed trainer warms up (the window goes
+        settled = kth_normal(resume + 2, 3)  # on across a restart until the new incarnation's first 3 normal steps)
+        late = [a for a in res.alerts if a.severity != "info" and (a.first_step >= resume or a.last_step > settled)
                 and a.alertname in (n.ALERT_MFU_DROP, n.ALERT_STEP_REGRESSION, n.ALERT_REWARD_BOUND)]
         assert not late, [a.as_json() for a in late]
 

@@ -102,10 +102,11 @@ def test_step_alerts_use_window_series_and_are_marked_for_inhibition():
         assert a.for_ == "15s", a.name
         # a window statistic, or an exporter series that is itself a window fact (every window step
         # reported MFU 0; skipped updates counted over the recent normal steps) or a device fact (the
-        # GPU's name and memory; the median of the last 10 normal steps over the anchored reference), never a
-        # latest-step gauge
+        # GPU's name and memory; the median of the last 10 normal steps over the anchored reference; the window's
+        # median images per step over the reference's), never a latest-step gauge
         assert re.search(r":(min|max)_k|omniwatch_mfu_unsupported|omniwatch_mfu_suspected_cause"
-                         r"|omniwatch_grad_norm_nonfinite_recent_steps|omniwatch_step_duration_drift_ratio", a.expr), \
+                         r"|omniwatch_grad_norm_nonfinite_recent_steps|omniwatch_step_duration_drift_ratio"
+                         r"|omniwatch_workload_ratio", a.expr), \
             f"{a.name} must threshold a window statistic: {a.expr}"
 
 

@@ -49,6 +49,9 @@ EPISODES = {
     "creep-actor": (dict(trainer="legacy", reward="pool"), Fault("creep", 10, value=0.012, phase="update_actor")),
 }
 RESTART_AT = 31   # the fixed trainer resumes at step 25 after step 30 was logged (line index 30)
+# gradual_slowdown's creep (+0.6 %/step from step 10) fires StepTimeRegression's creep condition at step 42: the
+# reference of 20 normal steps (3-22) holds the creep's first 13 steps, ~2 % of growth (with 10 steps it fired at 38)
+CREEP = 42
 RESUME = 25
 
 
@@ -107,7 +110,9 @@ def test_a_lasting_slowdown_keeps_firing_to_the_last_step(results):
 def test_lasting_slowdowns_of_every_kind_are_held_to_the_end(results, name, alert, labels):
     res, _ = results
     hits = [a for a in alerts(res, name, alert) if all(a.labels.get(k) == v for k, v in labels.items())]
-    first_normal = [s for s in range(12, STEPS + 1) if s not in FLAGGED][2]
+    # the third faulty normal step fills the window; a slowdown no alert of its own covers (generation) fires at the
+    # second already, on the window median (2 of 3 steps 25 % over the reference)
+    first_normal = [s for s in range(12, STEPS + 1) if s not in FLAGGED][1 if labels.get("cause") == "rollout" else 2]
     assert len(hits) == 1, [a.as_json() for a in res[name].alerts]
     assert (hits[0].first_step, hits[0].last_step) == (first_normal, STEPS), hits[0].as_json()
 
@@ -118,25 +123,23 @@ def test_an_episode_that_ends_resolves_within_a_few_steps_of_its_end(results, na
     res, _ = results
     hits = alerts(res, name, alert)
     assert len(hits) == 1, [a.as_json() for a in res[name].alerts]
-    # the fault's last step is 30; the first healthy normal step enters the window at 31 and the window's
-    # fastest step (best MFU) is healthy again: resolved at once (Prometheus' for: is one evaluation)
-    assert hits[0].first_step == 14 and 30 <= hits[0].last_step <= 32, hits[0].as_json()
+    # the fault's last step is 30; healthy normal steps enter the window from 31 and its median is back near the
+    # reference after the second of them (hysteresis: the alert stays while the median is over the resolve
+    # threshold). Generation (no alert of its own) fires at the second faulty step, on the window median.
+    first = 13 if name == "episode-rollout" else 14
+    assert hits[0].first_step == first and 30 <= hits[0].last_step <= 32, hits[0].as_json()
     loud = [a for a in res[name].alerts if a.severity != "info"]  # info: the notice before each heavy planned step
     assert not any(a.last_step > 32 for a in loud), [a.as_json() for a in loud]
 
 
 def test_a_creep_is_caught_before_the_three_step_window_sees_it(results):
     res, _ = results
-    drift = alerts(res, "gradual_slowdown", n.ALERT_STEP_DRIFT)
     reg = alerts(res, "gradual_slowdown", n.ALERT_STEP_REGRESSION)
-    # +0.6 %/step from step 10: the median of the last 10 normal steps crosses 1.13 x the reference (steps 3-12)
-    # at step 38 (the run is ~17 % slower at that step, ~13 % over the ten); StepTimeRegression needs the
-    # fastest of 3 steps 15 % over: step 41. Held to the end either way.
-    assert [(a.first_step, a.last_step) for a in drift] == [(38, 120)], [a.as_json() for a in drift]
-    assert min(a.first_step for a in reg) == 41 and max(a.last_step for a in reg) == 120
-    # generation and the actor update creep alike: the named cause is kept while it grew at least 0.8x as much as
-    # the largest, so the regression is not a new alert (resolved + firing) every few steps (27 instances before)
-    assert len(reg) <= 3 and len({a.labels.get("cause") for a in reg}) <= 2, [(a.first_step, a.labels) for a in reg]
+    # +0.6 %/step from step 10: the creep condition (the median of the last 10 normal steps after the reference's
+    # 10th, and of the window, over 1.13 x the reference of the first 20 normal steps) fires it at step CREEP (the
+    # run ~19 % slower than its start by then). One alert, held to the end: the cause it fired with is kept while it
+    # is held (generation and the actor update creep alike: 27 instances once, one now)
+    assert [(a.first_step, a.last_step) for a in reg] == [(CREEP, 120)], [a.as_json() for a in reg]
     creep = alerts(res, "creep-actor")
     assert creep and min(a.first_step for a in creep) <= 32 and max(a.last_step for a in creep) == STEPS, \
         [a.as_json() for a in creep]
@@ -147,9 +150,10 @@ def test_a_restart_after_the_fix_starts_a_new_reference(results):
     hits = [a for a in res["restart-after-fix"].alerts if a.severity != "info"]  # info: before heavy planned steps
     assert {a.alertname for a in hits} >= {n.ALERT_MFU_DROP, n.ALERT_STEP_REGRESSION}
     # nothing starts firing after the fixed trainer's first line (index RESTART_AT - 1) against the old
-    # reference; what fired before resolves at once: its series leave /metrics with the restart (a backfill has
-    # no staleness marker, so the last sample stays visible for up to one more step there)
-    assert all(a.first_index < RESTART_AT - 1 and a.last_index <= RESTART_AT for a in hits), \
+    # reference; what fired before stands while the fixed trainer warms up (the old window against the old
+    # reference: a resume of the same workload is one story) and resolves once its first 3 normal steps say it got
+    # faster (a new reference): 2 warm-up + 3 steps after the restart
+    assert all(a.first_index < RESTART_AT - 1 and a.last_index <= RESTART_AT + 5 for a in hits), \
         [(a.alertname, a.first_index, a.last_index) for a in hits]
 
 

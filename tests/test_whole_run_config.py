@@ -78,8 +78,8 @@ def minutes_after_end(res, hit) -> float:
 @pytest.mark.parametrize("lines", [1, 2], ids=["hang_in_step2", "hang_in_step3"])
 def test_a_hang_in_step_2_or_3_pages(results, lines):
     """Early hangs (issue 30 item 5): no typical step exists yet (warm-up steps only), so the stages count in the
-    longest warm-up step W (308 s here) from its end: warning by 2 W, critical by 3 W (+ the rule's for: and the
-    evaluation grid); without a config nothing planned is assumed, and the annotation says so."""
+    longest warm-up step W (308 s here) from its end: warning at 2 W, critical at 3 W, each less min(W/4, 60 s), so each is
+    firing by 2 W and 3 W (the rule's for:, the evaluation grid and Alertmanager's group_wait come within that); without a config nothing planned is assumed, and the annotation says so."""
     res = results[f"hang_in_step{lines + 1}"]
     assert res.steps == lines
     st = stalls(res)
@@ -87,22 +87,22 @@ def test_a_hang_in_step_2_or_3_pages(results, lines):
     crit = st["critical"]
     assert crit.first_step == lines
     w = 308 / 60
-    assert 2 * w <= minutes_after_end(res, st["warning"]) <= 2 * w + 1
-    assert 3 * w <= minutes_after_end(res, crit) <= 3 * w + 1
+    assert 2 * w - 1.5 <= minutes_after_end(res, st["warning"]) <= 2 * w, minutes_after_end(res, st["warning"])
+    assert 3 * w - 1.5 <= minutes_after_end(res, crit) <= 3 * w, minutes_after_end(res, crit)
     assert minutes_after_end(res, st["info"]) <= 1.5 * w + 1
     text = crit.annotations["description"]
-    assert "allowed with no normal step yet: 3 x its longest warm-up step (5m 8s)" in text
+    assert "allowed with no normal step yet: 3 x its longest warm-up step (5m 8s), less up to 75 s for the message to arrive" in text
     assert "No trainer configuration was read for this run: no first checkpoint or validation is assumed" in text
 
 
 def test_a_hang_in_step_3_with_its_config_pages_as_soon(results):
     """The config says step 3 carries no checkpoint or validation (save_freq=10, test_freq=10, 40 steps): no
-    reserve for a first one either, the same 3 W, and the annotation no longer says what was assumed."""
+    reserve for a first one either, the same 3 W (less the delivery allowance), and the annotation no longer says what was assumed."""
     res = results["hang_in_step3_config"]
     assert res.run.trainer_config is not None and res.steps == 2
     st = stalls(res)
     assert set(st) == {"info", "warning", "critical"}
-    assert 3 * 308 / 60 <= minutes_after_end(res, st["critical"]) <= 3 * 308 / 60 + 1
+    assert 3 * 308 / 60 - 1.5 <= minutes_after_end(res, st["critical"]) <= 3 * 308 / 60
     assert "No trainer configuration" not in st["critical"].annotations["description"]
 
 

@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from . import names
+from .shift import Shape, Shift, reference_shift, shape
 
 # timing_s/<name> keys that time work *inside* timing_s/step, in the order the legacy and V1 trainers
 # run them (reference: verl_omni_metrics.md §2.1, §4). Unknown single-segment timing_s/<x> keys are
@@ -39,7 +40,8 @@ K_ZERO_STD = "critic/rewards/zero_std_ratio"
 # statistics (zero-std), the ledger's split of a step (testing time; the GPU-hours-per-day rate reads the
 # window). The exporter's checkpoint keeps exactly these of each window step (state.py); a statistic that
 # reads another key must add it here (tests/test_state.py watches the reads).
-WINDOW_VALUE_KEYS = frozenset({K_ZERO_STD, K_TESTING})
+K_IMAGES = "perf/total_num_images"  # train_batch_size x rollout.n: the unit of work a step's time is judged per
+WINDOW_VALUE_KEYS = frozenset({K_ZERO_STD, K_TESTING, K_IMAGES})
 K_FEED = "timing_s/feed"
 K_STALENESS_MAX = "training/off_policy/trajectory_staleness/max"
 K_STALENESS_MEAN = "training/off_policy/trajectory_staleness/mean"
@@ -85,13 +87,32 @@ MIN_BASELINE_STEPS = 3
 # checkpoint steps left out), frozen once the window has moved past them; until then the median of the
 # normal steps before the window (at least MIN_BASELINE_STEPS). A rolling baseline forgives a fault that
 # lasts (it becomes the new normal in ~N/2 steps) and never sees a creep; an anchored one holds the alert
-# until the run is back near where it started. 10: a median of 10 steps moves ~2 % under 8-10 % step
-# jitter, and a fault that starts after the incarnation's 5th normal step leaves it a healthy majority
-# (docs/alerts.md, "How each reference is chosen").
-REFERENCE_STEPS = 10
-# StepTimeDrift: the median of the last DRIFT_STEPS normal steps against the same reference (a creep that is
+# until the run is back near where it started. 20: the median of 10 steps is off by ~3.4 % (1 sd) under 15 %
+# step jitter, and a run whose first steps were an unlucky fast stretch then pages for the rest of its life
+# (scorecard corpus healthy_pool_jittery: its first 10 normal steps 9 % under its level); 20 halve that. A fault
+# that starts inside them is cut out by the level-shift test (shift.reference_shift), so the reference is never
+# a fault (docs/alerts.md, "How each reference is chosen").
+REFERENCE_STEPS = 20
+# The creep series (StepTimeRegression's, MFUDrop's) judge the normal steps after the reference's DRIFT_AFTER-th step:
+# a creep must not wait for the reference's later steps.
+DRIFT_AFTER = 10
+# The creep series: the median of the last DRIFT_STEPS normal steps against the same reference (a creep that is
 # too slow for the k-step window to see before it has cost tens of steps).
 DRIFT_STEPS = 10
+# Normal steps of the incarnation kept (compactly) for the shape of a shift: "a step change at step N" or "a creep
+# of X % over N steps" (shift.shape). Older steps are summarised as "over more than N steps".
+HISTORY_STEPS = 128
+# After a trainer restart the previous incarnation's reference is kept (the same workload resumed from a
+# checkpoint, still slow, must still be judged against its healthy start) unless the new incarnation is this much
+# faster per unit of work than it, over its first k normal steps (a fix applied through the restart: judge the run
+# after the fix against itself), or its images per step or its config changed (a new workload).
+RESTART_FASTER = 0.92
+# ... or one of its MFU roles rose by this factor (a fix of the actor), or the kept MFU reference was impossible (above
+# 1: a device peak pinned through the restart lowers it to the truth). MFU that fell at a restart is a fault resumed.
+RESTART_MFU_MOVED = 1.5
+# The shape of a shift is fitted only for a signal this far off its reference (the window median or the 10-step
+# median): the alert texts quote it far beyond (1.13 and more), and a healthy run costs no fit.
+SHAPE_DEADBAND = 0.05
 
 
 @lru_cache(maxsize=1 << 16)
@@ -405,7 +426,7 @@ class WindowStats:
     regression: dict[str, float] = field(default_factory=dict)  # cause -> window median - baseline median (s)
     regression_top: str | None = None  # the cause StepTimeRegression names (regression_leader over recent windows)
     mfu_baseline: dict[str, float] = field(default_factory=dict)
-    duration_baseline: float | None = None
+    duration_baseline: float | None = None  # the reference step time at the latest step's workload (images)
     typical_step: float | None = None
     straggler: dict[str, float] | None = None        # generate_sequences max / mean
     rs_seq_masked: dict[str, float] | None = None     # RS sequence-level rejection share
@@ -419,17 +440,50 @@ class WindowStats:
     reference_last: int | None = None
     reference_steps: int = 0
     cause_reference: dict[str, float] = field(default_factory=dict)
+    # Where the reference comes from: "incarnation" (this trainer incarnation's first normal steps), "before_shift"
+    # (the stable steps before a level shift inside them: reference_shift), "kept" (the incarnation before a
+    # restart: the same workload resumed). reference_reason: why a restart started anew (REFERENCE_REASONS).
+    reference_origin: str | None = None
+    reference_reason: str = ""
+    reference_shift: Shift | None = None
+    # Step time per unit of work (perf/total_num_images where every step logs it, else seconds): each window
+    # step's over the reference's; what StepTimeRegression thresholds.
+    duration_ratio: dict[str, float] | None = None
+    workload_ratio: float | None = None               # images per step now / in the reference
+    # each part's (cause's) share of the step minus its share in the reference, min/median/max over the window: a part
+    # that grew while the rest jittered down (its growth hidden in the step total)
+    part_growth: dict[str, dict[str, float]] = field(default_factory=dict)  # cause -> min/median/max
     drift: float | None = None                        # median of the last DRIFT_STEPS normal steps / reference
     drift_regression: dict[str, float] = field(default_factory=dict)  # cause -> their median - reference (s)
+    mfu_drift: dict[str, float] = field(default_factory=dict)  # role -> median MFU of the last DRIFT_STEPS / reference
+    # The shape of each shift since the reference (shift.shape): ("step_time", "") and ("mfu", role).
+    shapes: dict[tuple[str, str], Shape] = field(default_factory=dict)
+
+
+# Why a trainer restart started a new reference instead of keeping the old one (omniwatch_reference_info's reason).
+REFERENCE_REASONS = {
+    "workload_changed": "images per step changed at the restart",
+    "config_changed": "the trainer's configuration changed at the restart",
+    "faster_after_restart": "the restarted run is faster than the old reference (a fix applied through the restart)",
+    "mfu_changed": "MFU moved at the restart (a pinned device peak or another fix)",
+}
+
+
+def _images(r: StepRecord) -> float | None:
+    v = r.values.get(K_IMAGES)
+    return v if v is not None and v > 0 else None
 
 
 class RunWindow:
-    """The last ``window + baseline`` normal steps of one trainer incarnation, in step order, and the
-    incarnation's first ``reference`` normal steps (the anchored reference).
+    """The last ``window + baseline`` normal steps of one trainer incarnation, in step order, the
+    incarnation's first ``reference`` normal steps (the anchored reference) and a compact history of its last
+    HISTORY_STEPS normal steps (the shape of a shift).
 
     Steps may arrive out of order (concurrent pushes): a late step is placed by its number. A trainer
-    restart (:meth:`reset`) starts a new incarnation: window and reference start over, so a run resumed
-    after a fix (a pinned device peak, a reward pool) is compared with itself after the fix only."""
+    restart (:meth:`reset`) starts a new incarnation: the window starts over; the old reference is kept for the
+    new incarnation (the same workload resumed) unless its first k normal steps say the workload or the run
+    changed (:meth:`_settle_prior`), so a run resumed after a fix (a pinned device peak, a reward pool) is
+    compared with itself after the fix, and a run resumed still slow is still compared with its healthy start."""
 
     def __init__(self, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
                  reference: int = REFERENCE_STEPS, drift: int = DRIFT_STEPS):
@@ -441,10 +495,25 @@ class RunWindow:
         self.d = drift
         self.normal: deque[StepRecord] = deque(maxlen=window + max(baseline, drift))
         self.reference: list[StepRecord] = []  # the incarnation's first `r` normal steps, in step order
+        # (step, seconds, images, {role: mfu}) of the last HISTORY_STEPS normal steps, in step order
+        self.history: deque[tuple] = deque(maxlen=HISTORY_STEPS)
         self._typical: float | None = None  # typical_step(), cached until the window changes
         self._typical_valid = False
         self._leader: str | None = None  # the cause StepTimeRegression names (_leader_for), and its window's end
         self._leader_at = -1
+        self._carry: str | None = None  # the cause named before a restart whose reference was kept
+        self._shift_key: tuple | None = None  # reference_shift() of the reference steps it was computed for
+        self._shift: Shift | None = None
+        # A previous incarnation's reference, kept across a restart: `prior` while its first k normal steps are
+        # not in yet (pending), `kept` once adopted; `reason` says why it was dropped instead.
+        self.prior: list[StepRecord] | None = None
+        self.prior_leader: str | None = None
+        self.kept: list[StepRecord] | None = None
+        # The previous incarnation's last normal steps and history, while its reference is pending or kept: the
+        # window goes on across the restart (a resume of the same workload, still slow, stays one alert).
+        self.carried: list[StepRecord] = []
+        self.carried_hist: list[tuple] = []
+        self.reason = ""
 
     def add(self, rec: StepRecord) -> None:
         if rec.flags:  # not a normal step
@@ -453,21 +522,40 @@ class RunWindow:
         ref = self.reference
         if len(ref) < self.r or rec.step <= ref[-1].step:  # else: past the reference, nothing to do there
             self._add_reference(rec)
+        self._add_history(rec)
         q = self.normal
         if not q or rec.step > q[-1].step:
             q.append(rec)
-            return
-        steps = [r.step for r in q]
-        i = bisect_left(steps, rec.step)
-        if i < len(q) and q[i].step == rec.step:
-            q[i] = rec  # the step again (a re-run): the newer record counts
-        elif i == 0 and len(q) == q.maxlen:
-            return  # older than everything kept: beyond the baseline's reach
         else:
-            if len(q) == q.maxlen:  # full: the oldest step leaves, everything before i moves down one
-                q.popleft()
+            steps = [r.step for r in q]
+            i = bisect_left(steps, rec.step)
+            if i < len(q) and q[i].step == rec.step:
+                q[i] = rec  # the step again (a re-run): the newer record counts
+            elif i == 0 and len(q) == q.maxlen:
+                return  # older than everything kept: beyond the baseline's reach
+            else:
+                if len(q) == q.maxlen:  # full: the oldest step leaves, everything before i moves down one
+                    q.popleft()
+                    i -= 1
+                q.insert(i, rec)
+        if self.prior is not None and len(q) >= self.k:
+            self._settle_prior(list(q)[: self.k])
+
+    def _add_history(self, rec: StepRecord) -> None:
+        row = (rec.step, rec.duration, _images(rec), dict(rec.mfu))
+        h = self.history
+        if not h or rec.step > h[-1][0]:
+            h.append(row)
+            return
+        steps = [x[0] for x in h]
+        i = bisect_left(steps, rec.step)
+        if i < len(h) and h[i][0] == rec.step:
+            h[i] = row
+        elif not (i == 0 and len(h) == h.maxlen):
+            if len(h) == h.maxlen:
+                h.popleft()
                 i -= 1
-            q.insert(i, rec)
+            h.insert(i, row)
 
     def _add_reference(self, rec: StepRecord) -> None:
         """Keep the incarnation's first ``r`` normal steps by step number (a re-run step replaces its record,
@@ -483,11 +571,75 @@ class RunWindow:
         del ref[self.r:]
 
     def reset(self) -> None:
-        """A new trainer incarnation: nothing of the old one is compared with the new one."""
+        """A new trainer incarnation: the window starts over; the reference in force is kept as ``prior`` until
+        the new incarnation's first k normal steps settle whether it still applies (:meth:`_settle_prior`)."""
+        current = self.kept if self.kept is not None else self._stable(self.reference)
+        if current and len(current) >= MIN_BASELINE_STEPS:
+            self.prior, self.prior_leader = list(current), self._leader
+            self.carried = (self.carried + list(self.normal))[-self.normal.maxlen:]
+            self.carried_hist = (self.carried_hist + list(self.history))[-HISTORY_STEPS:]
+        elif self.prior is None:
+            self.prior_leader = None
+            self.carried, self.carried_hist = [], []
+        self.kept = None
+        self.reason = ""
         self.normal.clear()
+        self.history.clear()
         self._typical_valid = False
         self.reference.clear()
+        self._leader, self._leader_at, self._carry = None, -1, None
+        self._shift_key, self._shift = None, None
+
+    def drop_prior(self, reason: str) -> None:
+        """The previous incarnation's reference no longer applies (the trainer's configuration changed at the restart):
+        this incarnation's own reference from now on, and ``reason`` says why."""
+        if self.prior is None and self.kept is None:
+            return
+        self.prior = self.kept = self.prior_leader = self._carry = None
+        self.carried, self.carried_hist = [], []
+        self.reason = reason
         self._leader, self._leader_at = None, -1
+
+    @property
+    def borrowed(self) -> bool:
+        """The reference is the previous incarnation's (kept, or pending until the first k normal steps settle it)."""
+        return self.kept is not None or self.prior is not None
+
+    def forget(self) -> None:
+        """A new trainer incarnation that shares nothing with the old one (a level shift the log did not show)."""
+        self.reset()
+        self.prior = self.prior_leader = None
+        self.carried, self.carried_hist = [], []
+
+    def _settle_prior(self, first: list[StepRecord]) -> None:
+        """Keep the previous incarnation's reference for this one, or drop it and say why, from the new
+        incarnation's first k normal steps: a new workload (images per step, config) or a run that got faster or
+        whose MFU moved (a fix applied through the restart) starts a new reference."""
+        prior, self.prior = self.prior, None
+        reason = ""
+        old_img = [x for x in map(_images, prior) if x is not None]
+        new_img = [x for x in map(_images, first) if x is not None]
+        if (old_img or new_img) and (len(old_img) != len(prior) or len(new_img) != len(first)
+                                       or statistics.median(old_img) != statistics.median(new_img)):
+            reason = "workload_changed"
+        else:
+            old_d = [r.duration for r in prior if r.duration]
+            new_d = [r.duration for r in first if r.duration]
+            if old_d and new_d and statistics.median(new_d) < RESTART_FASTER * statistics.median(old_d):
+                reason = "faster_after_restart"
+            for role in {role for r in prior for role in r.mfu}:
+                a = [r.mfu[role] for r in prior if r.mfu.get(role, 0) > 0]
+                b = [r.mfu[role] for r in first if r.mfu.get(role, 0) > 0]
+                if a and b:
+                    ma, mb = statistics.median(a), statistics.median(b)
+                    if ma > 1.0 or mb / ma > RESTART_MFU_MOVED:  # an impossible old MFU, or one the restart raised
+                        reason = reason or "mfu_changed"
+        if reason:
+            self.reason, self.kept = reason, None
+            self.carried, self.carried_hist = [], []
+        else:
+            self.kept, self._carry = prior, self.prior_leader
+        self.prior_leader = None
 
     def typical_step(self) -> float | None:
         """The median duration of the last ``n`` normal steps. Read on every ingested step (the ledger's
@@ -500,15 +652,39 @@ class RunWindow:
             self._typical_valid = True
         return self._typical
 
+    def _stable(self, cand: list[StepRecord], tail: list[StepRecord] = ()) -> list[StepRecord]:
+        """``cand`` (reference steps), cut before a level shift inside it (shift.reference_shift): the steps
+        before a fault that began inside the reference are the reference. ``tail``: the normal steps after ``cand``
+        while the reference is not complete (the window): more evidence of the later segment, so a fault from the
+        incarnation's 4th normal step is seen at its 3rd step, not only once the reference holds 3 steps of it.
+        Cached per set of steps."""
+        key = tuple((r.step, id(r)) for r in cand), tuple((r.step, id(r)) for r in tail)
+        if key != self._shift_key:
+            self._shift_key = key
+            self._shift = _reference_shift(cand, list(tail)) if len(cand) + len(tail) >= 2 * MIN_BASELINE_STEPS \
+                and len(cand) >= MIN_BASELINE_STEPS else None
+        return cand[: self._shift.index] if self._shift is not None else cand
+
     def stats(self) -> WindowStats:
         recs = list(self.normal)
+        if self.carried:
+            recs = (self.carried + recs)[-self.normal.maxlen:]
         out = WindowStats(steps=min(len(recs), self.k))
         out.typical_step = self.typical_step()
         if len(recs) < self.k:
             return out
         win = recs[-self.k:]
-        # The anchored reference: the incarnation's first r normal steps that precede the window.
-        base = [r for r in self.reference if r.step < win[0].step]
+        # The reference: the previous incarnation's where it was kept across the restart; else this incarnation's
+        # first r normal steps that precede the window, cut before a level shift inside them.
+        if self.kept is not None or self.prior is not None:  # kept, or pending: judged as kept until settled
+            base, out.reference_origin = (self.kept if self.kept is not None else self.prior), "kept"
+        else:
+            cand = [r for r in self.reference if r.step < win[0].step]
+            tail = [r for r in recs if r.step > cand[-1].step] if cand and len(self.reference) < self.r else []
+            base = self._stable(cand, tail)
+            out.reference_shift = self._shift if self._shift is not None and base else None
+            out.reference_origin = "before_shift" if out.reference_shift else "incarnation"
+        out.reference_reason = self.reason
         if base:
             out.reference_first, out.reference_last, out.reference_steps = base[0].step, base[-1].step, len(base)
         rb = [r.reward_bound_ratio for r in win if r.reward_bound_ratio is not None]
@@ -537,25 +713,44 @@ class RunWindow:
             if len(bs) >= MIN_BASELINE_STEPS:
                 out.mfu_baseline[role] = statistics.median(bs)
         self._signal_stats(out, recs, win)
-        bd = [r.duration for r in base if r.duration is not None]
+        unit = _unit(base, recs)  # per image where every step says, else per step
+        ref = None
+        bd = [r.duration / unit(r) for r in base if r.duration is not None]
         if len(bd) >= MIN_BASELINE_STEPS:
-            out.duration_baseline = statistics.median(bd)
-            wc = [r.causes for r in win if r.causes]
-            bc = [r.causes for r in base if r.causes]
+            ref = statistics.median(bd)
+            now = unit(win[-1])
+            out.duration_baseline = ref * now
+            if unit is _images:  # the window's images per step over the reference's (a window fact, as the rest)
+                out.workload_ratio = statistics.median(map(unit, win)) / statistics.median(map(unit, base))
+            ratios = [r.duration / unit(r) / ref for r in win if r.duration is not None]
+            if len(ratios) == self.k:
+                out.duration_ratio = _stats(ratios)
+            wc = [_scaled(r, unit, now) for r in win if r.causes]
+            bc = [_scaled(r, unit, now) for r in base if r.causes]
             if len(wc) == self.k and len(bc) >= MIN_BASELINE_STEPS:
                 out.cause_reference = {c: statistics.median(x[c] for x in bc) for c in CAUSES}
                 out.regression = {c: statistics.median(x[c] for x in wc) - out.cause_reference[c] for c in CAUSES}
-                out.regression_top = self._leader_for(out, recs, win, base[-1].step)
-            self._drift(out, recs, win)
+                out.regression_top = self._leader_for(out, recs, win, base[-1].step if not self.borrowed else -1, unit, now)
+                # each part's share of the step over its share in the reference, lowest over the window
+                ws = [r for r in win if r.causes and r.duration]
+                bs_ = [r for r in base if r.causes and r.duration]
+                if len(ws) == self.k and len(bs_) >= MIN_BASELINE_STEPS:
+                    ref_share = {c: statistics.median(r.causes[c] / r.duration for r in bs_) for c in CAUSES}
+                    out.part_growth = {c: _stats([r.causes[c] / r.duration - ref_share[c] for r in ws]) for c in CAUSES}
+            self._drift(out, recs, win, unit, now, ref)
+        self._mfu_drift(out, recs, base)
+        self._shapes(out, ref if out.duration_baseline else None, unit is _images)
         return out
 
-    def _leader_for(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], after: int) -> str | None:
+    def _leader_for(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], after: int,
+                    unit, now: float) -> str | None:
         """The cause StepTimeRegression names (:func:`regression_leader`). Until the anchored reference is complete
         (its growths still move) and while no cause grew by CAUSE_MIN_SHARE of the reference step, the largest;
         after that the named cause is carried from window to window, every window in step order, so the name
         depends on the steps only, not on when the exporter was scraped or a backfill sampled it. A late step
         that rewrites an older window, a gap longer than the run window holds, a restarted exporter or a new
-        incarnation start over from the windows the run window holds."""
+        incarnation start over from the windows the run window holds (a kept reference carries the cause it
+        named before the restart)."""
         end = win[-1].step
         if self._leader is not None and end == self._leader_at:
             return self._leader
@@ -563,34 +758,87 @@ class RunWindow:
         floor = CAUSE_MIN_SHARE * (out.duration_baseline or 0.0)
 
         def growth(w: list[StepRecord]) -> dict[str, float]:
-            return {c: statistics.median(x.causes[c] for x in w) - ref[c] for c in CAUSES}
+            scaled = [_scaled(x, unit, now) for x in w]
+            return {c: statistics.median(x[c] for x in scaled) - ref[c] for c in CAUSES}
 
-        if len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
+        if not self.borrowed and len(self.reference) < self.r:  # the reference still fills: nothing to carry yet
             self._leader, self._leader_at = None, -1
             return max(out.regression, key=lambda c: (out.regression[c], c))
         windows = _windows_after(recs, self.k, after)
         pending = [w for w in windows if w[-1].step > self._leader_at]
         leader = self._leader
         if leader is None or end < self._leader_at or len(pending) == len(windows):
-            pending, leader = windows, None  # start over from every window the run window holds
+            pending, leader = windows, self._carry  # start over from every window the run window holds
         for w in pending:
             g = growth(w)
             leader = regression_leader([g], leader=leader if max(g.values()) >= floor else None)
         self._leader, self._leader_at = leader, end
         return leader
 
-    def _drift(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
-        """StepTimeDrift's series: the median of the last ``d`` normal steps over the reference, once that many
-        normal steps follow the reference (a creep is judged over tens of steps, never over the reference
-        itself), and the cause medians' growth over the reference's."""
-        ref = out.reference_last
-        recent = [r for r in recs[-self.d:] if r.step > ref and r.duration is not None]
-        if len(recent) < self.d or not out.duration_baseline:
+    def _drift(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord], unit, now: float,
+               ref: float) -> None:
+        """StepTimeRegression's creep series: the median of the last ``d`` normal steps (per unit of work) over the
+        reference, once that many normal steps follow the reference (a creep is judged over tens of steps, never
+        over the reference itself), and the cause medians' growth over the reference's."""
+        last = self._drift_after(out)
+        recent = [r for r in recs[-self.d:] if r.step > last and r.duration is not None]
+        if len(recent) < self.d or not ref:
             return
-        out.drift = statistics.median(r.duration for r in recent) / out.duration_baseline
-        rc = [r.causes for r in recent if r.causes]
+        out.drift = statistics.median(r.duration / unit(r) for r in recent) / ref
+        rc = [_scaled(r, unit, now) for r in recent if r.causes]
         if out.cause_reference and len(rc) == self.d:
             out.drift_regression = {c: statistics.median(x[c] for x in rc) - out.cause_reference[c] for c in CAUSES}
+
+    def _drift_after(self, out: WindowStats) -> int | None:
+        """The creep series judge the normal steps after this step: the reference's DRIFT_AFTER-th step (the median
+        of 10 steps is already a level; its later steps make it steadier, and a creep must not wait for them), or
+        its last step where it holds fewer; every kept step where the reference is borrowed from before a restart."""
+        if self.borrowed:
+            return -1
+        if out.reference_last is None:
+            return None
+        ref = [r for r in self.reference if out.reference_first <= r.step <= out.reference_last]
+        return ref[min(len(ref), DRIFT_AFTER) - 1].step if ref else out.reference_last
+
+    def _mfu_drift(self, out: WindowStats, recs: list[StepRecord], base: list[StepRecord]) -> None:
+        """MFUDrop's creep series: per role, the median MFU of the last ``d`` normal steps after the reference over
+        the reference's (zeros, the unsupported estimator, left out)."""
+        last = self._drift_after(out)
+        if last is None:
+            return
+        recent = [r for r in recs[-self.d:] if r.step > last]
+        if len(recent) < self.d:
+            return
+        for role, b in out.mfu_baseline.items():
+            xs = [r.mfu[role] for r in recent if r.mfu.get(role, 0) > 0]
+            if len(xs) == self.d and b > 0:
+                out.mfu_drift[role] = statistics.median(xs) / b
+
+    def _shapes(self, out: WindowStats, ref: float | None, per_work: bool) -> None:
+        """The shape of each shift since the reference (shift.shape): step time per unit of work against ``ref``
+        (the reference's), MFU per role against its reference. Only for a signal that moved off its reference
+        (SHAPE_DEADBAND): the texts quote it when an alert fires, far beyond that."""
+        last = out.reference_last if not self.borrowed else -1
+        if last is None:
+            return
+        moved_up = max((out.duration_ratio or {}).get("median", 0.0), out.drift or 0.0) > 1 + SHAPE_DEADBAND
+        roles = [role for role, b in out.mfu_baseline.items()
+                 if min(out.mfu.get(role, {}).get("median", b), out.mfu_drift.get(role, b) * b) < (1 - SHAPE_DEADBAND) * b]
+        if not (ref and moved_up) and not roles:
+            return
+        rows = self.carried_hist + [h for h in self.history if h[0] > last] if self.borrowed else \
+            [h for h in self.history if h[0] > last]
+        if len(rows) < 2:
+            return
+        if ref and moved_up:
+            pts = [(h[0], h[1] / (h[2] if per_work else 1.0)) for h in rows if h[1] is not None and (h[2] or not per_work)]
+            if len(pts) >= 2 and (sh := shape([s for s, _ in pts], [v for _, v in pts], ref)) is not None:
+                out.shapes[("step_time", "")] = sh
+        for role in roles:
+            b = out.mfu_baseline[role]
+            pts = [(h[0], v) for h in rows if (v := h[3].get(role, 0.0)) > 0]
+            if len(pts) >= 2 and (sh := shape([s for s, _ in pts], [v for _, v in pts], b)) is not None:
+                out.shapes[("mfu", role)] = sh
 
     def _signal_stats(self, out: WindowStats, recs: list[StepRecord], win: list[StepRecord]) -> None:
         """Window statistics of the issue-13 signals (every one of the k window steps must carry the
@@ -608,3 +856,62 @@ class RunWindow:
         recent = [r.grad_norm_nonfinite for r in recs[-self.n:] if r.grad_norm_nonfinite is not None]
         if recent:
             out.grad_nonfinite_recent = sum(recent)
+
+
+def _per_step(r: StepRecord) -> float:
+    return 1.0
+
+
+def _scaled(r: StepRecord, unit, now: float) -> dict[str, float]:
+    """``r``'s seconds per cause at the workload ``now`` (``unit``: per image or per step)."""
+    if unit is _per_step:
+        return r.causes
+    f = now / unit(r)
+    return {c: v * f for c, v in r.causes.items()}
+
+
+def _unit(base: list[StepRecord], recs: list[StepRecord]):
+    """The unit of work step times are judged per: images (perf/total_num_images) when the reference and every
+    kept step log it, else one step (seconds as they are)."""
+    if base and all(_images(r) for r in base) and all(_images(r) for r in recs):
+        return _images
+    return _per_step
+
+
+# A level shift inside the reference (shift.reference_shift), per series: the least move of the medians (in the
+# series' units, and as a share of the earlier level: both), and the least gap between the later median and the
+# earlier segment's worst step. A part's share of the step does not move with the whole node (contention, clocks
+# slow every part alike: healthy step times vary 8-15 % from step to step), so 5 points of the step and a fifth of
+# the part's own share is already a fault inside that part (update_actor 1.4x on a step it holds 24 % of: +7
+# points, +29 %; generation 1.55x: +11 points, +25 %). The step time itself is not a signal here: at 15 % step
+# jitter its first 3 normal steps are all the fastest of 10 once in ~120 runs, and a slowdown of every part alike
+# (throttling) shows in MFU. MFU must move by 15 %. Calibrated in tests/test_one_voice.py: 3000 healthy references
+# at 4-15 % phase and 8-15 % step jitter are never cut; faults from step 6-8 are.
+# Criteria (shift.Criteria): least move in the series' units, least move as a share of its earlier level, least gap
+# past the earlier segment's worst step, robust standard errors of noise. "Alone": one series is enough; "together":
+# two series must move at the same split (a part that slowed moves its share *and* the step time; node-wide jitter
+# moves the step alone, one part's jitter its share alone).
+SHIFT_SHARE = ((0.05, 0.20, 0.02, 4.0), (0.03, 0.12, 0.0, 3.0))  # a part's share of the step: points of the step
+SHIFT_MFU = ((0.0, 0.15, 0.0, 4.0), (0.0, 0.10, 0.0, 3.0))       # MFU
+SHIFT_STEP = (None, (0.0, 0.10, 0.0, 3.0))                       # step time per unit of work: never alone
+
+
+def _reference_shift(cand: list[StepRecord], tail: list[StepRecord] = ()) -> Shift | None:
+    """A level shift inside the reference steps ``cand`` (shift.reference_shift) in step time per unit of work (only
+    together with another series), in each part's share of the step (cause seconds / step seconds) and in MFU per
+    role; ``tail``: later normal steps that only add evidence to the later segment."""
+    split = len(cand)
+    cand = list(cand) + list(tail)
+    steps = [r.step for r in cand]
+    series: dict[str, tuple] = {}
+    if all(r.duration for r in cand):
+        unit = _unit(cand, cand)
+        series["step_time"] = ([r.duration / unit(r) for r in cand], True, *SHIFT_STEP)
+    if all(r.duration and r.causes for r in cand):
+        for c in CAUSES:
+            series["cause:" + c] = ([r.causes[c] / r.duration for r in cand], True, *SHIFT_SHARE)
+    for role in sorted({role for r in cand for role in r.mfu}):
+        xs = [r.mfu.get(role, 0.0) for r in cand]
+        if all(x > 0 for x in xs):
+            series["mfu:" + role] = (xs, False, *SHIFT_MFU)
+    return reference_shift(steps, series, max_split=split) if series else None

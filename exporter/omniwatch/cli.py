@@ -15,7 +15,7 @@ from . import __version__
 
 # area modules, each with add_commands(sub)
 AREAS = ("server", "stack", "demo", "rules", "docsgen", "relay", "dashboards", "backtest", "report", "discovery",
-         "raytasks", "agents", "export", "compose", "generated")
+         "raytasks", "agents", "export", "compose", "generated", "scorecard")
 
 GROUPS = {
     "run": "run omniwatch beside training",
@@ -40,6 +40,7 @@ COMMANDS = {
     "discover": ("discovery", "inspect", "what Ray discovery finds (TransferQueue, vLLM-Omni, reward, nodes)"),
     "ps": ("raytasks", "inspect", "who holds the step: phase in progress, slowest worker, replicas, dead actors (Ray task events)"),
     "generate": ("generated", "maintain", "write every generated file (--check: fail on drift)"),
+    "scorecard": ("scorecard", "maintain", "how well the alerts detect: backtest the public corpus, count notifications per fault (make scorecard)"),
     "rules": ("rules", "maintain", "alert rules: generate | sync | check"),
     "dashboards": ("dashboards", "maintain", "dashboards: generate | check | verify | render"),
     "docs": ("docsgen", "maintain", "regenerate the generated docs tables"),
@@ -101,6 +102,8 @@ def _area(name: str):
         from . import compose as area
     elif name == "generated":
         from . import generated as area
+    elif name == "scorecard":
+        from . import scorecard as area
     else:
         raise KeyError(name)
     return area

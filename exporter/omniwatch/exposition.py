@@ -28,7 +28,9 @@ OWNED = (
     n.STEP_REGRESSION_GPU_HOURS_PER_DAY, n.BASELINE_FIRST_STEP, n.BASELINE_LAST_STEP, n.STEP_DURATION_DRIFT, n.STEP_DRIFT,
     n.ROLLOUT_STRAGGLER, n.ROLLOUT_STRAGGLER_WINDOW, n.GRAD_NORM_NONFINITE, n.GRAD_NORM_NONFINITE_RECENT,
     n.GRAD_NORM_NONFINITE_TOTAL, n.RS_SEQ_MASKED_WINDOW, n.OUTSIDE_STEP_SECONDS, n.OUTSIDE_STEP_WINDOW,
-    n.TIMER_RESIDUAL, n.TIMER_RESIDUAL_WINDOW, n.VALIDATION_STEP,
+    n.TIMER_RESIDUAL, n.TIMER_RESIDUAL_WINDOW, n.VALIDATION_STEP, n.STEP_DURATION_RATIO_WINDOW, n.WORKLOAD_RATIO,
+    n.MFU_DRIFT, n.REFERENCE_INFO, n.REFERENCE_SHIFT_STEP, n.SHIFT_ONSET_STEP, n.SHIFT_SHAPE, n.SHIFT_SIZE,
+    n.SHIFT_STEPS, n.STEP_PART_GROWTH,
 )
 
 
@@ -135,6 +137,7 @@ class RunCollector(Collector):
                     fams[n.STEP_DURATION_DRIFT].add_metric(rl, st.drift)
                 for cause, v in st.drift_regression.items():
                     fams[n.STEP_DRIFT].add_metric(rl + [cause], v)
+                _reference(fams, rl, st)
                 _signals(fams, rl, run, last, st)
                 # Passthrough shows the present: a key the latest step did not carry is not exported;
                 # a validation key keeps its last value with the step it came from.
@@ -159,6 +162,32 @@ class RunCollector(Collector):
                 fam.add_metric(lv, v)
             yield fam
         self._last_render = time.perf_counter() - t0
+
+
+def _reference(fams: dict, rl: list[str], st) -> None:
+    """Step time per unit of work against the reference, the workload, MFU's creep, where the reference comes from,
+    and the shape of each shift since it."""
+    if st.duration_ratio:
+        for stat, v in st.duration_ratio.items():
+            fams[n.STEP_DURATION_RATIO_WINDOW].add_metric(rl + [stat], v)
+    for cause, stats in sorted(st.part_growth.items()):
+        for stat, v in stats.items():
+            fams[n.STEP_PART_GROWTH].add_metric(rl + [cause, stat], v)
+    if st.workload_ratio is not None:
+        fams[n.WORKLOAD_RATIO].add_metric(rl, st.workload_ratio)
+    for role, v in st.mfu_drift.items():
+        fams[n.MFU_DRIFT].add_metric(rl + [role], v)
+    if st.reference_origin is not None and st.reference_first is not None:
+        fams[n.REFERENCE_INFO].add_metric(rl + [st.reference_origin, st.reference_reason], 1)
+    if st.reference_shift is not None:
+        fams[n.REFERENCE_SHIFT_STEP].add_metric(rl, st.reference_shift.step)
+    for (signal, role), sh in sorted(st.shapes.items()):
+        lv = rl + [signal, role]
+        fams[n.SHIFT_ONSET_STEP].add_metric(lv, sh.onset)
+        fams[n.SHIFT_SIZE].add_metric(lv, abs(sh.ratio - 1))
+        fams[n.SHIFT_STEPS].add_metric(lv, sh.steps)
+        for kind in ("step", "creep"):  # both, 1 / 0: a stable set of series (a backfill has no staleness markers)
+            fams[n.SHIFT_SHAPE].add_metric(lv + [kind], 1 if sh.kind == kind else 0)
 
 
 def _signals(fams: dict, rl: list[str], run, last, st) -> None:

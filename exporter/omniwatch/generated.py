@@ -11,6 +11,8 @@ deploy/compose/*.yml        omniwatch/stack.py (the native stack's configs, relo
 deploy/k8s/*.yaml           alerts/*.rules.yml and dashboards/*.json (omniwatch/export.py)
 docs/benchmarks.md,         benchmarks/results.json (benchmarks/docs.py; in a checkout only)
 docs/scaling.md (figures)
+docs/scorecard.md (tables)  benchmarks/scorecard.json (omniwatch/scorecard/card.py; in a checkout only;
+                            ``make scorecard`` backtests the corpus and rewrites both)
 ==========================  ==========================================================================
 
 The promtool tests (``alerts/tests/*.test.yml``) are not in the table: they are written by hand with literal
@@ -29,6 +31,7 @@ from pathlib import Path
 from . import compose, docsgen, export, paths
 from .alerting import config as alert_config
 from .alerting import rulegen as alerting_generate
+from .scorecard import card as scorecard_card
 
 
 def expected(k8s: bool = True) -> dict[Path, str]:
@@ -40,6 +43,7 @@ def expected(k8s: bool = True) -> dict[Path, str]:
     out.update({dashboards_generate.default_dir() / n: t for n, t in dashboards_generate.rendered(config=alert_config.DEFAULT).items()})
     out[docsgen.docs_path()] = docsgen.render()
     out.update({compose.default_out() / n: t for n, t in compose.rendered().items()})
+    out.update(scorecard_card.expected_doc())
     if k8s:
         out.update(k8s_expected())
     return out

@@ -8,6 +8,7 @@ a re-run after a trainer restart — it replaces the stored step but never incre
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import logging
 import operator
@@ -246,6 +247,10 @@ class Run:
     # When omniwatch first saw this run, if that was from a file's backlog (its lines older than omniwatch): the
     # age of its last line at that moment decides whether it is history (RunStore.history). None: first seen live.
     first_sight: float | None = None
+    # The configuration in force when the current incarnation's first step came, and the previous incarnation's:
+    # a restart whose configuration changed starts a new reference (RunWindow.drop_prior).
+    inc_config: TrainerConfig | None = None
+    prior_config: TrainerConfig | None = None
 
     @property
     def keys(self) -> dict[str, float]:
@@ -314,8 +319,9 @@ class Run:
         so out-of-order arrival cannot inflate it)."""
         return self.warmup_done + min(self.warmup_steps, self.inc_steps)
 
-    def restart(self) -> None:
-        """A new trainer incarnation: the old one's window and baselines are not compared with it."""
+    def restart(self, forget: bool = False) -> None:
+        """A new trainer incarnation: the old one's window is not compared with it; its reference is kept for the
+        new one while the workload is the same (RunWindow.reset); ``forget``: nothing of it is (a level shift)."""
         self.restarts_total += 1
         self.warmup_done = self.warmup_total()
         self.inc_low, self.inc_steps, self.warm = None, 0, []
@@ -323,7 +329,11 @@ class Run:
         self.replay_from = -1
         self.feeds.clear()
         self.modes = {}
-        self.window.reset()
+        if forget:
+            self.window.forget()
+        else:
+            self.window.reset()
+        self.prior_config, self.inc_config = self.inc_config, None
         self.stats_dirty = True
         self._flush_keys()
         # Nothing the old incarnation logged is the present of the new one (validation values keep their
@@ -345,6 +355,13 @@ class Run:
         pairs = [(rec.mfu.get(role), base) for role, base in st.mfu_baseline.items()]
         pairs.append((rec.duration, st.duration_baseline))
         return any(v and b and max(v / b, b / v) > LEVEL_SHIFT for v, b in pairs)
+
+def _config_changed(old: TrainerConfig | None, new: TrainerConfig | None) -> bool:
+    """Both configurations known and saying different things (where it was read from aside)."""
+    if old is None or new is None:
+        return False
+    return dataclasses.replace(old, source="", path="") != dataclasses.replace(new, source="", path="")
+
 
 class RunStore:
     def __init__(self, *, window: int = DEFAULT_WINDOW_STEPS, baseline: int = DEFAULT_BASELINE_STEPS,
@@ -444,6 +461,9 @@ class RunStore:
 
     def _configure(self, run: Run, cfg: TrainerConfig) -> None:
         run.config = cfg
+        if run.window.borrowed and _config_changed(run.prior_config, cfg):
+            run.window.drop_prior("config_changed")  # a new configuration printed for the restarted trainer
+            run.stats_dirty = True
         run.planned.configure(cfg.total_steps, {"checkpoint": cfg.save_freq, "validation": cfg.test_freq})
         if cfg.gpus and not (self.gpus_override and self.gpus):
             run.gpus = ledger.Gpus(cfg.gpus, "config")
@@ -687,11 +707,15 @@ class RunStore:
                 parsed, layout = capped, None
                 rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite)
             if not seen and run.last_arrival is not None and arrival > run.last_arrival and run.level_shift(rec, arrival):
-                run.restart()
+                run.restart(forget=True)
                 warm = self._place(run, step)
                 rec = analyze_step(step, parsed.values, arrival, warmup=warm, non_finite=parsed.non_finite, layout=layout)
             if not backlog:
                 self._outside(run, rec, backlog)
+            if run.inc_steps == 0:
+                run.inc_config = run.config
+                if _config_changed(run.prior_config, run.config):
+                    run.window.drop_prior("config_changed")
             run.inc_steps += 1
             if warm and len(run.warm) < WARM_KEPT:
                 run.warm.append(rec)

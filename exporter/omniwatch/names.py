@@ -94,9 +94,9 @@ INTER_STAGE_IDLE_RATIO = _m("omniwatch_inter_stage_idle_ratio", "gauge",
 MFU = _m("omniwatch_mfu_ratio", "gauge",
          "MFU as the trainer reported it (perf/mfu/<role>); 0 means the estimator is unsupported, not idle.", R + (L_ROLE,), "ratio")
 MFU_BASELINE = _m("omniwatch_mfu_baseline_ratio", "gauge",
-                  "The run's MFU reference, anchored to the trainer incarnation: median MFU over its first 10 normal "
-                  "steps (zeros ignored; fewer, all before the window, until the window has moved past them). MFUDrop "
-                  "judges against it.", R + (L_ROLE,), "ratio")
+                  "The run's MFU reference, anchored to the trainer incarnation: median MFU over its first 20 normal "
+                  "steps (zeros ignored; fewer, all before the window, until the window has moved past them; re-chosen "
+                  "after a shift inside them). MFUDrop judges against it.", R + (L_ROLE,), "ratio")
 TYPICAL_STEP = _m("omniwatch_typical_step_seconds", "gauge",
                   "Median step duration over the recent normal steps (the run's own pace, used by TrainingStalled).", R, "seconds")
 THROUGHPUT = _m("omniwatch_throughput_images_per_gpu_second", "gauge",
@@ -134,22 +134,61 @@ STEP_DURATION_WINDOW = _m("omniwatch_step_duration_seconds_window", "gauge",
                           "min/median/max step seconds over the last k normal steps.", R + (L_STAT,), "seconds")
 STEP_DURATION_BASELINE = _m("omniwatch_step_duration_baseline_seconds", "gauge",
                             "The run's step-time reference, anchored to the trainer incarnation: median step seconds "
-                            "over its first 10 normal steps (fewer, all before the window, until the window has moved "
-                            "past them). StepTimeRegression and StepTimeDrift judge against it.", R, "seconds")
+                            "over its first 20 normal steps (fewer, all before the window, until the window has moved "
+                            "past them; re-chosen after a shift inside them). StepTimeRegression judges against it.", R, "seconds")
 BASELINE_FIRST_STEP = _m("omniwatch_baseline_first_step", "gauge",
                          "First step of the anchored reference (omniwatch_step_duration_baseline_seconds, "
                          "omniwatch_mfu_baseline_ratio): a trainer restart starts a new one, so it moves to the new "
                          "incarnation's first normal step.", R)
 BASELINE_LAST_STEP = _m("omniwatch_baseline_last_step", "gauge",
-                        "Last step of the anchored reference; it stops moving once the reference holds its 10 steps.", R)
+                        "Last step of the anchored reference; it stops moving once the reference holds its 20 steps.", R)
 STEP_DURATION_DRIFT = _m("omniwatch_step_duration_drift_ratio", "gauge",
-                         "Median step seconds of the last 10 normal steps after the anchored reference / the reference "
-                         "(StepTimeDrift: a creep over tens of steps). Absent until 10 normal steps follow the reference.",
-                         R, "ratio")
+                         "Median step time per unit of work (perf/total_num_images where logged) of the last 10 normal "
+                         "steps after the anchored reference / the reference's (StepTimeRegression's creep condition: "
+                         "a creep over tens of steps). Absent until 10 normal steps follow the reference.", R, "ratio")
 STEP_DRIFT = _m("omniwatch_step_drift_seconds", "gauge",
                 "Growth of each part of the step (cause, as omniwatch_step_regression_seconds) over the last 10 normal "
-                "steps: their median minus the anchored reference's median, seconds. StepTimeDrift names the largest.",
+                "steps: their median minus the anchored reference's median, seconds at the current workload.",
                 R + ("cause",), "seconds")
+STEP_DURATION_RATIO_WINDOW = _m(
+    "omniwatch_step_duration_ratio_window", "gauge",
+    "min/median/max over the last k normal steps of step time per unit of work (perf/total_num_images where every "
+    "step logs it, else per step) / the anchored reference's: what StepTimeRegression thresholds. A workload change "
+    "(more images per step) moves omniwatch_workload_ratio, not this.", R + (L_STAT,), "ratio")
+STEP_PART_GROWTH = _m("omniwatch_step_part_growth_ratio_window", "gauge",
+                      "Each part of the step (cause, as omniwatch_step_regression_seconds): its share of the step minus "
+                      "its share in the anchored reference, min/median/max over the last k normal steps (min 0.10: every "
+                      "window step spent 10 points more of itself on that part). StepTimeRegression's part condition.",
+                      R + ("cause", L_STAT), "ratio")
+WORKLOAD_RATIO = _m("omniwatch_workload_ratio", "gauge",
+                    "Median images per step (perf/total_num_images) of the last k normal steps / the anchored "
+                    "reference's (WorkloadChanged); absent where the run does not log it.", R, "ratio")
+MFU_DRIFT = _m("omniwatch_mfu_drift_ratio", "gauge",
+               "Median MFU of the last 10 normal steps after the anchored reference / the reference (MFUDrop's creep "
+               "condition). Absent until 10 normal steps follow the reference.", R + (L_ROLE,), "ratio")
+REFERENCE_INFO = _m("omniwatch_reference_info", "gauge",
+                    "Always 1; where the run's anchored reference comes from: origin=incarnation (the first normal "
+                    "steps of this trainer incarnation), before_shift (the stable steps before a level shift inside "
+                    "them: a fault that began there), kept (the incarnation before a trainer restart: the same "
+                    "workload resumed); reason: why a restart started a new one instead (workload_changed, "
+                    "config_changed, faster_after_restart, mfu_changed; empty otherwise).", R + ("origin", "reason"))
+REFERENCE_SHIFT_STEP = _m("omniwatch_reference_shift_step", "gauge",
+                          "The step where a level shift inside the reference steps began (origin=before_shift): the "
+                          "reference is the steps before it.", R)
+L_SIGNAL = "signal"
+SHIFT_ONSET_STEP = _m("omniwatch_shift_onset_step", "gauge",
+                      "Where the current shift of a signal (signal=step_time: per unit of work; signal=mfu, by role) "
+                      "against its reference began: the step of a step change, or the first step of a creep "
+                      "(omniwatch_shift_shape). Alert texts quote it.", R + (L_SIGNAL, L_ROLE))
+SHIFT_SHAPE = _m("omniwatch_shift_shape", "gauge",
+                 "1 for the shape that fits a signal since its reference best, 0 for the other: shape=step (one change, "
+                 "flat since) or creep (growing steadily since its onset); least squares over the last 128 normal steps.",
+                 R + (L_SIGNAL, L_ROLE, "shape"))
+SHIFT_SIZE = _m("omniwatch_shift_size_ratio", "gauge",
+                "How far a signal has moved from its reference: |fitted level at the latest normal step / reference - 1| "
+                "(0.18: step time 18 % over it, or MFU 18 % under it).", R + (L_SIGNAL, L_ROLE), "ratio")
+SHIFT_STEPS = _m("omniwatch_shift_steps", "gauge",
+                 "Normal steps from the onset of a signal's shift to the latest one.", R + (L_SIGNAL, L_ROLE))
 WINDOW_STEPS = _m("omniwatch_window_steps", "gauge",
                   "Normal steps currently in the window (the window statistics exist once this reaches k).", R)
 REWARD_CRITICAL_PATH = _m("omniwatch_reward_critical_path_seconds", "gauge",
@@ -420,7 +459,7 @@ ALERT_STALLED = "TrainingStalled"
 ALERT_MFU_LOW = "MFUImplausiblyLow"
 ALERT_MFU_UNSUPPORTED = "MFUEstimatorUnsupported"
 ALERT_STEP_REGRESSION = "StepTimeRegression"
-ALERT_STEP_DRIFT = "StepTimeDrift"
+ALERT_WORKLOAD_CHANGED = "WorkloadChanged"
 ALERT_REWARD_SATURATION = "RewardSaturation"
 ALERT_SOURCE_DOWN = "OmniwatchSourceDown"
 ALERT_GPU_MEMORY = "GPUMemoryNearFull"

@@ -18,8 +18,10 @@ path in ``OMNIWATCH_<TOOL>``, e.g. ``OMNIWATCH_PROMTOOL``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,21 @@ def env(name: str, default: str | None = None) -> str | None:
 def set_env(name: str, value: str) -> None:
     """Set a variable another tool reads when it loads (Ray's ``RAY_AUTH_MODE``, before importing ray)."""
     os.environ[name] = value
+
+
+@contextlib.contextmanager
+def env_override(name: str, value: str) -> Iterator[None]:
+    """Set a variable another tool reads for the length of a ``with`` (verl's ``VERL_FILE_LOGGER_ROOT`` while
+    the scorecard corpus writes through its Tracking), then put back what was there."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def process_env(extra: dict[str, str] | None = None) -> dict[str, str]:

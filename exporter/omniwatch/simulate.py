@@ -34,7 +34,8 @@ GPUS = 4
 @dataclass
 class Fault:
     kind: str                 # reward_slow | idle_gap | mfu_value | actor_slow | gen_slow | creep | straggler |
-    #                           grad_nonfinite | rs_drift | nested_timer | outside_gap | hang
+    #                           grad_nonfinite | rs_drift | nested_timer | outside_gap | hang | phase_slow | mfu_drop |
+    #                           workload (not a fault: the images per step change, each image costs the same)
     start: int
     factor: float = 1.0       # reward_slow / actor_slow; straggler: slowest sample / mean sample
     value: float = 0.0        # mfu_value; rs_drift: RS sequence-level rejection share; hang: seconds step
@@ -43,7 +44,12 @@ class Fault:
     #                             of a timer nested in gen; outside_gap: seconds outside the step timer
     end: int | None = None    # the last step the fault lasts (None: to the end of the run)
     phase: str = ""           # creep: the phase that grows by `value` (a share of itself) per step from `start`
-    #                           (gen, update_actor, ...; "" = every in-step phase); update_actor lowers MFU with it
+    #                           (gen, update_actor, ...; "" = every in-step phase); update_actor lowers MFU with it;
+    #                           phase_slow: the phase `factor` times slower (update_weights, ...; MFU unchanged)
+    ramp: int = 0             # 0: the fault is at full strength from `start` (a step change); N: it grows linearly
+    #                           to full strength over its first N steps (a creep of any kind: factor 1 -> factor,
+    #                           seconds_share 0 -> seconds_share); mfu_drop: MFU / factor with step time unchanged;
+    #                           workload: perf/total_num_images x factor, every phase that scales with images too
 
 
 @dataclass
@@ -68,6 +74,10 @@ class RunSpec:
     jitter: float = 0.04       # each phase's time varies uniformly by +-jitter (independently)
     step_jitter: float = 0.0   # and every phase of a step together by +-step_jitter (node contention, a noisy
     #                            neighbour: what makes healthy step times vary 8-10 % from step to step)
+    images: int = IMAGES       # perf/total_num_images of a step (a video run generates far fewer)
+    first_step: int = 1        # the trainer incarnation's first step: it carries the warm-up (a resumed trainer
+    #                            starts after its checkpoint's step)
+    warmup_factor: float = 1.6  # gen of the first step: compile + cache warm-up
 
     def __post_init__(self):
         if self.trainer == "legacy_async":
@@ -92,6 +102,19 @@ def _fault(spec: RunSpec, kind: str, step: int) -> Fault | None:
     return None
 
 
+def _strength(f: Fault, step: int) -> float:
+    """1 for a step change; a fault with ``ramp`` N reaches full strength over its first N steps."""
+    return 1.0 if f.ramp <= 0 else max(0.0, min(1.0, (step - f.start + 1) / f.ramp))
+
+
+def _factor(f: Fault, step: int) -> float:
+    return 1.0 + (f.factor - 1.0) * _strength(f, step)
+
+
+# Phases whose seconds grow with the images of a step (weight sync, checkpoint and validation do not).
+PER_IMAGE_PHASES = ("feed", "gen", "reward", "old_log_prob", "rollout_corr", "adv", "update_actor")
+
+
 def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dict:
     """The metrics dict a VeRL-Omni trainer logs for global step ``step`` (1-based)."""
     rng = rng or random.Random(spec.seed * 100_003 + step)
@@ -99,11 +122,16 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     legacy = spec.trainer == "legacy"
     shares = V1_SHARES if not legacy else LEGACY_SHARES
     t = {ph: j(spec.pace * sh, spec.jitter) for ph, sh in shares.items()}
+    work = _fault(spec, "workload", step)
+    load_w = _factor(work, step) if work else 1.0
+    images = round(spec.images * load_w)
+    if work:
+        t = {ph: v * load_w if ph in PER_IMAGE_PHASES else v for ph, v in t.items()}
     if spec.step_jitter:  # its own generator: the default runs keep their values
         load = 1 + random.Random(spec.seed * 50_021 + step * 7 + 3).uniform(-spec.step_jitter, spec.step_jitter)
         t = {ph: v * load for ph, v in t.items()}
-    if step == 1:
-        t["gen"] *= 1.6  # first step: compile + cache warm-up
+    if step == spec.first_step:
+        t["gen"] *= spec.warmup_factor  # first step: compile + cache warm-up
     if legacy and spec.streamed:
         t["reward"] = j(0.00002 * spec.pace, 0.5)  # extract_reward only: scoring happened during gen
     elif not legacy and not spec.streamed:
@@ -122,16 +150,18 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     tail_share = 0.04 if spec.reward == "pool" else 0.008  # a reward function is cheaper than a model
     if (slow := _fault(spec, "reward_slow", step)):
         if spec.streamed:
-            score_tail = j(spec.pace * tail_share) * slow.factor
+            score_tail = j(spec.pace * tail_share) * load_w * _factor(slow, step)
         else:
-            t["reward"] *= slow.factor
+            t["reward"] *= _factor(slow, step)
     else:
-        score_tail = j(spec.pace * tail_share)
+        score_tail = j(spec.pace * tail_share) * load_w
     if (f := _fault(spec, "actor_slow", step)):
-        t["update_actor"] *= f.factor
-        mfu /= f.factor
+        t["update_actor"] *= _factor(f, step)
+        mfu /= _factor(f, step)
     if (f := _fault(spec, "gen_slow", step)):
-        t["gen"] *= f.factor
+        t["gen"] *= _factor(f, step)
+    if (f := _fault(spec, "phase_slow", step)) and f.phase in t:
+        t[f.phase] *= _factor(f, step)
     if (f := _fault(spec, "creep", step)):
         grow = 1 + f.value * (step - f.start + 1)
         for ph in ([f.phase] if f.phase else list(t)):
@@ -142,9 +172,11 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     if (f := _fault(spec, "mfu_value", step)):
         mfu = j(f.value, 0.02)
         mfu_infer = j(f.value * 0.8, 0.02)
+    if (f := _fault(spec, "mfu_drop", step)):  # fewer useful FLOPs in the same time (the step does not move)
+        mfu /= _factor(f, step)
     untimed = j(spec.pace * 0.006, 0.2)
     if (f := _fault(spec, "idle_gap", step)):
-        untimed += j(spec.pace * f.seconds_share, 0.1)
+        untimed += j(spec.pace * f.seconds_share, 0.1) * _strength(f, step)
     for f in spec.faults:  # a collective that hung this long inside the step, then went on
         if f.kind == "hang" and step == f.start:
             untimed += f.value
@@ -153,10 +185,10 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
         gen_seq_max = t["gen"] * 0.98
         t["gen"] = gen_seq_max + score_tail  # V1 too: a slow reward's tail hides in gen (no agent-loop keys)
     gen_seq_min, gen_seq_mean = gen_seq_max * 0.4, gen_seq_max * 0.7
-    if legacy and (f := _fault(spec, "straggler", step)) and gen_seq_mean * f.factor > gen_seq_max:
+    if legacy and (f := _fault(spec, "straggler", step)) and gen_seq_mean * _factor(f, step) > gen_seq_max:
         # one sample (a preempted request, a slow replica) finishes long after the others: gen waits for it
-        t["gen"] += gen_seq_mean * f.factor - gen_seq_max
-        gen_seq_max = gen_seq_mean * f.factor
+        t["gen"] += gen_seq_mean * _factor(f, step) - gen_seq_max
+        gen_seq_max = gen_seq_mean * _factor(f, step)
     last = spec.total_steps and step == spec.total_steps
     if spec.checkpoint_every and (step % spec.checkpoint_every == 0 or last):
         t["save_checkpoint"] = j(spec.pace * spec.checkpoint_factor)
@@ -224,9 +256,9 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
         d["timing_s/stop_profile"] = 2e-6
     for ph in ("gen", "old_log_prob", "adv", "update_actor"):
         if ph in ordered:
-            d[f"timing_per_image_ms/{ph}"] = ordered[ph] * 1000 / IMAGES
-    d.update({"perf/total_num_images": IMAGES, "perf/time_per_step": step_s,
-              "perf/throughput": IMAGES / (step_s * GPUS)})
+            d[f"timing_per_image_ms/{ph}"] = ordered[ph] * 1000 / images
+    d.update({"perf/total_num_images": images, "perf/time_per_step": step_s,
+              "perf/throughput": images / (step_s * GPUS)})
     if spec.validation_every and (step % spec.validation_every == 0 or last):
         d["timing_s/testing"] = j(spec.pace * spec.validation_factor)
         d["val-core/ocr/reward/mean@1"] = rmean + 0.02

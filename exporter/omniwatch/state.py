@@ -20,6 +20,7 @@ from pathlib import Path
 import orjson
 
 from . import statefile
+from .analytics import CAUSES, K_IMAGES, REFERENCE_REASONS
 from .ledger import Gpus
 from .statelock import Checkpoint
 from .model import RunStore, SeenSteps, StepDigests
@@ -46,6 +47,8 @@ def snapshot_store(store: RunStore) -> dict:
             "last": _rec_to(run.last) if run.last else None, "last_arrival": run.last_arrival,
             "window": [_rec_to(r) for r in run.window.normal],
             "reference": [_rec_to(r) for r in run.window.reference],
+            "window_state": _window_to(run.window),
+            "prior_config": run.prior_config.to_json() if run.prior_config else None,
             "incarnation": {"low": run.inc_low, "steps": run.inc_steps, "warmup_done": run.warmup_done,
                             "warm": [_rec_to(r) for r in run.warm], "new": run.new_incarnation,
                             "replay_from": run.replay_from},
@@ -85,11 +88,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.digests.legacy = d.get("legacy_digests") is True
             run.modes = dict(d["modes"])
             run.planned = PlannedWork.from_json(d.get("planned"))  # absent in older checkpoints
-            if isinstance(d.get("trainer_config"), dict):
-                try:
-                    run.config = TrainerConfig.from_json(d["trainer_config"])
-                except (TypeError, ValueError):
-                    run.config = None
+            run.config = _config_from(d.get("trainer_config"))
             run.stale = d.get("stale") is True
             fs = d.get("first_sight")   # absent in older checkpoints: their stale stands as saved
             run.first_sight = float(fs) if isinstance(fs, (int, float)) and not isinstance(fs, bool) else None
@@ -108,7 +107,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.seen = SeenSteps()
             run.seen.ranges = [list(x) for x in d["seen"]]
             run.last = _rec_from(d["last"]) if d["last"] else None
-            run.window.reset()  # empties the window and its cached typical step
+            run.window.forget()  # empties the window and its cached typical step
             run.window.normal.extend(_rec_from(x) for x in d["window"])
             w = run.window.normal
             # The anchored reference (absent in older checkpoints: the earliest window steps stand in for it).
@@ -116,14 +115,62 @@ def restore_store(store: RunStore, data: dict) -> None:
             ref = [by_step.get(x["step"]) or _rec_from(x) for x in d.get("reference", [])] if "reference" in d \
                 else list(w)[:run.window.r]
             run.window.reference[:] = ref[:run.window.r]
+            short = len(run.window.reference) < run.window.r and bool(w)
+            if short and run.window.reference and w[0].step <= run.window.reference[-1].step + 1:
+                for r in w:  # the window continues the reference: what this version would have kept (an older state
+                    run.window._add_reference(r)  # held fewer reference steps)
+            _window_from(run.window, d.get("window_state"))
+            run.prior_config = _config_from(d.get("prior_config"))
             if run.last and w and (w[-1].step, w[-1].arrival) == (run.last.step, run.last.arrival):
                 run.last = w[-1]  # one object again, as before the snapshot (later steps may amend it)
             run.stats = run.window.stats()
             run.phase_names = set(run.stage_seconds_total) | set(run.last.phases if run.last else ())
+        missing = [f"{r.project}/{r.experiment}" for r in store.runs.values()
+                   if K_IMAGES in r.keys
+                   and any(K_IMAGES not in x.values for x in r.window.normal)]
+        if missing:  # a state from before the images per step were kept with each step
+            log.info("the kept steps of %d restored run(s) (%s) do not carry perf/total_num_images (an older "
+                     "state): step time is judged per step, not per image, and WorkloadChanged waits, until the "
+                     "window holds k new steps", len(missing), ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
         for s, r, n in data.get("errors", []):
             store.errors[(s, r)] = n
         for status, n in data.get("notifications", {}).items():
             store.notifications[status] = n
+
+
+def _config_from(d) -> TrainerConfig | None:
+    if isinstance(d, dict):
+        try:
+            return TrainerConfig.from_json(d)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _window_to(w) -> dict:
+    return {"history": [[s, dur, img, sorted(mfu.items())] for s, dur, img, mfu in w.history],
+            "prior": [_rec_to(r) for r in w.prior] if w.prior is not None else None, "prior_leader": w.prior_leader,
+            "kept": [_rec_to(r) for r in w.kept] if w.kept is not None else None, "reason": w.reason,
+            "leader": w._leader, "leader_at": w._leader_at, "carry": w._carry,
+            "carried": [_rec_to(r) for r in w.carried],
+            "carried_history": [[s, dur, img, sorted(mfu.items())] for s, dur, img, mfu in w.carried_hist]}
+
+
+def _window_from(w, d: dict | None) -> None:
+    """A run window's history, kept reference and named cause (absent in checkpoints written before them: the
+    history starts over from the kept steps, the named cause is worked out again)."""
+    if not d:
+        for r in w.normal:
+            w._add_history(r)
+        return
+    w.history.extend((int(s), dur, img, {str(k): float(v) for k, v in mfu}) for s, dur, img, mfu in d["history"])
+    w.prior = [_rec_from(x) for x in d["prior"]] if d.get("prior") is not None else None
+    w.kept = [_rec_from(x) for x in d["kept"]] if d.get("kept") is not None else None
+    cause = lambda c: c if c in CAUSES else None  # noqa: E731 - a cause this version names, else none
+    w.prior_leader, w.reason = cause(d.get("prior_leader")), d.get("reason", "") if d.get("reason") in REFERENCE_REASONS else ""
+    w.carried = [_rec_from(x) for x in d.get("carried", [])]
+    w.carried_hist = [(int(s), dur, img, {str(k): float(v) for k, v in mfu}) for s, dur, img, mfu in d.get("carried_history", [])]
+    w._leader, w._leader_at, w._carry = cause(d.get("leader")), d.get("leader_at", -1), cause(d.get("carry"))
 
 
 MAX_CORRUPT_COPIES = 10

@@ -162,6 +162,22 @@ class DigestTable(_Open):
         return v
 
 
+class WindowState(_Open):
+    """What a run window keeps beyond its steps (analytics.RunWindow): the compact history (the shape of a shift),
+    a previous incarnation's reference kept across a restart (pending or adopted), why it was dropped, the
+    cause StepTimeRegression names and the window end it was named at."""
+    history: list[tuple[Step, Finite | None, Finite | None, list[tuple[str, Finite]]]] = Field(default_factory=list)
+    prior: list[Record] | None = None
+    prior_leader: Annotated[str, Field(max_length=64)] | None = None
+    kept: list[Record] | None = None
+    reason: Annotated[str, Field(max_length=64)] = ""
+    leader: Annotated[str, Field(max_length=64)] | None = None
+    leader_at: Annotated[StrictInt, Field(ge=-1, le=MAX_STEP)] = -1
+    carry: Annotated[str, Field(max_length=64)] | None = None
+    carried: list[Record] = Field(default_factory=list)
+    carried_history: list[tuple[Step, Finite | None, Finite | None, list[tuple[str, Finite]]]] = Field(default_factory=list)
+
+
 class RunState(_Open):
     project: Label
     experiment: Label
@@ -178,6 +194,7 @@ class RunState(_Open):
     last_arrival: Finite | None
     window: list[Record]
     reference: list[Record] = Field(default_factory=list)
+    window_state: WindowState | None = None
     digests: list[tuple[Step, str, StrictInt]]
     digest_table: DigestTable | None = None
     modes: dict[str, str]

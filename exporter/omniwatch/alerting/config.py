@@ -37,9 +37,10 @@ class Window(_Part):
                           description="Normal steps in the MFU / step-time baselines (`--baseline-steps`).")
     warmup: int = Field(DEFAULT_WARMUP_STEPS, description="Steps after each trainer (re)start left out as warm-up (`--warmup-steps`).")
     reference: int = Field(REFERENCE_STEPS, description=(
-        "Normal steps in the anchored reference of MFUDrop, StepTimeRegression and StepTimeDrift: the first ones of "
-        "each trainer incarnation (analytics.REFERENCE_STEPS)."))
-    drift: int = Field(DRIFT_STEPS, description="Normal steps StepTimeDrift takes the median of (analytics.DRIFT_STEPS).")
+        "Normal steps in the anchored reference of MFUDrop and StepTimeRegression: the first ones of each trainer "
+        "incarnation (analytics.REFERENCE_STEPS), re-chosen where a shift inside them is found (docs/alerts.md)."))
+    drift: int = Field(DRIFT_STEPS, description=(
+        "Normal steps the creep conditions of StepTimeRegression and MFUDrop take the median of (analytics.DRIFT_STEPS)."))
 
 
 class RewardBound(_Part):
@@ -52,6 +53,13 @@ class RewardBound(_Part):
         "With actor-dominated steps (reward ~10 % of the step) a separate reward pool buys little and "
         "costs GPUs; the VeRL-Omni tuning guide's 'significant fraction of step time'. Healthy colocated "
         "fixtures 0.11-0.13, faulty 0.36-0.42."))
+    resolve_ratio: float = Field(0.3, description=(
+        "Hysteresis: once firing, RewardBoundRollout stays while the window *median* of the ratio is above this (and "
+        "the step share's median above resolve_step_share), so it resolves when most of the last k steps are back "
+        "near healthy. 0.3 is above every healthy run (0.19-0.24 colocated) and under the fault (0.52-0.61): a fault "
+        "hovering at the 0.4 line with step jitter is one alert, not one per crossing."))
+    resolve_step_share: float = Field(0.15, description=(
+        "Hysteresis of the step-share condition: above healthy colocated runs (0.11-0.13), under the fault (0.36-0.42)."))
 
 
 class InterStageIdle(_Part):
@@ -59,45 +67,92 @@ class InterStageIdle(_Part):
         "Window min of untimed (or GPU-measured idle) seconds between timed phases / step seconds. Healthy "
         "runs 0.004-0.007; the V1 transfer fault (90 s untimed TransferQueue work per step) 0.26-0.33. "
         "10 % is 15x healthy and under a third of the fault."))
+    resolve_ratio: float = Field(0.07, description=(
+        "Hysteresis: once firing, InterStageIdleGPU stays while the window median is above this: 10x healthy, so a "
+        "fault at the 10 % line is one alert, and an ended fault resolves within about k steps."))
 
 
 class MFU(_Part):
     impossible: float = Field(1.0, description=(
         "MFU 1.0 = every DP GPU at its advertised peak for the timed call; above is physically impossible "
         "(VeRL-Omni docs/perf/diffusion_mfu.md). The relabeled-SKU fixture reports 2.6."))
+    impossible_resolve: float = Field(0.95, description=(
+        "Hysteresis: once firing, MFUImpossible stays while the window median per GPU is above this (a value that "
+        "hovers at 1.0 is one alert)."))
     drop_ratio: float = Field(0.7, description=(
         "Window max / baseline. VeRL-Omni's nightly flags 15 % as a regression (PERF_THRESHOLD=0.15); a "
         "30 % drop of even the best window step is a fault, not noise."))
+    drift_ratio: float = Field(0.87, description=(
+        "MFUDrop's creep condition: the median MFU of the last 10 normal steps after the reference / the reference, "
+        "and the window median over it too, below this. The mirror of StepTimeRegression's creep (1.13 ~ 1 / 0.885): "
+        "a slow update_actor creep with flat step time lowers MFU long before the step notices. Healthy simulated "
+        "runs (MFU jitter +-3 %, 300 steps, every layout) stay above 0.95."))
+    drop_resolve: float = Field(0.92, description=(
+        "Hysteresis: once firing (a drop or a creep), MFUDrop stays while the window median / the reference is below "
+        "this, i.e. until most of the last k steps are back within 8 % of the reference: one alert per lasting drop, "
+        "above both firing conditions (0.7 and the creep's 0.87) so it never resolves while either still holds."))
     floor: float = Field(0.05, description=(
         "Window max below this is implausibly low. Lowest healthy value VeRL-Omni published: ~0.17 actor "
         "(full FT, param+optimizer offload, Ulysses SP=2, H200; commit 41cd0ed0); LoRA reports at least "
         "as much (its FLOPs are counted as full FT); gradient checkpointing under-reports by ~1/3. 0.05 is "
         "3.4x below the lowest healthy point and far above a two-orders-of-magnitude error."))
+    floor_resolve: float = Field(0.06, description="Hysteresis: MFUImplausiblyLow stays while the window median is below this.")
 
 
 class StepTime(_Part):
     regression_ratio: float = Field(1.15, description=(
         "Window min / baseline: the nightly's PERF_THRESHOLD=0.15 for perf/time_per_step; the fastest of "
-        "the window's steps must be 15 % slower."))
+        "the window's steps must be 15 % slower. Judged per unit of work (perf/total_num_images where every step "
+        "logs it): more images per step is a workload change (WorkloadChanged), not a regression."))
+    median_ratio: float = Field(1.25, description=(
+        "StepTimeRegression's second step-change condition: the window *median* per unit of work / the reference over "
+        "this, i.e. 2 of the last 3 steps 25 % slow. One fast step in a jittery run keeps the fastest-of-3 condition "
+        "under 1.15 for 3 steps (a generation 1.55x slower at 15 % stage jitter: window min 1.11, median 1.26-1.33); "
+        "healthy runs at 15 % step jitter stay under 1.2 in 2 of 3 steps even against a reference 3 % low. It fires a step "
+        "before the other conditions, so it stands aside where an alert of the step's own cause is about to fire (the "
+        "named cause is reward, untimed gaps or the actor; the straggler ratio is up): that alert speaks first."))
+    part_share: float = Field(0.10, description=(
+        "StepTimeRegression's part condition: one part of the step (a cause: generation, reward, the actor phases, "
+        "weight sync, untimed gaps) took this many more points of the step than in the reference in every window step "
+        "(window min of its share minus the reference's share). A part that grew while the others jittered down hides "
+        "its growth in the step total (weight sync 8x slower adds 15 points; generation 1.55x 11). Shares do not move "
+        "when the whole node slows: healthy runs at 15 % phase jitter stay under 8 points in a single step (the largest "
+        "part, generation at 43 % of the step, at +15 % with the rest at -15 %), so every one of 3 steps never passes 10. "
+        "VeRL-Omni's nightly judges weight sync on a threshold of its own for the same reason."))
+    part_resolve: float = Field(0.05, description=(
+        "Hysteresis of the part condition: the alert also stays while some part's window median share is this many "
+        "points over the reference's."))
+    resolve_ratio: float = Field(1.08, description=(
+        "Hysteresis: once firing (a step change or a creep), StepTimeRegression stays while the window median per unit "
+        "of work / the reference is above this, i.e. until most of the last k steps are back within 8 % of it. Under "
+        "both firing conditions (1.15, and the creep's 1.13), so it never resolves while either still holds; above a "
+        "healthy run's window median (within ~5 % of its reference at 8-15 % step jitter)."))
 
 
 class StepDrift(_Part):
     ratio: float = Field(1.13, description=(
-        "StepTimeDrift: median step time of the last 10 normal steps after the anchored reference / the reference "
-        "(median of the trainer incarnation's first 10 normal steps), and the last k steps' median over it too. A creep "
-        "the k-step window sees late: StepTimeRegression needs the fastest of 3 steps 15 % over. Healthy simulated "
-        "runs, 300 steps, checkpoint 4.5x every 10 and validation 2.5x every 8, 100 runs (5 layouts) per jitter level, "
-        "highest value of the condition over every step: every phase +-10 % and the whole step +-8 % (step CV 4.7-6.1 %) "
-        "1.124; the whole step +-10 % (CV ~6.4 %) 1.142, over 1.13 in 2 runs of 100 (the 10-step reference itself is "
-        "off by up to ~5 %: tests/test_analytics.py, tests/test_whole_run.py). whole_run/gradual_slowdown (+0.6 %/step "
-        "from step 10) fires at step 38, 3 steps before StepTimeRegression; a slower creep gains more (the k-step "
-        "window's fastest step lags the level by the jitter)."))
+        "StepTimeRegression's creep condition: the median step time per unit of work of the last 10 normal steps after "
+        "the anchored reference's 10th / the reference, and the last 3 steps' median over it too. A creep the k-step "
+        "window sees late: the step-change condition needs the fastest of 3 steps 15 % over. Healthy simulated runs, "
+        "300 steps, checkpoint 4.5x every 10 and validation 2.5x every 8, 100 runs (5 layouts) per jitter level, "
+        "highest value of the condition over every step: every phase +-10 % and the whole step +-8 % 1.111; the whole "
+        "step +-10 % 1.128, none of 100 over 1.13 (the 20-step reference is off by up to ~4 %: tests/test_analytics.py, "
+        "tests/test_whole_run.py)."))
 
 
 class RewardSaturation(_Part):
     zero_std_ratio: float = Field(0.5, description=(
         "VeRL-Omni docs/start/metrics.md: critic/rewards/zero_std_ratio persistently > 0.5 means most GRPO "
         "groups carry no advantage signal."))
+    resolve: float = Field(0.4, description="Hysteresis: RewardSaturation stays while the window median is above this.")
+
+
+class Workload(_Part):
+    change: float = Field(0.1, description=(
+        "WorkloadChanged (info): images per step (perf/total_num_images = train_batch_size x rollout.n) moved by more "
+        "than this share from the reference's. Step time is judged per image, so the change pages nothing; the notice "
+        "says the step got longer because it does more (a curriculum or batch-size change) and whether the cost per "
+        "image moved."))
 
 
 class Stall(_Part):
@@ -116,11 +171,19 @@ class Stall(_Part):
         "one of them: a second step merely slower than the first is a notice, not a page."))
     early_warning_warmups: float = Field(2, description=(
         "Early hangs (no normal step yet): warning after this many times the longest warm-up step since it "
-        "ended, plus the planned work that may come before the next step. The first update and the first weight "
-        "sync are where OOMs and NCCL hangs happen; a video run whose first step took 21 minutes warns at 42 "
-        "minutes (it was 1 h 35 min with 10.5 warm-up steps)."))
+        "ended (less the delivery allowance), plus the planned work that may come before the next step. The "
+        "first update and the first weight sync are where OOMs and NCCL hangs happen; a video run whose first "
+        "step took 21 minutes warns at 41 minutes (it was 1 h 35 min with 10.5 warm-up steps)."))
     early_critical_warmups: float = Field(3, description=(
-        "Early hangs: critical after this many times the longest warm-up step, plus the same planned work."))
+        "Early hangs: critical after this many times the longest warm-up step (less the same delivery allowance), "
+        "plus the same planned work."))
+    early_delivery_seconds: float = Field(75, description=(
+        "Early hangs: the warning and critical thresholds come this much sooner (at most a quarter of the warm-up "
+        "step), so the message reaches a person by 2 and 3 warm-up steps. What comes after the threshold is "
+        "crossed, at worst: the age's scrape (15 s), one evaluation interval (15 s), TrainingStalled's for: (15 s) "
+        "and the escalation group's flush (group_interval 30 s in alerts/alertmanager.yml; the first stage's "
+        "group_wait is 10 s). A fraction of W would not do: the delay is the same for a 1-minute and a 20-minute "
+        "warm-up step (the scorecard's hang_after_warmup_video took 2.02 W at 1.95 W, a 5-minute one 2.03 W)."))
     early_unseen_planned_warmups: float = Field(3, description=(
         "Early hangs: while the trainer's config says a first checkpoint or validation may come before the next "
         "step (save_freq / test_freq due on it, or it may be the last), warning and critical wait this many more "
@@ -208,6 +271,8 @@ class Straggler(_Part):
         "under 2 however many waves or however unevenly they are spread over replicas of equal speed. The "
         "fixtures and the healthy simulator measure 1.43; a sample that takes 3x the mean (simulator "
         "`straggler` fault) 3.0. 2.5 is 25 % beyond anything queueing explains."))
+    resolve: float = Field(2.0, description=(
+        "Hysteresis: RolloutStraggler stays while the window median is above this (what queueing alone can explain)."))
 
 
 class RankStraggler(_Part):
@@ -237,6 +302,8 @@ class RolloutRejection(_Part):
         "too far' (and widen the band above ~10 % over several steps: gradient dilution). The healthy simulator "
         "(matched backends, mean abs(dlogp) ~1e-5) measures 0.5-1.3 %; a drifting backend (simulator `rs_drift`) "
         "10-13 %."))
+    resolve: float = Field(0.03, description=(
+        "Hysteresis: RolloutRejectionHigh stays while the window median is above this (2x the healthy maximum)."))
 
 
 class OutsideStep(_Part):
@@ -246,6 +313,7 @@ class OutsideStep(_Part):
         "arrivals only. Healthy simulator runs 0.1-0.4 % (legacy) and 0.5-3.7 % (V1) — assumed levels, no "
         "recorded run carries arrival times; GPUs idle for 10 % of the wall time is the same bar as "
         "InterStageIdleGPU's. The simulator's `outside_gap` fault (30 % of the step) measures 22-36 %."))
+    resolve: float = Field(0.07, description="Hysteresis: TimeOutsideStep stays while the window median is above this.")
 
 
 class TimerOverlap(_Part):
@@ -254,6 +322,8 @@ class TimerOverlap(_Part):
         "the timers add up to more than the step by over 1 % of it. Timers are perf_counter spans, so only a "
         "timer nested inside another phase (counted twice) does that; the fixtures and the healthy simulator "
         "measure +0.3 to +2 % (never negative), a timer of 5 % of the step nested in gen -4 to -8 %."))
+    resolve: float = Field(0.005, description=(
+        "Hysteresis: TimersExceedStep stays while the window median residual is below minus this."))
 
 
 class TransferQueue(_Part):
@@ -310,6 +380,7 @@ class Config(_Part):
     step_time: StepTime = StepTime()
     step_drift: StepDrift = StepDrift()
     reward_saturation: RewardSaturation = RewardSaturation()
+    workload: Workload = Workload()
     stall: Stall = Stall()
     gpu_memory: GPUMemory = GPUMemory()
     source_down: SourceDown = SourceDown()

@@ -276,6 +276,45 @@ class LabelSwitch(Part):
 
 
 @dataclass(frozen=True)
+class ShiftShape(Part):
+    """What a signal did since its reference, as the exporter fitted it (shift.shape): ``prefix`` + "a step change at
+    step N" or "a <creep> of X% over N steps (from step M)" (``creep``: the word for this signal's direction); nothing
+    while the exporter has no shape for it. ``role``: the signal is per role ($labels.role)."""
+    signal: str
+    creep: str = "creep"
+    prefix: str = ""
+    role: bool = False
+
+    def _sel(self, metric: str, extra: str = "", cond: str = "") -> str:
+        role = ",role=%q" if self.role else ""
+        arg = " $labels.role" if self.role else ""
+        m = f",shape=%q" if extra else ""
+        a = f' "{extra}"' if extra else ""
+        return (f'printf "{metric}{{project=%q,experiment=%q,signal=%q{role}{m}}}{cond}" $labels.project '
+                f'$labels.experiment "{self.signal}"{arg}{a}')
+
+    def go(self) -> str:
+        Text(self.prefix).go(), Text(self.creep).go()
+        v = "{{ . | first | value | printf \"%.0f\" }}"
+        onset = f"{{{{ with {self._sel(names.SHIFT_ONSET_STEP)} | query }}}}{v}{{{{ end }}}}"
+        steps = f"{{{{ with {self._sel(names.SHIFT_STEPS)} | query }}}}{v}{{{{ end }}}}"
+        size = f"{{{{ with {self._sel(names.SHIFT_SIZE)} | query }}}}{{{{ . | first | value | humanizePercentage }}}}{{{{ end }}}}"
+        step = f"{{{{ with {self._sel(names.SHIFT_SHAPE, 'step', ' == 1')} | query }}}}{self.prefix}a step change at step {onset}"
+        creep = (f"{{{{ else }}}}{{{{ with {self._sel(names.SHIFT_SHAPE, 'creep', ' == 1')} | query }}}}{self.prefix}a "
+                 f"{self.creep} of {size} over {steps} steps (from step {onset}){{{{ end }}}}{{{{ end }}}}")
+        return step + creep
+
+    def expect(self, ctx: Ctx) -> str:
+        kind = ctx.labels.get(f"shape:{self.signal}")
+        if kind == "step":
+            return f"{self.prefix}a step change at step {ctx.series.get(names.SHIFT_ONSET_STEP, 0):.0f}"
+        if kind == "creep":
+            return (f"{self.prefix}a {self.creep} of {ctx.series.get(names.SHIFT_SIZE, 0) * 100:.4g}% over "
+                    f"{ctx.series.get(names.SHIFT_STEPS, 0):.0f} steps (from step {ctx.series.get(names.SHIFT_ONSET_STEP, 0):.0f})")
+        return ""
+
+
+@dataclass(frozen=True)
 class Prose:
     parts: tuple[Part, ...]
 

@@ -285,17 +285,21 @@ def gen_includes_scoring() -> Prose:
 
 def step_regression() -> Prose:
     cases = tuple((c, (switch([({"trainer": V1, "reward": STREAMED}, _ROLLOUT_V1_STREAMED)], t) if c == "rollout"
-                       else P(t)) + profile(CAUSE_PROFILE[c])) for c, t in STEP_CAUSES.items())
-    return P(LabelSwitch("cause", cases, P("Find the phase that grew on the stage-share panel.") + profile("nsys")))
+                       else P(t)) + CREEP + profile(CAUSE_PROFILE[c])) for c, t in STEP_CAUSES.items())
+    return P(LabelSwitch("cause", cases, P("Find the phase that grew on the stage-share panel.") + CREEP + profile("nsys")))
 
 
-def step_drift() -> Prose:
-    return P("The step has been getting slower for tens of steps without one step jumping: a creep, not a config "
-             "change. The usual causes grow with the run: host memory or the dataloader filling up (watch node memory and "
-             "swap), GPUs throttling as they heat (clocks and power on the GPUs dashboard), a checkpoint or log "
-             "directory on a filling disk. Compare where the step goes now with "
-             "the reference steps (the stage-share panel; the description names the part that grew), and compare a "
-             "profiled step with one near the start.") + profile("nsys")
+# What a creep (the description says "a creep of X% over N steps": no single step jumped) usually is.
+CREEP = P(" If it is a creep (the description says so), it grows with the run rather than with a config: host memory "
+          "or the dataloader filling up (node memory and swap), GPUs throttling as they heat (clocks and power on the "
+          "GPUs dashboard), a checkpoint or log directory on a filling disk; compare a profiled step with one near the "
+          "start.")
+
+
+def workload_changed() -> Prose:
+    return P("Nothing to fix if the change was intended (a curriculum stage, a new ", key("data.train_batch_size"),
+             " or ", key("actor_rollout_ref.rollout.n"), "): step time is judged per image from here on, so only a "
+             "slower image pages. If it was not intended, check the batch settings of the resumed run.")
 
 
 def reward_saturation() -> Prose:

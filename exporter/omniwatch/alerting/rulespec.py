@@ -17,9 +17,9 @@ from __future__ import annotations
 from .. import names as n
 from . import endpoints, rankstraggler, remedies, stalls
 from .config import Config
-from .rule import RUN_BY, Alert, Group, Record, RuleFile, pct, sel
-from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, Value
-from .records import REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_STEP_DRIFT, REC_STEP_DRIFT_CAUSE_TOP, REC_STEP_MEDIAN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN
+from .rule import RUN_BY, Alert, Group, Record, RuleFile, hysteresis, pct, sel
+from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, ShiftShape, Value
+from .records import REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_MFU_DRIFT, REC_MFU_MEDIAN_VS_BASELINE, REC_STEP_DRIFT, REC_STEP_MEDIAN, REC_STEP_RATIO_MEDIAN, REC_WORKLOAD, REC_PART_GROWTH_MEDIAN, REC_PART_GROWTH_MIN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN
 
 RELABELED = 'cause="relabeled_sku"'
 
@@ -59,6 +59,32 @@ def records(cfg: Config) -> Group:
     ], "Dashboard-only aggregates: smoothed (window-median) signals and where the latest step went.")
 
 
+def _median(cfg: Config, metric: str, by: str = RUN_BY) -> str:
+    return _window(cfg, metric, "median", by)
+
+
+def _held(name: str, fire: str, hold: str, value: str, by: str = RUN_BY, static: dict | None = None,
+          sticky: tuple[str, ...] = (), unheld: dict[str, str] | None = None) -> str:
+    """Fires on ``fire``; once firing, stays while ``hold`` holds. Held, the alert's value is ``value`` (the statistic
+    it fired on: the window's min, say, while ``hold`` judges its median), so its text says the same thing in both."""
+    return hysteresis(fire, f"{value}\n  and on ({by})\n{hold}", name, by, static, sticky, unheld)
+
+
+# StepTimeRegression causes that an alert of their own names (Alertmanager inhibits the regression while it fires):
+# the regression is not held for them, so it never outlives that alert at the end of an episode (it would be sent
+# the moment the inhibition lifts). A cause no alert of its own covers (rollout, weight_sync, other) is held.
+OWNED_CAUSES = {"reward": n.ALERT_REWARD_BOUND, "inter_stage_idle": n.ALERT_IDLE, "actor": n.ALERT_MFU_DROP}
+
+
+# "— a step change at step N" / "a creep of X% over N steps (from step M)", and where the reference comes from.
+STEP_SHAPE = ShiftShape("step_time", prefix="; what was seen: ")
+REFERENCE_NOTE = P(
+    SeriesValue(n.REFERENCE_SHIFT_STEP, "f0", " (the reference holds a level shift at step ",
+                ": it is the steps before it)"),
+    SeriesValue(n.REFERENCE_INFO, "f0", " (the reference was kept across the trainer restart: the same workload "
+                "resumed)", fixed=(("origin", "kept"),), show=False))
+
+
 def steps(cfg: Config) -> Group:
     c = cfg
     rules: list = []
@@ -71,16 +97,22 @@ def steps(cfg: Config) -> Group:
                comment="Reward seconds on the critical path / step seconds, lowest over the window."))
     add(Alert(
         n.ALERT_REWARD_BOUND,
-        f"{REC_REWARD_BOUND_MIN} > {c.reward_bound.ratio:g}\n"
-        f"  and on ({RUN_BY}) {REC_REWARD_STEP_SHARE_MIN} > {c.reward_bound.step_share:g}",
+        _held(n.ALERT_REWARD_BOUND,
+              f"{REC_REWARD_BOUND_MIN} > {c.reward_bound.ratio:g}\n"
+              f"  and on ({RUN_BY}) {REC_REWARD_STEP_SHARE_MIN} > {c.reward_bound.step_share:g}",
+              f"{_median(c, n.REWARD_BOUND_WINDOW)} > {c.reward_bound.resolve_ratio:g}\n"
+              f"  and on ({RUN_BY}) {_median(c, n.REWARD_STEP_SHARE_WINDOW)} > {c.reward_bound.resolve_step_share:g}",
+              REC_REWARD_BOUND_MIN),
         "warning", "Reward scoring is on the critical path of rollout.",
         P(RUN, ": reward scoring held at least ", Value("pct"), " of the generation window (gen + reward) in every one "
           "of the last ", K, f" normal steps (threshold {pct(c.reward_bound.ratio)}) and at least "
           f"{pct(c.reward_bound.step_share)} of each step", AT_STEP, ". Rollout GPUs wait for the reward model.",
-          cost("reward_critical_path", "reward on the critical path")),
+          cost("reward_critical_path", "reward on the critical path"),
+          f" It resolves when the window median is back under {pct(c.reward_bound.resolve_ratio)}."),
         c.step_for, {"persistence": "steps"}, remedies.reward_bound(), step=True,
         comment="Reward must both hold the generation window and matter to the step (actor-dominated steps "
-                "gain little from a reward pool)."))
+                "gain little from a reward pool). Held while the window medians stay above the resolve thresholds.",
+        resolve=f"window medians > {c.reward_bound.resolve_ratio:g} and > {c.reward_bound.resolve_step_share:g}"))
 
     # InterStageIdleGPU ---------------------------------------------------------------------------------
     add(Record(REC_IDLE_MIN, _window(c, n.IDLE_WINDOW, "min"),
@@ -88,23 +120,34 @@ def steps(cfg: Config) -> Group:
     add(Record(REC_GPU_IDLE_MIN, _window(c, n.GPU_INTER_STAGE_IDLE_WINDOW, "min"),
                comment="GPU-measured inter-stage idle share of the step (omniwatch's NVML sampler), lowest over the\n"
                        "window; present only where the run's GPUs are sampled (max: the worst node's GPUs)."))
-    idle_tail = P(AT_STEP, ".", cost("inter_stage_idle", "the time between phases"))
+    idle_tail = P(AT_STEP, ".", cost("inter_stage_idle", "the time between phases"),
+                  f" It resolves when the window median is back under {pct(c.inter_stage_idle.resolve_ratio)}.")
+    idle_resolve = f"window median > {c.inter_stage_idle.resolve_ratio:g}"
     add(Alert(
-        n.ALERT_IDLE, f"{REC_GPU_IDLE_MIN} > {c.inter_stage_idle.ratio:g}",
+        n.ALERT_IDLE,
+        _held(n.ALERT_IDLE, f"{REC_GPU_IDLE_MIN} > {c.inter_stage_idle.ratio:g}",
+              f"{_median(c, n.GPU_INTER_STAGE_IDLE_WINDOW)} > {c.inter_stage_idle.resolve_ratio:g}",
+              REC_GPU_IDLE_MIN, static={"evidence": "gpu"}),
         "warning", "GPUs idle between training stages.",
         P(RUN, ": the GPUs were idle between timed phases for at least ", Value("pct"), " of every one of the last ", K,
           f" normal steps, as measured by omniwatch's GPU sampler (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
         c.step_for, {"persistence": "steps", "evidence": "gpu"}, remedies.inter_stage_idle(), step=True,
         comment="Two rules: GPU evidence where the sampler measured the run's GPUs, the timer residual only where it\n"
-                "did not (untimed is not idle: GPUs busy during the untimed work silence the timer rule)."))
+                "did not (untimed is not idle: GPUs busy during the untimed work silence the timer rule).",
+        resolve=idle_resolve))
     add(Alert(
         n.ALERT_IDLE,
-        f"{REC_IDLE_MIN} > {c.inter_stage_idle.ratio:g}\n"
-        f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
+        _held(n.ALERT_IDLE,
+              f"{REC_IDLE_MIN} > {c.inter_stage_idle.ratio:g}\n"
+              f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
+              f"{_median(c, n.IDLE_WINDOW)} > {c.inter_stage_idle.resolve_ratio:g}\n"
+              f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
+              REC_IDLE_MIN, static={"evidence": "timers"}),
         "warning", "GPUs idle between training stages.",
         P(RUN, ": at least ", Value("pct"), " of every one of the last ", K,
           f" normal steps was spent outside any timed phase (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
-        c.step_for, {"persistence": "steps", "evidence": "timers"}, remedies.inter_stage_idle(), step=True))
+        c.step_for, {"persistence": "steps", "evidence": "timers"}, remedies.inter_stage_idle(), step=True,
+        resolve=idle_resolve))
 
     # MFU -----------------------------------------------------------------------------------------------
     role_by = RUN_BY + ", role"
@@ -115,6 +158,12 @@ def steps(cfg: Config) -> Group:
     add(Record(REC_MFU_VS_BASELINE,
                f"{REC_MFU_MAX}\n"
                f"  / max by ({role_by}) ({sel(c, n.MFU_BASELINE)} > 0)"))
+    add(Record(REC_MFU_MEDIAN_VS_BASELINE,
+               f"{_median(c, n.MFU_WINDOW, role_by)}\n"
+               f"  / max by ({role_by}) ({sel(c, n.MFU_BASELINE)} > 0)",
+               comment="The window's median MFU against the reference: MFUDrop's creep condition and its hold."))
+    add(Record(REC_MFU_DRIFT, f"max by ({role_by}) ({sel(c, n.MFU_DRIFT)})",
+               comment="Median MFU of the last 10 normal steps after the anchored reference / the reference."))
     mfu_role = P("perf/mfu/", n_label("role"))
     add(Record(REC_MFU_MIN_PER_GPU,
                f"{REC_MFU_MIN}\n  / on ({RUN_BY}) group_left ()\n"
@@ -122,8 +171,12 @@ def steps(cfg: Config) -> Group:
                comment="MFU per GPU: VeRL-Omni divides the FLOPs of the DP-gathered batch by the DP size only, so with\n"
                        "Ulysses sequence parallelism the reported MFU is SP x the per-GPU MFU (the trainer config's SP;\n"
                        "without a config SP=1 is assumed and the annotation says so)."))
+    per_gpu_median = (f"{_median(c, n.MFU_WINDOW, role_by)}\n  / on ({RUN_BY}) group_left ()\n"
+                      f"max by ({RUN_BY}) ({sel(c, n.TRAINER_CONFIG_SP)} > 0)\nor\n{_median(c, n.MFU_WINDOW, role_by)}")
     add(Alert(
-        n.ALERT_MFU_IMPOSSIBLE, f"{REC_MFU_MIN_PER_GPU} > {c.mfu.impossible:g}",
+        n.ALERT_MFU_IMPOSSIBLE,
+        _held(n.ALERT_MFU_IMPOSSIBLE, f"{REC_MFU_MIN_PER_GPU} > {c.mfu.impossible:g}",
+              f"({per_gpu_median}) > {c.mfu.impossible_resolve:g}", REC_MFU_MIN_PER_GPU, role_by, {"evidence": "value"}),
         "warning", "Reported MFU is above 1.0, which no hardware can reach.",
         P(RUN, ": ", mfu_role, " per GPU was at least ", Value("f2"), " in every one of the last ", K, " normal steps",
           AT_STEP,
@@ -136,7 +189,8 @@ def steps(cfg: Config) -> Group:
                       "it the config to judge MFU per GPU).", fixed=(("source", "none"),), show=False),
           QueryLabel(n.MFU_SUSPECTED_CAUSE, "cause", prefix=" Suspected cause: ", suffix=".",
                      matchers="role=%q", label_args=("role",))),
-        c.step_for, {"persistence": "steps", "evidence": "value"}, remedies.mfu_impossible(), step=True))
+        c.step_for, {"persistence": "steps", "evidence": "value"}, remedies.mfu_impossible(), step=True,
+        resolve=f"window median per GPU > {c.mfu.impossible_resolve:g}"))
     add(Alert(
         n.ALERT_MFU_IMPOSSIBLE,
         f"max by ({role_by}) ({sel(c, n.MFU_SUSPECTED_CAUSE, RELABELED)} == 1)\n"
@@ -149,12 +203,15 @@ def steps(cfg: Config) -> Group:
         comment="The relabeled-GPU check (NVML name + memory) runs whatever the MFU value: an inflated MFU below 1.0\n"
                 "is still wrong."))
     add(Alert(
-        n.ALERT_MFU_LOW, f"{REC_MFU_MAX} < {c.mfu.floor:g}",
+        n.ALERT_MFU_LOW,
+        _held(n.ALERT_MFU_LOW, f"{REC_MFU_MAX} < {c.mfu.floor:g}",
+              f"{_median(c, n.MFU_WINDOW, role_by)} < {c.mfu.floor_resolve:g}", REC_MFU_MAX, role_by),
         "warning", "Reported MFU is implausibly low.",
         P(RUN, ": the best ", mfu_role, " of the last ", K, " normal steps is ", Value("f2"),
           f", below any plausible value for a diffusion actor update (floor {c.mfu.floor:g}; healthy offloaded "
           "full fine-tuning on H200 reports ~0.17)", AT_STEP, "."),
-        c.step_for, {"persistence": "steps"}, remedies.mfu_low(), step=True))
+        c.step_for, {"persistence": "steps"}, remedies.mfu_low(), step=True,
+        resolve=f"window median < {c.mfu.floor_resolve:g}"))
     add(Alert(
         n.ALERT_MFU_UNSUPPORTED, f"max by ({role_by}) ({sel(c, n.MFU_UNSUPPORTED)} == 1)",
         "info", "MFU is not estimated for this run.",
@@ -162,20 +219,36 @@ def steps(cfg: Config) -> Group:
           ": VeRL-Omni's estimator does not support this pipeline or GPU, so MFU alerts cannot judge it."),
         c.step_for, {"persistence": "steps"}, remedies.mfu_unsupported(), step=True))
     add(Alert(
-        n.ALERT_MFU_DROP, f"{REC_MFU_VS_BASELINE} < {c.mfu.drop_ratio:g}",
-        "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline.",
-        P(RUN, ": the best ", n_label("role"), " MFU of the last ", K, " normal steps is ", Value("pct"),
-          " of the run's reference (median of the first ", f"{c.window.reference} normal steps of this trainer "
-          f"incarnation; threshold {pct(c.mfu.drop_ratio)})", AT_STEP, ". It holds until the run is back near "
-          "its reference.", regression_cost("actor")),
-        c.step_for, {"persistence": "steps"}, remedies.mfu_drop(), step=True))
+        n.ALERT_MFU_DROP,
+        _held(n.ALERT_MFU_DROP,
+              f"{REC_MFU_VS_BASELINE} < {c.mfu.drop_ratio:g}\n"
+              f"or on ({role_by})\n"
+              f"(\n  {REC_MFU_DRIFT} < {c.mfu.drift_ratio:g}\n"
+              f"    and on ({role_by}) {REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drift_ratio:g}\n)",
+              f"{REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drop_resolve:g}", REC_MFU_MEDIAN_VS_BASELINE, role_by),
+        "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline, or slid "
+                   f"more than {pct(1 - c.mfu.drift_ratio)} below it.",
+        P(RUN, ": ", n_label("role"), " MFU is at ", Value("pct"), " of the run's reference (median of the first ",
+          f"{c.window.reference} normal steps of this trainer incarnation", REFERENCE_NOTE,
+          f"; thresholds: the best of the last k steps under {pct(c.mfu.drop_ratio)}, or the median of the last "
+          f"{c.window.drift} under {pct(c.mfu.drift_ratio)})",
+          ShiftShape("mfu", "slide", prefix="; what was seen: ", role=True), AT_STEP,
+          f". It holds until the window median is back above {pct(c.mfu.drop_resolve)} of the reference.",
+          regression_cost("actor")),
+        c.step_for, {"persistence": "steps"}, remedies.mfu_drop(), step=True,
+        comment="A drop (the best of the last k steps under drop_ratio) or a slide (the median of the last 10 steps\n"
+                "after the reference and of the window under drift_ratio): one alert for the MFU lost, held while the\n"
+                "window median stays under drop_resolve.",
+        resolve=f"window median / reference < {c.mfu.drop_resolve:g}"))
 
-    # StepTimeRegression --------------------------------------------------------------------------------
+    # StepTimeRegression: a step change or a creep, one alert ----------------------------------------------
     add(Record(REC_STEP_MIN, _window(c, n.STEP_DURATION_WINDOW, "min"),
-               comment="Step time over the window, and the window's fastest step against the run's own baseline."))
-    add(Record(REC_STEP_VS_BASELINE,
-               f"{REC_STEP_MIN}\n"
-               f"  / max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_BASELINE)} > 0)"))
+               comment="Step time over the window (seconds, dashboards), and per unit of work against the run's reference."))
+    add(Record(REC_STEP_VS_BASELINE, _window(c, n.STEP_DURATION_RATIO_WINDOW, "min"),
+               comment="Step time per unit of work (perf/total_num_images) / the reference's, lowest over the window."))
+    add(Record(REC_STEP_RATIO_MEDIAN, _window(c, n.STEP_DURATION_RATIO_WINDOW, "median")))
+    add(Record(REC_STEP_DRIFT, f"max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_DRIFT)})",
+               comment="Median step time per unit of work of the last 10 normal steps after the reference / the reference."))
     add(Record(REC_REGRESSION_CAUSE_TOP,
                f"max by ({RUN_BY}, cause) ({sel(c, n.STEP_REGRESSION_TOP)} == 1)\n"
                f"or on ({RUN_BY})\n"
@@ -185,55 +258,84 @@ def steps(cfg: Config) -> Group:
                        "choice (omniwatch_step_regression_top, which keeps the named cause while it grew at least\n"
                        "0.8x as much as the largest, so a creep growing two parts alike does not swap it every step);\n"
                        "the largest where an exporter does not export it."))
-    add(Alert(
-        n.ALERT_STEP_REGRESSION,
-        f"({REC_STEP_VS_BASELINE} > {c.step_time.regression_ratio:g})\n"
+
+    def with_cause(cond: str) -> str:
         # the newest top cause only: a backfilled block has no staleness markers, so the cause of a minute ago
         # lingers for the 5 m lookback beside the current one and a plain group_left fails on the duplicate
-        f"  * on ({RUN_BY}) group_left (cause) (topk by ({RUN_BY}) (1, timestamp({REC_REGRESSION_CAUSE_TOP})) * 0 + 1)\n"
-        f"or on ({RUN_BY})\n"
-        f"{REC_STEP_VS_BASELINE} > {c.step_time.regression_ratio:g}",
-        "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own baseline.",
-        P(RUN, ": the fastest of the last ", K, " normal steps took ", Value("f2"), "x the run's reference step time "
-          f"(median of the first {c.window.reference} normal steps of this trainer incarnation; threshold "
-          f"{c.step_time.regression_ratio:g}x); most of the growth is in ", n_label("cause"), remedies.gen_includes_scoring(), AT_STEP, ".",
-          regression_cost()),
-        c.step_for, {"persistence": "steps"}, remedies.step_regression(), step=True))
-
-    # StepTimeDrift ----------------------------------------------------------------------------------------
-    add(Record(REC_STEP_DRIFT, f"max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_DRIFT)})",
-               comment="Median step time of the last 10 normal steps after the anchored reference / the reference."))
-    add(Record(REC_STEP_DRIFT_CAUSE_TOP,
-               f"topk by ({RUN_BY}) (1, max by ({RUN_BY}, cause) ({sel(c, n.STEP_DRIFT)})) * 0 + 1",
-               comment="The part of the step that grew most over those steps (label `cause`), for the description."))
+        return (f"({cond})\n"
+                f"  * on ({RUN_BY}) group_left (cause) (topk by ({RUN_BY}) (1, timestamp({REC_REGRESSION_CAUSE_TOP})) * 0 + 1)\n"
+                f"or on ({RUN_BY})\n"
+                f"({cond})")
+    fire = (f"{REC_STEP_VS_BASELINE} > {c.step_time.regression_ratio:g}\n"
+            f"or on ({RUN_BY})\n"
+            f"(\n  {REC_STEP_RATIO_MEDIAN} > {c.step_time.median_ratio:g}\n"
+            f"    unless on ({RUN_BY}) {REC_REGRESSION_CAUSE_TOP}{{cause=~\"{'|'.join(OWNED_CAUSES)}\"}}\n"
+            f"    unless on ({RUN_BY}) {_median(c, n.ROLLOUT_STRAGGLER_WINDOW)} > {c.straggler.resolve:g}\n)\n"
+            f"or on ({RUN_BY})\n"
+            f"(\n  {REC_STEP_DRIFT} > {c.step_drift.ratio:g}\n"
+            f"    and on ({RUN_BY}) {REC_STEP_RATIO_MEDIAN} > {c.step_drift.ratio:g}\n)")
+    add(Record(REC_PART_GROWTH_MIN, _window(c, n.STEP_PART_GROWTH, "min", RUN_BY + ", cause"),
+               comment="Each part's share of the step over its share in the reference, lowest over the window."))
+    add(Record(REC_PART_GROWTH_MEDIAN, _window(c, n.STEP_PART_GROWTH, "median"),
+               comment="The largest window median of that growth over the parts (StepTimeRegression's hold)."))
+    # the part that grew, by its own label (the largest if several did), valued like the step-time conditions; not a
+    # part an alert of its own names (RewardBoundRollout, InterStageIdleGPU, MFUDrop judge those: one voice each)
+    part = (f"(topk by ({RUN_BY}) (1, {REC_PART_GROWTH_MIN}{{cause!~\"{'|'.join(OWNED_CAUSES)}\"}} > {c.step_time.part_share:g}) * 0 + 1)\n"
+            f"  * on ({RUN_BY}) group_left () {REC_STEP_VS_BASELINE}")
     add(Alert(
-        n.ALERT_STEP_DRIFT,
-        f"{REC_STEP_DRIFT} > {c.step_drift.ratio:g}\n"
-        f"  and on ({RUN_BY})\n"
-        f"{_window(c, n.STEP_DURATION_WINDOW, 'median')}\n"
-        f"  / max by ({RUN_BY}) ({sel(c, n.STEP_DURATION_BASELINE)} > 0) > {c.step_drift.ratio:g}",
-        "warning", f"Steps have crept more than {pct(c.step_drift.ratio - 1)} slower than the run's reference.",
-        P(RUN, ": the median of the last ", f"{c.window.drift}", " normal steps took ", Value("f2"),
-          "x the run's reference step time (median of the first ", f"{c.window.reference} normal steps of this "
-          f"trainer incarnation; threshold {c.step_drift.ratio:g}x)",
-          QueryLabel(REC_STEP_DRIFT_CAUSE_TOP, "cause", prefix="; most of the growth is in ", suffix=""), AT_STEP,
-          ". A slow creep: no single step jumped."),
-        c.step_for, {"persistence": "steps"}, remedies.step_drift(), step=True,
-        comment="The median of the last k steps must be over too, so an episode that ended resolves within k steps\n"
-                "(the 10-step median lags). Alertmanager silences it while StepTimeRegression or MFUDrop fires for\n"
-                "the run (the same time, judged over 3 steps)."))
+        n.ALERT_STEP_REGRESSION,
+        _held(n.ALERT_STEP_REGRESSION, f"{with_cause(fire)}\nor on ({RUN_BY})\n{part}",
+              f"{REC_STEP_RATIO_MEDIAN} > {c.step_time.resolve_ratio:g}\n"
+              f"  or on ({RUN_BY}) {REC_PART_GROWTH_MEDIAN} > {c.step_time.part_resolve:g}",
+              REC_STEP_VS_BASELINE, sticky=("cause",), unheld={"cause": "|".join(OWNED_CAUSES)}),
+        "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own reference, "
+                   f"or have crept more than {pct(c.step_drift.ratio - 1)} over it.",
+        P(RUN, ": steps take ", Value("f2"), "x the run's reference step time per unit of work (median of the first "
+          f"{c.window.reference} normal steps of this trainer incarnation", REFERENCE_NOTE,
+          f"; thresholds: the fastest of the last k steps over {c.step_time.regression_ratio:g}x, their median over "
+          f"{c.step_time.median_ratio:g}x, the median of the last {c.window.drift} over {c.step_drift.ratio:g}x, or "
+          f"one part {pct(c.step_time.part_share)} more of the step in each of the last k)", STEP_SHAPE,
+          LabelIf("cause", "; most of the growth is in "), remedies.gen_includes_scoring(), AT_STEP, ".",
+          regression_cost(),
+          f" It holds until the window median is back under {c.step_time.resolve_ratio:g}x."),
+        c.step_for, {"persistence": "steps"}, remedies.step_regression(), step=True,
+        comment="One alert for the step time lost, whatever its shape: a step change (the fastest of the last k steps\n"
+                "over regression_ratio) or a creep (the median of the last 10 steps after the reference and of the\n"
+                "window over step_drift.ratio); held while the window median stays over resolve_ratio. Alertmanager\n"
+                "silences it while the alert of its cause fires for the run.",
+        resolve=f"window median / reference > {c.step_time.resolve_ratio:g}"))
+
+    # WorkloadChanged ----------------------------------------------------------------------------------------
+    add(Record(REC_WORKLOAD, f"max by ({RUN_BY}) ({sel(c, n.WORKLOAD_RATIO)})",
+               comment="Images per step now / in the reference (absent where the run does not log perf/total_num_images)."))
+    add(Alert(
+        n.ALERT_WORKLOAD_CHANGED,
+        f"{REC_WORKLOAD} > {1 + c.workload.change:g}\nor\n{REC_WORKLOAD} < {1 - c.workload.change:g}",
+        "info", "The run does a different amount of work per step.",
+        P(RUN, ": images per step (perf/total_num_images) are ", Value("f2"), "x the reference's", AT_STEP,
+          ": the step does more (or less) work, so it takes longer (or shorter). omniwatch judges step time per image,"
+          " so this is not a regression",
+          SeriesValue(n.SHIFT_SIZE, "pct", "; the cost per image has moved ", " from the reference",
+                      fixed=(("signal", "step_time"),)),
+          "."),
+        c.step_for, {"persistence": "steps"}, remedies.workload_changed(), step=True,
+        comment="A curriculum or batch-size change: a notice, never a page (step time is judged per image)."))
 
     # RewardSaturation -----------------------------------------------------------------------------------
     add(Record(REC_ZERO_STD_MIN, _window(c, n.ZERO_STD_WINDOW, "min"),
                comment="Share of GRPO groups whose samples all got the same reward, lowest over the window."))
     add(Alert(
-        n.ALERT_REWARD_SATURATION, f"{REC_ZERO_STD_MIN} > {c.reward_saturation.zero_std_ratio:g}",
+        n.ALERT_REWARD_SATURATION,
+        _held(n.ALERT_REWARD_SATURATION, f"{REC_ZERO_STD_MIN} > {c.reward_saturation.zero_std_ratio:g}",
+              f"{_median(c, n.ZERO_STD_WINDOW)} > {c.reward_saturation.resolve:g}", REC_ZERO_STD_MIN),
         "warning", "Most GRPO groups get identical rewards; the learning signal is vanishing.",
         P(RUN, ": critic/rewards/zero_std_ratio was at least ", Value("pct"), " in every one of the last ", K,
           f" normal steps (threshold {pct(c.reward_saturation.zero_std_ratio)})", AT_STEP,
           ". Those groups have zero advantage and do not train the policy."),
-        c.step_for, {"persistence": "steps"}, remedies.reward_saturation(), step=True))
-    return Group("omniwatch.steps", rules, "Step-based alerts: thresholds on step-window series (persistence counted in steps).")
+        c.step_for, {"persistence": "steps"}, remedies.reward_saturation(), step=True,
+        resolve=f"window median > {c.reward_saturation.resolve:g}"))
+    return Group("omniwatch.steps", rules, "Step-based alerts: thresholds on step-window series (persistence counted in\n"
+                 "steps); each resolves below a lower threshold than it fires at (hysteresis, held in steps).")
 
 
 def signals(cfg: Config) -> Group:
@@ -248,13 +350,16 @@ def signals(cfg: Config) -> Group:
     add(Record(REC_STRAGGLER_MIN, _window(c, n.ROLLOUT_STRAGGLER_WINDOW, "min"),
                comment="Slowest sample's generation time / the mean sample's (legacy agent-loop keys), lowest over the window."))
     add(Alert(
-        n.ALERT_STRAGGLER, f"{REC_STRAGGLER_MIN} > {c.straggler.ratio:g}",
+        n.ALERT_STRAGGLER,
+        _held(n.ALERT_STRAGGLER, f"{REC_STRAGGLER_MIN} > {c.straggler.ratio:g}",
+              f"{_median(c, n.ROLLOUT_STRAGGLER_WINDOW)} > {c.straggler.resolve:g}", REC_STRAGGLER_MIN),
         "warning", "A straggler sample holds up rollout.",
         P(RUN, ": in every one of the last ", K, " normal steps the slowest sample took at least ", Value("f2"),
           "x the mean sample's generation time (threshold ", f"{c.straggler.ratio:g}", "x; queueing behind equal "
           "requests explains under 2x)", AT_STEP, ". Generation waits for the slowest sample."),
         c.step_for, steps, remedies.straggler(), step=True,
-        comment="Per-sample times include server queueing: W equal waves give max/mean = 2W/(W+1) < 2."))
+        comment="Per-sample times include server queueing: W equal waves give max/mean = 2W/(W+1) < 2.",
+        resolve=f"window median > {c.straggler.resolve:g}"))
 
     # GradNormNonFinite ----------------------------------------------------------------------------------------
     add(Record(REC_GRAD_NONFINITE,
@@ -277,40 +382,48 @@ def signals(cfg: Config) -> Group:
                        "decoupled (rollout_corr/*) or bypass (actor/rollout_corr/*)."))
     add(Alert(
         n.ALERT_RS_REJECTION,
-        f"{REC_RS_MASKED_MIN} > {c.rollout_rejection.seq_masked_fraction:g}",
+        _held(n.ALERT_RS_REJECTION, f"{REC_RS_MASKED_MIN} > {c.rollout_rejection.seq_masked_fraction:g}",
+              f"{_median(c, n.RS_SEQ_MASKED_WINDOW, RUN_BY + ', mode')} > {c.rollout_rejection.resolve:g}",
+              REC_RS_MASKED_MIN, RUN_BY + ", mode"),
         "warning", "Rollout correction rejects many samples: the rollout backend drifts from the trainer.",
         P(RUN, ": rejection sampling masked at least ", Value("pct"), " of the samples (sequence level, ",
           n_label("mode"), " mode) in every one of the last ", K, " normal steps (VeRL-Omni's warning level: "
           f"consistently above {pct(c.rollout_rejection.seq_masked_fraction)})", AT_STEP,
           ". Masked samples still count in the loss's denominator and dilute the gradient."),
-        c.step_for, steps, remedies.rs_rejection(), step=True))
+        c.step_for, steps, remedies.rs_rejection(), step=True,
+        resolve=f"window median > {c.rollout_rejection.resolve:g}"))
 
     # TimeOutsideStep ------------------------------------------------------------------------------------------
     add(Record(REC_OUTSIDE_MIN, _window(c, n.OUTSIDE_STEP_WINDOW, "min"),
                comment="Wall time between consecutive steps outside every verl timer / the gap, lowest over the window\n"
                        "(live arrivals only: absent for backlog reads, batched pushes, replays and backfills)."))
     add(Alert(
-        n.ALERT_OUTSIDE_STEP, f"{REC_OUTSIDE_MIN} > {c.outside_step.ratio:g}",
+        n.ALERT_OUTSIDE_STEP,
+        _held(n.ALERT_OUTSIDE_STEP, f"{REC_OUTSIDE_MIN} > {c.outside_step.ratio:g}",
+              f"{_median(c, n.OUTSIDE_STEP_WINDOW)} > {c.outside_step.resolve:g}", REC_OUTSIDE_MIN),
         "warning", "Time between steps goes outside every trainer timer.",
         P(RUN, ": at least ", Value("pct"), " of the wall time between consecutive steps was outside timing_s/step, "
           "validation and the profiler in every one of the last ", K,
           f" normal steps (threshold {pct(c.outside_step.ratio)})", AT_STEP, ".",
           Query(n.OUTSIDE_STEP_SECONDS, "dur", prefix=" Latest step: ", suffix=" outside the timers."),
           " The GPUs wait while the trainer loads data, computes metrics or logs."),
-        c.step_for, steps, remedies.outside_step(), step=True))
+        c.step_for, steps, remedies.outside_step(), step=True,
+        resolve=f"window median > {c.outside_step.resolve:g}"))
 
     # TimersExceedStep -----------------------------------------------------------------------------------------
     add(Record(REC_TIMER_RESIDUAL_MAX, _window(c, n.TIMER_RESIDUAL_WINDOW, "max"),
                comment="(timing_s/step - sum of in-step timers) / step, unclamped, highest over the window."))
     add(Alert(
         n.ALERT_TIMERS_EXCEED,
-        f"{REC_TIMER_RESIDUAL_MAX} < -{c.timer_overlap.tolerance:g}",
+        _held(n.ALERT_TIMERS_EXCEED, f"{REC_TIMER_RESIDUAL_MAX} < -{c.timer_overlap.tolerance:g}",
+              f"{_median(c, n.TIMER_RESIDUAL_WINDOW)} < -{c.timer_overlap.resolve:g}", REC_TIMER_RESIDUAL_MAX),
         "info", "The trainer's timers add up to more than the step.",
         P(RUN, ": in every one of the last ", K, " normal steps the in-step timers summed to more than timing_s/step "
           "(residual ", Value("pct"), " of the step at best; tolerance ", pct(c.timer_overlap.tolerance), ")", AT_STEP,
           ": a timer nested inside another phase is counted twice, which hides untimed time between phases."),
         c.step_for, steps, remedies.timers_exceed(), step=True,
-        comment="A monitoring finding, not a training fault: InterStageIdleGPU's timer evidence is blind while it holds."))
+        comment="A monitoring finding, not a training fault: InterStageIdleGPU's timer evidence is blind while it holds.",
+        resolve=f"window median < -{c.timer_overlap.resolve:g}"))
     rules += rankstraggler.rules(c)  # RankStraggler, from Ray's task events (alerting/rankstraggler.py)
     return Group("omniwatch.signals", rules,
                  "Signals the VeRL-Omni sources name: rollout stragglers, skipped updates, rollout-correction\n"

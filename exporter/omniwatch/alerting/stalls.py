@@ -65,7 +65,8 @@ def records(cfg: Config) -> list:
                        "and a validation yet, a reserve of typical steps (assumed when the exporter does not say);\n"
                        "critical adds more typical steps. Early hangs (no normal step yet, so no typical step):\n"
                        "counted in the longest warm-up step W since it ended: info after one provisional step,\n"
-                       "warning at early_warning x W and critical at early_critical x W, plus the planned work, plus\n"
+                       "warning at early_warning x W and critical at early_critical x W (each less the delivery\n"
+                       "allowance: min(W / 4, early_delivery_seconds)), plus the planned work, plus\n"
                        "a reserve of W only where the trainer's config says a first checkpoint or validation may\n"
                        "come. Thresholds: exporter/omniwatch/alerting/config.py (stall)."),
         Record(REC_STALL_WARNING,
@@ -74,7 +75,7 @@ def records(cfg: Config) -> list:
                f"  + on ({RUN_BY}) {s.unseen_planned_steps:g} * {t}\n"
                f"    * on ({RUN_BY}) (clamp_max({unseen}, 1) or 0 * {t} + 1)\n"
                f"or\n"
-               f"{s.early_warning_warmups:g} * {w}\n"
+               f"{s.early_warning_warmups:g} * {w} - clamp_max(0.25 * {w}, {s.early_delivery_seconds:g})\n"
                f"  + on ({RUN_BY}) ({allowance} or 0 * {w})\n"
                f"  + on ({RUN_BY}) {s.early_unseen_planned_warmups:g} * {w}\n"
                f"    * on ({RUN_BY}) (clamp_max({unseen_cfg}, 1) or 0 * {w})"),
@@ -145,6 +146,7 @@ def descriptions(cfg: Config) -> dict[str, object]:
                                    "validation not seen yet"))
     early_allowed = lambda warmups: P(  # noqa: E731
         " allowed with no normal step yet: ", f"{warmups:g}", " x its longest warm-up step", WARM,
+        f", less up to {s.early_delivery_seconds:g} s for the message to arrive,",
         " and the planned work that may come before the next step", ALLOWANCE,
         _unseen_configured(f", plus {s.early_unseen_planned_warmups:g} warm-up steps for a first checkpoint or "
                            "validation the trainer's config says may come"))

@@ -44,8 +44,8 @@ from typing import Callable, Iterable
 
 from ..model import RunStore
 from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
-from .evaluate import Firing, firing_intervals, true_at
-from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, FamilyRender, SampleGrid, label_value
+from .evaluate import Firing, firing_intervals, hysteresis_by, hysteresis_intervals, true_at
+from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, FamilyRender, SampleGrid, label_value, stale_points
 from .ruleset import GAPS_ONLY, RuleSet, _IDENT, load
 from .runfile import RecordedRun
 from .timeline import Timeline
@@ -64,6 +64,9 @@ class AlertHit:
     last_index: int
     first_t: float = 0.0  # the evaluation at which it first fired (unix seconds, simulated clock)
     hold: float = 0.0     # its rule's for:
+    last_t: float = 0.0   # the last evaluation at which it fired
+    resolved_t: float | None = None  # the first evaluation after last_t (Prometheus resolves it then); None: still
+    #                                  firing at the run's last evaluation (the scorecard sends it to Alertmanager)
     annotations: dict[str, str] = field(default_factory=dict)  # as Prometheus rendered them at first_t
 
     def as_json(self) -> dict:
@@ -80,6 +83,8 @@ class BacktestResult:
     evaluated: list[str]
     eval_points: int = 0
     samples: int = 0
+    eval_end: float = 0.0  # the run's last evaluation (simulated clock): last step + tail
+    gaps_end: float = 0.0  # the last evaluation of the gaps-only rules (TrainingStalled): last step + silence
 
     @property
     def steps(self) -> int:
@@ -109,7 +114,7 @@ def _hit(f: Firing, timeline: Timeline) -> AlertHit:
     j = i if j is None else j
     labels = {k: v for k, v in sorted(f.labels.items()) if k != "alertname"}
     return AlertHit(f.rule.name, f.rule.severity, timeline.steps[i], timeline.steps[j], labels, i, j,
-                    f.first_t, f.rule.hold)
+                    f.first_t, f.rule.hold, f.last_t, f.resolved_t)
 
 
 EVAL_THREADS = 4
@@ -142,7 +147,7 @@ def annotation_families(rules: RuleSet) -> set[str]:
                 if isinstance(r, dict) and r.get("alert") in wanted:
                     for v in (r.get("annotations") or {}).values():
                         names_.update(_PRINTF_METRIC.findall(str(v)))
-    # a recording rule an annotation queries (StepTimeDrift's top cause) needs the families it reads
+    # a recording rule an annotation queries needs the families it reads
     by_name: dict[str, list] = {}
     for rec in rules.recordings:
         by_name.setdefault(rec.record, []).append(rec)
@@ -185,8 +190,10 @@ def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | 
             continue
         out.write("\n".join(fam.meta) + "\n")
         step = 1 if name in dense else every
+        gauge = fam.is_gauge
         for prefix, runs in fam.series.items():
             last_hi = -1
+            stale = set(stale_points(runs, len(ts))) if gauge else set()  # where live Prometheus marks it stale
             for lo, hi, value in sorted(runs):
                 if lo < last_hi:
                     raise ValueError(f"series {prefix} is written twice for one scrape: two runs share its labels")
@@ -197,6 +204,9 @@ def write_sparse(grid: SampleGrid, out, every: int, up_range: tuple[int, int] | 
                 head = f"{prefix} {value} "
                 out.write("".join(head + ts[k] + "\n" for k in idx))
                 n += len(idx)
+                if hi in stale:  # in time order: before the series' next run
+                    out.write(f"{prefix} NaN {ts[hi]}\n")
+                    n += 1
     out.write("# EOF\n")
     return n
 
@@ -316,7 +326,8 @@ def backtest_many(runs: list[RecordedRun], *, rules_dir: str | Path | None = Non
     for ri, p in enumerate(plans):
         hs = sorted(hits[ri], key=lambda h: (h.first_index, h.alertname, sorted(h.labels.items())))
         out.append(BacktestResult(p.run, p.timeline, hs, rules.skipped(), [a.name for a in alerts],
-                                  per_run_points[ri], samples))
+                                  per_run_points[ri], samples, p.judged_ms / 1000,
+                                  min(p.last_ms / 1000, p.timeline.end + p.silence)))
     return out
 
 
@@ -392,6 +403,7 @@ def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], fami
     now = [tl.arrivals[0]]
     store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
     store.set_source_up(run.kind, run.path, True)
+    truncated = set(run.truncated_before)
     if run.trainer_config is not None:
         store.set_trainer_config(run.trainer_config, labels=(run.project, run.experiment))
     render = FamilyRender(store, families)
@@ -399,6 +411,8 @@ def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], fami
     n = len(run.entries)
     for i, entry in enumerate(run.entries):
         now[0] = tl.arrivals[i]
+        if i in truncated:  # the file source saw the log truncated here: verl reopened it ("wb") on a resume
+            store.trainer_restarted(run.project, run.experiment, run.kind)
         rec = store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
         if observe is not None:
             observe(ri, i, store, rec)
@@ -425,20 +439,32 @@ def _owner(labels: dict[str, str], plans: list[RunPlan], by_key: dict) -> list[i
 
 def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable[tuple[int, AlertHit]]:
     """The rule at every timestamp, then per label set and per owning run Prometheus' state machine over
-    that run's own evaluation timestamps (as its own backtest evaluates it)."""
+    that run's own evaluation timestamps (as its own backtest evaluates it); an alert with hysteresis runs its
+    label sets of one run together (evaluate.hysteresis_intervals)."""
     by_key = {(p.run.project, p.run.experiment): i for i, p in enumerate(plans)}
-    for labels, flags in true_at(prom, rule, etimes):
+    per_run: dict[int, list] = {}
+    for labels, flags, held in true_at(prom, rule, etimes):
         for ri in _owner(labels, plans, by_key):
-            p = plans[ri]
-            k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
-            if rule.gaps_only:  # judged up to the run's last step (+ silence): a finished file is no stall after it
-                k1 = min(bisect.bisect_right(etimes, p.last_ms / 1000 + 1e-6),
-                         bisect.bisect_right(etimes, p.timeline.end + p.silence))
-            else:
-                k1 = bisect.bisect_right(etimes, p.judged_ms / 1000 + 1e-6)
-            sub_t, sub_f = etimes[k0:k1], flags[k0:k1]
-            for iv in firing_intervals(sub_f, sub_t, rule.hold, rule.keep_firing_for):
-                yield ri, _hit(Firing(rule, labels, sub_t[iv.first], sub_t[iv.last]), p.timeline)
+            per_run.setdefault(ri, []).append((labels, flags, held))
+    by, held_matchers = hysteresis_by(rule)
+    for ri, series in per_run.items():
+        p = plans[ri]
+        k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
+        if rule.gaps_only:  # judged up to the run's last step (+ silence): a finished file is no stall after it
+            k1 = min(bisect.bisect_right(etimes, p.last_ms / 1000 + 1e-6),
+                     bisect.bisect_right(etimes, p.timeline.end + p.silence))
+        else:
+            k1 = bisect.bisect_right(etimes, p.judged_ms / 1000 + 1e-6)
+        sub_t = etimes[k0:k1]
+        if by:
+            found = hysteresis_intervals([(lb, f[k0:k1], h[k0:k1]) for lb, f, h in series], sub_t, rule.hold, by,
+                                         rule.keep_firing_for, held_matchers)
+        else:
+            found = [(lb, firing_intervals(f[k0:k1], sub_t, rule.hold, rule.keep_firing_for)) for lb, f, _ in series]
+        for labels, ivs in found:
+            for iv in ivs:
+                resolved = sub_t[iv.last + 1] if iv.last + 1 < len(sub_t) else None
+                yield ri, _hit(Firing(rule, labels, sub_t[iv.first], sub_t[iv.last], resolved), p.timeline)
 
 
 def _run_grid(grid: SampleGrid, run: RecordedRun) -> SampleGrid:

@@ -35,6 +35,12 @@ class _Family:
     # series prefix (name{labels}) -> [start index, end index (exclusive), value text] runs
     series: dict[str, list[list]] = field(default_factory=dict)
 
+    @property
+    def is_gauge(self) -> bool:
+        """A gauge (or an untyped family): what a live scrape stale-marks when its series goes."""
+        return not any(m.startswith("# TYPE ") and m.split()[-1] in ("counter", "histogram", "summary", "info",
+                                                                     "stateset") for m in self.meta)
+
 
 class SampleGrid:
     """Samples of one target on a grid of scrape timestamps (milliseconds)."""
@@ -118,13 +124,27 @@ class SampleGrid:
             if not fam.series:
                 continue
             out.write("\n".join(fam.meta) + "\n")
+            gauge = fam.is_gauge
             for prefix, runs in fam.series.items():
-                for lo, hi, value in runs:
+                stale = set(stale_points(runs, len(ts))) if gauge else set()
+                for lo, hi, value in sorted(runs):
                     head = f"{prefix} {value} "
                     out.write("".join(head + ts[k] + "\n" for k in range(lo, hi)))
                     n += hi - lo
+                    if hi in stale:  # in time order: before the series' next run
+                        out.write(f"{prefix} NaN {ts[hi]}\n")
+                        n += 1
         out.write("# EOF\n")
         return n
+
+
+def stale_points(runs: list, scrapes: int) -> list[int]:
+    """The scrapes at which a gauge series that was present at the scrape before is absent: where live Prometheus
+    writes a staleness marker, so a query no longer sees the last value. A backfill cannot write one; the backtest
+    writes NaN there instead, which every comparison and ratio of the rules treats as no value (a series that ends
+    at a trainer restart, say the old MFU reference, must not be judged for 5 more minutes against the new window)."""
+    starts = {lo for lo, _, _ in runs}
+    return sorted({hi for _, hi, _ in runs if hi < scrapes and hi not in starts})
 
 
 class FamilyRender:

@@ -62,6 +62,8 @@ class RecordedRun:
     mtime: float = 0.0
     label_note: str = ""  # how the names on disk became the labels (shortened, renamed), for the reports
     trainer_config: object = None  # trainer_config.TrainerConfig: printed in the console log, or --trainer-config
+    truncated_before: list[int] = field(default_factory=list)  # entry indices before which the live file source saw
+    #                                the log truncated (verl reopens its JSONL with "wb" on a resume): load_incarnations
 
     @property
     def feed(self) -> str:
@@ -182,3 +184,32 @@ def load_run(path: str, kind: str | None = None, project: str | None = None,
         raise RunFileError(f"{path}: no verl step line found ({detail})")
     return run
 
+
+
+def load_incarnations(paths: list[str], kind: str | None = None, project: str | None = None,
+                      experiment: str | None = None, max_line: int = DEFAULT_MAX_LINE) -> RecordedRun:
+    """One run as the live file source read it across trainer restarts. ``paths`` are the contents one log file
+    had, in order: what it held when each trainer incarnation ended (a copy kept aside), the last one the file
+    as it stands now. verl's ``FileLogger`` reopens ``<project>/<experiment>.jsonl`` with ``"wb"`` on every
+    start, so the file alone holds only the last incarnation; live, the exporter read every line as it was
+    written and saw the truncation (``RunStore.trainer_restarted``). The run is named, labelled and typed by the
+    last path; each later path's first entry is marked in ``truncated_before``."""
+    if not paths:
+        raise RunFileError("no run file given")
+    kind = kind or detect_kind(paths[-1])
+    raw = raw_run_labels(paths[-1])
+    project, experiment = project or raw[0], experiment or raw[1]
+    parts = [load_run(p, kind, project, experiment, max_line) for p in paths]
+    run = parts[-1]
+    entries: list[Entry] = []
+    for part in parts:
+        if entries:
+            run.truncated_before.append(len(entries))
+        entries.extend(part.entries)
+        if part is not run:
+            for reason, n in part.skipped.items():
+                _count(run.skipped, reason, n)
+        if run.trainer_config is None and part.trainer_config is not None:
+            run.trainer_config = part.trainer_config
+    run.entries = entries
+    return run

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from .. import names as n, planned
 from ..alerting.config import DEFAULT as CONFIG
-from ..alerting.records import (REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
+from ..alerting.records import (REC_MFU_DRIFT, REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
                                 REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
-                                REC_ROLLOUT_SATURATED, REC_STEP_DRIFT, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN,
+                                REC_ROLLOUT_SATURATED, REC_STEP_DRIFT, REC_STEP_VS_BASELINE, REC_WORKLOAD, REC_STRAGGLER_MIN,
                                 REC_TIMER_RESIDUAL_MAX, REC_TQ_UTILIZATION)
 from .panels import saturation_rule, ALERT_ROLLOUT_SATURATED, ALERT_STATE_MAPPINGS, ALERT_TQ_BACKLOG, Dashboard, EXP, LEDGER_HEAD, LEDGER_TAIL, Panel, RUN_BY, Row, STALL_STAGE_MAPPINGS, Step, Target, alert_states_by_run, by_run, cfg_step, default_tags, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, increase_w, phase_colors, run_max, sel, stall_stage, verl, WINDOW_DEFAULT
 
@@ -71,9 +71,9 @@ SIGNALS = Row("Signals vs alert thresholds", (
           "rollout, weight_sync, other). StepTimeRegression names the largest (kept while it grew at least 0.8x "
           "as much as the largest: omniwatch_step_regression_top); its runbook branches on it.",
           (Target(run_max(sel(n.STEP_REGRESSION), "cause"), W + " {{cause}}"),),
-          unit="s", w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
+          unit="s", w=6, h=7, runbook=n.ALERT_STEP_REGRESSION),
     Panel("Step time drift vs the run's reference",
-          lambda C: (f"The series StepTimeDrift thresholds: the median of the last {C.window.drift} normal steps after the "
+          lambda C: (f"StepTimeRegression's creep condition: the median of the last {C.window.drift} normal steps after the "
           f"reference over the run's reference (median of the first {C.window.reference} normal steps of the trainer "
           "incarnation; a restart starts a new "
           f"one, from omniwatch_baseline_first_step). Above {C.step_drift.ratio:g} fires while the last k steps are "
@@ -81,7 +81,14 @@ SIGNALS = Row("Signals vs alert thresholds", (
           (Target(sel(REC_STEP_DRIFT), W + f" last {C.window.drift} / reference"),),
           unit="none", min=0, decimals=2,
           thresholds=(Step(None, "green"), cfg_step("step_drift.ratio", "red")),
-          show_thresholds="dashed+area", w=8, h=7, runbook=n.ALERT_STEP_DRIFT),
+          show_thresholds="dashed+area", w=6, h=7, runbook=n.ALERT_STEP_REGRESSION),
+    Panel("Images per step vs the reference",
+          lambda C: ("perf/total_num_images of the latest step over the reference's (the run's first "
+          f"{C.window.reference} normal steps): WorkloadChanged (info) outside {1 - C.workload.change:g}-"
+          f"{1 + C.workload.change:g}. omniwatch judges step time per image, so a curriculum or batch change is "
+          "told apart from a regression; absent where the run does not log perf/total_num_images."),
+          (Target(sel(REC_WORKLOAD), W + " images / reference's"),),
+          unit="none", min=0, decimals=2, w=6, h=7, runbook=n.ALERT_WORKLOAD_CHANGED),
     Panel("Step growth cost (GPU-hours per day)",
           "What each cause of the step's growth costs at the current rate (the figure StepTimeRegression quotes): "
           "its growth over the baseline / the window's median step x the run's GPUs x 24 h. A run with a baseline "
@@ -89,7 +96,7 @@ SIGNALS = Row("Signals vs alert thresholds", (
           (Target(f"{run_max(sel(n.STEP_REGRESSION_GPU_HOURS_PER_DAY), 'cause')} or on ({RUN_BY}) "
                   f'label_replace(0 * {run_max(sel(n.STEP_DURATION_BASELINE))}, "cause", "none", "", "")',
                   W + " {{cause}}"),),
-          unit="suffix: GPU-h/day", min=0, w=8, h=7, runbook=n.ALERT_STEP_REGRESSION),
+          unit="suffix: GPU-h/day", min=0, w=6, h=7, runbook=n.ALERT_STEP_REGRESSION),
 ))
 
 MFU_ROW = Row("MFU", (
@@ -108,6 +115,14 @@ MFU_ROW = Row("MFU", (
           (Target(run_max(sel(REC_MFU_VS_BASELINE), n.L_ROLE), W + " {{role}}"),),
           unit="percentunit", min=0, thresholds=(Step(None, "red"), cfg_step("mfu.drop_ratio", "green")),
           show_thresholds="dashed+area", w=8, runbook=n.ALERT_MFU_DROP),
+    Panel("MFU drift vs the run's reference",
+          lambda C: (f"MFUDrop's creep condition: the median MFU of the last {C.window.drift} normal steps after the "
+          f"reference over the run's reference (median of the first {C.window.reference} normal steps of the trainer "
+          f"incarnation), per role. Below {C.mfu.drift_ratio:g} fires while the window median is below it too: a slow "
+          "slide with flat step time (e.g. an update_actor creep) that no single window step shows."),
+          (Target(run_max(sel(REC_MFU_DRIFT), n.L_ROLE), W + f" {{{{role}}}} last {C.window.drift} / reference"),),
+          unit="percentunit", min=0, thresholds=(Step(None, "red"), cfg_step("mfu.drift_ratio", "green")),
+          show_thresholds="dashed+area", w=8, runbook=n.ALERT_MFU_DROP),
     Panel("MFU implied vs device peak",
           "The peak (TFLOP/s) the reported MFU implies against the bf16 peak of the silicon the GPU check found "
           "(dashed). Implied far above the device: the MFU is computed against the wrong peak (pin "
@@ -122,13 +137,13 @@ MFU_ROW = Row("MFU", (
           (Target(f"({run_max(sel(n.MFU_SUSPECTED_CAUSE), n.L_ROLE, 'cause')} == 1) or on ({by_run(n.L_ROLE)}) "
                   f'label_replace(0 * {run_max(sel(n.MFU), n.L_ROLE)}, "cause", "none", "", "")', "suspected",
                   instant=True, table=True),),
-          unit="none", kind="table", w=12, h=6, runbook=n.ALERT_MFU_IMPOSSIBLE),
+          unit="none", kind="table", w=8, runbook=n.ALERT_MFU_IMPOSSIBLE),
     Panel("MFU estimator unsupported",
           "1 when every window step of the run and role reported MFU exactly 0 (MFUEstimatorUnsupported, info): "
           "VeRL-Omni has no FLOPs estimator for the pipeline; read throughput instead.",
           (Target(f"{run_max(sel(n.MFU_UNSUPPORTED), n.L_ROLE)} or on ({by_run(n.L_ROLE)}) "
                   f"0 * {run_max(sel(n.MFU), n.L_ROLE)}", W + " {{role}}"),),
-          unit="none", kind="statetimeline", w=12, h=6, runbook=n.ALERT_MFU_UNSUPPORTED,
+          unit="none", kind="statetimeline", w=8, runbook=n.ALERT_MFU_UNSUPPORTED,
           mappings=((0, "estimated", "green"), (1, "unsupported", "blue"))),
 ))
 
@@ -291,9 +306,11 @@ ALERT_ROW = Row("Alerts", (
           f"that may come before the next step (plus {C.stall.unseen_planned_steps:g} typical steps while a first "
           f"checkpoint or validation has not been seen); critical {C.stall.critical_extra_steps:g} typical steps "
           "later; finished: the run's last step was its planned last (the rules never stall it). The alerts also "
-          "wait for 'for' and for a checkpoint still being written (--checkpoint-root)."),
+          "wait for 'for' and for a checkpoint still being written (--checkpoint-root); crashed: the run's Ray job "
+          "failed (TrainingCrashed pages at once, TrainingStalled stays quiet)."),
           (Target(stall_stage(), W),),
-          unit="none", kind="statetimeline", w=12, h=7, mappings=STALL_STAGE_MAPPINGS, runbook=n.ALERT_STALLED),
+          unit="none", kind="statetimeline", w=12, h=7, mappings=STALL_STAGE_MAPPINGS,
+          runbook=(n.ALERT_STALLED, n.ALERT_CRASHED)),
     Panel("Planned work before the next step",
           f"What TrainingStalled's warning waits for: the longest of the run's last {planned.RECENT} checkpoints and "
           "validations "

@@ -78,7 +78,7 @@ def x_by_key(y_expr: str) -> str:
 
 def step_vs_start() -> str:
     """Median of the run's last k normal steps / its anchored step-time reference (the median of the trainer
-    incarnation's first 10 normal steps, omniwatch_step_duration_baseline_seconds): what StepTimeDrift judges,
+    incarnation's first 20 normal steps, omniwatch_step_duration_baseline_seconds): what StepTimeRegression's creep condition judges,
     never a moving baseline (issue 26 item 2)."""
     return f"{run_max(sel(REC_STEP_MEDIAN))} / on ({RUN_BY}) {run_max(sel(n.STEP_DURATION_BASELINE))}"
 
@@ -133,7 +133,7 @@ NOW = Row("Now", (
           "fastest of the last k normal steps over the step-time baseline (StepTimeRegression above "
           f"{CONFIG.step_time.regression_ratio:g}); the median of the last k normal steps over the run's anchored "
           f"reference, the median of its first {CONFIG.window.reference} normal steps (step time vs run start: red "
-          "above StepTimeDrift's "
+          "above StepTimeRegression's creep threshold "
           f"{CONFIG.step_drift.ratio:g}; a lasting slowdown stays red, it never becomes the baseline); window minima "
           "of the reward-bound ratio (RewardBoundRollout "
           f"above {CONFIG.reward_bound.ratio:g}) and of the inter-stage idle ratio (InterStageIdleGPU above "
@@ -176,7 +176,7 @@ NOW = Row("Now", (
            Target(firing_by_run(), "alerts firing", instant=True, table=True, unit="none",
                   thresholds=(Step(None, "green"), Step(1, "red", note="any firing alert of the run")))),
           unit="none", kind="table", w=24, h=8,
-          runbook=(n.ALERT_STALLED, n.ALERT_STEP_REGRESSION, n.ALERT_STEP_DRIFT, n.ALERT_REWARD_BOUND, n.ALERT_IDLE,
+          runbook=(n.ALERT_STALLED, n.ALERT_STEP_REGRESSION, n.ALERT_REWARD_BOUND, n.ALERT_IDLE,
                    n.ALERT_MFU_DROP)),
 ))
 
@@ -251,7 +251,7 @@ WHY_SLOW = Row("Why slow", (
                   mappings=((0, "none", "green"), (1, "info", "yellow"), (2, "warning", "orange"),
                             (3, "critical", "red")))),
           unit="none", kind="table", w=24, h=6, decimals=1,
-          runbook=(n.ALERT_STEP_REGRESSION, n.ALERT_STEP_DRIFT, n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_MFU_DROP,
+          runbook=(n.ALERT_STEP_REGRESSION, n.ALERT_REWARD_BOUND, n.ALERT_IDLE, n.ALERT_MFU_DROP,
                    n.ALERT_STALLED)),
 ))
 

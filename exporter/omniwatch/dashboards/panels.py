@@ -224,7 +224,8 @@ THRESHOLD_ALERT = {
     "mfu.drop_ratio": n.ALERT_MFU_DROP,
     "mfu.floor": n.ALERT_MFU_LOW,
     "step_time.regression_ratio": n.ALERT_STEP_REGRESSION,
-    "step_drift.ratio": n.ALERT_STEP_DRIFT,
+    "step_drift.ratio": n.ALERT_STEP_REGRESSION,
+    "mfu.drift_ratio": n.ALERT_MFU_DROP,
     "reward_saturation.zero_std_ratio": n.ALERT_REWARD_SATURATION,
     "stall.notice_steps": n.ALERT_STALLED,
     "straggler.ratio": n.ALERT_STRAGGLER,
@@ -468,11 +469,11 @@ def per_typical_step(expr: str) -> str:
 
 
 AGE_STEPS = per_typical_step(sel(REC_AGE))  # time since the run's last step, in its typical steps
-STAGE_RUNNING, STAGE_INFO, STAGE_WARNING, STAGE_CRITICAL, STAGE_FINISHED = range(5)
+STAGE_RUNNING, STAGE_INFO, STAGE_WARNING, STAGE_CRITICAL, STAGE_FINISHED, STAGE_CRASHED = range(6)
 # One colour per stage, shared by the stall gauge, the table's stage column and the stage timeline.
 STALL_STAGE_MAPPINGS = ((STAGE_RUNNING, "running", "green"), (STAGE_INFO, "info", "yellow"),
                         (STAGE_WARNING, "warning", "orange"), (STAGE_CRITICAL, "critical", "red"),
-                        (STAGE_FINISHED, "finished", "blue"))
+                        (STAGE_FINISHED, "finished", "blue"), (STAGE_CRASHED, "crashed", "purple"))
 STALL_THRESHOLD_RECORDS = ((STAGE_INFO, REC_STALL_INFO), (STAGE_WARNING, REC_STALL_WARNING),
                            (STAGE_CRITICAL, REC_STALL_CRITICAL))
 
@@ -487,12 +488,14 @@ def _past(record: str) -> str:
 
 def stall_stage() -> str:
     """Per run, the TrainingStalled stage its age has reached (the rules' own thresholds): 0 running, 1 info,
-    2 warning, 3 critical, 4 finished (its last step was the planned last: the rules never stall it). A run
+    2 warning, 3 critical, 4 finished (its last step was the planned last: the rules never stall it), 5 crashed
+    (its Ray job failed: TrainingCrashed pages, TrainingStalled stays quiet). A run
     without a typical step yet is running. The alerts also wait for ``for:`` and, with --checkpoint-root,
     for a checkpoint still being written; the alert timelines show what fired."""
     passed = f" + on ({RUN_BY}) ".join(f"({sel(REC_AGE)} > bool on ({RUN_BY}) {sel(rec)})"
                                         for _, rec in STALL_THRESHOLD_RECORDS)
-    return (f"{STAGE_FINISHED} * ({_finished()}) or on ({RUN_BY}) ({passed}) "
+    crashed = f"{STAGE_CRASHED} * (max by ({RUN_BY}) ({sel(n.RUN_CRASHED)}) == 1)"
+    return (f"{crashed} or on ({RUN_BY}) {STAGE_FINISHED} * ({_finished()}) or on ({RUN_BY}) ({passed}) "
             f"or on ({RUN_BY}) 0 * {run_max(sel(n.STEP))}")
 
 

@@ -11,12 +11,11 @@ alert fired (Alertmanager's inhibitions applied, so nothing is counted twice):
   anchored reference's MFU);
 - ``StepTimeRegression``: the growth of its cause in each step over the anchored reference's median
   (``omniwatch_step_regression_seconds`` is the same over the window) x GPUs, at steps where the
-  cause's own alert is not on (Alertmanager inhibits it then: ``alerts/alertmanager.yml``);
-- ``StepTimeDrift``: the step's in-step seconds over the reference's, x GPUs, at steps where neither
-  StepTimeRegression nor MFUDrop is on (the same time: Alertmanager inhibits the drift then);
+  cause's own alert is not on (Alertmanager inhibits it then: ``alerts/alertmanager.yml``); a step change and a
+  creep are the same alert;
 
-These three regressions are priced for **every step they lasted**, not only where the alert fired: from
-the first step of the window that made it fire (the k-step window, or StepTimeDrift's 10 steps) to the
+These regressions are priced for **every step they lasted**, not only where the alert fired: from
+the first step of the window that made it fire (the k-step window) to the
 last step it fired, each step against the anchored reference (the median of the trainer incarnation's
 first normal steps: ``analytics.REFERENCE_STEPS``), so a slowdown that lasts to the end of the run is
 priced to the end, and the steps it took the window to see it are priced too.
@@ -48,19 +47,17 @@ from ..rules import alertmanager_config_path
 
 # Regressions priced for every step they lasted against the anchored reference: alert -> the normal steps of
 # the window that made it fire (the episode starts at its first).
-LASTING = (names.ALERT_MFU_DROP, names.ALERT_STEP_REGRESSION, names.ALERT_STEP_DRIFT)
+LASTING = (names.ALERT_MFU_DROP, names.ALERT_STEP_REGRESSION)
 
 
 def lasting_window(alertname: str, cfg: Config) -> int:
     """The normal steps whose window made ``alertname`` fire, in the alert config the rules were made with."""
-    return cfg.window.drift if alertname == names.ALERT_STEP_DRIFT else cfg.window.k
+    return cfg.window.k
 COST_RULE = {
     names.ALERT_MFU_DROP: "every step from the first of the window that fired it to its last firing step: the role's "
                           "phase seconds x (1 - the step's MFU / the reference MFU) x GPUs",
     names.ALERT_STEP_REGRESSION: "every step from the first of the window that fired it to its last firing step: the "
                                  "cause's seconds over the reference's median x GPUs (0 while the cause's own alert is on)",
-    names.ALERT_STEP_DRIFT: "every step from the first of the 10 steps that fired it to its last firing step: the in-step "
-                            "seconds over the reference's x GPUs (0 while StepTimeRegression or MFUDrop is on)",
 }
 REFERENCE_NOTE = ("reference: the median of the first normal steps of the trainer incarnation "
                   "(warm-up, validation and checkpoint steps left out); a restart starts a new one")
@@ -208,8 +205,6 @@ def verdict(f: RunFacts, cfg: Config = DEFAULT) -> list[Bottleneck]:
     for b in out.values():
         if b.alertname == names.ALERT_STEP_REGRESSION and b.gpu_seconds == 0 and not b.note:
             b.note = "inhibited at every firing step by the alert of its cause, which counts that time"
-        if b.alertname == names.ALERT_STEP_DRIFT and b.gpu_seconds == 0 and not b.note:
-            b.note = "inhibited at every step by StepTimeRegression or MFUDrop, which count that time"
     stalled = f.gpu_seconds.get(ledger.STALLED, 0.0)
     if stalled > 0:  # the ledger's stalled bucket is TrainingStalled's cost, whether or not its alert was seen
         # (with the stall still open at the report's end: report --until, a live report's now; issue 31 item 3)
@@ -257,12 +252,6 @@ def _cost(alertname: str, labels: dict, p, gpus: int, firing: set[str], inhib: d
         else:  # a live run's series: the window's growth
             grown = p.regression.get(cause, 0.0)
         return max(0.0, grown) * gpus, cause_buckets(cause)
-    if alertname == names.ALERT_STEP_DRIFT:
-        if firing & {names.ALERT_STEP_REGRESSION, names.ALERT_MFU_DROP} or not p.causes or not p.cause_reference:
-            return 0.0, []
-        grown = sum(p.causes.values()) - sum(p.cause_reference.values())
-        return max(0.0, grown) * gpus, [b for c, v in p.causes.items()
-                                        if v > p.cause_reference.get(c, 0.0) for b in cause_buckets(c)]
     return 0.0, []
 
 
