@@ -101,7 +101,10 @@ def main(out_path: str, record_dir: str | None = None) -> int:
     logroot = os.path.join(work, "logs")
     os.makedirs(logroot)
     bindir = os.path.dirname(PY)
+    # RAY_worker_niceness=0: the raylet starts workers at nice 15 by default (its worker_niceness config, read from
+    # this variable); beside a loaded test suite's nice-0 processes they starve (CI: two 1-rank runs of 5-8 steps took 2 min)
     env = dict(os.environ, HOME=home, RAY_AUTH_MODE="token", RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0",
+               RAY_worker_niceness="0",
                RAY_DASHBOARD_ENABLE_PROFILING="1", VERL_FILE_LOGGER_ROOT=logroot,
                PATH=os.pathsep.join([bindir, os.environ.get("PATH", "")]),
                PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))

@@ -101,7 +101,10 @@ def main(out_path: str, record_dir: str | None = None) -> int:
     token = secrets.token_hex(32)
     with open(os.path.join(home, ".ray", "auth_token"), "w") as f:
         f.write(token)
+    # RAY_worker_niceness=0: the raylet starts workers at nice 15 by default (its worker_niceness config, read from
+    # this variable); beside a loaded test suite's nice-0 processes they starve (CI: two 1-rank runs of 5-8 steps took 2 min)
     env = dict(os.environ, HOME=home, RAY_AUTH_MODE="token", RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0",
+               RAY_worker_niceness="0",
                PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
     env.pop("RAY_ADDRESS", None)
     os.environ.update(RAY_AUTH_MODE="token", HOME=home)
