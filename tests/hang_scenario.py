@@ -8,7 +8,8 @@ One real Ray 2.60 head (``ray start --head``, token authentication, ``RAY_DASHBO
 real Prometheus evaluating the real rule files (1 s scrape and evaluation), and three runs of tests/hang_trainer.py
 (verl's real single controller inside a TaskRunner.run call, verl's own Tracking file logger), one after the other,
 with no trainer config: ``finish`` (ends cleanly), ``fail`` (rank 0's update_actor raises), ``hang`` (rank 1's
-update_actor never returns). Writes what it saw to OUT.json; with RECORD_DIR also Ray's raw answers (a stack dump,
+update_actor never returns; the other ranks' return once the exporter has seen all four running, as a poll must
+see a call to count it). Writes what it saw to OUT.json, with each wait's seconds (``waits``); with RECORD_DIR also Ray's raw answers (a stack dump,
 the job list, the failed TaskRunner row) for the unit tests' fixtures. Every wait is bounded; everything started is
 stopped.
 """
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import shutil
 import subprocess
 import sys
@@ -36,6 +38,7 @@ sys.path.insert(0, TESTS)
 from discovery_scenario import stop_own_ray  # noqa: E402  (only this scenario's Ray processes)
 PY = sys.executable
 INTERVAL = 0.5
+FINISH_STEPS = 5   # 2 warm-up steps + 3 normal ones: the run has a typical step, so its info stage has a bound
 obs: dict = {"steps": []}
 procs: list[subprocess.Popen] = []
 T0 = time.monotonic()
@@ -47,17 +50,34 @@ def note(name: str) -> None:
 
 
 def wait_for(what: str, fn, timeout: float, every: float = 0.25):
-    deadline = time.monotonic() + timeout
+    """Poll ``fn`` until it returns something true or ``timeout`` passes; every wait's own seconds go to
+    obs["waits"] ([what, seconds, met]) so a failure says which step was slow and by how much."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
     while time.monotonic() < deadline:
         try:
             v = fn()
         except Exception:
             v = None
         if v:
+            obs.setdefault("waits", []).append([what, round(time.monotonic() - t0, 2), True])
             return v
         time.sleep(every)
+    obs.setdefault("waits", []).append([what, round(time.monotonic() - t0, 2), False])
     obs.setdefault("timeouts", []).append(what)
     return None
+
+
+def info_for_s() -> float:
+    """The ``for:`` of TrainingStalled's info stage, in seconds, from the rule files Prometheus loads."""
+    from omniwatch import rules
+    for path in rules.rule_files():
+        for group in yaml.safe_load(open(path))["groups"]:
+            for r in group["rules"]:
+                if r.get("alert") == "TrainingStalled" and r.get("labels", {}).get("severity") == "info":
+                    m = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", r.get("for", "0s"))
+                    return 60.0 * int(m[1] or 0) + int(m[2] or 0)
+    raise LookupError("TrainingStalled info rule not found")
 
 
 def metric(text: str, name: str, **labels) -> list[tuple[dict, float]]:
@@ -81,7 +101,10 @@ def main(out_path: str, record_dir: str | None = None) -> int:
     logroot = os.path.join(work, "logs")
     os.makedirs(logroot)
     bindir = os.path.dirname(PY)
+    # RAY_worker_niceness=0: the raylet starts workers at nice 15 by default (its worker_niceness config, read from
+    # this variable); beside a loaded test suite's nice-0 processes they starve (CI: two 1-rank runs of 5-8 steps took 2 min)
     env = dict(os.environ, HOME=home, RAY_AUTH_MODE="token", RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0",
+               RAY_worker_niceness="0",
                RAY_DASHBOARD_ENABLE_PROFILING="1", VERL_FILE_LOGGER_ROOT=logroot,
                PATH=os.pathsep.join([bindir, os.environ.get("PATH", "")]),
                PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
@@ -128,11 +151,13 @@ def main(out_path: str, record_dir: str | None = None) -> int:
             return [a for a in httpx.get(f"{prom}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
                     if a["labels"].get("experiment") == exp_name]
 
+        release = os.path.join(work, "release")   # the hung step's other ranks return once it exists (hang_trainer.py)
+
         def trainer(mode: str, name: str, steps: int, ranks: int) -> subprocess.Popen:
             p = subprocess.Popen([PY, os.path.join(TESTS, "hang_trainer.py"), f"127.0.0.1:{gcs_port}", mode, "proj",
                                   name, str(steps), str(ranks)],
                                  stdout=open(os.path.join(work, f"trainer-{name}.log"), "wb"),
-                                 stderr=subprocess.STDOUT, env=env)
+                                 stderr=subprocess.STDOUT, env=dict(env, OMNIWATCH_HANG_RELEASE=release))
             procs.append(p)
             return p
 
@@ -150,7 +175,7 @@ def main(out_path: str, record_dir: str | None = None) -> int:
         # Three jobs side by side (their workers' start-up overlaps): a clean finish and a failure on 1 rank, then
         # the hang on 4, started last so that it is the newest job (the one the task-event source watches)
         note("runs finish + fail, then hang")
-        pf, px = trainer("finish", "finish", 8, 1), trainer("fail", "fail", 5, 1)
+        pf, px = trainer("finish", "finish", FINISH_STEPS, 1), trainer("fail", "fail", 5, 1)
         wait_for("finish and fail connected", lambda: connected("finish") and connected("fail"), 300, 0.3)
         ph = trainer("hang", "hang", 5, 4)
 
@@ -183,24 +208,41 @@ def main(out_path: str, record_dir: str | None = None) -> int:
                 json.dump(httpx.get(f"{dash}/api/v0/tasks", params=params, headers=hdr, timeout=10).json(), f,
                           indent=1, sort_keys=True)
 
-        # 3. a hang in rank 1's update_actor: the holder, its stack in ps and in TrainingStalled's warning
+        # 3. a hang in rank 1's update_actor: the holder, its stack in ps and in TrainingStalled's warning. The other
+        # three ranks return once the exporter has seen all four running: a call shorter than its gap between polls
+        # is in no poll's answer, and a loaded machine stretches that gap (taskwatch.py: a slow poll waits longer)
         note("hang")
         wait_for("hang run steps", lambda: steps_of("hang") >= 4, 240, 0.5)
-        obs["hang_last_step_t"] = time.time()
+        obs["hang_last_step_t"] = os.stat(os.path.join(logroot, "proj", "hang.jsonl")).st_mtime
 
         def ps():
             return httpx.get(f"{exp}/api/v1/ps", timeout=5).json()
 
-        def named():
-            j = ps()["jobs"][0]
-            return j if re.match(r"update_actor: 3/4 ranks done", j["holder"]) and "rank 1" in j["holder"] else None
-        j = wait_for("holder named", named, 120, 0.1)
+        holders: list = []   # [s since the release, holder text, the exporter's polls, that poll's wall s]: each change
+
+        def holder(pred):
+            a = ps()
+            j = a["jobs"][0]
+            if not holders or holders[-1][1] != j["holder"]:
+                holders.append([round(time.time() - obs.get("hang_released_t", time.time()), 2), j["holder"],
+                                a["poll"]["polls"], a["poll"]["wall_s"]])
+            return (j, a["poll"]["polls"]) if pred(j) else None
+
+        # the hung step's dispatch (it started after step 4's line), all four ranks in one poll's answer
+        got = wait_for("4 ranks seen running", lambda: holder(lambda j: any(
+            g["method"] == "update_actor" and g["running"] == 4 and g["since"] > obs["hang_last_step_t"]
+            for g in j["groups"])), 240, 0.1)
+        obs["hang_all_running_polls"] = got[1] if got else None
+        open(release, "w").close()
+        obs["hang_released_t"] = time.time()
+        got = wait_for("holder named", lambda: holder(lambda j: re.match(r"update_actor: 3/4 ranks done", j["holder"])
+                                                      and "rank 1" in j["holder"]), 120, 0.1)
         obs["hang_named_t"] = time.time()
-        obs["ps_named"] = j
-        s = wait_for("stack in ps", lambda: (lambda x: x if (x["jobs"][0].get("stack") or {}).get("ok") else None)(ps()),
-                     60, 0.1)
+        obs["ps_named"], obs["hang_named_polls"] = got if got else (None, None)
+        obs["hang_holders"] = holders
+        got = wait_for("stack in ps", lambda: holder(lambda j: (j.get("stack") or {}).get("ok")), 60, 0.1)
         obs["hang_stack_t"] = time.time()
-        obs["ps_stack"] = s
+        obs["ps_stack"], obs["hang_stack_polls"] = ({"jobs": [got[0]]}, got[1]) if got else (None, None)
         r = subprocess.run([PY, "-m", "omniwatch", "ps", "--exporter", exp], capture_output=True, text=True, timeout=60,
                            env=env)
         obs["ps_text"] = r.stdout[-3000:]
@@ -220,8 +262,15 @@ def main(out_path: str, record_dir: str | None = None) -> int:
             with open(os.path.join(record_dir, "stacks.json"), "w") as f:
                 json.dump(httpx.get(f"{exp}/api/v1/stacks", timeout=5).json(), f, indent=1, sort_keys=True)
 
-        # the clean finish never paged (its info stage alone would have fired 3 typical steps + 15 s after its end)
-        wait_for("a minute since the finish", lambda: time.time() - obs["finish_end"] > 60, 70, 1.0)
+        # the clean finish never paged: had it not been known finished, its info stage would have fired by its
+        # recorded info threshold (3 typical steps) + the rule's for: after its last step (<= the driver's exit),
+        # + 2 evaluations and a scrape (1 s each)
+        q = 'max_over_time(project_experiment:omniwatch_stall_threshold_seconds:info{experiment="finish"}[30m])'
+        th = httpx.get(f"{prom}/api/v1/query", params={"query": q}, timeout=5).json()["data"]["result"]
+        obs["finish_info_threshold_s"] = float(th[0]["value"][1]) if th else None
+        obs["finish_info_bound_s"] = round((obs["finish_info_threshold_s"] or 60.0) + info_for_s() + 3.0, 1)
+        wait_for("the finish's info stage due", lambda: time.time() - obs["finish_end"] > obs["finish_info_bound_s"],
+                 obs["finish_info_bound_s"] + 10, 0.5)
         q = 'max_over_time(ALERTS{experiment="finish",alertname="TrainingStalled",alertstate="firing"}[30m])'
         obs["finish_alerts_ever"] = httpx.get(f"{prom}/api/v1/query", params={"query": q}, timeout=5).json()["data"]["result"]
         obs["finish_age_at_check_s"] = round(time.time() - obs["finish_end"], 1)
@@ -229,7 +278,7 @@ def main(out_path: str, record_dir: str | None = None) -> int:
             log = f.read()
         obs["exporter_log"] = log[-15000:]
         obs["token_in_logs"] = token in log or token in json.dumps(obs)
-    except Exception:
+    except (Exception, Overrun):
         obs["error"] = traceback.format_exc()
     finally:
         for name in ("finish", "fail", "hang"):
@@ -255,12 +304,16 @@ def main(out_path: str, record_dir: str | None = None) -> int:
 DEADLINE_S = 900
 
 
+class Overrun(BaseException):
+    """The scenario's deadline: a BaseException, so no ``except Exception`` on the way (wait_for's probe) swallows it."""
+
+
 def _overrun(signum, frame):
-    raise TimeoutError(f"scenario overran {DEADLINE_S} s")
+    signal.alarm(0)
+    raise Overrun(f"scenario overran {DEADLINE_S} s")
 
 
 if __name__ == "__main__":
-    import signal
     signal.signal(signal.SIGALRM, _overrun)
     signal.alarm(DEADLINE_S)
     sys.exit(main(*sys.argv[1:3]))

@@ -6,7 +6,7 @@ with workers named as VeRL-Omni's, logging every step through verl's own ``Track
     python tests/hang_trainer.py RAY_GCS_ADDRESS MODE PROJECT EXPERIMENT STEPS [RANKS]
 
 MODE: ``finish`` (STEPS steps, then returns: the driver exits 0), ``fail`` (at step STEPS rank 0's update_actor
-raises: TaskRunner.run fails, the driver raises), ``hang`` (at step STEPS rank 1's update_actor never returns).
+raises: TaskRunner.run fails, the driver raises), ``hang`` (at step STEPS rank 1's update_actor never returns; ``_hold``).
 VERL_FILE_LOGGER_ROOT decides where the JSONL goes (<root>/<project>/<experiment>.jsonl).
 """
 from __future__ import annotations
@@ -44,10 +44,22 @@ class ActorRolloutRefWorker(Worker):
     def update_actor(self, step: int):
         if self.mode == "hang" and step >= self.at and self.rank == HANG_RANK:
             time.sleep(900)   # HANG_LINE: the line a stack dump of the hung rank must show
+        if self.mode == "hang" and step >= self.at:
+            self._hold()
         if self.mode == "fail" and step >= self.at and self.rank == FAIL_RANK:
             raise RuntimeError(FAIL_TEXT)
         time.sleep(UPDATE_S)
         return self.rank
+
+    def _hold(self, most_s: float = 300.0) -> None:
+        """The hung step's other ranks return once OMNIWATCH_HANG_RELEASE exists (the scenario creates it when the
+        exporter has seen all four ranks running): a call shorter than the exporter's gap between polls is in no
+        poll's answer (discovery/taskevents.py), and a loaded machine stretches that gap (taskwatch.py polls less
+        often while Ray answers slowly). Bounded: at most ``most_s``."""
+        release = os.environ.get("OMNIWATCH_HANG_RELEASE", "")
+        deadline = time.monotonic() + most_s
+        while release and not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_weights(self, step: int):
@@ -88,7 +100,8 @@ def main(address: str, mode: str, project: str, experiment: str, steps: str, ran
     tests = os.path.dirname(os.path.abspath(__file__))
     ray.init(address=address, namespace=f"verl_{experiment}", log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": tests,
-                                       "VERL_FILE_LOGGER_ROOT": os.environ["VERL_FILE_LOGGER_ROOT"]}})
+                                       "VERL_FILE_LOGGER_ROOT": os.environ["VERL_FILE_LOGGER_ROOT"],
+                                       "OMNIWATCH_HANG_RELEASE": os.environ.get("OMNIWATCH_HANG_RELEASE", "")}})
     runner = ray.remote(num_cpus=0)(TaskRunner).remote()
     print("driver", os.getpid(), flush=True)
     ray.get(runner.run.remote(mode, project, experiment, int(steps), int(ranks)))

@@ -270,3 +270,32 @@ def test_pending_actor_seen_first_is_refreshed_once_it_runs():
     assert led.stale_actor_ids(run) == {a["actor_id"] for a in actors} and run[0]["actor_id"] in led.stale_actor_ids(run)
     led.apply_actors(actors)
     assert led.stale_actor_ids(run) == set()
+
+
+def test_a_second_call_on_a_worker_opens_the_next_dispatch():
+    """verl sends each rank one call per dispatch (execute_all_async): steps shorter than the dispatch gap, seen by polls
+    as far apart as that gap, stay separate dispatches -- never "4/5 ranks done" of a 4-rank group; a server replica's
+    concurrent requests on one actor stay one group."""
+    led = synthetic(4)   # step 1's update_actor on ranks 0-3, started at 1000.000-1000.003, gap 5 s
+    led.apply([], [], 1002.0)   # all four ended between polls
+    row = {"attempt_number": 0, "name": "WorkerDict.actor_rollout_update_actor", "node_id": "n0", "job_id": "01",
+           "type": "ACTOR_TASK"}
+    # step 2's: rank 1 (hung) and rank 0 (its 1 s call seen by this poll), 2.5 s after step 1's
+    led.apply([dict(row, task_id="s2r1", actor_id="a1", worker_pid=1001, start_time_ms=1002_500),
+               dict(row, task_id="s2r0", actor_id="a0", worker_pid=1000, start_time_ms=1002_501)], [], 1003.0)
+    led.apply([dict(row, task_id="s2r1", actor_id="a1", worker_pid=1001, start_time_ms=1002_500)], [], 1004.0)
+    assert len(led.dispatches) == 2
+    assert te.holder(led, 1004.0)["text"] == "update_actor: 1/2 ranks done in 2 s, rank 1 on node n0 still running"
+    # ps adds the finished rows of the open dispatch: a worker's call of the step before is not one of its ranks
+    fin = [dict(row, task_id=f"s{s}r{r}", actor_id=f"a{r}", state="FINISHED", start_time_ms=start,
+                end_time_ms=start + 1000) for s, start in ((1, 1000_002), (2, 1002_502)) for r in (2, 3)]
+    assert led.add_finished(fin) == 2
+    (g,) = te.groups(led, 1004.0)
+    assert (g["running"], g["done"]) == (1, 3)
+    # a replica's concurrent requests on one actor are one group (not verl workers)
+    srv = te.TaskLedger(dispatch_gap_s=5.0)
+    srv.apply_actors([{"actor_id": "s", "name": "vllm_omni_server_0_0", "class_name": "vLLMOmniHttpServer",
+                       "state": "ALIVE", "node_id": "n0", "pid": 7, "job_id": "01"}])
+    srv.apply([dict(row, name="vLLMOmniHttpServer.generate", task_id=f"g{i}", actor_id="s", worker_pid=7,
+                    start_time_ms=1000_000 + i) for i in range(6)], [], 1001.0)
+    assert len(srv.dispatches) == 1 and len(srv.dispatches[0].tasks) == 6

@@ -20,7 +20,10 @@ incrementally). ``TaskLedger.apply`` merges a poll:
 
 Dispatches: verl's worker group sends one call per rank at once (``func_generator`` ->
 ``execute_all_async``), so the calls of one (worker group, method) that open within ``dispatch_gap_s``
-of the first are one dispatch; its straggler spread is (last end - start) / median(end - start).
+of the first are one dispatch -- and, as each rank gets one call, a second call on a worker already in the
+open dispatch opens the next one (a step shorter than the gap, seen by polls as far apart as the gap, would
+otherwise merge two dispatches: "4/5 ranks done" of a 4-rank group); its straggler spread is
+(last end - start) / median(end - start).
 Memory is bounded: at most ``max_done`` closed calls and ``max_dispatches`` dispatches are kept.
 """
 from __future__ import annotations
@@ -30,7 +33,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .phases import Call, classify, ranks
+from .phases import WORKER_NAME, Call, classify, ranks
 
 DEAD_STATES = ("DEAD", "RESTARTING")
 
@@ -64,6 +67,12 @@ class Dispatch:
     method: str
     start: float
     tasks: list[Task] = field(default_factory=list)
+    workers: set = field(default_factory=set)    # actor ids of the verl workers with a call in it (one call each)
+
+    def add(self, t: Task, one_each: bool) -> None:
+        self.tasks.append(t)
+        if one_each:
+            self.workers.add(t.actor_id)
 
     @property
     def done(self) -> list[Task]:
@@ -194,10 +203,11 @@ class TaskLedger:
             if t is None or end is None or t.key in known:
                 continue
             d = self._open_dispatch.get((t.call.group or t.actor_id, t.call.method))
-            if d is None or abs(t.start - d.start) > self.dispatch_gap_s:
+            one_each = self._one_call_each(t)
+            if d is None or abs(t.start - d.start) > self.dispatch_gap_s or (one_each and t.actor_id in d.workers):
                 continue
             t.end, t.final = end, True
-            d.tasks.append(t)
+            d.add(t, one_each)
             d.start = min(d.start, t.start)
             self._remember(t)
             added += 1
@@ -313,14 +323,21 @@ class TaskLedger:
                     str(r.get("actor_id") or ""), str(r.get("node_id") or ""), _pid(r.get("worker_pid")),
                     str(r.get("job_id") or ""), start)
 
+    def _one_call_each(self, t: Task) -> bool:
+        """A verl worker-group member (``<prefix><Class>_<pg>:<local>``, not a server): one call per dispatch."""
+        a = self.actors.get(t.actor_id)
+        return bool(t.call.group) and not t.call.role.endswith("_server") and a is not None \
+            and WORKER_NAME.match(a.name) is not None
+
     def _dispatch_for(self, t: Task) -> None:
         k = (t.call.group or t.actor_id, t.call.method)
         d = self._open_dispatch.get(k)
-        if d is None or t.start - d.start > self.dispatch_gap_s:
+        one_each = self._one_call_each(t)
+        if d is None or t.start - d.start > self.dispatch_gap_s or (one_each and t.actor_id in d.workers):
             d = Dispatch(k[0], t.call.role, t.call.phase, t.call.method, t.start)
             self._open_dispatch[k] = d
             self.dispatches.append(d)
-        d.tasks.append(t)
+        d.add(t, one_each)
 
     def apply(self, running: list[dict], failed: list[dict] = (), now: float | None = None,
               dropped: int = 0, truncated: bool = False) -> dict:

@@ -119,6 +119,7 @@ def restore(ledger: TaskLedger, data: dict) -> int:
     ledger.node_info.update(node_info)
     ledger.dropped_seen = max(ledger.dropped_seen, dropped)
     for d in ds:
+        d.workers = {t.actor_id for t in d.tasks if ledger._one_call_each(t)}   # one call per verl worker
         ledger.dispatches.append(d)
         ledger._open_dispatch[(d.group, d.method)] = d   # the latest per (group, method)
     for t in sorted((t for t in tasks if t.end is not None), key=lambda t: t.end):
