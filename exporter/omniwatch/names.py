@@ -384,6 +384,14 @@ TRAINER_CONFIG_GPUS = _m("omniwatch_trainer_config_gpus", "gauge",
                          "GPUs per pool from the run's config: pool=\"trainer\" (trainer.nnodes x n_gpus_per_node), "
                          "\"reward\" (a reward-model resource pool), \"rollout\" (V1 separate_async standalone "
                          "rollout); the ledger counts their sum.", R + (L_POOL,))
+L_SETTING, L_VALUE = "setting", "value"
+TRAINER_CONFIG_SETTING = _m("omniwatch_trainer_config_setting", "gauge",
+                            "One series per setting the remedies branch on that the run's config states "
+                            "(trainer_config.SETTINGS: setting = param_offload, optimizer_offload, lora_rank, "
+                            "layered_summon, checkpoint_backend, bucket_megabytes, reward_model, reward_pool, "
+                            "parameter_sync_step, resume_mode, ...): value = its word (true | false, the integer, "
+                            "the enum word), the sample = the number (booleans 1 / 0, enums 1). Absent: the config "
+                            "does not say, or none was read.", R + (L_SETTING, L_VALUE))
 WARMUP_STEP = _m("omniwatch_warmup_step_seconds", "gauge",
                  "Longest warm-up step (timing_s/step) of the run's current trainer incarnation: TrainingStalled's "
                  "provisional typical step (x stall.provisional_factor) until a typical step exists, so a hang in "
