@@ -161,37 +161,20 @@ def test_a_lasting_slowdown_is_red_against_the_anchored_reference(tmp_path):
     assert _colour(runs, "MFU vs reference", 0.95) == "green"
 
 
-def test_why_slow_names_the_phase_the_cause_its_cost_and_the_alert(tmp_path):
-    """Item 1: the "Why slow" row sits right under "Now" and gives per run the largest phase, the costliest
-    cause of growth with its GPU-hours per day, the costliest non-phase ledger bucket and the most severe
-    firing alert; a quiet run has a row too ("none"). promtool evaluates the generated queries."""
+def test_why_slow_sits_under_now_with_the_largest_phase_beside_the_costliest_alert(tmp_path):
+    """Item 1 (issue 26): the "Why slow" row sits right under "Now"; beside the costliest firing alert (tests below)
+    each run's largest phase of the latest step; a run without one shows "none"."""
     from omniwatch.dashboards.verify import substitute
     doc = load(DASHBOARDS[0])
     rows = [p["title"] for p in doc["panels"] if p["type"] == "row"]
-    assert rows[:2] == ["Now", "Why slow"]
-    p = by_title(doc)["Why slow"]
-    q = [substitute(t["expr"]) for t in p["targets"]]
+    assert rows[:3] == ["Now", "Why slow", "Why slow: the full remedy"]
+    q = substitute(by_title(doc)["Why slow"]["targets"][1]["expr"])
     slow, quiet = 'project="p", experiment="slow"', 'project="p", experiment="quiet"'
     series = {f"{names.STEP}{{{slow}}}": 50, f"{names.STEP}{{{quiet}}}": 50,
               f'{records.REC_STAGE_SHARE}{{{slow}, phase="gen"}}': 0.6,
-              f'{records.REC_STAGE_SHARE}{{{slow}, phase="update_actor"}}': 0.3,
-              f'{records.REC_STAGE_SHARE}{{{quiet}, phase="update_actor"}}': 0.5,
-              f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{slow}, cause="rollout"}}': 40,
-              f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{slow}, cause="actor"}}': 5,
-              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="gen"}}': 100,
-              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="reward_critical_path"}}': 12,
-              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="inter_stage_idle"}}': 3,
-              f'ALERTS{{{slow}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="info"}}': 1,
-              f'ALERTS{{{slow}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning"}}': 1,
-              f'ALERTS{{{quiet}, alertname="{names.ALERT_STEP_DRIFT}", alertstate="pending", severity="warning"}}': 1}
-    s = lambda **k: {"project": "p", "experiment": "slow", **k}  # noqa: E731
-    qu = lambda **k: {"project": "p", "experiment": "quiet", **k}  # noqa: E731
-    _promtool_eval(tmp_path, series, [
-        (q[0], [(s(phase="gen"), 0.6), (qu(phase="update_actor"), 0.5)]),
-        (q[1], [(s(cause="rollout"), 40), (qu(cause="none"), 0)]),
-        (q[2], [(s(bucket="reward_critical_path"), 12), (qu(bucket="none"), 0)]),
-        (q[3], [(s(alertname=names.ALERT_STEP_REGRESSION), 2), (qu(alertname="none"), 0)]),
-    ])
+              f'{records.REC_STAGE_SHARE}{{{slow}, phase="update_actor"}}': 0.3}
+    _promtool_eval(tmp_path, series, [(q, [({"project": "p", "experiment": "slow", "phase": "gen"}, 0.6),
+                                           ({"project": "p", "experiment": "quiet", "phase": "none"}, 0)])])
 
 
 def test_one_stall_is_one_firing_alert(tmp_path):
@@ -235,6 +218,7 @@ def test_per_second_and_tflops_panels_carry_units():
     got = {}
     for d in DASHBOARDS:
         for title, p in by_title(load(d)).items():
+            title = title.removesuffix(": $experiment")  # fleet panels are drawn once per run
             if title in want:
                 got[title] = p["fieldConfig"]["defaults"]["unit"]
     assert got == want
@@ -284,48 +268,118 @@ def test_least_busy_gpus_are_ranked_once_over_the_range():
     assert not expr.startswith("bottomk(")
 
 
-def test_the_exporter_serves_each_alerts_remedy_for_the_runs_layout():
-    """Item 1: /metrics carries omniwatch_remedy_info for the layout of the exported run, the same text the
-    alert's remedy annotation renders for it (report.verdict.remedy), one line per alert."""
+def test_the_exporter_serves_each_runs_remedies_for_its_layout_and_config():
+    """Issue 32: /metrics carries, per run, which remedy text each alert renders for that run's layout and trainer
+    config (omniwatch_run_remedy -> omniwatch_remedy_info: the one-line action and the full text, as the verdict
+    renders them), one series per distinct text; TrainingStalled past its warning has its own (never 'nothing to
+    do'); the reward-pool break-even is served beside it."""
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
+    from omniwatch import trainer_config as tc
     from omniwatch.exposition import make_registry
     from omniwatch.model import RunStore
     from omniwatch.parse import parse_jsonl_line
-    from omniwatch.report.verdict import remedy
-    from .conftest import fixture_path
+    from omniwatch.report.verdict import action, remedy
+    from .conftest import fixture, fixture_path
     store = RunStore()
-    for line in fixture_path("flowgrpo_async_reward_tail").read_bytes().splitlines():
-        store.ingest("p", "e", parse_jsonl_line(line), "jsonl")
+    for exp in ("e", "f"):
+        for line in fixture_path("flowgrpo_async_reward_tail").read_bytes().splitlines():
+            store.ingest("p", exp, parse_jsonl_line(line), "jsonl")
+    cfg = tc.read_file(str(fixture("trainer_config/reward_server.pprint.log")))
+    store.set_trainer_config(tc.TrainerConfig("p", "f", cfg.source, settings=cfg.settings))
     text = generate_latest(make_registry(store)).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    info = next(s.labels for s in fams["omniwatch_run"].samples) if "omniwatch_run" in fams else \
-        next(s.labels for s in fams[names.RUN_INFO].samples)
-    layout = {k: info[k] for k in ("trainer", "reward", "async_mode")}
-    got = {s.labels["alertname"]: s.labels for s in fams[names.REMEDY_INFO].samples}
-    assert names.ALERT_REWARD_BOUND in got and names.ALERT_STEP_REGRESSION in got
-    for alertname, labels in got.items():
-        assert {k: labels[k] for k in layout} == layout
-        assert labels["remedy"] == " ".join(remedy(alertname, {}, layout).split()) != ""
+    info = {s.labels["variant"]: s.labels for s in fams[names.REMEDY_INFO].samples}
+    runs = [s.labels for s in fams[names.RUN_REMEDY].samples]
+    layout = {k: v for k, v in next(s.labels for s in fams[names.RUN_INFO].samples if s.labels["experiment"] == "e")
+              .items() if k in ("trainer", "reward", "async_mode")}
+    for exp, described in (("e", None), ("f", tc.describe(store.runs[("p", "f")].config))):
+        mine = {(r["alertname"], r["severity"], r["cause"], r["role"], r["engine"], r["mode"]): r["variant"]
+                for r in runs if r["experiment"] == exp}
+        assert (names.ALERT_REWARD_BOUND, "warning", "", "", "", "") in mine
+        for (alert, sev, cause, role, engine, mode), var in mine.items():
+            labels = {k: v for k, v in (("cause", cause), ("role", role), ("engine", engine), ("mode", mode)) if v}
+            want = " ".join(remedy(alert, labels, layout, None, severity=sev, trainer_config=described).split())
+            assert info[var]["remedy"] == want != "", (exp, alert, sev, labels)
+            assert info[var]["action"] == action(alert, labels, layout, None, severity=sev, trainer_config=described)
+        stall = {sev: info[mine[(names.ALERT_STALLED, sev, "", "", "", "")]]["remedy"] for sev in
+                 ("info", "warning", "critical")}
+        assert "nothing to do" in stall["info"] and "nothing to do" not in stall["critical"] + stall["warning"]
+    f_rb = info[{(r["experiment"], r["alertname"], r["severity"], r["cause"]): r["variant"] for r in runs}[
+        ("f", names.ALERT_REWARD_BOUND, "warning", "")]]
+    assert "The reward is a function" in f_rb["remedy"]  # the config was read: a reward function, not a model
+    assert len(info) < len(runs)  # texts are shared, not copied per run
 
 
-def test_why_slow_shows_the_firing_alerts_remedy(tmp_path):
-    """Item 1: the 'most severe firing alert' column carries the remedy of that alert for the run's layout
-    (omniwatch_remedy_info through omniwatch_run_info); a run with no firing alert keeps its 'none' row."""
+def _why_slow(tmp_path, series, want):
     from omniwatch.dashboards.verify import substitute
-    q = substitute(by_title(load(DASHBOARDS[0]))["Why slow"]["targets"][3]["expr"])
-    slow, quiet = 'project="p", experiment="slow"', 'project="p", experiment="quiet"'
-    lay = 'trainer="v1", reward="colocated", async_mode="sync"'
-    series = {f"{names.STEP}{{{slow}}}": 50, f"{names.STEP}{{{quiet}}}": 50,
-              f"{names.RUN_INFO}{{{slow}, {lay}}}": 1, f"{names.RUN_INFO}{{{quiet}, {lay}}}": 1,
-              f'{names.REMEDY_INFO}{{alertname="{names.ALERT_REWARD_BOUND}", {lay}, remedy="give reward its own GPUs"}}': 1,
-              f'{names.REMEDY_INFO}{{alertname="{names.ALERT_REWARD_BOUND}", trainer="legacy", reward="colocated", '
-              f'async_mode="sync", remedy="legacy text"}}': 1,
-              f'ALERTS{{{slow}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1}
-    _promtool_eval(tmp_path, series, [(q, [
-        ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND,
-          "remedy": "give reward its own GPUs"}, 2),
-        ({"project": "p", "experiment": "quiet", "alertname": "none"}, 0)])])
+    q = substitute(by_title(load(DASHBOARDS[0]))["Why slow"]["targets"][0]["expr"])
+    _promtool_eval(tmp_path, series, [(q, want)])
+
+
+def test_why_slow_names_the_costliest_firing_alert_with_its_cost_and_action(tmp_path):
+    """Issue 32 item 1: the row is the firing alert that costs most GPU time now, whatever the severities say (the
+    reward-bound demo run showed RankStraggler for 255 s while reward cost 31.7 GPU-h/day); ties (findings without a
+    cost) go to the more severe; the alert, the part and the cost come from one series; the action is the run's."""
+    run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
+    rem = (f'{names.RUN_REMEDY}{{{run("slow")}, alertname="{names.ALERT_REWARD_BOUND}", severity="warning", '
+           f'cause="", role="", engine="", mode="", variant="v1"}}')
+    series = {
+        f"{names.STEP}{{{run('slow')}}}": 50, f"{names.STEP}{{{run('tie')}}}": 50,
+        f'ALERTS{{{run("slow")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
+        f'ALERTS{{{run("slow")}, alertname="{names.ALERT_RANK_STRAGGLER}", alertstate="firing", severity="warning", '
+        f'role="actor_rollout", phase="update_actor", rank="1", node="n"}}': 1,
+        f'ALERTS{{{run("slow")}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning", '
+        f'cause="rollout"}}': 1,
+        f'{names.GPU_HOURS_PER_DAY}{{{run("slow")}, bucket="reward_critical_path"}}': 31.75,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("slow")}, cause="rollout"}}': 4.5,
+        rem: 1, f'{names.REMEDY_INFO}{{variant="v1", action="Give scoring its own GPUs", remedy="the full text"}}': 1,
+        f'ALERTS{{{run("tie")}, alertname="{names.ALERT_RS_REJECTION}", alertstate="firing", severity="warning", '
+        f'mode="decoupled"}}': 1,
+        f'ALERTS{{{run("tie")}, alertname="{names.ALERT_MFU_UNSUPPORTED}", alertstate="firing", severity="info", '
+        f'role="actor"}}': 1,
+    }
+    _why_slow(tmp_path, series, [
+        ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND, "severity": "warning",
+          "part": "reward_critical_path", "variant": "v1", "action": "Give scoring its own GPUs",
+          "anchor": "rewardboundrollout"}, 31.75 + 2 ** -9),
+        ({"project": "p", "experiment": "tie", "alertname": names.ALERT_RS_REJECTION, "severity": "warning",
+          "mode": "decoupled", "part": "no GPU-time cost", "anchor": "rolloutrejectionhigh"}, 2 ** -9)])
+
+
+def test_why_slow_shows_a_regressions_own_cause_and_a_stall_costs_every_gpu(tmp_path):
+    run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
+    series = {
+        f"{names.STEP}{{{run('grew')}}}": 9, f"{names.STEP}{{{run('hung')}}}": 9,
+        f'ALERTS{{{run("grew")}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning", '
+        f'cause="actor"}}': 1,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("grew")}, cause="actor"}}': 12,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("grew")}, cause="rollout"}}': 20,  # grew more, not the alert's
+        f'ALERTS{{{run("hung")}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="critical"}}': 1,
+        f'ALERTS{{{run("hung")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
+        f'{names.GPU_HOURS_PER_DAY}{{{run("hung")}, bucket="reward_critical_path"}}': 31.7,
+        f'{names.RUN_GPUS}{{{run("hung")}, origin="config"}}': 8,
+    }
+    _why_slow(tmp_path, series, [
+        ({"project": "p", "experiment": "grew", "alertname": names.ALERT_STEP_REGRESSION, "severity": "warning",
+          "cause": "actor", "part": "actor", "anchor": "steptimeregression"}, 12 + 2 ** -9),
+        ({"project": "p", "experiment": "hung", "alertname": names.ALERT_STALLED, "severity": "critical",
+          "part": "stalled", "anchor": "trainingstalled"}, 192 + 2 ** -8)])
+
+
+def test_why_slow_says_nothing_grew_for_a_healthy_run(tmp_path):
+    """Issue 32 item 7: a healthy run named a growth cause (the largest of noise); now only the exporter's kept cause
+    (omniwatch_step_regression_top == 1: something grew by 3 % of the reference step) is named."""
+    run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
+    series = {
+        f"{names.STEP}{{{run('healthy')}}}": 9, f"{names.STEP}{{{run('creep')}}}": 9,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("healthy")}, cause="rollout"}}': 0.2,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("creep")}, cause="rollout"}}': 3.0,
+        f'{names.STEP_REGRESSION_TOP}{{{run("creep")}, cause="rollout"}}': 1,
+    }
+    _why_slow(tmp_path, series, [
+        ({"project": "p", "experiment": "healthy", "alertname": "none", "part": "nothing grew"}, 0),
+        ({"project": "p", "experiment": "creep", "alertname": "none", "part": "rollout"}, 3.0)])
 
 
 def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
@@ -421,7 +475,8 @@ def test_one_phase_palette_on_every_dashboard_and_the_report():
 def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
     """Item 9: during a stall the exporter's GPU-h/day keeps the pre-stall rate (it moves with steps); the panels
     show the run's GPUs x 24 as 'stalled' instead, and nothing else; a running and a finished run keep the
-    exporter's figures. promtool evaluates the generated 'Why slow' column and the bottlenecks bar gauge."""
+    exporter's figures. promtool evaluates the bottlenecks bar gauge ('Why slow' prices a stall as TrainingStalled:
+    test_why_slow_shows_a_regressions_own_cause_and_a_stall_costs_every_gpu)."""
     from omniwatch import ledger
     from omniwatch.dashboards.verify import substitute
     series = {}
@@ -433,13 +488,10 @@ def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
                        f"{names.STEP}{{{r}}}": 50,
                        f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="gen"}}': 150,
                        f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="reward_critical_path"}}': 30})
-    why = [substitute(t["expr"]) for t in by_title(load(DASHBOARDS[0]))["Why slow"]["targets"]]
     bar = by_title(load(DASHBOARDS[1]))["GPU-hours per day by bucket: $experiment"]
     run = lambda e, **k: {"project": "p", "experiment": e, **k}  # noqa: E731
     order = lambda b: spec.order_key(b, spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]  # noqa: E731
     _promtool_eval(tmp_path, series, [
-        (why[2], [(run("hung", bucket=ledger.STALLED), 192), (run("running", bucket="reward_critical_path"), 30),
-                  (run("done", bucket="reward_critical_path"), 30)]),
         (substitute(bar["targets"][0]["expr"]), [
             (run("hung", bucket=ledger.STALLED, **{spec.ORDER_LABEL: order(ledger.STALLED)}), 192),
             *[(run(e, bucket=b, **{spec.ORDER_LABEL: order(b)}), v) for e in ("running", "done")

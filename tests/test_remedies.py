@@ -50,7 +50,7 @@ def test_every_key_a_remedy_names_exists_in_verl_omni(path):
     assert _check(path, remedies.NAMED_KEYS[path]) is None
 
 
-def _remedy_texts() -> list[str]:
+def _remedy_texts() -> list[str]:  # noqa: C901
     out = []
     mode_sets = [{"trainer": t, "reward": r, "async_mode": a} for t in ("legacy", "v1", "unknown")
                  for r in ("colocated", "streamed", "unknown") for a in ("sync", "separate_async")] + [None]
@@ -77,8 +77,12 @@ def test_every_config_path_written_in_a_remedy_went_through_key():
 
 def test_every_config_path_in_the_runbooks_and_alert_docs_exists():
     bad = []
+    veomni = {line.strip() for line in fixture("verl_omni/config_keys_veomni_only.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
     for doc in ("runbooks.md", "alerts.md"):
         for m in CONFIG_PATH.finditer((REPO / "docs" / doc).read_text()):
+            if m.group(2) in veomni and not m.group(1):  # a VeOmni-engine key, named for a run whose config says so
+                continue
             if err := _check(m.group(2), bool(m.group(1))):
                 bad.append(f"docs/{doc}: {err}")
     assert not bad, bad
@@ -95,7 +99,7 @@ def test_reward_bound_advice_fits_the_reward_layout():
     v1 = _remedy(n.ALERT_REWARD_BOUND, {"trainer": "v1", "reward": "colocated", "async_mode": "sync"})
     assert "enable_resource_pool=True" in colocated and "enable_resource_pool=True" in v1
     # a run that already scores while generating is not told to turn the pool on, but how to scale it
-    assert "enable_resource_pool" not in streamed
+    assert "enable_resource_pool=True" not in streamed
     assert "reward.num_workers" in streamed and "tensor_model_parallel_size" in streamed
     assert "V1" in v1 and "V1" not in colocated
 
@@ -236,3 +240,253 @@ def test_the_reward_pool_advice_states_the_break_even_and_the_example_settings()
     share = 1 - after / before
     assert share < pool / (n_gpus + pool)                            # under the break-even ...
     assert 1 / (after * (n_gpus + pool)) < 1 / (before * n_gpus)     # ... so throughput per GPU falls (0.305 -> 0.280)
+
+
+# --- issue 32: a one-line action per remedy; remedies from the run's own config ---------------------------------------
+import itertools  # noqa: E402
+
+from omniwatch import trainer_config as tc  # noqa: E402
+from omniwatch.alerting.prose import ACTION_MAX, Remedy, key_of, setting_series  # noqa: E402
+
+CONFIGS = {name: tc.read_file(str(fixture(f"trainer_config/{name}.pprint.log")))
+           for name in ("finished_on_cadence", "mfu_sp4", "reward_server", "v1_sync_reward_pool", "v1_separate_async",
+                        "veomni_offload")}
+CONFIGS.update({name: tc.read_file(str(fixture(f"verl_omni/generated/{name}.yaml")))
+                for name in ("_generated_diffusion_trainer", "_generated_diffusion_veomni_trainer",
+                             "_generated_omni_trainer")})
+MODES = [{"trainer": t, "reward": r, "async_mode": a} for t in ("legacy", "v1", "unknown")
+         for r in ("colocated", "streamed", "unknown") for a in ("sync", "separate_async")] + [None]
+CASES = [{}] + [{"cause": c} for c in (*remedies.STEP_CAUSES, "x")] + [
+    {"role": "rollout"}, {"role": "reward"}, {"role": "rollout", "engine": "serial"}, {"mode": "bypass"},
+    {"mode": "decoupled"}, {"role": "actor"}]
+NONE = {key_of(n.TRAINER_CONFIG_INFO, 'source="none"'): 1}
+EXTRAS = [{}, {n.REWARD_POOL_BREAK_EVEN: 3.0}, {n.REWARD_POOL_BREAK_EVEN: 0.0}, {n.MFU_DEVICE_PEAK: 989.0}]
+
+
+def ctx_for(cfg, modes=None, extra=None, **labels) -> Ctx:
+    return Ctx({"project": "p", "experiment": "e", **labels}, 1.0,
+               {**(setting_series(cfg.settings) if cfg is not None else NONE), **(extra or {})}, modes)
+
+
+def _cases(alert: str) -> list[dict]:
+    """The alert labels a remedy branches on (rulegen.BY_LABEL) and an unknown value; {} for the others."""
+    from omniwatch.alerting.rulegen import BY_LABEL
+    if alert not in BY_LABEL:
+        return [{}]
+    label, values = BY_LABEL[alert]
+    return [{label: v} for v in (*values, "x")] + ([{"role": "rollout", "engine": "serial"}] if label == "role" else [])
+
+
+def test_every_remedy_has_a_one_line_action_of_at_most_120_characters_in_every_branch():
+    from omniwatch.alerting.rulegen import LAYOUTS
+    modes_all = [m for _, m in LAYOUTS] + [{"trainer": "unknown", "reward": "unknown", "async_mode": "unknown"}]
+    seen = 0
+    for a in spec.alerts(DEFAULT):
+        if a.remedy is None:
+            continue
+        assert isinstance(a.remedy, Remedy) and a.remedy.action.parts, a.name
+        for cfg, modes, labels, extra in itertools.product([None, *CONFIGS.values()], modes_all, _cases(a.name), EXTRAS):
+            act = a.remedy.action.expect(ctx_for(cfg, modes, extra, **labels))
+            assert act and "\n" not in act and len(act) <= ACTION_MAX, (a.name, len(act), act)
+            seen += 1
+    assert seen > 5_000
+
+
+OVERRIDE = re.compile(r"([a-z_]+(?:\.[\w]+)+)=([^`\s]+)")
+
+
+def _config_value(raw: dict, path: str):
+    node = raw
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return tc._MISSING
+        node = node[part]
+    return node
+
+
+def _same(value: str, have) -> bool:
+    if isinstance(have, bool):
+        return value.lower() in ("true", "false") and (value.lower() == "true") == have
+    return str(have) == value
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_no_remedy_proposes_a_setting_the_runs_config_already_has(name):
+    """Issue 32 'Done when': with the trainer config read, no remedy (text or action, any layout and alert label)
+    proposes `key=value` where the config already says value — the profile recipe aside (a separate 2-step run's
+    overrides, appended to the launch command whatever the run has)."""
+    cfg = CONFIGS[name]
+    path = (fixture(f"trainer_config/{name}.pprint.log") if not name.startswith("_")
+            else fixture(f"verl_omni/generated/{name}.yaml"))
+    raw = (tc.parse_yaml_text(path.read_text()) if path.suffix == ".yaml" else tc.parse_pprint_text(path.read_text()))
+    recipes = {remedies.profile_line(t).strip("`") for t in remedies.PROFILE_TARGETS}
+    # the layouts and alert labels this config can produce (the rest cannot fire for it: a bypass-mode label needs
+    # bypass_mode on; V1 / separate_async need the trainer the config names)
+    trainer = cfg.trainer or "legacy"
+    async_mode = cfg.async_mode if cfg.async_mode == "separate_async" else "sync"
+    rm, pool = cfg.settings.get("reward_model"), cfg.settings.get("reward_pool")
+    reward = "colocated" if rm and not pool else "streamed"
+    modes_ok = [{"trainer": trainer, "reward": reward, "async_mode": async_mode}, None]
+    bypass = _config_value(raw, "algorithm.rollout_correction.bypass_mode") is True
+    cases_ok = [c for c in CASES if c.get("mode") != "bypass" or bypass]
+    bad = set()
+    for a in spec.alerts(DEFAULT):
+        if a.remedy is None:
+            continue
+        for modes, labels, extra in itertools.product(modes_ok, cases_ok, EXTRAS):
+            ctx = ctx_for(cfg, modes, extra, **labels)
+            for text in (a.remedy.expect(ctx), a.remedy.action.expect(ctx)):
+                for span in re.findall(r"`([^`]+)`", text):
+                    if span in recipes:
+                        continue
+                    for key_path, value in OVERRIDE.findall(span):
+                        have = _config_value(raw, key_path.lstrip("+'"))
+                        if have is not tc._MISSING and not value.startswith("<") and _same(value, have):
+                            bad.add((a.name, key_path, value))
+    assert not bad, sorted(bad)
+
+
+def _r(alert: str, cfg, modes=None, severity=None, extra=None, action=False, **labels) -> str:
+    a = next(a for a in spec.alerts(DEFAULT) if a.name == alert and severity in (None, a.severity))
+    ctx = ctx_for(cfg, modes, extra, **labels)
+    return a.remedy.action.expect(ctx) if action else a.remedy.expect(ctx)
+
+
+def _with(name: str, **settings):
+    c = CONFIGS[name]
+    return tc.TrainerConfig(c.project, c.experiment, c.source, settings={**c.settings, **settings})
+
+
+LEGACY_COLOCATED = {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}
+STREAMED = {"trainer": "legacy", "reward": "streamed", "async_mode": "sync"}
+
+
+def test_reward_bound_from_the_config_function_pool_colocated_and_unknown():
+    function = _r(n.ALERT_REWARD_BOUND, CONFIGS["reward_server"], STREAMED)
+    assert "The reward is a function" in function and "reward-model" not in function.replace("no reward-model server", "")
+    assert "Profile one step" not in function and "enable_resource_pool" not in function
+    assert "reward function" in _r(n.ALERT_REWARD_BOUND, CONFIGS["reward_server"], STREAMED, action=True)
+    pool = _r(n.ALERT_REWARD_BOUND, CONFIGS["v1_sync_reward_pool"], STREAMED)
+    assert "already has its own pool" in pool and "1 GPU(s) per node x 1 node(s)" in pool and "(now 1)" in pool
+    assert "enable_resource_pool=True" not in pool
+    assert "(now 1)" in _r(n.ALERT_REWARD_BOUND, CONFIGS["v1_sync_reward_pool"], STREAMED, action=True)
+    colocated = _r(n.ALERT_REWARD_BOUND, CONFIGS["finished_on_cadence"], LEGACY_COLOCATED,
+                   extra={n.REWARD_POOL_BREAK_EVEN: 2.0})
+    assert "this run's 4 trainer GPUs" in colocated and "a pool of up to 2 GPUs pays" in colocated
+    assert "reward.reward_model.enable=True" not in colocated  # it already has a reward model
+    assert "(up to 2 GPUs pay)" in _r(n.ALERT_REWARD_BOUND, CONFIGS["finished_on_cadence"], LEGACY_COLOCATED,
+                                      extra={n.REWARD_POOL_BREAK_EVEN: 2.0}, action=True)
+    none_pays = _r(n.ALERT_REWARD_BOUND, CONFIGS["finished_on_cadence"], LEGACY_COLOCATED,
+                   extra={n.REWARD_POOL_BREAK_EVEN: 0.0}, action=True)
+    assert none_pays.startswith("No reward pool pays")
+    unknown = _r(n.ALERT_REWARD_BOUND, None, STREAMED)
+    assert "With a reward pool" in unknown and "With a reward function" in unknown
+    assert "`reward.reward_model.enable`, `reward.reward_model.enable_resource_pool` would say" in unknown
+
+
+def test_step_regression_reward_gives_the_reward_remedy_itself_not_a_reference():
+    """Issue 32 item 4: cause=reward sent the reader to RewardBoundRollout's remedy, which is not firing."""
+    text = _r(n.ALERT_STEP_REGRESSION, CONFIGS["reward_server"], STREAMED, cause="reward")
+    assert "see RewardBoundRollout" not in text and "The reward is a function" in text
+    assert "Profile one step" not in text  # a reward function: no reward-model servers to profile
+    legacy = _r(n.ALERT_STEP_REGRESSION, None, LEGACY_COLOCATED, cause="reward")
+    assert "enable_resource_pool=True" in legacy and "Profile one step of the reward-model servers" in legacy
+
+
+def test_actor_offload_advice_per_config_branch():
+    both = _r(n.ALERT_STEP_REGRESSION, CONFIGS["reward_server"], cause="actor")
+    assert "fsdp_config.param_offload=False` (this run offloads its parameters)" in both
+    assert "optimizer_offload=False` (its optimizer too)" in both
+    opt_only = _r(n.ALERT_STEP_REGRESSION, _with("reward_server", param_offload=False), cause="actor")
+    assert "param_offload=False" not in opt_only and "its optimizer is: `actor_rollout_ref.actor.fsdp_config." \
+        "optimizer_offload=False`" in opt_only
+    nothing = _r(n.ALERT_STEP_REGRESSION, CONFIGS["v1_sync_reward_pool"], cause="actor")
+    assert "offload_False" not in nothing and "=False" not in nothing.split("Profile one step")[0]
+    assert "nothing is offloaded" in nothing and "ppo_micro_batch_size_per_gpu` (now 8)" in nothing
+    sp2 = _r(n.ALERT_STEP_REGRESSION, _with("v1_sync_reward_pool", sp=2), cause="actor")
+    assert "Ulysses SP 1 (`actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size`, now 2)" in sp2
+    veo = _r(n.ALERT_STEP_REGRESSION, CONFIGS["veomni_offload"], cause="actor")
+    assert "veomni_config.param_offload=False" in veo and "fsdp_config" not in veo
+    assert "param_offload=False` (now True)" in _r(n.ALERT_STEP_REGRESSION, CONFIGS["reward_server"], cause="actor",
+                                                   action=True)
+    assert _r(n.ALERT_STEP_REGRESSION, CONFIGS["v1_sync_reward_pool"], cause="actor", action=True).startswith(
+        "Nothing offloaded: raise")
+    unknown = _r(n.ALERT_STEP_REGRESSION, None, cause="actor")
+    assert "param_offload=False` gives the largest gain, then" in unknown and "No trainer config was read" in unknown
+
+
+def test_layered_summon_per_config_branch():
+    """OMNI docs/perf/diffusion_mfu.md L541-546: keep layered_summon on while parameters are offloaded, off with
+    nothing offloaded; never proposed when the run already has it; only for LoRA."""
+    off = _r(n.ALERT_STEP_REGRESSION, _with("finished_on_cadence", layered_summon=False), cause="actor")
+    assert "set `actor_rollout_ref.rollout.layered_summon=True`" in off
+    assert "layered_summon" not in _r(n.ALERT_STEP_REGRESSION, CONFIGS["finished_on_cadence"], cause="actor")
+    nothing_on = _r(n.ALERT_STEP_REGRESSION, _with("v1_sync_reward_pool", layered_summon=True), cause="actor")
+    assert "`actor_rollout_ref.rollout.layered_summon=False` lets weight sync load the whole model" in nothing_on
+    assert "layered_summon" not in _r(n.ALERT_STEP_REGRESSION, _with("reward_server", layered_summon=False),
+                                      cause="actor")  # no LoRA
+
+
+def test_mfu_low_per_config_branch():
+    gc = _r(n.ALERT_MFU_LOW, CONFIGS["v1_sync_reward_pool"])
+    assert "gradient checkpointing is counted" in gc and "param_offload=False" not in gc.split("Profile")[0]
+    assert "gradient checkpointing" not in _r(n.ALERT_MFU_LOW, _with("v1_sync_reward_pool", gradient_checkpointing=False))
+    assert "param_offload=False` (now True)" in _r(n.ALERT_MFU_LOW, CONFIGS["reward_server"], action=True)
+    assert "(now 8)" in _r(n.ALERT_MFU_LOW, CONFIGS["v1_sync_reward_pool"], action=True)
+    assert "No trainer config was read" in _r(n.ALERT_MFU_LOW, None)
+
+
+def test_mfu_drop_names_the_runs_own_values():
+    text = _r(n.ALERT_MFU_DROP, CONFIGS["mfu_sp4"], role="actor")
+    assert "ppo_micro_batch_size_per_gpu` (now 16)" in text and "ulysses_sequence_parallel_size` (now 4)" in text
+    assert "enable_gradient_checkpointing` (now true)" in text and "(now 1)" not in text
+    assert "No trainer config was read" in _r(n.ALERT_MFU_DROP, None, role="actor")
+
+
+def test_weight_sync_names_the_knobs_of_the_runs_sync_path():
+    """Issue 32 item 4: a LoRA weight-sync slowdown named no knob (docs/verl-source.md H14)."""
+    nccl = _r(n.ALERT_STEP_REGRESSION, CONFIGS["v1_separate_async"], cause="weight_sync")
+    assert "`actor_rollout_ref.rollout.checkpoint_engine.backend` is nccl" in nccl
+    assert "update_weights_bucket_megabytes` = 2048 MB" in nccl and "LoRA (rank 32)" in nccl
+    assert "(now 2048)" in _r(n.ALERT_STEP_REGRESSION, CONFIGS["v1_separate_async"], cause="weight_sync", action=True)
+    naive = _r(n.ALERT_STEP_REGRESSION, CONFIGS["finished_on_cadence"], cause="weight_sync")
+    assert "syncs colocated" in naive and "layered_summon` (now true)" in naive and "free_cache_engine` (now true)" in naive
+    full = _r(n.ALERT_STEP_REGRESSION, CONFIGS["reward_server"], cause="weight_sync")
+    assert "Full weights are synced every step" in full
+    unknown = _r(n.ALERT_STEP_REGRESSION, None, cause="weight_sync")
+    assert "checkpoint_engine.backend" in unknown and "update_weights_bucket_megabytes" in unknown
+    assert "No trainer config was read" in unknown
+
+
+def test_rollout_knobs_quote_the_config_and_never_propose_step_execution_twice():
+    sync = {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}
+    text = _r(n.ALERT_ROLLOUT_SATURATED, CONFIGS["finished_on_cadence"], sync, role="rollout")
+    assert "max_num_seqs` (now 1024)" in text and "step_execution=True" in text
+    stepwise = _r(n.ALERT_ROLLOUT_SATURATED, _with("finished_on_cadence", step_execution=True), sync, role="rollout")
+    assert "step_execution=True" not in stepwise and "already batches step-wise" in stepwise
+
+
+def test_a_stall_past_warning_never_says_nothing_to_do_and_resumes_by_the_runs_resume_mode():
+    for sev in ("warning", "critical"):
+        for cfg in (None, *CONFIGS.values()):
+            text = _r(n.ALERT_STALLED, cfg, severity=sev) + _r(n.ALERT_STALLED, cfg, severity=sev, action=True)
+            assert "nothing to do" not in text.lower() and "hang" in text.lower()
+    auto = _r(n.ALERT_STALLED, CONFIGS["finished_on_cadence"], severity="critical")
+    assert "resume_mode=auto" not in auto and "resumes from the last checkpoint" in auto
+    disable = _r(n.ALERT_STALLED, _with("finished_on_cadence", resume_mode="disable"), severity="critical")
+    assert "set `trainer.resume_mode=auto` (now disable)" in disable
+    path = _r(n.ALERT_STALLED, _with("finished_on_cadence", resume_mode="resume_path"), severity="critical")
+    assert "point `trainer.resume_from_path`" in path
+    assert "with `trainer.resume_mode=auto` after fixing it" in _r(n.ALERT_STALLED, None, severity="critical")
+    assert "Usually nothing to do yet" in _r(n.ALERT_STALLED, None, severity="info")
+
+
+def test_legacy_idle_places_flowgrpos_untimed_work_where_the_trainer_runs_it():
+    """Issue 32 item 4 (OMNI ray_diffusion_trainer.py PolicyGradientRayTrainer.fit L1140-1214): gen_batch and its
+    repeat run before the step timer; inside it only the post-gen repeat/union and the rollout-correction metrics."""
+    text = _r(n.ALERT_IDLE, None, LEGACY_COLOCATED)
+    assert "post-generation batch.repeat / union" in text and "rollout-correction metrics" in text
+    assert "building gen_batch and its repeat happen before the step timer" in text
+    sep = _r(n.ALERT_IDLE, CONFIGS["v1_separate_async"], {"trainer": "v1", "reward": "streamed",
+                                                          "async_mode": "separate_async"})
+    assert "parameter_sync_step` (now 4)" in sep

@@ -328,20 +328,23 @@ def test_stale_horizon_zero_turns_it_off_and_a_live_writer_is_no_history(tmp_pat
 # --- remedies that fit the run's engine and LoRA (from its config) --------------------------------------------
 def test_remedies_name_the_engine_keys_and_layered_summon_only_for_lora():
     from omniwatch.alerting import remedies
-    from omniwatch.alerting.prose import Ctx, key_of
+    from omniwatch.alerting.prose import Ctx, key_of, setting_series
 
-    def actor(**info):
+    def actor(settings=None, **info):
         series = {key_of(names.TRAINER_CONFIG_INFO, f'{k}="{v}"'): 1 for k, v in info.items()}
         return remedies.step_regression().expect(Ctx({"project": "p", "experiment": "e", "cause": "actor"}, 1.0,
-                                                     series, None))
-    fsdp_lora = actor(engine="fsdp", lora="true")
+                                                     {**series, **setting_series(settings)}, None))
+    lora = tc.read_file(str(fixture(f"{CFG}/finished_on_cadence.pprint.log"))).settings  # LoRA 64, both offloaded
+    fsdp_lora = actor({**lora, "layered_summon": False})
     assert "fsdp_config.param_offload=False" in fsdp_lora and "layered_summon=True" in fsdp_lora
-    full = actor(engine="fsdp", lora="false")
+    assert "layered_summon" not in actor(lora)  # it already has it on: nothing to propose
+    full = actor({**lora, "lora_rank": 0, "layered_summon": False})
     assert "layered_summon" not in full
-    veo = actor(engine="veomni", lora="false")
+    veo = actor(tc.read_file(str(fixture(f"{CFG}/veomni_offload.pprint.log"))).settings)
     assert "veomni_config.param_offload=False" in veo and "fsdp_config" not in veo
-    unknown = actor(engine="unknown", lora="unknown")
+    unknown = actor(engine="unknown", lora="unknown", source="none")
     assert "fsdp_config.param_offload=False" in unknown and "for a LoRA run with both on keep" in unknown
+    assert "No trainer config was read for this run" in unknown
     veomni_keys = {ln.strip() for ln in fixture("verl_omni/config_keys_veomni_only.txt").read_text().splitlines()
                    if ln.strip() and not ln.startswith("#")}
     assert remedies.VEOMNI_KEYS and remedies.VEOMNI_KEYS <= veomni_keys

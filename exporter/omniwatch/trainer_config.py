@@ -272,6 +272,8 @@ def uses_lora(d: dict) -> bool | None:
 # Every path is a key of VeRL-Omni's composed config (tests/fixtures/verl_omni/config_keys*.txt), cited in
 # docs/verl-source.md section H. Values are a closed set: booleans, bounded integers, or one of ENUMS' words.
 SETTINGS: dict[str, tuple[str, str]] = {
+    "engine": ("enum", ""),  # the actor engine (actor_rollout_ref.actor.strategy: fsdp | fsdp2 -> fsdp, veomni)
+    "sp": ("int", ""),  # sequence_parallel(): the actor's Ulysses SP size
     "param_offload": ("bool", "actor_rollout_ref.actor.{engine}.param_offload"),
     "optimizer_offload": ("bool", "actor_rollout_ref.actor.{engine}.optimizer_offload"),
     "micro_batch": ("int", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
@@ -291,14 +293,19 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "reward_tp": ("int", "reward.reward_model.rollout.tensor_model_parallel_size"),
     "reward_workers": ("int", "reward.num_workers"),
     "parameter_sync_step": ("int", "trainer.v1.separate_async.parameter_sync_step"),
+    "warmup_batches": ("int", "trainer.v1.separate_async.num_warmup_batches"),
+    "off_policy_threshold": ("int", "trainer.v1.sampler.max_off_policy_threshold"),
+    "off_policy_strategy": ("enum", "trainer.v1.sampler.max_off_policy_strategy"),
     "resume_mode": ("enum", "trainer.resume_mode"),
     "trainer_gpus": ("int", ""),  # trainer.nnodes x trainer.n_gpus_per_node
 }
 # The words an enum setting may take (anything else reads "other"): verl's registered checkpoint engines
 # (verl/checkpoint_engine/*.py, CheckpointEngineRegistry.register) and trainer.resume_mode's values.
 ENUMS: dict[str, tuple[str, ...]] = {
+    "engine": ("fsdp", "veomni"),
     "checkpoint_backend": ("naive", "nccl", "hccl", "nixl", "mooncake", "kimi_ckpt_engine", "delta_sharded"),
     "resume_mode": ("auto", "disable", "resume_path"),
+    "off_policy_strategy": ("drop", "wait"),  # diffusion_trainer.yaml L257-260
 }
 MAX_SETTING = 10**7  # an integer setting beyond this is not a config omniwatch understands
 
@@ -326,7 +333,11 @@ def remedy_settings(d: dict, engine: str | None) -> dict:
     section = "veomni_config" if engine == "veomni" else "fsdp_config"
     out: dict = {}
     for name, (kind, path) in SETTINGS.items():
-        if name == "lora_rank":
+        if name == "engine":
+            v = engine
+        elif name == "sp":
+            v = sequence_parallel(d, engine)
+        elif name == "lora_rank":
             v = lora_rank(d)
         elif name == "trainer_gpus":
             nn, per = _int(d, "trainer.nnodes"), _int(d, "trainer.n_gpus_per_node")

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ..promapi import PromAPI  # noqa: E402
 from . import panels as s  # noqa: E402
-from .catalog import DASHBOARDS  # noqa: E402
+from .catalog import dashboards as drawn  # noqa: E402
 from .factory import GRID_COLUMNS, REPEAT_MAX_PER_ROW, XY_MAX_DATA_POINTS, Placed, layout  # noqa: E402
 from .verify import default_window, prom_regex_escape, substitute  # noqa: E402
 
@@ -426,9 +426,12 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
 
 
 def render_all(prometheus_url: str, out: Path, minutes: float = 30.0, project: str = ".*", experiment: str = ".*",
-               dashboards=DASHBOARDS) -> list[Path]:
+               dashboards=None) -> list[Path]:
     prom = PromAPI(prometheus_url)
     try:
+        if dashboards is None:
+            from ..alerting.config import DEFAULT
+            dashboards = drawn(DEFAULT)
         return [render_dashboard(d, prom, out, minutes, project, experiment) for d in dashboards]
     finally:
         prom.close()
