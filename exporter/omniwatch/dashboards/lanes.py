@@ -24,8 +24,11 @@ def dashboard(cfg: Config) -> Dashboard:
               "The one-line answer from Ray's task events (what TrainingStalled's description and `omniwatch ps` say): "
               "the phase in progress, how many ranks are done, the slowest worker and its node; or the replica holding "
               "requests; or a dead actor; or that no worker call runs (the driver is between calls).",
-              (Target(run_max(sel(n.STEP_HOLDER_INFO), ROLE, PHASE, n.L_HOLDER), "{{holder}}", instant=True, table=True),),
-              unit="none", kind="table", w=16, h=5),
+              (Target(run_max(sel(n.STEP_HOLDER_INFO), ROLE, PHASE, n.L_HOLDER), "holding the step", instant=True,
+                      table=True, mappings=((1, "now", "orange"),)),),
+              unit="none", kind="table", w=16, h=5,
+              columns=(("experiment", "run", None), (ROLE, "role", None), (PHASE, "phase", None),
+                       (n.L_HOLDER, "who holds the step", "wrap"))),
         Panel("Held for", "How long the holder has held the step.",
               (Target(run_max(sel(n.STEP_HOLDER_SECONDS)), EXP, instant=True),), unit="s", kind="stat", w=8, h=5),
     ))
