@@ -97,8 +97,9 @@ def _bind() -> socket.socket:
 
 class LiveStack:
     def __init__(self, fixtures_dir: Path, prometheus_bin: str = "prometheus", step_delay: float = 0.1,
-                 gpu_trace: Path = loop.DEFAULT_TRACE):
+                 gpu_trace: Path = loop.DEFAULT_TRACE, scrape_s: int = 1):
         self.fixtures_dir, self.prometheus_bin, self.step_delay = fixtures_dir, prometheus_bin, step_delay
+        self.scrape_s = scrape_s  # the previews scrape less often: a loaded machine must not miss scrapes (staleness)
         self.gpu = loop.replay_backend(gpu_trace, gpus=REPLAY_GPUS)
         self.replayed_steps = 0
         self.store = RunStore()
@@ -186,7 +187,8 @@ class LiveStack:
 
     def _prometheus_config(self, exporter_port: int, demo_port: int) -> Path:
         cfg = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "global": {"scrape_interval": f"{self.scrape_s}s", "evaluation_interval": "1s",
+                       "scrape_timeout": f"{self.scrape_s}s"},
             "rule_files": [str(p) for p in sorted((REPO / "alerts").glob("*.rules.yml"))],
             "scrape_configs": [{"job_name": "omniwatch", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}]
             + demo_endpoints.scrape_configs("127.0.0.1", demo_port, *DEMO_RUN, also=[SECOND_RUN]),
@@ -293,7 +295,7 @@ if __name__ == "__main__":
     import sys
 
     t0 = time.time()
-    stack = LiveStack(REPO / "tests" / "fixtures" / "verl", step_delay=0.5).start()
+    stack = LiveStack(REPO / "tests" / "fixtures" / "verl", step_delay=0.5, scrape_s=3).start()
     try:
         stack.wait_ready()
         time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 20)
@@ -301,7 +303,7 @@ if __name__ == "__main__":
         # process: matplotlib in this one would hold the exporter's server thread back (a scrape that fails marks
         # every series stale, and the instant panels read "No data")
         minutes = (time.time() - t0) / 60 + 0.2
-        subprocess.run([sys.executable, "-c", RENDER, stack.prom_url, sys.argv[1], str(minutes)], check=True,
-                       cwd=REPO)
+        subprocess.run(["nice", "-n", "19", sys.executable, "-c", RENDER, stack.prom_url, sys.argv[1], str(minutes)],
+                       check=True, cwd=REPO)
     finally:
         stack.stop()

@@ -359,8 +359,15 @@ def test_why_slow_shows_a_regressions_own_cause_and_a_stall_costs_every_gpu(tmp_
         f'ALERTS{{{run("hung")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
         f'{names.GPU_HOURS_PER_DAY}{{{run("hung")}, bucket="reward_critical_path"}}': 31.7,
         f'{names.RUN_GPUS}{{{run("hung")}, origin="config"}}': 8,
+        # a stall at info may be planned work: no cost of its own, the run's reward-bound cost stays first
+        f"{names.STEP}{{{run('notice')}}}": 9, f'{names.RUN_GPUS}{{{run("notice")}, origin="config"}}': 8,
+        f'ALERTS{{{run("notice")}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="info"}}': 1,
+        f'ALERTS{{{run("notice")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
+        f'{names.GPU_HOURS_PER_DAY}{{{run("notice")}, bucket="reward_critical_path"}}': 20,
     }
     _why_slow(tmp_path, series, [
+        ({"project": "p", "experiment": "notice", "alertname": names.ALERT_REWARD_BOUND, "severity": "warning",
+          "part": "reward_critical_path", "anchor": "rewardboundrollout"}, 20 + 2 ** -9),
         ({"project": "p", "experiment": "grew", "alertname": names.ALERT_STEP_REGRESSION, "severity": "warning",
           "cause": "actor", "part": "actor", "anchor": "steptimeregression"}, 12 + 2 ** -9),
         ({"project": "p", "experiment": "hung", "alertname": names.ALERT_STALLED, "severity": "critical",

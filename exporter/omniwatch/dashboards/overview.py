@@ -138,14 +138,15 @@ NOTHING_GREW = "nothing grew"
 SEVERITY_TIEBREAK = (("critical", 2 ** -8), ("warning", 2 ** -9), ("info", 2 ** -10))
 
 
-def _firing(alertname: str, *labels: str) -> str:
-    return f"max by ({by_run('alertname', 'severity', *labels)}) ({alerts_sel(alertstate='firing', alertname=alertname)})"
+def _firing(alertname: str, *labels: str, **extra: str) -> str:
+    return (f"max by ({by_run('alertname', 'severity', *labels)}) "
+            f"({alerts_sel(alertstate='firing', alertname=alertname, **extra)})")
 
 
-def _priced(alertname: str, cost: str, part: str, by: tuple[str, ...] = ()) -> str:
+def _priced(alertname: str, cost: str, part: str, by: tuple[str, ...] = (), **extra: str) -> str:
     """The firing alert's series valued at what it costs now (``cost``, GPU-hours per day, one series per run and
     ``by``; 0 while absent), labelled ``part`` (a literal, or ``$1`` of the ``cause`` label)."""
-    a = _firing(alertname, *by)
+    a = _firing(alertname, *by, **extra)
     valued = f"({a} * 0 + on ({by_run(*by)}) group_left () ({cost})) or ({a} * 0)"
     if part.startswith("$"):
         return f'label_replace({valued}, "{PART}", "{part}", "cause", "(.*)")'
@@ -166,7 +167,10 @@ def _growth_per_day(*labels: str, **extra: str) -> str:
 # finding without a GPU-time cost of its own (valued 0).
 def priced_alerts() -> list[str]:
     return [
-        _priced(n.ALERT_STALLED, f"24 * {run_max(sel(n.RUN_GPUS))}", ledger.STALLED),
+        # past its warning every GPU of the run waits; at info it may be planned work (a checkpoint, a validation):
+        # no cost of its own yet, so a slow scrape never puts a notice above what the run really loses
+        _priced(n.ALERT_STALLED, f"24 * {run_max(sel(n.RUN_GPUS))}", ledger.STALLED, severity="=~warning|critical"),
+        _priced(n.ALERT_STALLED, "vector(0)", "perhaps planned work", severity="info"),
         _priced(n.ALERT_REWARD_BOUND, _bucket_per_day(ledger.REWARD), ledger.REWARD),
         _priced(n.ALERT_IDLE, _bucket_per_day(ledger.IDLE), ledger.IDLE),
         _priced(n.ALERT_OUTSIDE_STEP, _bucket_per_day(ledger.OUTSIDE), ledger.OUTSIDE),
@@ -254,7 +258,8 @@ def why_slow_row(cfg: Config) -> Row:
         Panel("Why slow",
               f"One row per run: the firing alert that costs most GPU time now (GPU-hours per day at the current rate: "
               "reward on the critical path, idle between phases, outside the step timer, the part of the step that "
-              "grew over the run's anchored reference, or every GPU of a stalled run; ties broken by severity), the "
+              "grew over the run's anchored reference, or every GPU of a run stalled past its warning; ties broken by "
+              "severity), the "
               "part of the step it is the cost of, and its one-line fix for this run's layout and trainer config "
               "(omniwatch_run_remedy -> omniwatch_remedy_info). Alert, part and cost come from one series. A run with "
               "nothing firing shows the part of its step that grew over its reference (the median of its first "
