@@ -375,14 +375,19 @@ def test_why_slow_shows_a_regressions_own_cause_and_a_stall_costs_every_gpu(tmp_
 
 
 def test_why_slow_says_nothing_grew_for_a_healthy_run(tmp_path):
-    """Issue 32 item 7: a healthy run named a growth cause (the largest of noise); now only the exporter's kept cause
-    (omniwatch_step_regression_top == 1: something grew by 3 % of the reference step) is named."""
+    """Issue 32 item 7: a healthy run named a growth cause (the largest of noise, which the exporter names too); now
+    the exporter's kept cause is named only while it grew by analytics.CAUSE_MIN_SHARE (3 %) of the reference step."""
     run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
     series = {
         f"{names.STEP}{{{run('healthy')}}}": 9, f"{names.STEP}{{{run('creep')}}}": 9,
-        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("healthy")}, cause="rollout"}}': 0.2,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("healthy")}, cause="weight_sync"}}': 0.2,
+        f'{names.STEP_REGRESSION_TOP}{{{run("healthy")}, cause="weight_sync"}}': 1,  # named, but 1 % of the step
+        f'{names.STEP_REGRESSION}{{{run("healthy")}, cause="weight_sync"}}': 2.5,
+        f'{names.STEP_DURATION_BASELINE}{{{run("healthy")}}}': 250,
         f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("creep")}, cause="rollout"}}': 3.0,
         f'{names.STEP_REGRESSION_TOP}{{{run("creep")}, cause="rollout"}}': 1,
+        f'{names.STEP_REGRESSION}{{{run("creep")}, cause="rollout"}}': 10,  # 4 % of the step
+        f'{names.STEP_DURATION_BASELINE}{{{run("creep")}}}': 250,
     }
     _why_slow(tmp_path, series, [
         ({"project": "p", "experiment": "healthy", "alertname": "none", "part": "nothing grew"}, 0),
@@ -579,3 +584,22 @@ def test_the_stall_panels_follow_the_recorded_stall_thresholds_of_a_tuned_config
     _promtool_eval(tmp_path, series, [(spec.stall_beyond(), [({"project": "p", "experiment": "default"}, 80),
                                                             ({"project": "p", "experiment": "tuned"}, -40)]),
                                       (spec.stall_open(), [({"project": "p", "experiment": "default"}, 1)])])
+
+
+def test_previews_draw_grafana_colours_gaps_and_the_first_screen():
+    """Issue 32 item 8: a Grafana named colour is a colour (the lanes' 'dark-blue' was a query error across the
+    panel), a series is cut at its gaps (a stall's bucket was filled back over the pre-stall period), and the first
+    screen is the overview's top rows."""
+    from omniwatch.dashboards import preview
+    from omniwatch.dashboards.lanes import PHASE_MAPPINGS
+    from matplotlib.colors import is_color_like
+    assert preview._colour("dark-blue") == "#1f60c4" and preview._colour("transparent") == "none"
+    assert preview._colour("no-such-colour") == "#888888"
+    assert all(is_color_like(preview._colour(c)) or c == "transparent" for _, _, c in PHASE_MAPPINGS)
+    segs = preview._segments([0, 1, 2, 10, 11, 12], [1, 1, float("nan"), 2, 2, 3], gap=2.5)
+    assert segs == [([0, 1], [1, 1]), ([10, 11, 12], [2, 2, 3])]
+    placed = preview.render_layout(DASHBOARDS[0], ["a", "b"], preview.FIRST_SCREEN)
+    rows = [pl.row.title for pl, _ in placed if pl.row is not None]
+    assert rows == list(preview.FIRST_SCREEN) and min(pl.y for pl, _ in placed) == 0
+    titles = {pl.panel.title for pl, _ in placed if pl.panel is not None}
+    assert {"Why slow", "Runs", "Time since last step (typical steps)"} <= titles and "Remedy: $experiment" not in titles

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import ledger, palette
 from .. import names as n
 from ..alerting.config import Config
-from ..analytics import K_ZERO_STD
+from ..analytics import CAUSE_MIN_SHARE, K_ZERO_STD
 from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
                                 REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING, REC_STEP_MEDIAN,
                                 REC_STAGE_SHARE, REC_STEP_VS_BASELINE,
@@ -232,11 +232,14 @@ def runbook_anchor(expr: str) -> str:
 
 
 def nothing_firing() -> str:
-    """A run without a firing alert: the part of its step that grew (the exporter's kept cause, only once something
-    grew by 3 % of the reference step: omniwatch_step_regression_top == 1) with what that costs now, else "nothing
-    grew" at 0 (issue 32: a healthy run named a growth cause)."""
+    """A run without a firing alert: the part of its step that grew (the exporter's kept cause,
+    omniwatch_step_regression_top == 1, and only while it grew by CAUSE_MIN_SHARE of the reference step: the
+    exporter names the largest growth even when it is noise) with what that costs now, else "nothing grew" at 0
+    (issue 32: a healthy run named a growth cause)."""
     grown = (f"{_growth_per_day('cause')} and on ({RUN_BY}, cause) "
-             f"({run_max(sel(n.STEP_REGRESSION_TOP), 'cause')} == 1)")
+             f"({run_max(sel(n.STEP_REGRESSION_TOP), 'cause')} == 1) and on ({RUN_BY}, cause) "
+             f"({run_max(sel(n.STEP_REGRESSION), 'cause')} > on ({RUN_BY}) group_left () "
+             f"{CAUSE_MIN_SHARE:g} * {run_max(sel(n.STEP_DURATION_BASELINE))})")
     grew = f'label_replace(label_replace({grown}, "{PART}", "$1", "cause", "(.*)"), "alertname", "none", "", "")'
     nothing = (f'label_replace(label_replace(0 * {run_max(sel(n.STEP))}, "alertname", "none", "", ""), '
                f'"{PART}", "{NOTHING_GREW}", "", "")')

@@ -253,10 +253,12 @@ def _table(ax, p: s.Panel, prom: PromAPI, subst) -> None:
     soft = {"green": "#b7e4c7", "red": "#ff8787", "orange": "#ffc078", "yellow": "#ffe066", "blue": "#a5d8ff"}
     colours = [[soft.get(c, c) for c in r] for r in colours]
     header = [_cell_text(h, limit) for h, limit in zip(header, chars)]
-    # the table fills its panel and no more (it was drawn over the next row's heading)
-    unit_h = 1.0 / (sum(heights) + 1)
-    tab = ax.table(cellText=cells, colLabels=header, cellColours=colours, cellLoc="center", bbox=[0, 0, 1, 1],
-                   colWidths=[w / total_w for w in widths])
+    # rows of one text line each (a wrapped cell: as many as it has), from the top, never past the panel (a table
+    # was drawn over the next row's heading; a lone row stretched over the whole panel)
+    unit_h = min(1.0 / (sum(heights) + 1), 1.45 * 6 / 72 / (ax.get_position().height * ax.figure.get_figheight()) * 1.4)
+    used_h = unit_h * (sum(heights) + 1)
+    tab = ax.table(cellText=cells, colLabels=header, cellColours=colours, cellLoc="center",
+                   bbox=[0, 1 - used_h, 1, used_h], colWidths=[w / total_w for w in widths])
     tab.auto_set_font_size(False)
     tab.set_fontsize(6)
     for (ri, ci), cell in tab.get_celld().items():
@@ -386,6 +388,7 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         fits = _lines_that_fit(ax, size)
         cols = 1 if len(drawn) <= fits else 2  # more runs than lines: two columns, then the rest counted
         shown = drawn if len(drawn) <= fits * cols else drawn[:fits * cols - 1]
+        width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72 / cols
         for k, (_, name, _, ys) in enumerate(shown):
             v = ys[-1]
             text = next((txt for mv, txt, _ in p.mappings if mv == v), None) or _fmt(v, p.unit)
@@ -394,9 +397,12 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
                       or _step_colour(p.thresholds, v))
             col, line = divmod(k, fits)
             y = 0.95 - line / max(1, fits)
-            ax.text(0.5 if one else col / cols, y, f"{text}" + (f"   {name}" if not one or p.scope == "run" else ""),
-                    ha="center" if one else "left", va="top", transform=ax.transAxes, fontsize=size,
-                    weight="bold", color=colour, clip_on=True)
+            label = f"{text}" + (f"   {name}" if not one or p.scope == "run" else "")
+            # the text fits its width (a run's name beside a large value ran off the panel's left edge)
+            fs = min(size, max(4.0, width_pt / (0.62 * max(1, len(label)))))
+            long = one and fs < size
+            ax.text(0.0 if (long or not one) else 0.5, y, label, ha="left" if (long or not one) else "center",
+                    va="top", transform=ax.transAxes, fontsize=fs, weight="bold", color=colour, clip_on=True)
         if len(shown) < len(drawn):  # the runs that do not fit are counted, never dropped silently
             ax.text(1 - 1 / cols, 0.95 - (fits - 1) / max(1, fits), f"+{len(drawn) - len(shown)} more",
                     ha="left", va="top", transform=ax.transAxes, fontsize=size, color="grey")
