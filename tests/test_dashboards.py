@@ -625,3 +625,13 @@ def test_no_dashboard_module_reads_a_module_level_config():
                 assert {a.name for a in node.names} <= {"Config"}, (name, [a.name for a in node.names])
     for build in catalog.BUILDERS:
         assert build.__name__ == "dashboard"
+
+
+def test_a_table_column_is_named_in_words_not_a_legend_template():
+    """A table's value column shows its target's legend as its name: a `{{label}}` template there was shown as it is
+    (issue 32: `{{holder}}` as a column header)."""
+    for d in DASHBOARDS:
+        for p in d.panels():
+            if p.kind == "table":
+                for t in p.targets:
+                    assert "{{" not in t.legend, (d.uid, p.title, t.legend)

@@ -28,7 +28,7 @@ def dashboard(cfg: Config) -> Dashboard:
                       table=True, mappings=((1, "now", "orange"),)),),
               unit="none", kind="table", w=16, h=5,
               columns=(("experiment", "run", None), (ROLE, "role", None), (PHASE, "phase", None),
-                       (n.L_HOLDER, "who holds the step", "wrap"))),
+                       (n.L_HOLDER, "who holds the step", "wrap")), hide_columns=("project",)),
         Panel("Held for", "How long the holder has held the step.",
               (Target(run_max(sel(n.STEP_HOLDER_SECONDS)), EXP, instant=True),), unit="s", kind="stat", w=8, h=5),
     ))
@@ -77,7 +77,7 @@ def dashboard(cfg: Config) -> Dashboard:
         Panel("How GPUs were mapped to workers",
               "This node's GPUs by how the fleet time maps each to a worker: nvml_pid (NVML lists the worker's pid; "
               "often empty in containers), placement (verl's bundle = local rank), node (server replicas), unmapped.",
-              (Target(run_max(sel(n.GPU_FLEET_GPUS), 'fleet', n.L_MAPPING), "{{fleet}} {{mapping}}", instant=True,
+              (Target(run_max(sel(n.GPU_FLEET_GPUS), 'fleet', n.L_MAPPING), "GPUs", instant=True,
                       table=True),),
               unit="none", kind="table", w=24, h=5),
     ))

@@ -189,14 +189,14 @@ def firing_costs() -> str:
     under 0.004 by severity (critical before warning before info), labelled ``part``. The alert labels its remedy
     branches on are kept (``cause`` of StepTimeRegression; ``role`` / ``engine`` of RolloutQueueSaturated, ``mode``
     of RolloutRejectionHigh), every other label aggregated away."""
-    others = (f'label_replace(max by ({by_run("alertname", "severity", "role", "engine", "mode")}) '
-              f'({alerts_sel(alertstate="firing", alertname="!~" + "|".join((*PRICED, n.ALERT_WATCHDOG)))}) * 0, '
+    # the role label matters to RolloutQueueSaturated's remedy only (RankStraggler's and the MFU alerts' role names a
+    # worker group or an MFU key): blanked for the others before they are aggregated (two MFU roles firing are one
+    # row), so they join their remedy's row
+    alerts = alerts_sel(alertstate="firing", alertname="!~" + "|".join((*PRICED, n.ALERT_WATCHDOG)))
+    blanked = f'label_replace({alerts}, "role", "", "alertname", "{_not(n.ALERT_ROLLOUT_SATURATED)}")'
+    others = (f'label_replace(max by ({by_run("alertname", "severity", "role", "engine", "mode")}) ({blanked}) * 0, '
               f'"{PART}", "{FINDING}", "", "")')
     union = " or ".join(f"({t})" for t in (*priced_alerts(), others))
-    keep_role = "|".join((n.ALERT_ROLLOUT_SATURATED,))
-    # the role label matters to RolloutQueueSaturated's remedy only (RankStraggler's and the MFU alerts' role names
-    # a worker group or an MFU key): dropped for the others so they join their remedy's row
-    union = f'label_replace({union}, "role", "", "alertname", "(?:{_not(keep_role)})")'
     tiebreak = " or ".join(f"{v!r} * {run_max(alerts_sel(alertstate='firing', severity=sev), 'alertname', 'severity')}"
                            for sev, v in SEVERITY_TIEBREAK)
     return f"({union}) + on ({by_run('alertname', 'severity')}) group_left () ({tiebreak})"

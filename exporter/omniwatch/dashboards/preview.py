@@ -271,11 +271,12 @@ def _table(ax, p: s.Panel, prom: PromAPI, subst) -> None:
 def _statetimeline(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> None:
     colour_of = {v: _colour(c) for v, _, c in p.mappings}
     text_of = {v: txt for v, txt, _ in p.mappings}
-    names, y = [], 0
+    names, y, seen = [], 0, set()
     for t in p.targets:
         for labels, xs, ys in _series(prom, subst(t.expr), start, end, step):
             for x0, v in zip(xs, ys):
                 if math.isfinite(v):
+                    seen.add(v)
                     ax.barh(y, step, left=x0 - end, color=colour_of.get(v, "#74c0fc"), height=0.8, linewidth=0)
             names.append(_legend(t.legend, labels))
             y += 1
@@ -285,8 +286,10 @@ def _statetimeline(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> No
     ax.set_yticks(range(len(names)), names, fontsize=5)
     ax.set_xlim(start - end, 0)
     ax.set_xlabel("seconds before now", fontsize=6)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colour_of[v]) for v in text_of]
-    ax.legend(handles, [text_of[v] for v in text_of], fontsize=5, loc="upper left")
+    # the legend names the states drawn (not every mapping), beside the lanes, never over them
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour_of[v]) for v in text_of if v in seen]
+    ax.legend(handles, [text_of[v] for v in text_of if v in seen], fontsize=5, loc="upper left",
+              bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
 
 
 def xy_points(prom: PromAPI, p: s.Panel, subst, start, end, step) -> dict[tuple, dict[int, dict[float, float]]]:
@@ -544,7 +547,8 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
             mark = " (collapsed)" if pl.row.collapsed else ""
             fig.text(0.005, bottom + height / 2, pl.row.title + mark, fontsize=9, weight="bold", va="center")
             continue
-        plot_w = 0.7 if pl.panel.kind == "timeseries" else 0.92  # a time series keeps room for its legend
+        # a time series and a state timeline keep room for their legends
+        plot_w = 0.7 if pl.panel.kind in ("timeseries", "statetimeline") else 0.92
         ax = fig.add_axes([left + 0.03 * width, bottom + 0.18 * height, plot_w * width, 0.66 * height])
         title = pl.panel.title.replace("$experiment", run) if run else pl.panel.title
         subst = substituter(prom_regex_escape(run) if run else experiment)
