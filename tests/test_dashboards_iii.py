@@ -611,3 +611,33 @@ def test_previews_draw_grafana_colours_gaps_and_the_first_screen():
     assert rows == list(preview.FIRST_SCREEN) and min(pl.y for pl, _ in placed) == 0
     titles = {pl.panel.title for pl, _ in placed if pl.panel is not None}
     assert {"Why slow", "Runs", "Time since last step (typical steps)"} <= titles and "Remedy: $experiment" not in titles
+
+
+def test_the_panel_defects_of_issue_32_are_gone_from_the_generated_json():
+    """Issue 32 item 6, on the generated JSON: the step's phases drawn per step (no line across a step that did not
+    time a phase, a gap while stalled); one colour per phase in the XY chart and the worker lanes (hex colours, the
+    step phase a Ray method runs: train_batch is update_actor's green, not reward's red); the age column carries no
+    info-threshold colour; no fleet panel draws every run in one panel."""
+    from omniwatch import palette
+    from omniwatch.dashboards.catalog import fleet
+    from omniwatch.dashboards.lanes import PHASE_MAPPINGS
+    ov = by_title(load(DASHBOARDS[0]))
+    stack = ov["Step time by phase: $experiment"]
+    assert stack["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False
+    assert f"unless on (project, experiment) (max by (project, experiment) ({records.REC_AGE}" in \
+        stack["targets"][0]["expr"] and records.REC_STALL_INFO in stack["targets"][0]["expr"]
+    xy = ov["Seconds per phase by step: $experiment"]
+    fixed = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in xy["fieldConfig"]["overrides"]
+             if o["matcher"]["id"] == "byRegexp"}
+    assert fixed[".* gen"] == palette.color("gen") and fixed[".* update_actor"] == palette.color("update_actor")
+    assert fixed[r".* old_log_prob\ \+\ ref\ \+\ teacher"] == palette.color("old_log_prob")
+    colours = {text: c for _, text, c in PHASE_MAPPINGS}
+    assert colours["train_batch"] == palette.color("update_actor") != palette.color("reward")
+    assert colours["generate"] == colours["generate_sequences"] == palette.color("gen")
+    assert colours["compute_score"] == palette.color("reward")
+    assert all(c.startswith("#") or c in ("transparent", "text") for c in colours.values())
+    runs = by_title(load(DASHBOARDS[0]))["Runs"]
+    age = next(o for o in runs["fieldConfig"]["overrides"] if o["matcher"]["options"] == "Value #C")
+    assert not any(p["id"] == "thresholds" for p in age["properties"])
+    for d in DASHBOARDS:
+        assert not [p.title for p in d.panels() if fleet(p)], d.uid

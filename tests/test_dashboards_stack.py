@@ -170,6 +170,15 @@ def test_the_first_screen_of_the_reward_bound_run_names_reward_bound_rollout_and
         assert "reward.reward_model.enable_resource_pool=True" in row.get("action", ""), x
 
 
+def test_the_worker_lanes_show_every_fleet_of_the_step(demo_stack):
+    """Issue 32 item 6: the lanes showed actor ranks only; the demo's Ray stand-in runs agent-loop workers
+    (generate_sequences) and reward-loop workers (compute_score) beside the actor ranks, and each has its lanes."""
+    run = f'project="{demo.PROJECT}",experiment="{JOINED}"'
+    roles = {s["metric"]["role"] for s in _query(
+        demo_stack.prometheus_url, f"count by (role) (count_over_time({names.RAY_WORKER_PHASE}{{{run}}}[5m]))")}
+    assert {"actor_rollout", "agent_loop", "reward_loop"} <= roles, roles
+
+
 def test_the_demo_attaches_its_endpoints_to_two_runs_and_panels_keep_them_apart(demo_stack):
     """As `omniwatch demo` does: two runs with endpoints; every TransferQueue and scheduler series keeps its run."""
     prom = demo_stack.prometheus_url
