@@ -344,6 +344,16 @@ def test_why_slow_names_the_costliest_firing_alert_with_its_cost_and_action(tmp_
         f'role="actor", evidence="value"}}': 1,
         f'ALERTS{{{run("mfu")}, alertname="{names.ALERT_MFU_IMPOSSIBLE}", alertstate="firing", severity="warning", '
         f'role="actor_infer", evidence="device"}}': 1,
+        f'ALERTS{{{run("mfu")}, alertname="{names.ALERT_MFU_UNSUPPORTED}", alertstate="firing", severity="info", '
+        f'role="actor"}}': 1,
+        f'ALERTS{{{run("mfu")}, alertname="{names.ALERT_MFU_UNSUPPORTED}", alertstate="firing", severity="info", '
+        f'role="actor_infer"}}': 1,
+        # RolloutQueueSaturated keeps its role (its remedy branches on it): two replicas of one role are one row
+        f"{names.STEP}{{{run('queue')}}}": 50,
+        f'ALERTS{{{run("queue")}, alertname="{names.ALERT_ROLLOUT_SATURATED}", alertstate="firing", '
+        f'severity="warning", role="reward", replica="0"}}': 1,
+        f'ALERTS{{{run("queue")}, alertname="{names.ALERT_ROLLOUT_SATURATED}", alertstate="firing", '
+        f'severity="warning", role="reward", replica="1"}}': 1,
     }
     _why_slow(tmp_path, series, [
         ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND, "severity": "warning",
@@ -352,7 +362,9 @@ def test_why_slow_names_the_costliest_firing_alert_with_its_cost_and_action(tmp_
         ({"project": "p", "experiment": "tie", "alertname": names.ALERT_RS_REJECTION, "severity": "warning",
           "mode": "decoupled", "part": "no GPU-time cost", "anchor": "rolloutrejectionhigh"}, 2 ** -9),
         ({"project": "p", "experiment": "mfu", "alertname": names.ALERT_MFU_IMPOSSIBLE, "severity": "warning",
-          "part": "no GPU-time cost", "anchor": "mfuimpossible"}, 2 ** -9)])
+          "part": "no GPU-time cost", "anchor": "mfuimpossible"}, 2 ** -9),
+        ({"project": "p", "experiment": "queue", "alertname": names.ALERT_ROLLOUT_SATURATED, "severity": "warning",
+          "role": "reward", "part": "no GPU-time cost", "anchor": "rolloutqueuesaturated"}, 2 ** -9)])
 
 
 def test_why_slow_shows_a_regressions_own_cause_and_a_stall_costs_every_gpu(tmp_path):

@@ -190,22 +190,17 @@ def firing_costs() -> str:
     branches on are kept (``cause`` of StepTimeRegression; ``role`` / ``engine`` of RolloutQueueSaturated, ``mode``
     of RolloutRejectionHigh), every other label aggregated away."""
     # the role label matters to RolloutQueueSaturated's remedy only (RankStraggler's and the MFU alerts' role names a
-    # worker group or an MFU key): blanked for the others before they are aggregated (two MFU roles firing are one
-    # row), so they join their remedy's row
-    alerts = alerts_sel(alertstate="firing", alertname="!~" + "|".join((*PRICED, n.ALERT_WATCHDOG)))
-    blanked = f'label_replace({alerts}, "role", "", "alertname", "{_not(n.ALERT_ROLLOUT_SATURATED)}")'
-    others = (f'label_replace(max by ({by_run("alertname", "severity", "role", "engine", "mode")}) ({blanked}) * 0, '
-              f'"{PART}", "{FINDING}", "", "")')
+    # worker group or an MFU key): aggregated away for the others, so two roles of one finding are one row that joins
+    # its remedy's (a label_replace blanking it made duplicate series: a query error with every run selected)
+    def finding(names_: str, *labels: str) -> str:
+        return (f'label_replace(max by ({by_run("alertname", "severity", *labels)}) '
+                f'({alerts_sel(alertstate="firing", alertname=names_)}) * 0, "{PART}", "{FINDING}", "", "")')
+    others = (f"{finding(n.ALERT_ROLLOUT_SATURATED, 'role', 'engine')} or "
+              f"{finding('!~' + '|'.join((*PRICED, n.ALERT_WATCHDOG, n.ALERT_ROLLOUT_SATURATED)), 'mode')}")
     union = " or ".join(f"({t})" for t in (*priced_alerts(), others))
     tiebreak = " or ".join(f"{v!r} * {run_max(alerts_sel(alertstate='firing', severity=sev), 'alertname', 'severity')}"
                            for sev, v in SEVERITY_TIEBREAK)
     return f"({union}) + on ({by_run('alertname', 'severity')}) group_left () ({tiebreak})"
-
-
-def _not(alertnames: str) -> str:
-    """A regex (RE2, anchored by label_replace) of every alert name except ``alertnames``."""
-    others = sorted({getattr(n, a) for a in dir(n) if a.startswith("ALERT_")} - set(alertnames.split("|")))
-    return "|".join(others)
 
 
 def with_action(expr: str, *labels: str) -> str:

@@ -400,12 +400,18 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
                       or _step_colour(p.thresholds, v))
             col, line = divmod(k, fits)
             y = 0.95 - line / max(1, fits)
-            label = f"{text}" + (f"   {name}" if not one or p.scope == "run" else "")
-            # the text fits its width (a run's name beside a large value ran off the panel's left edge)
+            if one:  # one value: large and centred, its run's name small beneath (it ran off the left edge)
+                ax.text(0.5, 0.8, text, ha="center", va="top", transform=ax.transAxes, fontsize=size, weight="bold",
+                        color=colour, clip_on=True)
+                if p.scope == "run":
+                    ax.text(0.5, 0.45, name, ha="center", va="top", transform=ax.transAxes, color=colour, clip_on=True,
+                            fontsize=min(7.0, max(4.0, width_pt / (0.62 * max(1, len(name))))))
+                continue
+            label = f"{text}   {name}"
+            # the text fits its width
             fs = min(size, max(4.0, width_pt / (0.62 * max(1, len(label)))))
-            long = one and fs < size
-            ax.text(0.0 if (long or not one) else 0.5, y, label, ha="left" if (long or not one) else "center",
-                    va="top", transform=ax.transAxes, fontsize=fs, weight="bold", color=colour, clip_on=True)
+            ax.text(col / cols, y, label, ha="left", va="top", transform=ax.transAxes, fontsize=fs, weight="bold",
+                    color=colour, clip_on=True)
         if len(shown) < len(drawn):  # the runs that do not fit are counted, never dropped silently
             ax.text(1 - 1 / cols, 0.95 - (fits - 1) / max(1, fits), f"+{len(drawn) - len(shown)} more",
                     ha="left", va="top", transform=ax.transAxes, fontsize=size, color="grey")
