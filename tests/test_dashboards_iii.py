@@ -653,3 +653,26 @@ def test_the_panel_defects_of_issue_32_are_gone_from_the_generated_json():
     assert not any(p["id"] == "thresholds" for p in age["properties"])
     for d in DASHBOARDS:
         assert not [p.title for p in d.panels() if fleet(p)], d.uid
+
+
+def test_the_full_remedy_panel_gives_every_firing_alert_its_text_and_a_quiet_run_its_row(tmp_path):
+    from omniwatch.dashboards.verify import substitute
+    q = substitute(by_title(load(DASHBOARDS[0]))["Remedy: $experiment"]["targets"][0]["expr"])
+    run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
+    rem = lambda a, v: (f'{names.RUN_REMEDY}{{{run("slow")}, alertname="{a}", severity="warning", cause="", role="", '  # noqa: E731
+                        f'engine="", mode="", variant="{v}"}}')
+    series = {f"{names.STEP}{{{run('slow')}}}": 9, f"{names.STEP}{{{run('quiet')}}}": 9,
+              f'ALERTS{{{run("slow")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
+              f'ALERTS{{{run("slow")}, alertname="{names.ALERT_RANK_STRAGGLER}", alertstate="firing", '
+              f'severity="warning", role="actor_rollout", rank="1"}}': 1,
+              f'{names.GPU_HOURS_PER_DAY}{{{run("slow")}, bucket="reward_critical_path"}}': 8,
+              rem(names.ALERT_REWARD_BOUND, "a"): 1, rem(names.ALERT_RANK_STRAGGLER, "b"): 1,
+              f'{names.REMEDY_INFO}{{variant="a", action="pool", remedy="the reward text"}}': 1,
+              f'{names.REMEDY_INFO}{{variant="b", action="node", remedy="the straggler text"}}': 1}
+    r = lambda **k: {"project": "p", **k}  # noqa: E731
+    _promtool_eval(tmp_path, series, [(q, [
+        (r(experiment="slow", alertname=names.ALERT_REWARD_BOUND, severity="warning", part="reward_critical_path",
+           variant="a", action="pool", remedy="the reward text", anchor="rewardboundrollout"), 8 + 2 ** -9),
+        (r(experiment="slow", alertname=names.ALERT_RANK_STRAGGLER, severity="warning", part="no GPU-time cost",
+           variant="b", action="node", remedy="the straggler text", anchor="rankstraggler"), 2 ** -9),
+        (r(experiment="quiet", alertname="none", action="nothing is firing for this run"), 0)])])

@@ -241,6 +241,12 @@ def nothing_firing() -> str:
     return f"max by ({RUN_BY}, alertname, {PART}) ({grew}) or on ({RUN_BY}) {nothing}"
 
 
+def quiet_run() -> str:
+    """A run with nothing firing: one row that says so (every run's copy of the full-remedy panel has its row)."""
+    return (f'label_replace(label_replace(0 * {run_max(sel(n.STEP))}, "alertname", "none", "", ""), "action", '
+            f'"nothing is firing for this run", "", "")')
+
+
 def costliest() -> str:
     """Per run one row: the firing alert that costs most now (ties by severity), what it costs (``part``, value in
     GPU-hours per day) and its one-line action; a run with nothing firing: ``nothing_firing``. The alert, its part
@@ -283,8 +289,8 @@ def remedy_row(cfg: Config) -> Row:
               "and the full remedy for this run's layout and trainer config, as the alert notification says it "
               "(values the notification quotes from other live series, e.g. the device peak, read the layout "
               "default here). Click a row for the alert's runbook section.",
-              (Target(runbook_anchor(with_action(firing_costs(), "remedy")), "GPU-h/day now",
-                      instant=True, table=True, unit="none"),),
+              (Target(runbook_anchor(f"{with_action(firing_costs(), 'remedy')} or on ({RUN_BY}) {quiet_run()}"),
+                      "GPU-h/day now", instant=True, table=True, unit="none"),),
               unit="none", kind="table", w=24, h=8, decimals=1, repeat=True,
               columns=(("alertname", "alert", None), (PART, "cost of", None), ("Value", "GPU-h/day now", None),
                        ("action", "what to do", "wrap"), ("remedy", "the full remedy", "wrap")),

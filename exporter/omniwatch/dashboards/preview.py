@@ -81,8 +81,13 @@ def _legend_that_fits(ax, **kw) -> None:
     """The legend beside the plot, cut to the lines the panel holds with the rest counted ("+12 more"): a legend
     never runs past its panel."""
     handles, labels = ax.get_legend_handles_labels()
+    fs = kw.get("fontsize", 5)
+    if "bbox_to_anchor" in kw:  # beside the plot: the room the panel leaves right of it (about 0.4 x the plot)
+        room = 0.4 * ax.get_position().width * ax.figure.get_figwidth() * 72
+        chars = max(8, int(room / (0.6 * fs)))
+        labels = [lb if len(lb) <= chars else lb[: chars - 1] + "\u2026" for lb in labels]
     uniq = dict(zip(labels, handles))
-    fits = _lines_that_fit(ax, kw.get("fontsize", 5))
+    fits = _lines_that_fit(ax, fs)
     if len(uniq) > fits:
         keep = list(uniq.items())[:fits - 1]
         more = len(uniq) - len(keep)
