@@ -272,7 +272,7 @@ def why_slow_row(cfg: Config) -> Row:
               "phase share is the latest step's.",
               (Target(costliest(), "GPU-h/day now", instant=True, table=True, unit="none"),
                Target(largest_phase(), "largest phase share", instant=True, table=True, unit="percentunit")),
-              unit="none", kind="table", w=24, h=7, decimals=1, runbook=runbooks,
+              unit="none", kind="table", w=24, h=10, decimals=1, runbook=runbooks,
               columns=(("experiment", "run", None), ("alertname", "costliest firing alert", None),
                        (PART, "cost of", None), ("Value #A", "GPU-h/day now", None),
                        ("action", "what to do", "wrap"), ("severity", "severity", None),

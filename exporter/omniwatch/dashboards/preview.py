@@ -83,7 +83,8 @@ def _legend_that_fits(ax, **kw) -> None:
     handles, labels = ax.get_legend_handles_labels()
     fs = kw.get("fontsize", 5)
     if "bbox_to_anchor" in kw:  # beside the plot: the room the panel leaves right of it (about 0.4 x the plot)
-        room = 0.4 * ax.get_position().width * ax.figure.get_figwidth() * 72
+        # what the panel leaves right of the plot, less the next panel's tick labels
+        room = 0.38 * ax.get_position().width * ax.figure.get_figwidth() * 72 - 28
         chars = max(8, int(room / (0.6 * fs)))
         labels = [lb if len(lb) <= chars else lb[: chars - 1] + "\u2026" for lb in labels]
     uniq = dict(zip(labels, handles))
@@ -397,6 +398,8 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         cols = 1 if len(drawn) <= fits else 2  # more runs than lines: two columns, then the rest counted
         shown = drawn if len(drawn) <= fits * cols else drawn[:fits * cols - 1]
         width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72 / cols
+        longest = max((len(name) for _, name, _, _ in shown), default=1) + 14
+        list_fs = min(size, max(4.0, width_pt / (0.62 * longest)))  # one size for the list, every line fits
         for k, (_, name, _, ys) in enumerate(shown):
             v = ys[-1]
             text = next((txt for mv, txt, _ in p.mappings if mv == v), None) or _fmt(v, p.unit)
@@ -413,10 +416,8 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
                             fontsize=min(7.0, max(4.0, width_pt / (0.62 * max(1, len(name))))))
                 continue
             label = f"{text}   {name}"
-            # the text fits its width
-            fs = min(size, max(4.0, width_pt / (0.62 * max(1, len(label)))))
-            ax.text(col / cols, y, label, ha="left", va="top", transform=ax.transAxes, fontsize=fs, weight="bold",
-                    color=colour, clip_on=True)
+            ax.text(col / cols, y, label, ha="left", va="top", transform=ax.transAxes, fontsize=list_fs,
+                    weight="bold", color=colour, clip_on=True)
         if len(shown) < len(drawn):  # the runs that do not fit are counted, never dropped silently
             ax.text(1 - 1 / cols, 0.95 - (fits - 1) / max(1, fits), f"+{len(drawn) - len(shown)} more",
                     ha="left", va="top", transform=ax.transAxes, fontsize=size, color="grey")
@@ -558,9 +559,11 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
             mark = " (collapsed)" if pl.row.collapsed else ""
             fig.text(0.005, bottom + height / 2, pl.row.title + mark, fontsize=9, weight="bold", va="center")
             continue
-        # a time series and a state timeline keep room for their legends
-        plot_w = 0.7 if pl.panel.kind in ("timeseries", "statetimeline") else 0.92
-        ax = fig.add_axes([left + 0.03 * width, bottom + 0.18 * height, plot_w * width, 0.66 * height])
+        # a time series and a state timeline keep room for their legends; every panel for its tick labels (about
+        # 28 pt: a narrow panel's were cut at its left edge)
+        pad = max(0.03 * width, 28 / (72 * fig.get_figwidth()))
+        plot_w = (0.7 if pl.panel.kind in ("timeseries", "statetimeline") else 0.92) * width - (pad - 0.03 * width)
+        ax = fig.add_axes([left + pad, bottom + 0.18 * height, plot_w, 0.66 * height])
         title = pl.panel.title.replace("$experiment", run) if run else pl.panel.title
         subst = substituter(prom_regex_escape(run) if run else experiment)
         _draw_panel(ax, pl.panel, prom, start, end, step, subst, title)
