@@ -177,6 +177,37 @@ def test_why_slow_sits_under_now_with_the_largest_phase_beside_the_costliest_ale
                                            ({"project": "p", "experiment": "quiet", "phase": "none"}, 0)])])
 
 
+def test_why_slow_and_the_full_remedy_put_the_costliest_on_top():
+    """Item 1 (issue 32): across runs too, the costliest first: both tables sort by the GPU-h/day column, largest on
+    top, the name Grafana shows for it (sortBy matches display names); the preview orders its rows the same way."""
+    doc = load(DASHBOARDS[0])
+    for title in ("Why slow", "Remedy: $experiment"):
+        p = by_title(doc)[title]
+        assert p["options"]["sortBy"] == [{"displayName": "GPU-h/day now", "desc": True}], title
+        shown = [o["properties"] for o in p["fieldConfig"]["overrides"]
+                 if o["matcher"]["options"] in ("Value", "Value #A")]
+        assert {"id": "displayName", "value": "GPU-h/day now"} in shown[0], title
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from omniwatch.dashboards import preview
+    panel = next(p for r in DASHBOARDS[0].rows for p in r.panels if p.title == "Why slow")
+    costs = {"a-cheap": 1.0, "b-dear": 40.0, "c-mid": 7.0}
+
+    class Prom:
+        def query_data(self, expr):
+            if expr != panel.targets[0].expr:
+                return {"result": []}
+            return {"result": [{"metric": {"project": "p", "experiment": e, "alertname": "X", "action": "do"},
+                                "value": [0, str(v)]} for e, v in costs.items()]}
+    fig, ax = plt.subplots(figsize=(12, 3))
+    preview._table(ax, panel, Prom(), lambda e: e)
+    cells = ax.tables[0].get_celld()
+    runs = [cells[(r, 0)].get_text().get_text() for r in range(1, len(costs) + 1)]
+    plt.close(fig)
+    assert runs == ["b-dear", "c-mid", "a-cheap"]
+
+
 def test_one_stall_is_one_firing_alert(tmp_path):
     """Item 9: TrainingStalled firing at info, warning and critical counts once in 'alerts firing'."""
     run = 'project="p", experiment="e"'
@@ -623,6 +654,20 @@ def test_previews_draw_grafana_colours_gaps_and_the_first_screen():
     assert rows == list(preview.FIRST_SCREEN) and min(pl.y for pl, _ in placed) == 0
     titles = {pl.panel.title for pl, _ in placed if pl.panel is not None}
     assert {"Why slow", "Runs", "Time since last step (typical steps)"} <= titles and "Remedy: $experiment" not in titles
+    # a stack without fixed colours: one colour per series (fill_between(color=None) drew every one blue)
+    import matplotlib.pyplot as plt
+    lanes = next(d for d in DASHBOARDS if d.uid == "omniwatch-worker-lanes")
+    fleet = next(p for r in lanes.rows for p in r.panels if p.stack and not p.fixed_colors)
+
+    class Prom:
+        def query_range_data(self, expr, start, end, step):
+            return {"result": [{"metric": {"experiment": "e", "fleet": f, "bucket": "idle"},
+                                "values": [[t, "1"] for t in range(0, 60, 5)]} for f in ("actor", "rollout", "reward")]}
+    fig, ax = plt.subplots()
+    preview._draw_panel(ax, fleet, Prom(), 0, 55, 5, lambda e: e, fleet.title)
+    colours = {tuple(c.get_facecolor()[0]) for c in ax.collections}
+    plt.close(fig)
+    assert len(colours) == 3
 
 
 def test_the_panel_defects_of_issue_32_are_gone_from_the_generated_json():

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from grafana_foundation_sdk.builders import bargauge, heatmap, stat, statetimeline, table, timeseries, xychart
 from grafana_foundation_sdk.builders.common import (
     GraphThresholdsStyleConfig, HeatmapCalculationBucketConfig, HeatmapCalculationOptions, ReduceDataOptions,
-    ScaleDistributionConfig, StackingConfig, VizLegendOptions, VizTooltipOptions)
+    ScaleDistributionConfig, StackingConfig, TableSortByFieldState, VizLegendOptions, VizTooltipOptions)
 from grafana_foundation_sdk.builders.dashboard import (
     CustomVariable, Dashboard as SdkDashboard, DashboardLink, DatasourceVariable, QueryVariable, Row as SdkRow, ThresholdsConfig)
 from grafana_foundation_sdk.builders.prometheus import Dataquery
@@ -356,6 +356,8 @@ def _table(p: s.Panel, pid: int, uid: str, config: Config):
     """Instant table-format queries, one row per run (or per label set): merge joins them on their labels;
     each value column is named by its target's legend and coloured by its thresholds."""
     b = table.Panel().show_header(True)
+    if p.sort_desc:
+        b = b.sort_by([TableSortByFieldState().display_name(p.sort_desc).desc(True)])
     b = _common(b, p, pid, uid, config)
     labels = [n.L_PROJECT, n.L_EXPERIMENT]
     order = {name: i for i, name in enumerate(labels)}

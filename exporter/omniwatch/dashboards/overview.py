@@ -260,10 +260,10 @@ def why_slow_row(cfg: Config) -> Row:
                 n.ALERT_OUTSIDE_STEP, n.ALERT_STALLED)
     return Row("Why slow", (
         Panel("Why slow",
-              f"One row per run: the firing alert that costs most GPU time now (GPU-hours per day at the current rate: "
-              "reward on the critical path, idle between phases, outside the step timer, the part of the step that "
-              "grew over the run's anchored reference, or every GPU of a run stalled past its warning; ties broken by "
-              "severity), the "
+              f"One row per run, the costliest on top: the firing alert that costs most GPU time now (GPU-hours per "
+              "day at the current rate: reward on the critical path, idle between phases, outside the step timer, the "
+              "part of the step that grew over the run's anchored reference, or every GPU of a run stalled past its "
+              "warning; ties broken by severity), the "
               "part of the step it is the cost of, and its one-line fix for this run's layout and trainer config "
               "(omniwatch_run_remedy -> omniwatch_remedy_info). Alert, part and cost come from one series. A run with "
               "nothing firing shows the part of its step that grew over its reference (the median of its first "
@@ -277,7 +277,7 @@ def why_slow_row(cfg: Config) -> Row:
                        (PART, "cost of", None), ("Value #A", "GPU-h/day now", None),
                        ("action", "what to do", "wrap"), ("severity", "severity", None),
                        (n.L_PHASE, "largest phase", None), ("Value #B", "its share", None)),
-              hide_columns=("project", "variant", ANCHOR, *CASE),
+              hide_columns=("project", "variant", ANCHOR, *CASE), sort_desc="GPU-h/day now",
               row_links=((f"Runbook: ${{__data.fields.alertname}}", f"{cfg.runbook_base}#${{__data.fields.{ANCHOR}}}"),)),
     ))
 
@@ -294,7 +294,7 @@ def remedy_row(cfg: Config) -> Row:
               unit="none", kind="table", w=24, h=8, decimals=1, repeat=True,
               columns=(("alertname", "alert", None), (PART, "cost of", None), ("Value", "GPU-h/day now", None),
                        ("action", "what to do", "wrap"), ("remedy", "the full remedy", "wrap")),
-              hide_columns=("project", "experiment", "variant", ANCHOR, "severity", *CASE),
+              hide_columns=("project", "experiment", "variant", ANCHOR, "severity", *CASE), sort_desc="GPU-h/day now",
               row_links=((f"Runbook: ${{__data.fields.alertname}}", f"{cfg.runbook_base}#${{__data.fields.{ANCHOR}}}"),)),
     ), collapsed=True)
 

@@ -333,6 +333,9 @@ class Panel:
     columns: tuple[tuple[str, str, "str | None"], ...] = ()
     hide_columns: tuple[str, ...] = ()
     row_links: tuple[tuple[str, str], ...] = ()
+    # Tables: the target (by its legend) whose value orders the rows, largest first ("Why slow": the costliest
+    # run on top); None: Grafana's order
+    sort_desc: str | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

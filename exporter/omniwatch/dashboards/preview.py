@@ -218,6 +218,9 @@ def _table(ax, p: s.Panel, prom: PromAPI, subst) -> None:
     chars = [max(6, int(230 * w / total_w)) for w in widths]  # characters per column at the preview's width
     cells, colours, heights = [], [], []
     rows.sort(key=lambda r: tuple(str(r.get(c, "")) for kind, c in cols if kind == "label"))
+    by = [i for i, t in enumerate(p.targets) if p.sort_desc and t.legend == p.sort_desc]
+    if by:  # Grafana's sortBy: that value column, largest first (a stable sort keeps the label order of ties)
+        rows.sort(key=lambda r: -r.get(("value", by[0]), float("-inf")))
     for r in rows:
         row, cc, lines = [], [], 1
         for (kind, c), limit in zip(cols, chars):
@@ -289,8 +292,18 @@ def _statetimeline(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> No
     if not names:
         _no_data(ax)
         return
-    ax.set_yticks(range(len(names)), names, fontsize=5)
-    ax.set_xlim(start - end, 0)
+    # the lane names in a column of their own inside the panel, as Grafana draws them (tick labels left of the
+    # plot ran off a panel at the page's left edge: "out rank 3")
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    room = min(0.4, 0.62 * 5 * (max(len(nm) for nm in names) + 2) / max(1.0, width_pt))
+    left = (start - end) - room / (1 - room) * (end - start)
+    ax.set_yticks(range(len(names)), [""] * len(names))
+    ax.tick_params(axis="y", length=0)
+    for k, nm in enumerate(names):
+        ax.text(left, k, " " + nm, ha="left", va="center", fontsize=5, clip_on=True)
+    ax.axvline(start - end, color="#cccccc", lw=0.5)
+    ax.set_xlim(left, 0)
+    ax.set_xticks([t for t in ax.get_xticks() if start - end <= t <= 0])  # no time ticks under the names
     ax.set_xlabel("seconds before now", fontsize=6)
     # the legend names the states drawn (not every mapping), beside the lanes, never over them
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour_of[v]) for v in text_of if v in seen]
@@ -432,11 +445,16 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
     gap = 2.5 * step
     if p.stack:
         base = {}
-        for t, name, xs, ys in drawn:
+        cycle = [c["color"] for c in matplotlib.rcParams["axes.prop_cycle"]]
+        for k, (t, name, xs, ys) in enumerate(drawn):
+            # one colour per series, the next of the cycle unless fixed (fill_between(color=None) does not cycle:
+            # every unfixed stack was drawn in one blue)
+            colour, label = _fixed(p, name) or cycle[k % len(cycle)], name
             for sx, sy in _segments(xs, ys, gap):  # each stretch where the series has values: no bridged gaps
                 lo = [base.get(x, 0.0) for x in sx]
                 hi = [a + b for a, b in zip(lo, sy)]
-                ax.fill_between(sx, lo, hi, alpha=0.5, label=name, step="post", color=_fixed(p, name))
+                ax.fill_between(sx, lo, hi, alpha=0.5, label=label, step="post", color=colour)
+                label = None  # one legend entry per series, however many stretches it has
                 base.update(zip(sx, hi))
     else:
         for t, name, xs, ys in drawn:
