@@ -281,13 +281,15 @@ class LiveStack:
 RENDER = """
 import sys
 from pathlib import Path
-from omniwatch.dashboards.preview import render_all, render_first_screens
+from omniwatch.dashboards.preview import QUERY_ERRORS, render_all, render_first_screens
 from tests.dashboards_live_support import FIRST_SCREENS
 url, out, minutes = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
 for p in render_first_screens(url, out, FIRST_SCREENS, minutes=minutes):
     print(p, flush=True)
 for p in render_all(url, out, minutes=minutes):
     print(p, flush=True)
+print(f"query errors drawn: {len(QUERY_ERRORS)}", *QUERY_ERRORS, sep=chr(10), flush=True)
+sys.exit(1 if QUERY_ERRORS else 0)
 """
 
 

@@ -349,7 +349,8 @@ def _xychart(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> bool:
     ax.set_xlabel("training step", fontsize=6)
     if p.log_scale:
         ax.set_yscale("log")
-    _legend_that_fits(ax, fontsize=5, loc="upper left", framealpha=0.6)
+    # beside the plot, as the time series have it (inside, it hid the curves of a panel with 14 phases)
+    _legend_that_fits(ax, fontsize=5, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0, framealpha=0.9)
     return True
 
 
@@ -371,6 +372,14 @@ def _heatmap(ax, p: s.Panel, prom: PromAPI, subst, start, end, step) -> None:
     ax.set_xlabel("seconds before now", fontsize=6)
 
 
+QUERY_ERRORS: list[str] = []  # every "query error" drawn since the process started (the renderer prints them)
+
+
+def _query_error(ax, title: str, e: Exception) -> None:
+    QUERY_ERRORS.append(f"{title}: {e}")
+    ax.text(0.5, 0.5, f"query error: {e}"[:80], ha="center", va="center", fontsize=6, transform=ax.transAxes)
+
+
 def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: float, subst, title: str) -> None:
     ax.set_title(title, fontsize=8, loc="left")
     ax.tick_params(labelsize=6)
@@ -386,7 +395,7 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         if p.kind == "heatmap":
             return _heatmap(ax, p, prom, subst, start, end, step)
     except Exception as e:  # noqa: BLE001 - a failing query shows in the picture, it does not stop it
-        ax.text(0.5, 0.5, f"query error: {e}"[:80], ha="center", va="center", fontsize=6, transform=ax.transAxes)
+        _query_error(ax, title, e)
         return None
     drawn = []
     for t in p.targets:
@@ -399,7 +408,7 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
             for labels, xs, ys in series:
                 drawn.append((t, _legend(t.legend, labels), [x - end for x in xs], ys))
         except Exception as e:  # noqa: BLE001
-            ax.text(0.5, 0.5, f"query error: {e}"[:80], ha="center", va="center", fontsize=6, transform=ax.transAxes)
+            _query_error(ax, title, e)
     if not drawn:
         _no_data(ax)
         return None
@@ -462,6 +471,8 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
             for sx, sy in _segments(xs, ys, gap):
                 line, = ax.plot(sx, sy, lw=1, ls="--" if t.dashed else "-", label=name, color=colour)
                 colour = line.get_color()  # every stretch of one series in one colour
+    # the dashboard's time range, as Grafana draws it (a series that stopped, a stalled run's, filled the panel)
+    ax.set_xlim(start - end, 0)
     ax.set_xlabel("seconds before now", fontsize=6)
     if p.log_scale:
         ax.set_yscale("log")
@@ -483,6 +494,13 @@ def _unit_axis(ax, unit: str) -> None:
         from matplotlib.ticker import FuncFormatter
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _fmt(v, unit)))
     ax.tick_params(labelsize=6)
+
+
+def _tick_chars(unit: str) -> int:
+    """About how many characters a y tick label of ``unit`` has (``_fmt``'s widest)."""
+    if unit.startswith("suffix:"):
+        return 6 + len(unit) - len("suffix:")
+    return {"s": 8, "bytes": 9, "percentunit": 6}.get(unit, 6)
 
 
 def _fixed(p: s.Panel, name: str) -> str | None:
@@ -577,9 +595,9 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
             mark = " (collapsed)" if pl.row.collapsed else ""
             fig.text(0.005, bottom + height / 2, pl.row.title + mark, fontsize=9, weight="bold", va="center")
             continue
-        # a time series and a state timeline keep room for their legends; every panel for its tick labels (about
-        # 28 pt: a narrow panel's were cut at its left edge)
-        pad = max(0.03 * width, 28 / (72 * fig.get_figwidth()))
+        # a time series and a state timeline keep room for their legends; every panel for its tick labels, as
+        # long as its unit makes them ("0.0 GPU-h/day" was cut to "-h/day" at the page's left edge)
+        pad = max(0.03 * width, (6 + 3.3 * _tick_chars(pl.panel.unit)) / (72 * fig.get_figwidth()))
         plot_w = (0.7 if pl.panel.kind in ("timeseries", "statetimeline") else 0.92) * width - (pad - 0.03 * width)
         ax = fig.add_axes([left + pad, bottom + 0.18 * height, plot_w, 0.66 * height])
         title = pl.panel.title.replace("$experiment", run) if run else pl.panel.title
