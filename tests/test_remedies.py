@@ -246,7 +246,7 @@ def test_the_reward_pool_advice_states_the_break_even_and_the_example_settings()
 import itertools  # noqa: E402
 
 from omniwatch import trainer_config as tc  # noqa: E402
-from omniwatch.alerting.prose import ACTION_MAX, Remedy, key_of, setting_series  # noqa: E402
+from omniwatch.alerting.prose import ACTION_MAX, CONFIG_READ, Remedy, setting_series  # noqa: E402
 
 CONFIGS = {name: tc.read_file(str(fixture(f"trainer_config/{name}.pprint.log")))
            for name in ("finished_on_cadence", "mfu_sp4", "reward_server", "v1_sync_reward_pool", "v1_separate_async",
@@ -259,13 +259,14 @@ MODES = [{"trainer": t, "reward": r, "async_mode": a} for t in ("legacy", "v1", 
 CASES = [{}] + [{"cause": c} for c in (*remedies.STEP_CAUSES, "x")] + [
     {"role": "rollout"}, {"role": "reward"}, {"role": "rollout", "engine": "serial"}, {"mode": "bypass"},
     {"mode": "decoupled"}, {"role": "actor"}]
-NONE = {key_of(n.TRAINER_CONFIG_INFO, 'source="none"'): 1}
+NONE = setting_series(None)  # the info series the exporter writes for a run without a config
 EXTRAS = [{}, {n.REWARD_POOL_BREAK_EVEN: 3.0}, {n.REWARD_POOL_BREAK_EVEN: 0.0}, {n.MFU_DEVICE_PEAK: 989.0}]
 
 
 def ctx_for(cfg, modes=None, extra=None, **labels) -> Ctx:
     return Ctx({"project": "p", "experiment": "e", **labels}, 1.0,
-               {**(setting_series(cfg.settings) if cfg is not None else NONE), **(extra or {})}, modes)
+               {**(setting_series(cfg.settings, cfg.info_labels()) if cfg is not None else NONE), **(extra or {})},
+               modes)
 
 
 def _cases(alert: str) -> list[dict]:
@@ -353,8 +354,9 @@ def _r(alert: str, cfg, modes=None, severity=None, extra=None, action=False, **l
 
 
 def _with(name: str, **settings):
+    import dataclasses
     c = CONFIGS[name]
-    return tc.TrainerConfig(c.project, c.experiment, c.source, settings={**c.settings, **settings})
+    return dataclasses.replace(c, settings={**c.settings, **settings})
 
 
 LEGACY_COLOCATED = {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}
@@ -490,3 +492,180 @@ def test_legacy_idle_places_flowgrpos_untimed_work_where_the_trainer_runs_it():
     sep = _r(n.ALERT_IDLE, CONFIGS["v1_separate_async"], {"trainer": "v1", "reward": "streamed",
                                                           "async_mode": "separate_async"})
     assert "parameter_sync_step` (now 4)" in sep
+
+
+def _without(name: str, *drop: str, **settings):
+    import dataclasses
+    c = CONFIGS[name]
+    kept = {k: v for k, v in c.settings.items() if k not in drop}
+    return dataclasses.replace(c, settings={**kept, **settings})
+
+
+def test_reward_bound_default_branches_a_config_that_states_no_reward_setting():
+    """Issue 32 item 3, the branches left: a config read that states neither reward setting falls back to the
+    layout's text (no config sharpening named, since a config was read); the actions per branch."""
+    bare = _without("finished_on_cadence", "reward_model", "reward_pool")
+    text = _r(n.ALERT_REWARD_BOUND, bare, LEGACY_COLOCATED)
+    assert "enable_resource_pool=True" in text and "would say" not in text
+    assert "would say" in _r(n.ALERT_REWARD_BOUND, None, LEGACY_COLOCATED)
+    assert _r(n.ALERT_REWARD_BOUND, bare, STREAMED, action=True).startswith("Scale what scores while generating")
+    assert _r(n.ALERT_REWARD_BOUND, None, {"trainer": "unknown", "reward": "unknown", "async_mode": "sync"},
+              action=True).startswith("Colocated reward model? ")
+    assert _r(n.ALERT_REWARD_BOUND, CONFIGS["v1_sync_reward_pool"], STREAMED, action=True) == \
+        "Grow the reward pool: raise `reward.reward_model.n_gpus_per_node` (now 1)"
+    assert _r(n.ALERT_REWARD_BOUND, CONFIGS["reward_server"], STREAMED, action=True).startswith(
+        "Speed up the reward function")
+
+
+def test_offload_branches_left_veomni_optimizer_only_and_a_config_without_offload_settings():
+    veo_opt = _r(n.ALERT_STEP_REGRESSION, _with("veomni_offload", param_offload=False), cause="actor")
+    assert "its optimizer is: `actor_rollout_ref.actor.veomni_config.optimizer_offload=False`" in veo_opt
+    assert "param_offload=False" not in veo_opt and "fsdp_config.optimizer_offload" not in veo_opt
+    # a config read that states no offload: both keys of its engine, not the "nothing is offloaded" branch
+    bare = _r(n.ALERT_STEP_REGRESSION, _without("veomni_offload", "param_offload", "optimizer_offload"), cause="actor")
+    assert "offload: `actor_rollout_ref.actor.veomni_config.param_offload=False`" in bare
+    assert "nothing is offloaded" not in bare and "No trainer config was read" not in bare
+    # SP 1 is named as the next lever only where the run has another SP
+    assert "Ulysses SP 1" not in _r(n.ALERT_STEP_REGRESSION, CONFIGS["v1_sync_reward_pool"], cause="actor")
+
+
+@pytest.mark.parametrize("alert,prefix", [(n.ALERT_STEP_REGRESSION, ""), (n.ALERT_MFU_LOW, "Check the device peak, then ")])
+def test_the_actor_actions_per_config_branch(alert, prefix):
+    """Every branch of the one-line actor action (StepTimeRegression cause=actor and MFUImplausiblyLow): the offload
+    the run has on (parameters first, VeOmni's key for a VeOmni run), the micro batch when nothing is, a config
+    without offload settings, no config."""
+    act = lambda cfg: _r(alert, cfg, cause="actor", action=True)  # noqa: E731
+    assert act(CONFIGS["veomni_offload"]).startswith(f"{prefix}`actor_rollout_ref.actor.veomni_config.param_offload"
+                                                     "=False` (now True)")
+    assert act(CONFIGS["reward_server"]).startswith(f"{prefix}`actor_rollout_ref.actor.fsdp_config.param_offload"
+                                                    "=False` (now True)")
+    assert act(_with("veomni_offload", param_offload=False)) == \
+        f"{prefix}`actor_rollout_ref.actor.veomni_config.optimizer_offload=False` (now True)"
+    assert act(_with("reward_server", param_offload=False)) == \
+        f"{prefix}`actor_rollout_ref.actor.fsdp_config.optimizer_offload=False` (now True)"
+    assert "`actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu` (now 8) if memory allows" in \
+        act(CONFIGS["v1_sync_reward_pool"])
+    bare = act(_without("reward_server", "param_offload", "optimizer_offload"))
+    assert "ppo_micro_batch_size_per_gpu`" in bare and "(now" not in bare and "offload" not in bare
+    assert "`actor_rollout_ref.actor.fsdp_config.param_offload=False`" in act(None) and "(now" not in act(None)
+
+
+def test_mfu_low_names_the_micro_batch_value_only_with_nothing_offloaded():
+    """With nothing offloaded the offload clause itself names the micro batch and its value (once); with an offload
+    on, the micro batch follows the offload to turn off, with the run's value."""
+    micro = "`actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu`"
+    nothing = _r(n.ALERT_MFU_LOW, CONFIGS["v1_sync_reward_pool"])
+    assert nothing.count(micro) == 1 and f"{micro} (now 8) amortises" in nothing
+    offloaded = _r(n.ALERT_MFU_LOW, CONFIGS["reward_server"])
+    assert f" and a larger {micro} (now 16)." in offloaded
+    assert "fsdp_config.param_offload=False` (this run offloads its parameters)" in offloaded
+    assert f" and a larger {micro}." in _r(n.ALERT_MFU_LOW, None)
+
+
+def test_layered_summon_without_a_config_is_conditional_on_lora():
+    unknown = _r(n.ALERT_STEP_REGRESSION, None, cause="actor")
+    assert "for a LoRA run with both on keep `actor_rollout_ref.rollout.layered_summon=True`" in unknown
+    assert "LoRA or not is unknown" in unknown
+
+
+def test_weight_sync_action_per_sync_path():
+    naive = _r(n.ALERT_STEP_REGRESSION, CONFIGS["finished_on_cadence"], cause="weight_sync", action=True)
+    assert naive == "Colocated sync: check `actor_rollout_ref.rollout.layered_summon` (now true) and GPU memory"
+    assert _r(n.ALERT_STEP_REGRESSION, CONFIGS["v1_separate_async"], cause="weight_sync", action=True) == (
+        "Raise `actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes` (now 2048) if memory allows")
+    assert _r(n.ALERT_STEP_REGRESSION, None, cause="weight_sync", action=True) == (
+        "Check the sync path: `actor_rollout_ref.rollout.checkpoint_engine.backend` and its bucket size")
+
+
+@pytest.mark.parametrize("severity", ["warning", "critical"])
+def test_transferqueue_backlog_bounds_rollout_by_the_runs_off_policy_strategy(severity):
+    """H13 (OMNI diffusion_trainer.yaml: max_off_policy_strategy drop | wait): a separate_async run that already drops
+    stale trajectories is not told to drop them; one that waits is told drop with its value; no config: drop."""
+    drop = _r(n.ALERT_TQ_BACKLOG, CONFIGS["v1_separate_async"], SEPARATE_ASYNC, severity=severity)
+    assert "whose stale trajectories this run already drops" in drop and "max_off_policy_strategy=drop" not in drop
+    assert "num_warmup_batches` (now 1)" in drop and "max_off_policy_threshold` (now 8)" in drop
+    wait = _r(n.ALERT_TQ_BACKLOG, _with("v1_separate_async", off_policy_strategy="wait"), SEPARATE_ASYNC,
+              severity=severity)
+    assert "with `trainer.v1.sampler.max_off_policy_strategy=drop` (now wait)" in wait
+    for cfg in (None, _without("v1_separate_async", "off_policy_strategy")):
+        text = _r(n.ALERT_TQ_BACKLOG, cfg, SEPARATE_ASYNC, severity=severity)
+        assert "with `trainer.v1.sampler.max_off_policy_strategy=drop`)" in text and "(now" not in text.split(
+            "max_off_policy_strategy")[1][:12]
+
+
+def _setting_switches():
+    """Every SettingSwitch in every alert's remedy (text and action), with the alerts that carry it."""
+    import dataclasses
+
+    from omniwatch.alerting.prose import Prose, SettingSwitch
+
+    def walk(x):
+        if isinstance(x, SettingSwitch):
+            yield x
+        if isinstance(x, Prose):
+            for p in x.parts:
+                yield from walk(p)
+            if isinstance(x, Remedy):
+                yield from walk(x.action)
+        elif dataclasses.is_dataclass(x):
+            for f in dataclasses.fields(x):
+                yield from walk(getattr(x, f.name))
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                yield from walk(y)
+    found: dict = {}
+    for a in spec.alerts(DEFAULT):
+        if a.remedy is not None:
+            for node in walk(a.remedy):
+                found.setdefault(node, a.name)
+    return found
+
+
+def test_every_config_branch_of_every_remedy_is_reachable_and_says_something_of_its_own():
+    """Issue 32 item 3: each config branch (SettingSwitch case) of each remedy is chosen by a config stating its
+    settings (no earlier case shadows it) and words the remedy differently from the branch a config without those
+    settings gets; the tests above assert what each one says."""
+    switches = _setting_switches()
+    assert len(switches) >= 20
+
+    def typed(conds):
+        return {s: (v == "true") if v in ("true", "false") else (int(v) if v.isdigit() else v) for s, v in conds}
+    # the settings around a branch: none, each fixture config's, and each case's conditions of any switch (a branch
+    # that leaves out a nested clause differs from its default only where that clause's own settings hold)
+    bases = [{}] + [dict(c.settings) for c in CONFIGS.values()] + [typed(c) for nd in switches for c, _ in nd.cases]
+    layouts = [m for m in MODES if m is None or m["async_mode"] == "sync"] + [SEPARATE_ASYNC]
+    labels = {"project": "p", "experiment": "e"}
+    branches = 0
+    for node, alert in switches.items():
+        for conds, prose in node.cases:
+            own = typed(conds)
+            ctx = Ctx(labels, 1.0, setting_series(own), None)
+            assert node.expect(ctx) == prose.expect(ctx), (alert, conds, "shadowed by an earlier case")
+            assert any(prose.expect(Ctx(labels, 1.0, setting_series({**b, **own}), m))
+                       != node.default.expect(Ctx(labels, 1.0, setting_series({k: v for k, v in b.items()
+                                                                                if k not in own}), m))
+                       for b in bases for m in layouts), (alert, conds, "says what the default says")
+            branches += 1
+    assert branches >= 40
+
+
+def test_the_served_remedy_reads_the_config_info_as_prometheus_does():
+    """The exporter's remedy texts (remedy_info, for the dashboards) and the report's verdict render a remedy with the
+    run's omniwatch_trainer_config_info labels, as the alert annotation does in Prometheus: a VeOmni run is named
+    VeOmni's Ulysses key (it was named FSDP's: the Ctx carried no engine), and a run without a config gets the
+    LoRA-conditional layered_summon advice (info lora="unknown")."""
+    from omniwatch import remedy_info
+    from omniwatch.report.verdict import remedy as verdict_remedy
+    veo = _with("_generated_diffusion_veomni_trainer", sp=2, micro_batch=4)
+    assert veo.engine == "veomni" and veo.info_labels()["engine"] == "veomni"
+    served = {ident[:3]: text for ident, _, _, text in remedy_info.rows(
+        (("legacy", "colocated", "sync"), (tuple(sorted(veo.settings.items())), tuple(veo.info_labels().items())),
+         None))}
+    actor = served[(n.ALERT_STEP_REGRESSION, "warning", "actor")]
+    assert "`actor_rollout_ref.actor.veomni_config.ulysses_parallel_size`, now 2" in actor, actor
+    assert "fsdp_config.ulysses" not in actor
+    assert "veomni_config.ulysses_parallel_size" in verdict_remedy(
+        n.ALERT_STEP_REGRESSION, {"cause": "actor"}, LEGACY_COLOCATED, trainer_config=tc.describe(veo))
+    none = {ident[:3]: text for ident, _, _, text in remedy_info.rows((("legacy", "colocated", "sync"), None, None))}
+    assert "LoRA or not is unknown" in none[(n.ALERT_STEP_REGRESSION, "warning", "actor")]
+    assert "LoRA or not is unknown" in verdict_remedy(n.ALERT_STEP_REGRESSION, {"cause": "actor"}, LEGACY_COLOCATED)

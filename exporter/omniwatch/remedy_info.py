@@ -41,7 +41,7 @@ def break_even(share: float | None, gpus: int | None) -> int | None:
 def _run_ctx_key(run) -> tuple:
     modes = tuple(run.modes.get(k, "unknown") for k in LAYOUT)
     cfg = run.config
-    settings = None if cfg is None else tuple(sorted(cfg.settings.items()))
+    settings = None if cfg is None else (tuple(sorted(cfg.settings.items())), tuple(cfg.info_labels().items()))
     return modes, settings, run_break_even(run)
 
 
@@ -73,11 +73,12 @@ def rows(key: tuple) -> tuple[tuple[tuple[str, ...], str, str, str], ...]:
     run input (layout, config settings, break-even): one row per alert, severity and label case."""
     from . import names as n
     from .alerting import remedies as rem
-    from .alerting.prose import Ctx, key_of, setting_series
+    from .alerting.prose import Ctx, setting_series
     modes_t, settings, be = key
     modes = {k: v for k, v in zip(LAYOUT, modes_t) if v != "unknown"} or None
-    series = setting_series(dict(settings)) if settings is not None else {
-        key_of(n.TRAINER_CONFIG_INFO, 'source="none"'): 1.0}
+    # the config's settings and its info series as the exporter writes them (a VeOmni run's keys, LoRA unknown
+    # without a config), so that the served text is the annotation Prometheus renders
+    series = setting_series(dict(settings[0]), dict(settings[1])) if settings is not None else setting_series(None)
     if be is not None:
         series[n.REWARD_POOL_BREAK_EVEN] = float(be)
     out, seen = [], set()

@@ -99,6 +99,10 @@ class TrainerConfig:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def info_labels(self) -> dict[str, str]:
+        """omniwatch_trainer_config_info's labels for this config (the exporter's series and the remedies' Ctx)."""
+        return info_labels(asdict(self))
+
     @classmethod
     def from_json(cls, d: dict) -> "TrainerConfig":
         names = cls.__dataclass_fields__
@@ -591,6 +595,12 @@ def owned() -> tuple[str, ...]:
             n.TRAINER_CONFIG_GPUS, n.TRAINER_CONFIG_SETTING)
 
 
+def info_labels(d: dict) -> dict[str, str]:
+    """omniwatch_trainer_config_info's labels from a config's fields (``TrainerConfig.to_json`` / ``describe``)."""
+    return {"source": str(d.get("source") or "unknown"), **{k: _word(d.get(k)) for k in
+                                                            ("engine", "trainer", "async_mode", "lora")}}
+
+
 def _word(v) -> str:
     if v is None:
         return "unknown"
@@ -622,8 +632,7 @@ class ConfigCollector:
                 if c is None:
                     fams[n.TRAINER_CONFIG_INFO].add_metric(rl + ["none"] + ["unknown"] * 4, 1)
                     continue
-                fams[n.TRAINER_CONFIG_INFO].add_metric(
-                    rl + [c.source, _word(c.engine), _word(c.trainer), _word(c.async_mode), _word(c.lora)], 1)
+                fams[n.TRAINER_CONFIG_INFO].add_metric(rl + list(c.info_labels().values()), 1)
                 if c.total_steps is not None:
                     fams[n.TRAINER_CONFIG_TOTAL_STEPS].add_metric(rl, c.total_steps)
                 for kind, v in (("checkpoint", c.save_freq), ("validation", c.test_freq)):

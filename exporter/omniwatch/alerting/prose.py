@@ -318,11 +318,36 @@ def _setting_key(setting: str, value: str | None = None) -> str:
     return key_of(names.TRAINER_CONFIG_SETTING, m)
 
 
-def setting_series(settings: Mapping[str, object] | None) -> dict:
-    """``Ctx.series`` entries for a run's trainer-config settings (None: no config read)."""
+INFO_LABELS = ("source", "engine", "trainer", "async_mode", "lora")  # omniwatch_trainer_config_info's own labels
+NO_CONFIG_INFO = {"source": "none", "engine": "unknown", "trainer": "unknown", "async_mode": "unknown",
+                  "lora": "unknown"}  # what the exporter says of a run without a trainer config
+
+
+def info_series(info: Mapping[str, str]) -> dict:
+    """``Ctx.series`` entries for omniwatch_trainer_config_info as the exporter writes it (``info``: its labels,
+    trainer_config.TrainerConfig.info_labels): a remedy part that queries it with one fixed label
+    (``remedies._config("engine", "veomni", ...)``) renders as Prometheus renders it."""
+    return {key_of(names.TRAINER_CONFIG_INFO, f'{k}="{v}"'): 1.0 for k, v in info.items()}
+
+
+def _derived_info(settings: Mapping[str, object]) -> dict[str, str]:
+    """The info labels the settings imply (engine; LoRA by its rank), where no info labels were passed."""
+    out = {}
+    if isinstance(settings.get("engine"), str):
+        out["engine"] = str(settings["engine"])
+    rank = settings.get("lora_rank")
+    if isinstance(rank, (int, float)) and not isinstance(rank, bool):
+        out["lora"] = "true" if rank > 0 else "false"
+    return out
+
+
+def setting_series(settings: Mapping[str, object] | None, info: Mapping[str, str] | None = None) -> dict:
+    """``Ctx.series`` entries for a run's trainer-config settings and its config info series (None: no config read:
+    the info series the exporter writes then, source="none" and every fact unknown). ``info``: the run's
+    omniwatch_trainer_config_info labels; without it, what the settings imply."""
     if settings is None:
-        return {}
-    out: dict = {CONFIG_READ: 1.0}
+        return info_series(NO_CONFIG_INFO)
+    out: dict = {CONFIG_READ: 1.0, **info_series(info if info is not None else _derived_info(settings))}
     for name, v in settings.items():
         word = ("true" if v else "false") if isinstance(v, bool) else str(v)
         out[_setting_key(name)] = 1.0 if isinstance(v, str) else float(v)

@@ -152,12 +152,13 @@ def _spec(alertname: str, labels: dict[str, str], cfg: Config, severity: str | N
 
 def _ctx(labels: dict[str, str], modes: dict[str, str] | None, series: dict[str, float] | None,
          trainer_config: dict | None) -> Ctx:
-    from ..alerting.prose import key_of, setting_series
+    from ..alerting.prose import setting_series
+    from ..trainer_config import info_labels
     extra = dict(series or {})
     if trainer_config is not None:
-        extra.update(setting_series(trainer_config.get("settings") or {}))
+        extra.update(setting_series(trainer_config.get("settings") or {}, info_labels(trainer_config)))
     else:
-        extra[key_of(names.TRAINER_CONFIG_INFO, 'source="none"')] = 1.0
+        extra.update(setting_series(None))
     return Ctx(labels, None, extra, modes if modes else None)
 
 
