@@ -456,7 +456,8 @@ def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
 
     from omniwatch.alerting import config
 
-    tuned = {"inter_stage_idle": {"ratio": 0.37}, "gpu_memory": {"ratio": 0.81}, "window": {"k": 4}}
+    tuned = {"inter_stage_idle": {"ratio": 0.37}, "gpu_memory": {"ratio": 0.81}, "window": {"k": 4},
+             "selectors": {"job": "tuned-exporter"}}
     (tmp_path / "tuned.yml").write_text(yaml.safe_dump(tuned))
     out = tmp_path / "dash"
     r = subprocess.run([sys.executable, "-m", "omniwatch", "dashboards", "generate", "--out", str(out),
@@ -476,6 +477,10 @@ def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
                                                                            by_title(gpus)[t] else [])))
     window = next(v for v in bott["templating"]["list"] if v["name"] == spec.V_WINDOW)
     assert window["current"]["value"] == "4"
+    # issue 32 item 5, through the CLI: the config's job in every query that names one, the default's in none
+    texts = {f.name: f.read_text() for f in out.glob("omniwatch-*.json")}
+    assert not [n for n, t in texts.items() if f'job=\\"{config.DEFAULT.selectors.job}\\"' in t]
+    assert [n for n, t in texts.items() if 'job=\\"tuned-exporter\\"' in t]
     default = by_title(load(DASHBOARDS[1]))
     assert config.DEFAULT.inter_stage_idle.ratio in [
         s["value"] for s in default["Inter-stage idle ratio (window min)"]["fieldConfig"]["defaults"]["thresholds"]["steps"]]
