@@ -311,15 +311,10 @@ def _same(value: str, have) -> bool:
     return str(have) == value
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_no_remedy_proposes_a_setting_the_runs_config_already_has(name):
-    """Issue 32 'Done when': with the trainer config read, no remedy (text or action, any layout and alert label)
-    proposes `key=value` where the config already says value — the profile recipe aside (a separate 2-step run's
+def _already_had(cfg, raw: dict) -> set:
+    """(alert, key, value) of every `key=value` a remedy (text or action, any layout and alert label this config can
+    produce) proposes where the config already says value — the profile recipe aside (a separate 2-step run's
     overrides, appended to the launch command whatever the run has)."""
-    cfg = CONFIGS[name]
-    path = (fixture(f"trainer_config/{name}.pprint.log") if not name.startswith("_")
-            else fixture(f"verl_omni/generated/{name}.yaml"))
-    raw = (tc.parse_yaml_text(path.read_text()) if path.suffix == ".yaml" else tc.parse_pprint_text(path.read_text()))
     recipes = {remedies.profile_line(t).strip("`") for t in remedies.PROFILE_TARGETS}
     # the layouts and alert labels this config can produce (the rest cannot fire for it: a bypass-mode label needs
     # bypass_mode on; V1 / separate_async need the trainer the config names)
@@ -344,7 +339,41 @@ def test_no_remedy_proposes_a_setting_the_runs_config_already_has(name):
                         have = _config_value(raw, key_path.lstrip("+'"))
                         if have is not tc._MISSING and not value.startswith("<") and _same(value, have):
                             bad.add((a.name, key_path, value))
-    assert not bad, sorted(bad)
+    return bad
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_no_remedy_proposes_a_setting_the_runs_config_already_has(name):
+    """Issue 32 'Done when': with the trainer config read, no remedy (text or action, any layout and alert label)
+    proposes `key=value` where the config already says value."""
+    cfg = CONFIGS[name]
+    path = (fixture(f"trainer_config/{name}.pprint.log") if not name.startswith("_")
+            else fixture(f"verl_omni/generated/{name}.yaml"))
+    raw = (tc.parse_yaml_text(path.read_text()) if path.suffix == ".yaml" else tc.parse_pprint_text(path.read_text()))
+    assert not (bad := _already_had(cfg, raw)), sorted(bad)
+
+
+@pytest.mark.parametrize("name", ["_generated_diffusion_trainer", "_generated_diffusion_veomni_trainer",
+                                  "_generated_omni_trainer"])
+def test_no_remedy_proposes_a_setting_of_a_config_with_every_default_turned(name):
+    """The same on unseen configs: VeRL-Omni's generated config with every boolean the remedies read turned over
+    (offloads on, a reward model with its pool, layered_summon, step_execution, ...), every enum another word
+    (a non-naive checkpoint engine, resume_mode disable, strategy wait) and every number moved."""
+    raw = tc.parse_yaml_text(fixture(f"verl_omni/generated/{name}.yaml").read_text())
+    engine = tc.facts(raw, "yaml").engine
+    for setting, (kind, dotted) in tc.SETTINGS.items():
+        node, parts = raw, dotted.replace("{engine}", f"{engine}_config").split(".")
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not dotted or not isinstance(node, dict) or parts[-1] not in node:
+            continue
+        v = node[parts[-1]]
+        node[parts[-1]] = (not v if kind == "bool" else next(w for w in tc.ENUMS[setting] if w != v)
+                           if kind == "enum" else (v or 0) + 3)
+    cfg = tc.facts(raw, "yaml")
+    assert cfg.settings["param_offload"] is True and cfg.settings["reward_pool"] is True
+    assert cfg.settings["resume_mode"] != "auto" and cfg.settings["checkpoint_backend"] != "naive"
+    assert not (bad := _already_had(cfg, raw)), sorted(bad)
 
 
 def _r(alert: str, cfg, modes=None, severity=None, extra=None, action=False, **labels) -> str:
@@ -669,3 +698,20 @@ def test_the_served_remedy_reads_the_config_info_as_prometheus_does():
     none = {ident[:3]: text for ident, _, _, text in remedy_info.rows((("legacy", "colocated", "sync"), None, None))}
     assert "LoRA or not is unknown" in none[(n.ALERT_STEP_REGRESSION, "warning", "actor")]
     assert "LoRA or not is unknown" in verdict_remedy(n.ALERT_STEP_REGRESSION, {"cause": "actor"}, LEGACY_COLOCATED)
+
+
+def test_a_serial_engine_with_step_execution_on_is_not_told_to_turn_it_on():
+    """Found by the turned-defaults check: a serial replica was told `step_execution=True` where the config already
+    had it. With it on VeRL-Omni does not clamp max_num_seqs (G1: `and not step_execution`), so the text names
+    max_num_seqs with its value and the pipeline's step-wise hooks; off or unknown, step_execution stays the fix."""
+    on = _with("finished_on_cadence", step_execution=True)
+    text = _r(n.ALERT_ROLLOUT_SATURATED, on, LEGACY_COLOCATED, role="rollout", engine="serial")
+    assert "step_execution=True" not in text and "step_execution` (now true)" in text
+    assert "max_num_seqs` (now 1024)" in text and "denoise_step" in text
+    assert _r(n.ALERT_ROLLOUT_SATURATED, on, LEGACY_COLOCATED, role="rollout", engine="serial", action=True) == \
+        "Step-wise on: raise `actor_rollout_ref.rollout.max_num_seqs` (now 1024); the engine runs one request at a time"
+    for cfg in (CONFIGS["finished_on_cadence"], None):
+        assert "`actor_rollout_ref.rollout.step_execution=True`" in _r(
+            n.ALERT_ROLLOUT_SATURATED, cfg, LEGACY_COLOCATED, role="rollout", engine="serial", action=True)
+        assert "set `actor_rollout_ref.rollout.step_execution=True`" in _r(
+            n.ALERT_ROLLOUT_SATURATED, cfg, LEGACY_COLOCATED, role="rollout", engine="serial")

@@ -496,3 +496,44 @@ def test_settings_are_a_closed_set_whatever_a_config_or_state_file_says():
     assert tc.TrainerConfig.from_json({**cfg.to_json(), "settings": {"param_offload": "x", "bogus": 1,
                                                                      "lora_rank": True, "max_num_seqs": 4}}).settings \
         == {"max_num_seqs": 4}
+
+
+def _flipped(value, setting: str):
+    """Another value than ``value`` for ``setting``, as a Hydra override would set it."""
+    kind = tc.SETTINGS[setting][0]
+    if kind == "bool":
+        return not value
+    if kind == "enum":
+        return next(w for w in tc.ENUMS[setting] if w != value)
+    return (value or 0) + 3
+
+
+def _path(setting: str, engine: str) -> str:
+    return tc.SETTINGS[setting][1].replace("{engine}", f"{engine}_config")
+
+
+@pytest.mark.parametrize("name,engine", [("_generated_diffusion_trainer", "fsdp"),
+                                         ("_generated_diffusion_veomni_trainer", "veomni"),
+                                         ("_generated_omni_trainer", "fsdp")])
+def test_every_config_fact_is_read_when_set_on_verl_omni_generated_configs(name, engine):
+    """Issue 32 item 4: each fact the remedies read (offloads of the run's engine, micro batch, checkpoint engine and
+    bucket, reward model vs function and its pool, sync step, resume mode, ...) read from VeRL-Omni's own generated
+    config with a value other than its default set where Hydra sets it: the setting follows (it is not a default)."""
+    base = _yaml(f"{GEN}/{name}.yaml")
+    checked = []
+    for setting, (_, dotted) in tc.SETTINGS.items():
+        if not dotted:
+            continue
+        path = _path(setting, engine)
+        node = base
+        for part in path.split("."):
+            node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+        if node is KeyError:  # the omni (LLM) trainer has no rollout.step_execution
+            assert (name, setting) == ("_generated_omni_trainer", "step_execution"), (name, path)
+            continue
+        new = _flipped(node, setting)
+        got = tc.facts(_set(_yaml(f"{GEN}/{name}.yaml"), path, new), "yaml").settings.get(setting)
+        assert got == new, (name, setting, path, node, new, got)
+        checked.append(setting)
+    assert {"param_offload", "optimizer_offload", "reward_model", "reward_pool", "parameter_sync_step",
+            "checkpoint_backend", "bucket_megabytes", "resume_mode", "micro_batch"} <= set(checked)

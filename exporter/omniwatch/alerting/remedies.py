@@ -788,6 +788,18 @@ _RQ_SERIAL = (
     + " for more replicas on the same GPUs).")
 
 
+# A serial engine although the config has step_execution on: the clamp does not apply then (G1: `and not
+# step_execution`), so the ceiling is max_num_seqs itself or a pipeline that serves one request per step.
+_RQ_SERIAL_STEPWISE = P(
+    "This replica is a serial engine: it generates one request at a time although step-wise batching is on (",
+    key("actor_rollout_ref.rollout.step_execution"), now_word("step_execution"), "), so VeRL-Omni does not clamp "
+    "max_num_seqs: check ", key("actor_rollout_ref.rollout.max_num_seqs"), now("max_num_seqs"),
+    " (raise it if memory allows) and that the pipeline implements prepare_encode / denoise_step / step_scheduler / "
+    "post_decode; otherwise add rollout replicas (more GPUs, or a lower ",
+    key("actor_rollout_ref.rollout.tensor_model_parallel_size"), now("rollout_tp"), " for more replicas on the same "
+    "GPUs).")
+
+
 def rollout_saturated() -> Remedy:
     by_layout = switch([({"async_mode": SEPARATE_ASYNC}, _RQ_SEPARATE_ASYNC), ({"async_mode": SYNC}, _RQ_SYNC)],
                        _RQ_DEFAULT)
@@ -796,14 +808,18 @@ def rollout_saturated() -> Remedy:
     by_layout_action = switch([({"async_mode": SEPARATE_ASYNC},
                                 P("Give the standalone rollout more GPUs: ",
                                   key("actor_rollout_ref.rollout.n_gpus_per_node")))], more)
+    serial = P(key("actor_rollout_ref.rollout.step_execution", "True"), ": this engine serves one request at a time")
+    serial_action = settings([({"step_execution": "true"},
+                               P("Step-wise on: raise ", key("actor_rollout_ref.rollout.max_num_seqs"),
+                                 now("max_num_seqs"), "; the engine runs one request at a time"))], serial, serial)
     return remedy(
         P(LabelSwitch("role", (("reward", P(_RQ_REWARD) + profile("reward")),),
-                      P(LabelSwitch("engine", (("serial", P(_RQ_SERIAL)),), by_layout)) + profile("rollout"))),
+                      P(LabelSwitch("engine", (("serial", settings([({"step_execution": "true"}, _RQ_SERIAL_STEPWISE)],
+                                                                   _RQ_SERIAL, _RQ_SERIAL)),), by_layout))
+                      + profile("rollout"))),
         P(LabelSwitch("role", (("reward", P("Add reward replicas: ", key("reward.reward_model.n_gpus_per_node"),
                                             " or a lower reward TP")),),
-                      P(LabelSwitch("engine", (("serial", P(key("actor_rollout_ref.rollout.step_execution", "True"),
-                                                            ": this engine serves one request at a time")),),
-                                    by_layout_action)))))
+                      P(LabelSwitch("engine", (("serial", serial_action),), by_layout_action)))))
 
 
 # --- TransferQueue (V1 only: legacy runs have no TransferQueue) ------------------------------------------------
