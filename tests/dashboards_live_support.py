@@ -197,7 +197,9 @@ class LiveStack:
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return path
 
-    def start(self) -> "LiveStack":
+    def start(self, feed_after_first_scrape: bool = False) -> "LiveStack":
+        """``feed_after_first_scrape``: the fixture steps start once Prometheus has scraped the exporter (the
+        previews: a slow Prometheus start on a loaded machine lost the first 18 steps of every XY chart)."""
         self.demo, demo_port = demo_endpoints.start()
         exporter_port = self._start_exporter(demo_port)
         prom_port = free_port()
@@ -207,6 +209,9 @@ class LiveStack:
              f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
             stdout=self.log.open("wb"), stderr=subprocess.STDOUT))
         self.prom_url = f"http://127.0.0.1:{prom_port}"
+        deadline = time.monotonic() + 120
+        while feed_after_first_scrape and time.monotonic() < deadline and not self.query('up{job="omniwatch"} == 1'):
+            time.sleep(0.5)
         t = threading.Thread(target=self._feed, daemon=True)
         t.start()
         self.threads.append(t)
@@ -297,9 +302,12 @@ if __name__ == "__main__":
     import sys
 
     t0 = time.time()
-    stack = LiveStack(REPO / "tests" / "fixtures" / "verl", step_delay=0.5, scrape_s=3).start()
+    # each step apart by more than a scrape, so that Prometheus sees every one (the XY charts draw a point per step;
+    # at 0.5 s apart an unloaded machine fed all of them before the first scrape, and the charts had one point);
+    # (a scrape the exporter misses on a loaded machine marks every series stale: render on a quiet one)
+    stack = LiveStack(REPO / "tests" / "fixtures" / "verl", step_delay=3.5, scrape_s=3).start(feed_after_first_scrape=True)
     try:
-        stack.wait_ready()
+        stack.wait_ready(timeout=400)
         time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 20)
         # the whole life of the stack: the fixture runs' learning curves from their first step. Drawn by a child
         # process: matplotlib in this one would hold the exporter's server thread back (a scrape that fails marks

@@ -726,3 +726,112 @@ def test_the_full_remedy_panel_gives_every_firing_alert_its_text_and_a_quiet_run
         (r(experiment="slow", alertname=names.ALERT_RANK_STRAGGLER, severity="warning", part="no GPU-time cost",
            variant="b", action="node", remedy="the straggler text", anchor="rankstraggler"), 2 ** -9),
         (r(experiment="quiet", alertname="none", action="nothing is firing for this run"), 0)])])
+
+
+def test_previews_keep_a_left_edge_panels_tick_labels_on_the_page():
+    """Issue 32 item 7 (legends and labels inside their panels): a percent panel at the page's left edge had its
+    "100.0%" tick cut to "00.0%" (the room for tick labels was an estimate); the plot moves right until its drawn
+    labels start inside the panel, its right edge (and the legend beside it) where it was."""
+    import matplotlib.pyplot as plt
+    from omniwatch.dashboards import preview
+    p = next(p for r in DASHBOARDS[0].rows for p in r.panels if p.unit == "percentunit" and p.kind == "timeseries")
+
+    class Prom:
+        def query_range_data(self, expr, start, end, step):
+            return {"result": [{"metric": {"project": "p", "experiment": "e", "bucket": "gen"},
+                                "values": [[t, str(t / 55)] for t in range(0, 60, 5)]}]}
+    fig = plt.figure(figsize=(16, 4))
+    pad = (6 + 3.3 * preview._tick_chars(p.unit)) / (72 * 16)  # the estimate render_dashboard starts from
+    ax = fig.add_axes([pad, 0.2, 0.35, 0.6])
+    preview._draw_panel(ax, p, Prom(), 0, 55, 5, lambda e: e, p.title)
+    renderer = fig.canvas.get_renderer()
+    fig.canvas.draw()
+    assert "100%" in [t.get_text() for t in ax.get_yticklabels()]
+    right = ax.get_position().x1
+    preview.keep_tick_labels_inside(ax, 0.0)
+    assert ax.yaxis.get_tightbbox(renderer).x0 >= 0 and abs(ax.get_position().x1 - right) < 1e-9
+    plt.close(fig)
+
+
+def test_preview_axes_label_distinct_ticks_in_one_scale():
+    """Issue 32 item 7 (previews that tell the truth): one decimal for every tick labelled distinct ticks alike
+    ("0.1, 0.1, 0.1 preemptions/s", "0.01 s, 0.01 s, 0.00 s"); an axis now has one scale (ms, s or min) and the
+    decimals its ticks' spacing needs."""
+    from omniwatch.dashboards.preview import tick_texts
+    assert tick_texts([0, 0.05, 0.1, 0.15], "suffix: preemptions/s") == [
+        "0.00 preemptions/s", "0.05 preemptions/s", "0.10 preemptions/s", "0.15 preemptions/s"]
+    assert tick_texts([0, 0.0025, 0.005, 0.0075], "s") == ["0.0 ms", "2.5 ms", "5.0 ms", "7.5 ms"]
+    assert tick_texts([0, 100, 200, 300], "s") == ["0.0 min", "1.7 min", "3.3 min", "5.0 min"]
+    assert tick_texts([0, 0.5, 1.0], "percentunit") == ["0%", "50%", "100%"]
+    assert tick_texts([0, 1e8, 2e8], "bytes") == ["0 MiB", "95 MiB", "191 MiB"]
+    for ticks in ([0, 0.05, 0.1, 0.15, 0.2], [0.001, 0.002, 0.003], [0, 25, 50, 75, 100]):
+        for unit in ("s", "percentunit", "bytes", "suffix: /s"):
+            assert len(set(tick_texts(ticks, unit))) == len(ticks), (ticks, unit)
+
+
+def test_the_first_screen_wraps_the_action_and_the_full_remedy_is_one_click_away():
+    """Issue 32 item 2 on the generated JSON: "Why slow"'s action column wraps (215-1,519 characters once showed ~20),
+    each row links to its alert's runbook section (the anchor the query returns), and the full remedy of each run
+    sits in the collapsed row right below, one panel per selected run, its text wrapped too."""
+    doc = load(DASHBOARDS[0])
+    top = [p["title"] for p in doc["panels"]]
+    assert top.index("Why slow: the full remedy") == top.index("Why slow") + 2  # row, its table, the next row
+
+    def wraps(panel, column):
+        o = next(o for o in panel["fieldConfig"]["overrides"] if o["matcher"] == {"id": "byName", "options": column})
+        return any(pr["id"] == "custom.cellOptions" and pr["value"].get("wrapText") for pr in o["properties"])
+    why = by_title(doc)["Why slow"]
+    assert wraps(why, "what to do")
+    row = next(p for p in doc["panels"] if p["title"] == "Why slow: the full remedy")
+    assert row["collapsed"] is True and [p["title"] for p in row["panels"]] == ["Remedy: $experiment"]
+    full = row["panels"][0]
+    assert full["repeat"] == "experiment" and wraps(full, "the full remedy") and wraps(full, "what to do")
+    for panel in (why, full):
+        assert any(lk["url"].endswith("#${__data.fields.anchor}") for lk in panel["fieldConfig"]["defaults"]["links"])
+
+
+def test_previews_count_what_does_not_fit_and_record_every_query_error():
+    """Issue 32 items 7-8: stats were cut at 6 runs silently; now every run is shown or counted ("+N more"), as are
+    legend entries ("+N more series") and table rows ("+N more rows"); a failing query is drawn and recorded
+    (QUERY_ERRORS: the renderer prints them and exits 1), never a blank panel."""
+    import matplotlib.pyplot as plt
+    from omniwatch.dashboards import preview
+    panels = [p for d in DASHBOARDS for r in d.rows for p in r.panels]
+    stat = next(p for p in panels if p.title == "Time since last step (typical steps)")
+    series_panel = next(p for p in panels if p.kind == "timeseries" and not p.stack and len(p.targets) == 1)
+    table = next(p for p in panels if p.kind == "table" and p.title == "Runs")
+    runs = [f"run-{i:02d}" for i in range(40)]
+
+    class Prom:
+        def query_range_data(self, expr, start, end, step):
+            return {"result": [{"metric": {"project": "p", "experiment": e, "phase": e, "role": e},
+                                "values": [[t, "1"] for t in range(0, 60, 5)]} for e in runs]}
+
+        def query(self, expr):
+            return [{"metric": {"project": "p", "experiment": e}, "value": [60, "1"]} for e in runs]
+
+        def query_data(self, expr):
+            return {"result": self.query(expr)}
+    texts = []
+    for p in (stat, series_panel, table):
+        fig = plt.figure(figsize=(16, 3))
+        ax = fig.add_axes([0.05, 0.2, 0.3, 0.6])
+        preview._draw_panel(ax, p, Prom(), 0, 55, 5, lambda e: e, p.title)
+        texts.append(" ".join(t.get_text() for t in ax.texts) + " " + " ".join(
+            t.get_text() for t in (ax.get_legend().get_texts() if ax.get_legend() else [])) + " " + " ".join(
+            c.get_text().get_text() for tb in ax.tables for c in tb.get_celld().values()))
+        plt.close(fig)
+    shown = [sum(f"run-{i:02d}" in t for i in range(40)) for t in texts]
+    for (t, n_shown) in zip(texts, shown):
+        m = re.search(r"\+(\d+) more", t)
+        assert n_shown == 40 or (m and n_shown + int(m.group(1)) == 40), (n_shown, t[-200:])
+    assert any(n < 40 for n in shown)  # the check above was exercised
+
+    class Broken:
+        def query_range_data(self, *a):
+            raise ValueError("bad_data: parse error")
+    before = len(preview.QUERY_ERRORS)
+    fig, ax = plt.subplots()
+    preview._draw_panel(ax, series_panel, Broken(), 0, 55, 5, lambda e: e, "broken")
+    plt.close(fig)
+    assert preview.QUERY_ERRORS[before:] == ["broken: bad_data: parse error"]

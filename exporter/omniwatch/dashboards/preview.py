@@ -450,6 +450,10 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
         ax.barh(names, vals, color=[_step_colour(p.thresholds, v, "#2ca02c") for v in vals])
         if p.max is not None:
             ax.set_xlim(p.min or 0, p.max)
+        for k, v in enumerate(vals):  # each bar's value, as Grafana's bar gauge writes it (a bar at 0 is no bar)
+            ax.text(max(v, ax.get_xlim()[0]), k, " " + _fmt(v, p.unit), va="center", ha="left", fontsize=5)
+        ax.tick_params(axis="y", labelsize=5)
+        _unit_axis(ax, p.unit, axis="x")
         return None
     gap = 2.5 * step
     if p.stack:
@@ -488,12 +492,62 @@ def _draw_panel(ax, p: s.Panel, prom: PromAPI, start: float, end: float, step: f
     return None
 
 
-def _unit_axis(ax, unit: str) -> None:
+def tick_texts(values: list[float], unit: str) -> list[str]:
+    """An axis's tick labels in the panel's unit, as Grafana's axis shows them: one scale for the whole axis (ms, s or
+    min; B to TiB) and as many decimals as the ticks' spacing needs, no more (one decimal for every value made
+    "0.1, 0.1, 0.1 preemptions/s" and "0.01 s, 0.01 s, 0.00 s" of distinct ticks)."""
+    finite = [v for v in values if math.isfinite(v)]
+    top = max((abs(v) for v in finite), default=0.0)
+    scale, suffix = 1.0, ""
+    if unit == "percentunit":
+        scale, suffix = 100.0, "%"
+    elif unit == "s":
+        scale, suffix = (1 / 60, " min") if top >= 120 else (1.0, " s") if top >= 1 or top == 0 else (1000.0, " ms")
+    elif unit == "bytes":
+        for k, name in enumerate(("B", "KiB", "MiB", "GiB", "TiB")):
+            scale, suffix = 1024.0 ** -k, f" {name}"
+            if top * scale < 1024:
+                break
+    elif unit.startswith("suffix:"):
+        suffix = unit[len("suffix:"):]
+    scaled = [v * scale for v in values]
+    ordered = sorted(v for v in scaled if math.isfinite(v))
+    spacing = min((b - a for a, b in zip(ordered, ordered[1:]) if b > a), default=abs(ordered[0]) if ordered else 1.0)
+    for decimals in range(7):  # the fewest decimals that keep every tick its own label, off by under 5 % of a step
+        texts = [f"{v:.{decimals}f}" if math.isfinite(v) else "NaN" for v in scaled]
+        if len(set(texts)) == len(texts) and all(abs(float(x) - v) <= 0.05 * (spacing or 1.0)
+                                                 for x, v in zip(texts, scaled) if x != "NaN"):
+            break
+    return [x if x == "NaN" else x + suffix for x in texts]
+
+
+def _unit_axis(ax, unit: str, axis: str = "y") -> None:
     """Tick labels in the panel's unit (percent, seconds, bytes, a suffix), as Grafana's axis shows them."""
     if unit in ("percentunit", "s", "bytes") or unit.startswith("suffix:"):
-        from matplotlib.ticker import FuncFormatter
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _fmt(v, unit)))
+        from matplotlib.ticker import Formatter
+
+        class UnitTicks(Formatter):
+            def __call__(self, x, pos=None):
+                return tick_texts([x], unit)[0]
+
+            def format_ticks(self, values):
+                return tick_texts(list(values), unit)
+        (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(UnitTicks())
     ax.tick_params(labelsize=6)
+
+
+def keep_tick_labels_inside(ax, left: float) -> None:
+    """The plot moved right (its right edge kept, so the legend beside it stays) until its y tick labels, as drawn,
+    start at the panel's left edge ``left`` (figure fraction): ``_tick_chars`` is an estimate, and a panel at the
+    page's left edge had "100.0%" cut to "00.0%"."""
+    fig = ax.figure
+    bb = ax.yaxis.get_tightbbox(fig.canvas.get_renderer())
+    if bb is None:
+        return
+    over = left + 0.002 - bb.x0 / (fig.get_figwidth() * fig.dpi)
+    if over > 0:
+        pos = ax.get_position()
+        ax.set_position([pos.x0 + over, pos.y0, max(0.01, pos.width - over), pos.height])
 
 
 def _tick_chars(unit: str) -> int:
@@ -582,7 +636,7 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
 
     placed = render_layout(d, runs, only_rows)
     rows = max(pl.y + pl.h for pl, _ in placed)
-    fig = plt.figure(figsize=(16, rows * ROW_UNIT_IN + 0.9))
+    fig = plt.figure(figsize=(16, rows * ROW_UNIT_IN + 0.9), dpi=80)  # the dpi it is saved at: text measured as drawn
     fig.suptitle(f"{d.title}   ({_runs_text(project, experiment)}, last {_duration_text(minutes)}; "
                  f"window = {window} typical steps of each run)", fontsize=11,
                  x=0.01, y=1 - 0.15 / (rows * ROW_UNIT_IN + 0.9), ha="left", va="top")
@@ -595,14 +649,16 @@ def render_dashboard(d: s.Dashboard, prom: PromAPI, out: Path, minutes: float = 
             mark = " (collapsed)" if pl.row.collapsed else ""
             fig.text(0.005, bottom + height / 2, pl.row.title + mark, fontsize=9, weight="bold", va="center")
             continue
-        # a time series and a state timeline keep room for their legends; every panel for its tick labels, as
-        # long as its unit makes them ("0.0 GPU-h/day" was cut to "-h/day" at the page's left edge)
+        # a time series, a state timeline and an XY chart keep room for their legends; every panel for its tick
+        # labels, as long as its unit makes them ("0.0 GPU-h/day" was cut to "-h/day" at the page's left edge)
         pad = max(0.03 * width, (6 + 3.3 * _tick_chars(pl.panel.unit)) / (72 * fig.get_figwidth()))
-        plot_w = (0.7 if pl.panel.kind in ("timeseries", "statetimeline") else 0.92) * width - (pad - 0.03 * width)
+        beside = pl.panel.kind in ("timeseries", "statetimeline", "xychart")
+        plot_w = (0.7 if beside else 0.92) * width - (pad - 0.03 * width)
         ax = fig.add_axes([left + pad, bottom + 0.18 * height, plot_w, 0.66 * height])
         title = pl.panel.title.replace("$experiment", run) if run else pl.panel.title
         subst = substituter(prom_regex_escape(run) if run else experiment)
         _draw_panel(ax, pl.panel, prom, start, end, step, subst, title)
+        keep_tick_labels_inside(ax, left)
     out.mkdir(parents=True, exist_ok=True)
     path = out / (name or f"{d.uid}.png")
     fig.savefig(path, dpi=80)
