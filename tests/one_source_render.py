@@ -1,7 +1,8 @@
 """Render every artefact generated from the alert configuration (rule files, dashboards, the remedies
-table) from a config in which every number differs from its default. Run as a child process by
-tests/test_one_source.py (the dashboards read the configuration when they are imported, so the sentinel
-configuration must be in place first); prints one JSON object.
+table) from a config in which every number, the exporter's job name and the runbook base differ from their
+defaults. Run as a child process by tests/test_one_source.py: by default the sentinel replaces the default
+configuration before anything is imported; with ``--explicit`` the defaults stay and the config is only passed
+(dashboards are functions of the config: ``dashboard(cfg)``, issue 32 item 5); prints one JSON object.
 """
 from __future__ import annotations
 
@@ -51,7 +52,13 @@ def sentinel(default: C.Config) -> tuple[C.Config, dict]:
         for h in head:
             d = d[h]
         d[last if last in d else last.rstrip("_")] = new
+    data["selectors"]["job"] = SENTINEL_JOB
+    data["runbook_base"] = SENTINEL_RUNBOOKS
     return C.Config.model_validate(data), changed
+
+
+SENTINEL_JOB = "sentinel-exporter-job"
+SENTINEL_RUNBOOKS = "https://runbooks.example/omniwatch"
 
 
 def main() -> None:
@@ -61,13 +68,15 @@ def main() -> None:
     from omniwatch.alerting import rulegen as generate
     from omniwatch.alerting import rulefiles as render
     from omniwatch.alerting import rulespec as spec
-    from omniwatch.dashboards.catalog import DASHBOARDS
+    from omniwatch.dashboards.catalog import dashboards
     from omniwatch.dashboards.jsonfiles import rendered
     panels = [{"dashboard": d.uid, "title": p.title, "description": p.full_description(cfg),
-               "exprs": [t.expr for t in p.targets]} for d in DASHBOARDS for p in d.panels()]
-    json.dump({"changed": changed,
+               "exprs": [t.expr for t in p.targets], "legends": [t.legend for t in p.targets]}
+              for d in dashboards(cfg) for p in d.panels()]
+    json.dump({"changed": changed, "job": [C.DEFAULT.selectors.job, SENTINEL_JOB],
+               "runbook_base": [C.DEFAULT.runbook_base, SENTINEL_RUNBOOKS],
                "rules": {f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)},
-               "dashboards": rendered(), "panels": panels,
+               "dashboards": rendered(config=cfg), "panels": panels,
                "remedies": generate.remedies_table(cfg)}, sys.stdout)
 
 

@@ -161,37 +161,51 @@ def test_a_lasting_slowdown_is_red_against_the_anchored_reference(tmp_path):
     assert _colour(runs, "MFU vs reference", 0.95) == "green"
 
 
-def test_why_slow_names_the_phase_the_cause_its_cost_and_the_alert(tmp_path):
-    """Item 1: the "Why slow" row sits right under "Now" and gives per run the largest phase, the costliest
-    cause of growth with its GPU-hours per day, the costliest non-phase ledger bucket and the most severe
-    firing alert; a quiet run has a row too ("none"). promtool evaluates the generated queries."""
+def test_why_slow_sits_under_now_with_the_largest_phase_beside_the_costliest_alert(tmp_path):
+    """Item 1 (issue 26): the "Why slow" row sits right under "Now"; beside the costliest firing alert (tests below)
+    each run's largest phase of the latest step; a run without one shows "none"."""
     from omniwatch.dashboards.verify import substitute
     doc = load(DASHBOARDS[0])
     rows = [p["title"] for p in doc["panels"] if p["type"] == "row"]
-    assert rows[:2] == ["Now", "Why slow"]
-    p = by_title(doc)["Why slow"]
-    q = [substitute(t["expr"]) for t in p["targets"]]
+    assert rows[:3] == ["Now", "Why slow", "Why slow: the full remedy"]
+    q = substitute(by_title(doc)["Why slow"]["targets"][1]["expr"])
     slow, quiet = 'project="p", experiment="slow"', 'project="p", experiment="quiet"'
     series = {f"{names.STEP}{{{slow}}}": 50, f"{names.STEP}{{{quiet}}}": 50,
               f'{records.REC_STAGE_SHARE}{{{slow}, phase="gen"}}': 0.6,
-              f'{records.REC_STAGE_SHARE}{{{slow}, phase="update_actor"}}': 0.3,
-              f'{records.REC_STAGE_SHARE}{{{quiet}, phase="update_actor"}}': 0.5,
-              f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{slow}, cause="rollout"}}': 40,
-              f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{slow}, cause="actor"}}': 5,
-              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="gen"}}': 100,
-              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="reward_critical_path"}}': 12,
-              f'{names.GPU_HOURS_PER_DAY}{{{slow}, bucket="inter_stage_idle"}}': 3,
-              f'ALERTS{{{slow}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="info"}}': 1,
-              f'ALERTS{{{slow}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning"}}': 1,
-              f'ALERTS{{{quiet}, alertname="{names.ALERT_MFU_DROP}", alertstate="pending", severity="warning"}}': 1}
-    s = lambda **k: {"project": "p", "experiment": "slow", **k}  # noqa: E731
-    qu = lambda **k: {"project": "p", "experiment": "quiet", **k}  # noqa: E731
-    _promtool_eval(tmp_path, series, [
-        (q[0], [(s(phase="gen"), 0.6), (qu(phase="update_actor"), 0.5)]),
-        (q[1], [(s(cause="rollout"), 40), (qu(cause="none"), 0)]),
-        (q[2], [(s(bucket="reward_critical_path"), 12), (qu(bucket="none"), 0)]),
-        (q[3], [(s(alertname=names.ALERT_STEP_REGRESSION), 2), (qu(alertname="none"), 0)]),
-    ])
+              f'{records.REC_STAGE_SHARE}{{{slow}, phase="update_actor"}}': 0.3}
+    _promtool_eval(tmp_path, series, [(q, [({"project": "p", "experiment": "slow", "phase": "gen"}, 0.6),
+                                           ({"project": "p", "experiment": "quiet", "phase": "none"}, 0)])])
+
+
+def test_why_slow_and_the_full_remedy_put_the_costliest_on_top():
+    """Item 1 (issue 32): across runs too, the costliest first: both tables sort by the GPU-h/day column, largest on
+    top, the name Grafana shows for it (sortBy matches display names); the preview orders its rows the same way."""
+    doc = load(DASHBOARDS[0])
+    for title in ("Why slow", "Remedy: $experiment"):
+        p = by_title(doc)[title]
+        assert p["options"]["sortBy"] == [{"displayName": "GPU-h/day now", "desc": True}], title
+        shown = [o["properties"] for o in p["fieldConfig"]["overrides"]
+                 if o["matcher"]["options"] in ("Value", "Value #A")]
+        assert {"id": "displayName", "value": "GPU-h/day now"} in shown[0], title
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from omniwatch.dashboards import preview
+    panel = next(p for r in DASHBOARDS[0].rows for p in r.panels if p.title == "Why slow")
+    costs = {"a-cheap": 1.0, "b-dear": 40.0, "c-mid": 7.0}
+
+    class Prom:
+        def query_data(self, expr):
+            if expr != panel.targets[0].expr:
+                return {"result": []}
+            return {"result": [{"metric": {"project": "p", "experiment": e, "alertname": "X", "action": "do"},
+                                "value": [0, str(v)]} for e, v in costs.items()]}
+    fig, ax = plt.subplots(figsize=(12, 3))
+    preview._table(ax, panel, Prom(), lambda e: e)
+    cells = ax.tables[0].get_celld()
+    runs = [cells[(r, 0)].get_text().get_text() for r in range(1, len(costs) + 1)]
+    plt.close(fig)
+    assert runs == ["b-dear", "c-mid", "a-cheap"]
 
 
 def test_one_stall_is_one_firing_alert(tmp_path):
@@ -235,6 +249,7 @@ def test_per_second_and_tflops_panels_carry_units():
     got = {}
     for d in DASHBOARDS:
         for title, p in by_title(load(d)).items():
+            title = title.removesuffix(": $experiment")  # fleet panels are drawn once per run
             if title in want:
                 got[title] = p["fieldConfig"]["defaults"]["unit"]
     assert got == want
@@ -284,48 +299,150 @@ def test_least_busy_gpus_are_ranked_once_over_the_range():
     assert not expr.startswith("bottomk(")
 
 
-def test_the_exporter_serves_each_alerts_remedy_for_the_runs_layout():
-    """Item 1: /metrics carries omniwatch_remedy_info for the layout of the exported run, the same text the
-    alert's remedy annotation renders for it (report.verdict.remedy), one line per alert."""
+def test_the_exporter_serves_each_runs_remedies_for_its_layout_and_config():
+    """Issue 32: /metrics carries, per run, which remedy text each alert renders for that run's layout and trainer
+    config (omniwatch_run_remedy -> omniwatch_remedy_info: the one-line action and the full text, as the verdict
+    renders them), one series per distinct text; TrainingStalled past its warning has its own (never 'nothing to
+    do'); the reward-pool break-even is served beside it."""
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
+    from omniwatch import trainer_config as tc
     from omniwatch.exposition import make_registry
     from omniwatch.model import RunStore
     from omniwatch.parse import parse_jsonl_line
-    from omniwatch.report.verdict import remedy
-    from .conftest import fixture_path
+    from omniwatch.report.verdict import action, remedy
+    from .conftest import fixture, fixture_path
     store = RunStore()
-    for line in fixture_path("flowgrpo_async_reward_tail").read_bytes().splitlines():
-        store.ingest("p", "e", parse_jsonl_line(line), "jsonl")
+    for exp in ("e", "f"):
+        for line in fixture_path("flowgrpo_async_reward_tail").read_bytes().splitlines():
+            store.ingest("p", exp, parse_jsonl_line(line), "jsonl")
+    cfg = tc.read_file(str(fixture("trainer_config/reward_server.pprint.log")))
+    store.set_trainer_config(tc.TrainerConfig("p", "f", cfg.source, settings=cfg.settings))
     text = generate_latest(make_registry(store)).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    info = next(s.labels for s in fams["omniwatch_run"].samples) if "omniwatch_run" in fams else \
-        next(s.labels for s in fams[names.RUN_INFO].samples)
-    layout = {k: info[k] for k in ("trainer", "reward", "async_mode")}
-    got = {s.labels["alertname"]: s.labels for s in fams[names.REMEDY_INFO].samples}
-    assert names.ALERT_REWARD_BOUND in got and names.ALERT_STEP_REGRESSION in got
-    for alertname, labels in got.items():
-        assert {k: labels[k] for k in layout} == layout
-        assert labels["remedy"] == " ".join(remedy(alertname, {}, layout).split()) != ""
+    info = {s.labels["variant"]: s.labels for s in fams[names.REMEDY_INFO].samples}
+    runs = [s.labels for s in fams[names.RUN_REMEDY].samples]
+    layout = {k: v for k, v in next(s.labels for s in fams[names.RUN_INFO].samples if s.labels["experiment"] == "e")
+              .items() if k in ("trainer", "reward", "async_mode")}
+    for exp, described in (("e", None), ("f", tc.describe(store.runs[("p", "f")].config))):
+        mine = {(r["alertname"], r["severity"], r["cause"], r["role"], r["engine"], r["mode"]): r["variant"]
+                for r in runs if r["experiment"] == exp}
+        assert (names.ALERT_REWARD_BOUND, "warning", "", "", "", "") in mine
+        for (alert, sev, cause, role, engine, mode), var in mine.items():
+            labels = {k: v for k, v in (("cause", cause), ("role", role), ("engine", engine), ("mode", mode)) if v}
+            want = " ".join(remedy(alert, labels, layout, None, severity=sev, trainer_config=described).split())
+            assert info[var]["remedy"] == want != "", (exp, alert, sev, labels)
+            assert info[var]["action"] == action(alert, labels, layout, None, severity=sev, trainer_config=described)
+        stall = {sev: info[mine[(names.ALERT_STALLED, sev, "", "", "", "")]]["remedy"] for sev in
+                 ("info", "warning", "critical")}
+        assert "nothing to do" in stall["info"] and "nothing to do" not in stall["critical"] + stall["warning"]
+    f_rb = info[{(r["experiment"], r["alertname"], r["severity"], r["cause"]): r["variant"] for r in runs}[
+        ("f", names.ALERT_REWARD_BOUND, "warning", "")]]
+    assert "The reward is a function" in f_rb["remedy"]  # the config was read: a reward function, not a model
+    assert len(info) < len(runs)  # texts are shared, not copied per run
 
 
-def test_why_slow_shows_the_firing_alerts_remedy(tmp_path):
-    """Item 1: the 'most severe firing alert' column carries the remedy of that alert for the run's layout
-    (omniwatch_remedy_info through omniwatch_run_info); a run with no firing alert keeps its 'none' row."""
+def _why_slow(tmp_path, series, want):
     from omniwatch.dashboards.verify import substitute
-    q = substitute(by_title(load(DASHBOARDS[0]))["Why slow"]["targets"][3]["expr"])
-    slow, quiet = 'project="p", experiment="slow"', 'project="p", experiment="quiet"'
-    lay = 'trainer="v1", reward="colocated", async_mode="sync"'
-    series = {f"{names.STEP}{{{slow}}}": 50, f"{names.STEP}{{{quiet}}}": 50,
-              f"{names.RUN_INFO}{{{slow}, {lay}}}": 1, f"{names.RUN_INFO}{{{quiet}, {lay}}}": 1,
-              f'{names.REMEDY_INFO}{{alertname="{names.ALERT_REWARD_BOUND}", {lay}, remedy="give reward its own GPUs"}}': 1,
-              f'{names.REMEDY_INFO}{{alertname="{names.ALERT_REWARD_BOUND}", trainer="legacy", reward="colocated", '
-              f'async_mode="sync", remedy="legacy text"}}': 1,
-              f'ALERTS{{{slow}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1}
-    _promtool_eval(tmp_path, series, [(q, [
-        ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND,
-          "remedy": "give reward its own GPUs"}, 2),
-        ({"project": "p", "experiment": "quiet", "alertname": "none"}, 0)])])
+    q = substitute(by_title(load(DASHBOARDS[0]))["Why slow"]["targets"][0]["expr"])
+    _promtool_eval(tmp_path, series, [(q, want)])
+
+
+def test_why_slow_names_the_costliest_firing_alert_with_its_cost_and_action(tmp_path):
+    """Issue 32 item 1: the row is the firing alert that costs most GPU time now, whatever the severities say (the
+    reward-bound demo run showed RankStraggler for 255 s while reward cost 31.7 GPU-h/day); ties (findings without a
+    cost) go to the more severe; the alert, the part and the cost come from one series; the action is the run's."""
+    run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
+    rem = (f'{names.RUN_REMEDY}{{{run("slow")}, alertname="{names.ALERT_REWARD_BOUND}", severity="warning", '
+           f'cause="", role="", engine="", mode="", variant="v1"}}')
+    series = {
+        f"{names.STEP}{{{run('slow')}}}": 50, f"{names.STEP}{{{run('tie')}}}": 50,
+        f'ALERTS{{{run("slow")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
+        f'ALERTS{{{run("slow")}, alertname="{names.ALERT_RANK_STRAGGLER}", alertstate="firing", severity="warning", '
+        f'role="actor_rollout", phase="update_actor", rank="1", node="n"}}': 1,
+        f'ALERTS{{{run("slow")}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning", '
+        f'cause="rollout"}}': 1,
+        f'{names.GPU_HOURS_PER_DAY}{{{run("slow")}, bucket="reward_critical_path"}}': 31.75,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("slow")}, cause="rollout"}}': 4.5,
+        rem: 1, f'{names.REMEDY_INFO}{{variant="v1", action="Give scoring its own GPUs", remedy="the full text"}}': 1,
+        f'ALERTS{{{run("tie")}, alertname="{names.ALERT_RS_REJECTION}", alertstate="firing", severity="warning", '
+        f'mode="decoupled"}}': 1,
+        f'ALERTS{{{run("tie")}, alertname="{names.ALERT_MFU_UNSUPPORTED}", alertstate="firing", severity="info", '
+        f'role="actor"}}': 1,
+        # two roles of one finding are one row (the role blanked before they are aggregated, not after: an error)
+        f"{names.STEP}{{{run('mfu')}}}": 50,
+        f'ALERTS{{{run("mfu")}, alertname="{names.ALERT_MFU_IMPOSSIBLE}", alertstate="firing", severity="warning", '
+        f'role="actor", evidence="value"}}': 1,
+        f'ALERTS{{{run("mfu")}, alertname="{names.ALERT_MFU_IMPOSSIBLE}", alertstate="firing", severity="warning", '
+        f'role="actor_infer", evidence="device"}}': 1,
+        f'ALERTS{{{run("mfu")}, alertname="{names.ALERT_MFU_UNSUPPORTED}", alertstate="firing", severity="info", '
+        f'role="actor"}}': 1,
+        f'ALERTS{{{run("mfu")}, alertname="{names.ALERT_MFU_UNSUPPORTED}", alertstate="firing", severity="info", '
+        f'role="actor_infer"}}': 1,
+        # RolloutQueueSaturated keeps its role (its remedy branches on it): two replicas of one role are one row
+        f"{names.STEP}{{{run('queue')}}}": 50,
+        f'ALERTS{{{run("queue")}, alertname="{names.ALERT_ROLLOUT_SATURATED}", alertstate="firing", '
+        f'severity="warning", role="reward", replica="0"}}': 1,
+        f'ALERTS{{{run("queue")}, alertname="{names.ALERT_ROLLOUT_SATURATED}", alertstate="firing", '
+        f'severity="warning", role="reward", replica="1"}}': 1,
+    }
+    _why_slow(tmp_path, series, [
+        ({"project": "p", "experiment": "slow", "alertname": names.ALERT_REWARD_BOUND, "severity": "warning",
+          "part": "reward_critical_path", "variant": "v1", "action": "Give scoring its own GPUs",
+          "anchor": "rewardboundrollout"}, 31.75 + 2 ** -9),
+        ({"project": "p", "experiment": "tie", "alertname": names.ALERT_RS_REJECTION, "severity": "warning",
+          "mode": "decoupled", "part": "no GPU-time cost", "anchor": "rolloutrejectionhigh"}, 2 ** -9),
+        ({"project": "p", "experiment": "mfu", "alertname": names.ALERT_MFU_IMPOSSIBLE, "severity": "warning",
+          "part": "no GPU-time cost", "anchor": "mfuimpossible"}, 2 ** -9),
+        ({"project": "p", "experiment": "queue", "alertname": names.ALERT_ROLLOUT_SATURATED, "severity": "warning",
+          "role": "reward", "part": "no GPU-time cost", "anchor": "rolloutqueuesaturated"}, 2 ** -9)])
+
+
+def test_why_slow_shows_a_regressions_own_cause_and_a_stall_costs_every_gpu(tmp_path):
+    run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
+    series = {
+        f"{names.STEP}{{{run('grew')}}}": 9, f"{names.STEP}{{{run('hung')}}}": 9,
+        f'ALERTS{{{run("grew")}, alertname="{names.ALERT_STEP_REGRESSION}", alertstate="firing", severity="warning", '
+        f'cause="actor"}}': 1,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("grew")}, cause="actor"}}': 12,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("grew")}, cause="rollout"}}': 20,  # grew more, not the alert's
+        f'ALERTS{{{run("hung")}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="critical"}}': 1,
+        f'ALERTS{{{run("hung")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
+        f'{names.GPU_HOURS_PER_DAY}{{{run("hung")}, bucket="reward_critical_path"}}': 31.7,
+        f'{names.RUN_GPUS}{{{run("hung")}, origin="config"}}': 8,
+        # a stall at info may be planned work: no cost of its own, the run's reward-bound cost stays first
+        f"{names.STEP}{{{run('notice')}}}": 9, f'{names.RUN_GPUS}{{{run("notice")}, origin="config"}}': 8,
+        f'ALERTS{{{run("notice")}, alertname="{names.ALERT_STALLED}", alertstate="firing", severity="info"}}': 1,
+        f'ALERTS{{{run("notice")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
+        f'{names.GPU_HOURS_PER_DAY}{{{run("notice")}, bucket="reward_critical_path"}}': 20,
+    }
+    _why_slow(tmp_path, series, [
+        ({"project": "p", "experiment": "notice", "alertname": names.ALERT_REWARD_BOUND, "severity": "warning",
+          "part": "reward_critical_path", "anchor": "rewardboundrollout"}, 20 + 2 ** -9),
+        ({"project": "p", "experiment": "grew", "alertname": names.ALERT_STEP_REGRESSION, "severity": "warning",
+          "cause": "actor", "part": "actor", "anchor": "steptimeregression"}, 12 + 2 ** -9),
+        ({"project": "p", "experiment": "hung", "alertname": names.ALERT_STALLED, "severity": "critical",
+          "part": "stalled", "anchor": "trainingstalled"}, 192 + 2 ** -8)])
+
+
+def test_why_slow_says_nothing_grew_for_a_healthy_run(tmp_path):
+    """Issue 32 item 7: a healthy run named a growth cause (the largest of noise, which the exporter names too); now
+    the exporter's kept cause is named only while it grew by analytics.CAUSE_MIN_SHARE (3 %) of the reference step."""
+    run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
+    series = {
+        f"{names.STEP}{{{run('healthy')}}}": 9, f"{names.STEP}{{{run('creep')}}}": 9,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("healthy")}, cause="weight_sync"}}': 0.2,
+        f'{names.STEP_REGRESSION_TOP}{{{run("healthy")}, cause="weight_sync"}}': 1,  # named, but 1 % of the step
+        f'{names.STEP_REGRESSION}{{{run("healthy")}, cause="weight_sync"}}': 2.5,
+        f'{names.STEP_DURATION_BASELINE}{{{run("healthy")}}}': 250,
+        f'{names.STEP_REGRESSION_GPU_HOURS_PER_DAY}{{{run("creep")}, cause="rollout"}}': 3.0,
+        f'{names.STEP_REGRESSION_TOP}{{{run("creep")}, cause="rollout"}}': 1,
+        f'{names.STEP_REGRESSION}{{{run("creep")}, cause="rollout"}}': 10,  # 4 % of the step
+        f'{names.STEP_DURATION_BASELINE}{{{run("creep")}}}': 250,
+    }
+    _why_slow(tmp_path, series, [
+        ({"project": "p", "experiment": "healthy", "alertname": "none", "part": "nothing grew"}, 0),
+        ({"project": "p", "experiment": "creep", "alertname": "none", "part": "rollout"}, 3.0)])
 
 
 def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
@@ -339,7 +456,8 @@ def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
 
     from omniwatch.alerting import config
 
-    tuned = {"inter_stage_idle": {"ratio": 0.37}, "gpu_memory": {"ratio": 0.81}, "window": {"k": 4}}
+    tuned = {"inter_stage_idle": {"ratio": 0.37}, "gpu_memory": {"ratio": 0.81}, "window": {"k": 4},
+             "selectors": {"job": "tuned-exporter"}}
     (tmp_path / "tuned.yml").write_text(yaml.safe_dump(tuned))
     out = tmp_path / "dash"
     r = subprocess.run([sys.executable, "-m", "omniwatch", "dashboards", "generate", "--out", str(out),
@@ -359,6 +477,10 @@ def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
                                                                            by_title(gpus)[t] else [])))
     window = next(v for v in bott["templating"]["list"] if v["name"] == spec.V_WINDOW)
     assert window["current"]["value"] == "4"
+    # issue 32 item 5, through the CLI: the config's job in every query that names one, the default's in none
+    texts = {f.name: f.read_text() for f in out.glob("omniwatch-*.json")}
+    assert not [n for n, t in texts.items() if f'job=\\"{config.DEFAULT.selectors.job}\\"' in t]
+    assert [n for n, t in texts.items() if 'job=\\"tuned-exporter\\"' in t]
     default = by_title(load(DASHBOARDS[1]))
     assert config.DEFAULT.inter_stage_idle.ratio in [
         s["value"] for s in default["Inter-stage idle ratio (window min)"]["fieldConfig"]["defaults"]["thresholds"]["steps"]]
@@ -421,7 +543,8 @@ def test_one_phase_palette_on_every_dashboard_and_the_report():
 def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
     """Item 9: during a stall the exporter's GPU-h/day keeps the pre-stall rate (it moves with steps); the panels
     show the run's GPUs x 24 as 'stalled' instead, and nothing else; a running and a finished run keep the
-    exporter's figures. promtool evaluates the generated 'Why slow' column and the bottlenecks bar gauge."""
+    exporter's figures. promtool evaluates the bottlenecks bar gauge ('Why slow' prices a stall as TrainingStalled:
+    test_why_slow_shows_a_regressions_own_cause_and_a_stall_costs_every_gpu)."""
     from omniwatch import ledger
     from omniwatch.dashboards.verify import substitute
     series = {}
@@ -433,13 +556,10 @@ def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
                        f"{names.STEP}{{{r}}}": 50,
                        f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="gen"}}': 150,
                        f'{names.GPU_HOURS_PER_DAY}{{{r}, bucket="reward_critical_path"}}': 30})
-    why = [substitute(t["expr"]) for t in by_title(load(DASHBOARDS[0]))["Why slow"]["targets"]]
     bar = by_title(load(DASHBOARDS[1]))["GPU-hours per day by bucket: $experiment"]
     run = lambda e, **k: {"project": "p", "experiment": e, **k}  # noqa: E731
     order = lambda b: spec.order_key(b, spec.LEDGER_HEAD, spec.LEDGER_TAIL)[0]  # noqa: E731
     _promtool_eval(tmp_path, series, [
-        (why[2], [(run("hung", bucket=ledger.STALLED), 192), (run("running", bucket="reward_critical_path"), 30),
-                  (run("done", bucket="reward_critical_path"), 30)]),
         (substitute(bar["targets"][0]["expr"]), [
             (run("hung", bucket=ledger.STALLED, **{spec.ORDER_LABEL: order(ledger.STALLED)}), 192),
             *[(run(e, bucket=b, **{spec.ORDER_LABEL: order(b)}), v) for e in ("running", "done")
@@ -520,3 +640,198 @@ def test_the_stall_panels_follow_the_recorded_stall_thresholds_of_a_tuned_config
     _promtool_eval(tmp_path, series, [(spec.stall_beyond(), [({"project": "p", "experiment": "default"}, 80),
                                                             ({"project": "p", "experiment": "tuned"}, -40)]),
                                       (spec.stall_open(), [({"project": "p", "experiment": "default"}, 1)])])
+
+
+def test_previews_draw_grafana_colours_gaps_and_the_first_screen():
+    """Issue 32 item 8: a Grafana named colour is a colour (the lanes' 'dark-blue' was a query error across the
+    panel), a series is cut at its gaps (a stall's bucket was filled back over the pre-stall period), and the first
+    screen is the overview's top rows."""
+    from omniwatch.dashboards import preview
+    from omniwatch.dashboards.lanes import PHASE_MAPPINGS
+    from matplotlib.colors import is_color_like
+    assert preview._colour("dark-blue") == "#1f60c4" and preview._colour("transparent") == "none"
+    assert preview._colour("no-such-colour") == "#888888"
+    assert all(is_color_like(preview._colour(c)) or c == "transparent" for _, _, c in PHASE_MAPPINGS)
+    segs = preview._segments([0, 1, 2, 10, 11, 12], [1, 1, float("nan"), 2, 2, 3], gap=2.5)
+    assert segs == [([0, 1], [1, 1]), ([10, 11, 12], [2, 2, 3])]
+    placed = preview.render_layout(DASHBOARDS[0], ["a", "b"], preview.FIRST_SCREEN)
+    rows = [pl.row.title for pl, _ in placed if pl.row is not None]
+    assert rows == list(preview.FIRST_SCREEN) and min(pl.y for pl, _ in placed) == 0
+    titles = {pl.panel.title for pl, _ in placed if pl.panel is not None}
+    assert {"Why slow", "Runs", "Time since last step (typical steps)"} <= titles and "Remedy: $experiment" not in titles
+    # a stack without fixed colours: one colour per series (fill_between(color=None) drew every one blue)
+    import matplotlib.pyplot as plt
+    lanes = next(d for d in DASHBOARDS if d.uid == "omniwatch-worker-lanes")
+    fleet = next(p for r in lanes.rows for p in r.panels if p.stack and not p.fixed_colors)
+
+    class Prom:
+        def query_range_data(self, expr, start, end, step):
+            return {"result": [{"metric": {"experiment": "e", "fleet": f, "bucket": "idle"},
+                                "values": [[t, "1"] for t in range(0, 60, 5)]} for f in ("actor", "rollout", "reward")]}
+    fig, ax = plt.subplots()
+    preview._draw_panel(ax, fleet, Prom(), 0, 55, 5, lambda e: e, fleet.title)
+    colours = {tuple(c.get_facecolor()[0]) for c in ax.collections}
+    plt.close(fig)
+    assert len(colours) == 3
+
+
+def test_the_panel_defects_of_issue_32_are_gone_from_the_generated_json():
+    """Issue 32 item 6, on the generated JSON: the step's phases drawn per step (no line across a step that did not
+    time a phase, a gap while stalled); one colour per phase in the XY chart and the worker lanes (hex colours, the
+    step phase a Ray method runs: train_batch is update_actor's green, not reward's red); the age column carries no
+    info-threshold colour; no fleet panel draws every run in one panel."""
+    from omniwatch import palette
+    from omniwatch.dashboards.catalog import fleet
+    from omniwatch.dashboards.lanes import PHASE_MAPPINGS
+    ov = by_title(load(DASHBOARDS[0]))
+    stack = ov["Step time by phase: $experiment"]
+    assert stack["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False
+    assert f"unless on (project, experiment) (max by (project, experiment) ({records.REC_AGE}" in \
+        stack["targets"][0]["expr"] and records.REC_STALL_INFO in stack["targets"][0]["expr"]
+    xy = ov["Seconds per phase by step: $experiment"]
+    fixed = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in xy["fieldConfig"]["overrides"]
+             if o["matcher"]["id"] == "byRegexp"}
+    assert fixed[".* gen"] == palette.color("gen") and fixed[".* update_actor"] == palette.color("update_actor")
+    assert fixed[r".* old_log_prob\ \+\ ref\ \+\ teacher"] == palette.color("old_log_prob")
+    colours = {text: c for _, text, c in PHASE_MAPPINGS}
+    assert colours["train_batch"] == palette.color("update_actor") != palette.color("reward")
+    assert colours["generate"] == colours["generate_sequences"] == palette.color("gen")
+    assert colours["compute_score"] == palette.color("reward")
+    assert all(c.startswith("#") or c in ("transparent", "text") for c in colours.values())
+    runs = by_title(load(DASHBOARDS[0]))["Runs"]
+    age = next(o for o in runs["fieldConfig"]["overrides"] if o["matcher"]["options"] == "Value #C")
+    assert not any(p["id"] == "thresholds" for p in age["properties"])
+    for d in DASHBOARDS:
+        assert not [p.title for p in d.panels() if fleet(p)], d.uid
+
+
+def test_the_full_remedy_panel_gives_every_firing_alert_its_text_and_a_quiet_run_its_row(tmp_path):
+    from omniwatch.dashboards.verify import substitute
+    q = substitute(by_title(load(DASHBOARDS[0]))["Remedy: $experiment"]["targets"][0]["expr"])
+    run = lambda e: f'project="p", experiment="{e}"'  # noqa: E731
+    rem = lambda a, v: (f'{names.RUN_REMEDY}{{{run("slow")}, alertname="{a}", severity="warning", cause="", role="", '  # noqa: E731
+                        f'engine="", mode="", variant="{v}"}}')
+    series = {f"{names.STEP}{{{run('slow')}}}": 9, f"{names.STEP}{{{run('quiet')}}}": 9,
+              f'ALERTS{{{run("slow")}, alertname="{names.ALERT_REWARD_BOUND}", alertstate="firing", severity="warning"}}': 1,
+              f'ALERTS{{{run("slow")}, alertname="{names.ALERT_RANK_STRAGGLER}", alertstate="firing", '
+              f'severity="warning", role="actor_rollout", rank="1"}}': 1,
+              f'{names.GPU_HOURS_PER_DAY}{{{run("slow")}, bucket="reward_critical_path"}}': 8,
+              rem(names.ALERT_REWARD_BOUND, "a"): 1, rem(names.ALERT_RANK_STRAGGLER, "b"): 1,
+              f'{names.REMEDY_INFO}{{variant="a", action="pool", remedy="the reward text"}}': 1,
+              f'{names.REMEDY_INFO}{{variant="b", action="node", remedy="the straggler text"}}': 1}
+    r = lambda **k: {"project": "p", **k}  # noqa: E731
+    _promtool_eval(tmp_path, series, [(q, [
+        (r(experiment="slow", alertname=names.ALERT_REWARD_BOUND, severity="warning", part="reward_critical_path",
+           variant="a", action="pool", remedy="the reward text", anchor="rewardboundrollout"), 8 + 2 ** -9),
+        (r(experiment="slow", alertname=names.ALERT_RANK_STRAGGLER, severity="warning", part="no GPU-time cost",
+           variant="b", action="node", remedy="the straggler text", anchor="rankstraggler"), 2 ** -9),
+        (r(experiment="quiet", alertname="none", action="nothing is firing for this run"), 0)])])
+
+
+def test_previews_keep_a_left_edge_panels_tick_labels_on_the_page():
+    """Issue 32 item 7 (legends and labels inside their panels): a percent panel at the page's left edge had its
+    "100.0%" tick cut to "00.0%" (the room for tick labels was an estimate); the plot moves right until its drawn
+    labels start inside the panel, its right edge (and the legend beside it) where it was."""
+    import matplotlib.pyplot as plt
+    from omniwatch.dashboards import preview
+    p = next(p for r in DASHBOARDS[0].rows for p in r.panels if p.unit == "percentunit" and p.kind == "timeseries")
+
+    class Prom:
+        def query_range_data(self, expr, start, end, step):
+            return {"result": [{"metric": {"project": "p", "experiment": "e", "bucket": "gen"},
+                                "values": [[t, str(t / 55)] for t in range(0, 60, 5)]}]}
+    fig = plt.figure(figsize=(16, 4))
+    pad = (6 + 3.3 * preview._tick_chars(p.unit)) / (72 * 16)  # the estimate render_dashboard starts from
+    ax = fig.add_axes([pad, 0.2, 0.35, 0.6])
+    preview._draw_panel(ax, p, Prom(), 0, 55, 5, lambda e: e, p.title)
+    renderer = fig.canvas.get_renderer()
+    fig.canvas.draw()
+    assert "100%" in [t.get_text() for t in ax.get_yticklabels()]
+    right = ax.get_position().x1
+    preview.keep_tick_labels_inside(ax, 0.0)
+    assert ax.yaxis.get_tightbbox(renderer).x0 >= 0 and abs(ax.get_position().x1 - right) < 1e-9
+    plt.close(fig)
+
+
+def test_preview_axes_label_distinct_ticks_in_one_scale():
+    """Issue 32 item 7 (previews that tell the truth): one decimal for every tick labelled distinct ticks alike
+    ("0.1, 0.1, 0.1 preemptions/s", "0.01 s, 0.01 s, 0.00 s"); an axis now has one scale (ms, s or min) and the
+    decimals its ticks' spacing needs."""
+    from omniwatch.dashboards.preview import tick_texts
+    assert tick_texts([0, 0.05, 0.1, 0.15], "suffix: preemptions/s") == [
+        "0.00 preemptions/s", "0.05 preemptions/s", "0.10 preemptions/s", "0.15 preemptions/s"]
+    assert tick_texts([0, 0.0025, 0.005, 0.0075], "s") == ["0.0 ms", "2.5 ms", "5.0 ms", "7.5 ms"]
+    assert tick_texts([0, 100, 200, 300], "s") == ["0.0 min", "1.7 min", "3.3 min", "5.0 min"]
+    assert tick_texts([0, 0.5, 1.0], "percentunit") == ["0%", "50%", "100%"]
+    assert tick_texts([0, 1e8, 2e8], "bytes") == ["0 MiB", "95 MiB", "191 MiB"]
+    for ticks in ([0, 0.05, 0.1, 0.15, 0.2], [0.001, 0.002, 0.003], [0, 25, 50, 75, 100]):
+        for unit in ("s", "percentunit", "bytes", "suffix: /s"):
+            assert len(set(tick_texts(ticks, unit))) == len(ticks), (ticks, unit)
+
+
+def test_the_first_screen_wraps_the_action_and_the_full_remedy_is_one_click_away():
+    """Issue 32 item 2 on the generated JSON: "Why slow"'s action column wraps (215-1,519 characters once showed ~20),
+    each row links to its alert's runbook section (the anchor the query returns), and the full remedy of each run
+    sits in the collapsed row right below, one panel per selected run, its text wrapped too."""
+    doc = load(DASHBOARDS[0])
+    top = [p["title"] for p in doc["panels"]]
+    assert top.index("Why slow: the full remedy") == top.index("Why slow") + 2  # row, its table, the next row
+
+    def wraps(panel, column):
+        o = next(o for o in panel["fieldConfig"]["overrides"] if o["matcher"] == {"id": "byName", "options": column})
+        return any(pr["id"] == "custom.cellOptions" and pr["value"].get("wrapText") for pr in o["properties"])
+    why = by_title(doc)["Why slow"]
+    assert wraps(why, "what to do")
+    row = next(p for p in doc["panels"] if p["title"] == "Why slow: the full remedy")
+    assert row["collapsed"] is True and [p["title"] for p in row["panels"]] == ["Remedy: $experiment"]
+    full = row["panels"][0]
+    assert full["repeat"] == "experiment" and wraps(full, "the full remedy") and wraps(full, "what to do")
+    for panel in (why, full):
+        assert any(lk["url"].endswith("#${__data.fields.anchor}") for lk in panel["fieldConfig"]["defaults"]["links"])
+
+
+def test_previews_count_what_does_not_fit_and_record_every_query_error():
+    """Issue 32 items 7-8: stats were cut at 6 runs silently; now every run is shown or counted ("+N more"), as are
+    legend entries ("+N more series") and table rows ("+N more rows"); a failing query is drawn and recorded
+    (QUERY_ERRORS: the renderer prints them and exits 1), never a blank panel."""
+    import matplotlib.pyplot as plt
+    from omniwatch.dashboards import preview
+    panels = [p for d in DASHBOARDS for r in d.rows for p in r.panels]
+    stat = next(p for p in panels if p.title == "Time since last step (typical steps)")
+    series_panel = next(p for p in panels if p.kind == "timeseries" and not p.stack and len(p.targets) == 1)
+    table = next(p for p in panels if p.kind == "table" and p.title == "Runs")
+    runs = [f"run-{i:02d}" for i in range(40)]
+
+    class Prom:
+        def query_range_data(self, expr, start, end, step):
+            return {"result": [{"metric": {"project": "p", "experiment": e, "phase": e, "role": e},
+                                "values": [[t, "1"] for t in range(0, 60, 5)]} for e in runs]}
+
+        def query(self, expr):
+            return [{"metric": {"project": "p", "experiment": e}, "value": [60, "1"]} for e in runs]
+
+        def query_data(self, expr):
+            return {"result": self.query(expr)}
+    texts = []
+    for p in (stat, series_panel, table):
+        fig = plt.figure(figsize=(16, 3))
+        ax = fig.add_axes([0.05, 0.2, 0.3, 0.6])
+        preview._draw_panel(ax, p, Prom(), 0, 55, 5, lambda e: e, p.title)
+        texts.append(" ".join(t.get_text() for t in ax.texts) + " " + " ".join(
+            t.get_text() for t in (ax.get_legend().get_texts() if ax.get_legend() else [])) + " " + " ".join(
+            c.get_text().get_text() for tb in ax.tables for c in tb.get_celld().values()))
+        plt.close(fig)
+    shown = [sum(f"run-{i:02d}" in t for i in range(40)) for t in texts]
+    for (t, n_shown) in zip(texts, shown):
+        m = re.search(r"\+(\d+) more", t)
+        assert n_shown == 40 or (m and n_shown + int(m.group(1)) == 40), (n_shown, t[-200:])
+    assert any(n < 40 for n in shown)  # the check above was exercised
+
+    class Broken:
+        def query_range_data(self, *a):
+            raise ValueError("bad_data: parse error")
+    before = len(preview.QUERY_ERRORS)
+    fig, ax = plt.subplots()
+    preview._draw_panel(ax, series_panel, Broken(), 0, 55, 5, lambda e: e, "broken")
+    plt.close(fig)
+    assert preview.QUERY_ERRORS[before:] == ["broken: bad_data: parse error"]

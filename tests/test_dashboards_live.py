@@ -94,7 +94,7 @@ def test_endpoints_attached_to_two_runs_stay_two_runs_in_every_panel(stack, uid)
     want = {f"{p}/{e}" for p, e in ENDPOINT_RUNS}
     checked = 0
     for p in d.panels():
-        if p.scope != "run" or p.title in VLLM_OMNI_ONLY:
+        if p.scope != "run" or p.title.removesuffix(": $experiment") in VLLM_OMNI_ONLY:  # fleet panels: one per run
             continue
         for t in p.targets:
             series = stack.query(v.substitute(t.expr))
@@ -108,7 +108,8 @@ def test_each_run_is_read_over_its_own_typical_steps(stack):
     """$window (3 typical steps by default) is per run: each run's window is the smallest ladder rung that holds 3
     of its own typical steps, whatever the other runs' steps (issue 26 item 3)."""
     from omniwatch.dashboards import panels as spec
-    assert v.window_choices() == [str(k) for k in spec.WINDOW_STEPS] and v.default_window() == "3"
+    from omniwatch.alerting.config import DEFAULT
+    assert v.window_choices() == [str(k) for k in spec.window_steps(DEFAULT)] and v.default_window() == "3"
     typical = {(s["metric"]["project"], s["metric"]["experiment"]): float(s["value"][1])
                for s in stack.query(spec.run_max(spec.sel(names.TYPICAL_STEP)).replace("$project", ".*")
                                     .replace("$experiment", ".*"))}
@@ -145,7 +146,8 @@ def test_stacks_come_in_the_exporters_order(stack):
     share = spec.ledger_share().replace("$experiment", exp)
     buckets = _range_order(stack, share, names.L_BUCKET)
     assert len(buckets) >= 5 and buckets == ledger.ordered(buckets), buckets
-    [phases_target] = next(p for p in by_uid("omniwatch-run-overview").panels()
+    from omniwatch.alerting.config import DEFAULT
+    [phases_target] = next(p for p in by_uid("omniwatch-run-overview", DEFAULT).panels()
                            if p.title == "Step time by phase: $experiment").targets
     phases = _range_order(stack, phases_target.expr.replace("$experiment", exp), names.L_PHASE)
     assert phases == [ph for ph in spec.PHASES if ph in phases] and phases[-1] == names.UNTRACKED_PHASE, phases

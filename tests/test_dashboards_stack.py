@@ -30,6 +30,27 @@ GPU_NODE = "h200-replay"
 JOINED = "reward-bound-colocated"  # the runs the demo endpoints' target labels join (as in the demo)
 ALSO_JOINED = "v1-transfer-idle"
 WRITERS: list[threading.Thread] = []  # the demo runs' writers: a wait for what follows their end joins them
+FIRST_SCREEN: list[dict] = []  # the reward-bound run's "Why slow" row at each evaluation while it writes (sampler)
+
+
+def _why_slow_sampler(prom: str, writer: threading.Thread, stop: threading.Event) -> None:
+    """Issue 32 'Done when': the first screen of the reward-bound run, read as Grafana reads it (the generated
+    "Why slow" query for that run) once a second until the stack stops, with whether RewardBoundRollout fires for it
+    at that moment and whether a stall past its warning does (it then costs every GPU of the run: the costlier
+    cause, rightly on top). The run's writer is paced by the wall clock and Prometheus by its evaluations: the alert
+    may fire only after the last step was written, so sampling does not stop with the writer."""
+    import json
+    from omniwatch.dashboards.jsonfiles import default_dir
+    doc = json.loads((default_dir() / "omniwatch-run-overview.json").read_text())
+    panel = next(p for p in doc["panels"] if p.get("title") == "Why slow" and p.get("type") != "row")
+    q = v.substitute(panel["targets"][0]["expr"], demo.PROJECT, v.prom_regex_escape(JOINED))
+    firing = f'ALERTS{{alertname="{names.ALERT_REWARD_BOUND}",alertstate="firing",experiment="{JOINED}"}}'
+    stalled = (f'ALERTS{{alertname="{names.ALERT_STALLED}",alertstate="firing",severity=~"warning|critical",'
+               f'experiment="{JOINED}"}}')
+    while not stop.wait(1.0):
+        rows = _query(prom, q)
+        FIRST_SCREEN.append({"firing": bool(_query(prom, firing)), "rows": [r["metric"] for r in rows],
+                             "stalled": bool(_query(prom, stalled)), "writing": writer.is_alive()})
 
 
 def _query(prom: str, expr: str) -> list:
@@ -73,6 +94,10 @@ def demo_stack(tmp_path_factory):
             t.start()
             threads.append(t)
         WRITERS[:] = threads
+        joined = next(t for t, sc in zip(threads, demo.scenarios(PACE_S, STEPS, ONSET)) if sc.experiment == JOINED)
+        sampler = threading.Thread(target=_why_slow_sampler, args=(cfg.prometheus_url, joined, stop), daemon=True)
+        sampler.start()
+        threads.append(sampler)
         _wait_ready(cfg.prometheus_url)
         yield cfg
     finally:
@@ -132,6 +157,36 @@ def test_the_demo_run_with_gpu_and_engine_sources_fills_every_panel(demo_stack):
     failures = v.verify(demo_stack.prometheus_url, demo.PROJECT, JOINED, "1m")
     failures = [f for f in failures if not (f.panel in NOT_LOGGED_BY_JOINED and f.reason == "no series")]
     assert not failures, "\n".join(map(str, failures))
+
+
+def test_the_first_screen_of_the_reward_bound_run_names_reward_bound_rollout_and_its_fix(demo_stack):
+    """Issue 32 'Done when': on the demo, while RewardBoundRollout fires for the reward-bound run (it also straggles
+    a rank: RankStraggler, from the Ray stand-in joined to it), the first screen's "Why slow" row names
+    RewardBoundRollout, what it costs (reward on the critical path) and its one-line fix — at every sample it
+    fires (until a stall past its warning, which costs every GPU, rightly takes the top), not only some."""
+    for t in WRITERS:
+        t.join(timeout=240)
+    for _ in range(120):  # bounded: until RewardBoundRollout has fired at a few samples (Prometheus may lag)
+        if sum(x["firing"] for x in FIRST_SCREEN) >= 5:
+            break
+        time.sleep(1)
+    during = [x for x in list(FIRST_SCREEN) if x["firing"] and not x["stalled"]]
+    assert len(during) >= 3, (f"RewardBoundRollout fired at {len(during)} samples of {len(FIRST_SCREEN)}",
+                              [(x["firing"], x["stalled"], [r.get("alertname") for r in x["rows"]])
+                               for x in FIRST_SCREEN])
+    for x in during:
+        [row] = x["rows"]
+        assert row["alertname"] == names.ALERT_REWARD_BOUND and row["part"] == "reward_critical_path", x
+        assert "reward.reward_model.enable_resource_pool=True" in row.get("action", ""), x
+
+
+def test_the_worker_lanes_show_every_fleet_of_the_step(demo_stack):
+    """Issue 32 item 6: the lanes showed actor ranks only; the demo's Ray stand-in runs agent-loop workers
+    (generate_sequences) and reward-loop workers (compute_score) beside the actor ranks, and each has its lanes."""
+    run = f'project="{demo.PROJECT}",experiment="{JOINED}"'
+    roles = {s["metric"]["role"] for s in _query(
+        demo_stack.prometheus_url, f"count by (role) (count_over_time({names.RAY_WORKER_PHASE}{{{run}}}[5m]))")}
+    assert {"actor_rollout", "agent_loop", "reward_loop"} <= roles, roles
 
 
 def test_the_demo_attaches_its_endpoints_to_two_runs_and_panels_keep_them_apart(demo_stack):

@@ -13,7 +13,7 @@ from omniwatch.demo import standins as demo_endpoints
 from omniwatch.demo import raytasks as dr
 from omniwatch.discovery import taskevents as te
 from omniwatch.discovery.rayapi import parse_page
-from omniwatch.discovery.taskmetrics import lanes, straggler_streaks
+from omniwatch.discovery.taskmetrics import PHASE_CODE, lanes, straggler_streaks
 from omniwatch.discovery.taskwatch import TaskPoller
 
 FIX = Path(__file__).parent / "fixtures" / "raytasks"
@@ -48,7 +48,7 @@ def test_running_rows_keep_the_recorded_shape_and_ray_filters_apply():
                                               now=t0 + 6.0)[1])).rows
     assert not parse_page(json.loads(s.answer("/api/v0/actors?filter_keys=state&filter_predicates=!%3D"
                                               "&filter_values=ALIVE")[1])).rows
-    assert len(parse_page(json.loads(s.answer("/api/v0/actors")[1])).rows) == 5
+    assert len(parse_page(json.loads(s.answer("/api/v0/actors")[1])).rows) == 5 + 2 * dr.LOOP_WORKERS
     assert s.answer("/api/v0/jobs")[0] == 404
 
 
@@ -74,7 +74,16 @@ def test_the_ledger_sees_phases_a_straggling_rank_and_a_held_step():
     held = [h for h in holders if h["phase"] == "update_actor" and "3/4 ranks done" in h["text"]]
     assert held and max(h["age_s"] for h in held) > 3.0
     lane, _ = lanes(led, 64)
-    assert sorted(r for _, r, _ in lane) == [0, 1, 2, 3]
+    assert sorted(r for role, r, _ in lane if role == "actor_rollout") == [0, 1, 2, 3]
+    # issue 32 item 6: every fleet of the step has its lanes: the agent loops generate, the reward loops score
+    led.apply(s.running(now + 2.0), [], now + 2.0)
+    lane, _ = lanes(led, 64)
+    by_role = {}
+    for role, r, code in lane:
+        by_role.setdefault(role, {})[r] = code
+    assert sorted(by_role["agent_loop"]) == sorted(by_role["reward_loop"]) == list(range(dr.LOOP_WORKERS))
+    assert all(c == PHASE_CODE["generate_sequences"] for c in by_role["agent_loop"].values())
+    assert all(c == PHASE_CODE["compute_score"] for c in by_role["reward_loop"].values())
 
 
 def test_the_real_poller_reads_the_demo_endpoints_state_api():
@@ -89,7 +98,7 @@ def test_the_real_poller_reads_the_demo_endpoints_state_api():
                 break
             time.sleep(0.25)
         p.api.close()
-        assert snap.up and len(p.ledger.actors) == 5 and snap.holder["text"]
+        assert snap.up and len(p.ledger.actors) == 5 + 2 * dr.LOOP_WORKERS and snap.holder["text"]
         assert not snap.lossy and snap.dropped == 0
     finally:
         demo_endpoints.stop(server)

@@ -139,6 +139,44 @@ def test_a_config_passed_to_the_dashboards_words_every_panel_description(explici
     assert not found, "\n".join(map(str, found))
 
 
+def test_a_config_passed_to_the_dashboards_leaves_no_default_anywhere_in_the_json(explicit):
+    """Issue 32 item 5: `dashboards generate --config` with another selectors.job, other windows and other thresholds
+    (the defaults imported, the config only passed): no query, legend or description of the generated JSON keeps a
+    default — the exporter's job, the runbook base, $window's default, a threshold or a window in a comparison, a
+    legend or a sentence about an alert."""
+    (default_job, job), (default_base, base) = explicit["job"], explicit["runbook_base"]
+    found = []
+    for uid, text in explicit["dashboards"].items():
+        doc = json.loads(text)
+        for bad in (f'job=\\"{default_job}\\"', f'job=\"{default_job}\"', default_base):
+            if bad in text:
+                found.append((uid, "text", bad))
+        assert f'job=\\"{job}\\"' in text or "job=" not in text.replace(f"job=\\\"{job}", ""), uid
+        for v in doc["templating"]["list"]:
+            if v["name"] == "window":
+                k = explicit["changed"]["window.k"][1]
+                if v["current"]["value"] != str(k) or v["query"].split(",")[0] != str(k):
+                    found.append((uid, "$window", v["current"], v["query"]))
+    for p in explicit["panels"]:
+        for path, (old, _) in explicit["changed"].items():
+            for e in p["exprs"]:
+                found += [(p["dashboard"], p["title"], path, old, "expr", h) for h in comparisons(e, old)
+                          if not isinstance(old, str)]
+            for lg in p["legends"]:
+                # a count reads with its unit ("last 10 steps"; a bare small integer is too common to judge)
+                fs = forms(old, path)[1:] if isinstance(old, int) else forms(old, path)[:1]
+                for f in fs:
+                    if f not in ("1.0",) and re.search(number(f), re.sub(r"\{\{[^}]*\}\}", "", lg)):
+                        found.append((p["dashboard"], p["title"], path, old, "legend", lg))
+            found += [(p["dashboard"], p["title"], path, old, "description", s) for s in in_prose(p["description"], old, path)]
+        if "window (default:" in p["description"] or "(default: " in p["description"]:
+            k = explicit["changed"]["window.k"]
+            if f"(default: {k[0]})" in p["description"]:
+                found.append((p["dashboard"], p["title"], "window.k", k[0], "description", "(default: ...)"))
+    assert not found, "\n".join(map(str, found))
+    assert any(f'job=\\"{job}\\"' in t for t in explicit["dashboards"].values())
+
+
 @pytest.mark.parametrize("where,text,default", [
     ("expr", "project_experiment:omniwatch_reward_bound_ratio:min_k > 0.4", 0.4),
     ("expr", "avg_over_time(x[10m])", "10m"),

@@ -206,6 +206,26 @@ def test_report_lanes_segments_and_chart():
     assert rl.chart([]) is None
 
 
+def test_report_lanes_have_every_fleet_in_the_dashboards_colours():
+    """Issue 32 item 6: the report's lanes, like the dashboard's, show the generate (agent-loop), reward (reward-loop)
+    and actor fleets, each phase in the one colour every panel kind gives it (palette.PHASE_COLORS)."""
+    from omniwatch import palette
+    from omniwatch.dashboards.lanes import PHASE_MAPPINGS
+    from omniwatch.report import gantt as rl
+    lanes = {"agent_loop rank 000": "generate_sequences", "reward_loop rank 000": "compute_score",
+             "actor_rollout rank 000": "update_actor", "actor_rollout rank 001": "train_batch"}
+    series = {lane: {0.0: PHASE_CODE[ph], 15.0: PHASE_CODE[ph], 30.0: 0} for lane, ph in lanes.items()}
+    bars = rl.segments(series, 15.0)
+    assert {(b.lane, b.phase) for b in bars} == set(lanes.items())
+    fig = rl.chart(bars)
+    data = fig.renderers[0].data_source.data
+    colour = dict(zip(data["phase"], data["color"]))
+    dashboard = {text: c for code, text, c in PHASE_MAPPINGS}
+    for ph in lanes.values():
+        assert colour[ph] == palette.color(ph, "?") == dashboard[ph], ph
+    assert colour["train_batch"] == colour["update_actor"] != colour["compute_score"] != colour["generate_sequences"]
+
+
 def test_report_slowest_steps_windows():
     """The slowest steps' Gantt: the K longest step times, each from the previous step's arrival to its own."""
     from omniwatch.report import gantt as rl

@@ -447,3 +447,29 @@ def test_example_receivers_file_loads(monkeypatch):
     assert conf.retry.max_seconds == 300
     monkeypatch.delenv("OMNIWATCH_FEISHU_SECRET")
     assert "OMNIWATCH_FEISHU_SECRET" in cfg.load(str(example)).receivers[1].error
+
+
+def test_a_notification_puts_the_costliest_alert_first_with_its_action():
+    """Issue 32 item 1: a digest of several alerts ranks them by the GPU time each costs now (the figure the
+    description states), ties by severity; each shows its one-line action before the full remedy."""
+    from omniwatch.relay.messages import build, text
+
+    def alert(name, sev, desc, action=""):
+        ann = {"summary": name, "description": desc, "remedy": f"full remedy of {name}"}
+        if action:
+            ann["action"] = action
+        return {"status": "firing", "labels": {"alertname": name, "severity": sev, "project": "p", "experiment": "e"},
+                "annotations": ann}
+    body = {"status": "firing", "alerts": [
+        alert("RankStraggler", "warning", "p/e: rank 1 finished last."),
+        alert("TrainingStalled", "info", "p/e: no step for 2m."),
+        alert("RewardBoundRollout", "warning", "p/e: reward held 55%. At the current rate reward on the critical path "
+                                               "costs about 1,317 GPU-hours per day.", "Give scoring its own GPUs"),
+        alert("StepTimeRegression", "warning", "p/e: 1.2x. At the current rate the growth costs about 4 GPU-hours per "
+                                               "day.")]}
+    msg = build(body)
+    assert [v.name for v in msg.alerts] == ["RewardBoundRollout", "StepTimeRegression", "RankStraggler",
+                                            "TrainingStalled"]
+    assert msg.alerts[0].cost_per_day == 1317 and msg.title.startswith("[FIRING:4] RewardBoundRollout, StepTime")
+    t = text(msg)
+    assert "Do: Give scoring its own GPUs\nRemedy: full remedy of RewardBoundRollout" in t

@@ -447,3 +447,20 @@ def test_index_without_prometheus_names_unreadable_files_and_goes_on(tmp_path):
     got = json.loads(r.stdout)
     assert [x["name"] for x in got["runs"]] == ["p/good"] and list(got["skipped"]) == [str(root / "p" / "empty.jsonl")]
     assert "skipped" in r.stderr and out.is_file() and Path(got["runs"][0]["page"]).is_file()
+
+
+def test_the_verdict_ranks_what_fires_now_by_its_cost_now_then_severity():
+    """Issue 32 item 1 (the report's verdict): what still fires at the last step comes first, by the GPU-hours per day
+    it costs now, ties broken by severity; what fired earlier follows by the GPU-hours it cost, whatever its
+    severity or total. On the reward-bound fixture the first is RewardBoundRollout with its action and a cost now."""
+    from omniwatch.report.verdict import Bottleneck, rank
+
+    def b(name, sev, now, firing=True, gpu_s=0.0):
+        return Bottleneck(name, gpu_s, "", [], [], severity=sev, firing_at_end=firing, now_per_day=now)
+    order = rank([b("Straggler", "warning", 0.0, gpu_s=9e9), b("Old", "critical", 0.0, firing=False, gpu_s=5e9),
+                  b("Reward", "warning", 31.7), b("Stall", "critical", 31.7), b("Idle", "warning", 2.0),
+                  b("Older", "warning", 0.0, firing=False, gpu_s=6e9)])
+    assert [x.alertname for x in order] == ["Stall", "Reward", "Idle", "Straggler", "Older", "Old"]
+    v = verdict(facts_of_runs([load_run(str(fixture_path("flowgrpo_reward_bound")))])[0])
+    assert v[0].alertname == "RewardBoundRollout" and v[0].firing_at_end and v[0].action
+    assert v[0].now_per_day == max(x.now_per_day for x in v if x.firing_at_end) > 0

@@ -385,20 +385,23 @@ def test_history_at_first_sight_is_counted_in_the_runs_own_steps_not_a_fixed_age
 # --- remedies that fit the run's engine and LoRA (from its config) --------------------------------------------
 def test_remedies_name_the_engine_keys_and_layered_summon_only_for_lora():
     from omniwatch.alerting import remedies
-    from omniwatch.alerting.prose import Ctx, key_of
+    from omniwatch.alerting.prose import Ctx, key_of, setting_series
 
-    def actor(**info):
+    def actor(settings=None, **info):
         series = {key_of(names.TRAINER_CONFIG_INFO, f'{k}="{v}"'): 1 for k, v in info.items()}
         return remedies.step_regression().expect(Ctx({"project": "p", "experiment": "e", "cause": "actor"}, 1.0,
-                                                     series, None))
-    fsdp_lora = actor(engine="fsdp", lora="true")
+                                                     {**series, **setting_series(settings)}, None))
+    lora = tc.read_file(str(fixture(f"{CFG}/finished_on_cadence.pprint.log"))).settings  # LoRA 64, both offloaded
+    fsdp_lora = actor({**lora, "layered_summon": False})
     assert "fsdp_config.param_offload=False" in fsdp_lora and "layered_summon=True" in fsdp_lora
-    full = actor(engine="fsdp", lora="false")
+    assert "layered_summon" not in actor(lora)  # it already has it on: nothing to propose
+    full = actor({**lora, "lora_rank": 0, "layered_summon": False})
     assert "layered_summon" not in full
-    veo = actor(engine="veomni", lora="false")
+    veo = actor(tc.read_file(str(fixture(f"{CFG}/veomni_offload.pprint.log"))).settings)
     assert "veomni_config.param_offload=False" in veo and "fsdp_config" not in veo
-    unknown = actor(engine="unknown", lora="unknown")
+    unknown = actor(engine="unknown", lora="unknown", source="none")
     assert "fsdp_config.param_offload=False" in unknown and "for a LoRA run with both on keep" in unknown
+    assert "No trainer config was read for this run" in unknown
     veomni_keys = {ln.strip() for ln in fixture("verl_omni/config_keys_veomni_only.txt").read_text().splitlines()
                    if ln.strip() and not ln.startswith("#")}
     assert remedies.VEOMNI_KEYS and remedies.VEOMNI_KEYS <= veomni_keys
@@ -525,3 +528,152 @@ def test_ray_placement_groups_give_the_pools_when_no_config_says():
     feed(conf, "v1_separate_async")
     assert value(conf, names.RUN_GPUS, origin="config", **a) == 8
     assert value(conf, names.RUN_POOL_GPUS, pool="rollout", origin="config", **a) == 4
+
+
+# --- issue 32 item 5: the settings remedies branch on, read from VeRL-Omni's own generated configs ----------------
+GEN = "verl_omni/generated"
+
+
+def _yaml(rel: str) -> dict:
+    return tc.parse_yaml_text(fixture(rel).read_text())
+
+
+def _set(d: dict, dotted: str, value) -> dict:
+    """A Hydra command-line override ``dotted=value`` applied to a composed config (the key must exist)."""
+    node = d
+    *parents, last = dotted.split(".")
+    for p in parents:
+        node = node[p]
+    assert last in node, f"{dotted} is not a key of the config"
+    node[last] = value
+    return d
+
+
+@pytest.mark.parametrize("name,engine", [("_generated_diffusion_trainer", "fsdp"),
+                                         ("_generated_diffusion_veomni_trainer", "veomni"),
+                                         ("_generated_omni_trainer", "fsdp")])
+def test_verl_omni_generated_configs_state_every_setting_the_remedies_read(name, engine):
+    """VeRL-Omni's generated reference configs (scripts/generate_trainer_config.sh) hold every key SETTINGS reads, with
+    the defaults the remedies then quote: nothing offloaded, no LoRA, the naive (colocated) checkpoint engine, a
+    function reward (reward.reward_model.enable False), resume auto."""
+    cfg = tc.read_file(str(fixture(f"{GEN}/{name}.yaml")))
+    assert cfg.engine == engine and cfg.lora is False and cfg.sp == 1
+    s = cfg.settings
+    missing = set(tc.SETTINGS) - set(s)
+    # ppo_micro_batch_size_per_gpu defaults to null (the examples set it); the omni (LLM) trainer has no rollout
+    # step_execution
+    assert missing <= {"micro_batch"} | ({"step_execution"} if name == "_generated_omni_trainer" else set()), missing
+    assert (s["param_offload"], s["optimizer_offload"], s["lora_rank"], s["reward_model"], s["reward_pool"]) == \
+        (False, False, 0, False, False)
+    assert s["checkpoint_backend"] == "naive" and s["resume_mode"] == "auto" and s["bucket_megabytes"] == 2048
+
+
+def test_the_omni_trainers_lora_section_and_its_deprecated_ulysses_key_are_read():
+    """The omni trainer sets LoRA as model.lora.rank (verl's RayPPOTrainer reads it before model.lora_rank) and still
+    carries verl's deprecated actor-level ulysses_sequence_parallel_size (FSDPActorConfig.__post_init__ copies it over
+    the engine's when above 1): issue 32 item 5 — LoRA read as 'no LoRA', the SP key never consulted."""
+    base = _yaml(f"{GEN}/_generated_omni_trainer.yaml")
+    assert base["actor_rollout_ref"]["model"]["lora"]["rank"] == 0 and base["actor_rollout_ref"]["model"]["lora_rank"] == 0
+    d = _set(_set(base, "actor_rollout_ref.model.lora.rank", 16), "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2)
+    cfg = tc.facts(d, "yaml")
+    assert cfg.lora is True and cfg.settings["lora_rank"] == 16 and cfg.sp == 2
+    # the flat key alone is LoRA too; an adapter path is LoRA whatever the rank says
+    flat = tc.facts(_set(_yaml(f"{GEN}/_generated_omni_trainer.yaml"), "actor_rollout_ref.model.lora_rank", 8), "yaml")
+    assert flat.lora is True and flat.settings["lora_rank"] == 8
+    adapter = tc.facts(_set(_yaml(f"{GEN}/_generated_diffusion_trainer.yaml"), "actor_rollout_ref.model.lora_adapter_path",
+                            "/ckpt/adapter"), "yaml")
+    assert adapter.lora is True and adapter.settings["lora_rank"] == 0
+    # the engine's own key wins while the deprecated one stays at its default 1
+    sp4 = tc.facts(_set(_yaml(f"{GEN}/_generated_omni_trainer.yaml"),
+                        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size", 4), "yaml")
+    assert sp4.sp == 4
+
+
+RENDERED = {  # rendered by a real Hydra app from VeRL-Omni's config and its example scripts' overrides (README)
+    "v1_sync_reward_pool": dict(trainer="v1", lora=True, param_offload=False, optimizer_offload=False, reward_model=True,
+                                reward_pool=True, reward_pool_gpus_per_node=1, reward_pool_nodes=1, lora_rank=32,
+                                micro_batch=8, trainer_gpus=2, checkpoint_backend="naive"),
+    "reward_server": dict(trainer="legacy", lora=False, param_offload=True, optimizer_offload=True, reward_model=False,
+                          reward_pool=False, layered_summon=True, micro_batch=16, trainer_gpus=4),
+    "veomni_offload": dict(trainer="legacy", lora=False, param_offload=True, optimizer_offload=True, reward_model=True,
+                           reward_pool=False, reward_tp=4, reward_workers=1, engine="veomni"),
+    "v1_separate_async": dict(trainer="v1", async_mode="separate_async", checkpoint_backend="nccl",
+                              parameter_sync_step=4, bucket_megabytes=2048, param_offload=False, lora_rank=32),
+    "finished_on_cadence": dict(trainer="legacy", param_offload=True, layered_summon=True, reward_model=True,
+                                resume_mode="auto", lora_rank=64),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RENDERED))
+def test_settings_of_configs_rendered_from_verl_omni_examples(case):
+    cfg = tc.read_file(str(fixture(f"{CFG}/{case}.pprint.log")))
+    got = {k: getattr(cfg, k) if k in ("trainer", "lora", "engine", "async_mode") else cfg.settings.get(k)
+           for k in RENDERED[case]}
+    assert got == RENDERED[case]
+
+
+def test_settings_are_exported_with_their_words_and_survive_a_checkpoint(tmp_path):
+    store = new_store()
+    store.set_trainer_config(_cfg("v1_separate_async"))
+    feed(store, "v1_separate_async")
+    a = dict(project="whole_run", experiment="v1_separate_async")
+    assert value(store, names.TRAINER_CONFIG_SETTING, setting="checkpoint_backend", value="nccl", **a) == 1
+    assert value(store, names.TRAINER_CONFIG_SETTING, setting="param_offload", value="false", **a) == 0
+    assert value(store, names.TRAINER_CONFIG_SETTING, setting="lora_rank", value="32", **a) == 32
+    restored = new_store()
+    restore_store(restored, snapshot_store(store))
+    assert restored.runs[("whole_run", "v1_separate_async")].config.settings == \
+        store.runs[("whole_run", "v1_separate_async")].config.settings
+
+
+def test_settings_are_a_closed_set_whatever_a_config_or_state_file_says():
+    d = {"trainer": {"project_name": "p", "experiment_name": "e", "resume_mode": "resume_path\nx",
+                     "v1": {"separate_async": {"parameter_sync_step": -3}}},
+         "actor_rollout_ref": {"rollout": {"checkpoint_engine": {"backend": "evil\"}{", "update_weights_bucket_megabytes": 10**12}},
+                               "actor": {"fsdp_config": {"param_offload": "yes"}}}}
+    cfg = tc.facts(d, "yaml")
+    assert cfg.settings == {"checkpoint_backend": "other", "resume_mode": "other"}
+    assert tc.TrainerConfig.from_json({**cfg.to_json(), "settings": {"param_offload": "x", "bogus": 1,
+                                                                     "lora_rank": True, "max_num_seqs": 4}}).settings \
+        == {"max_num_seqs": 4}
+
+
+def _flipped(value, setting: str):
+    """Another value than ``value`` for ``setting``, as a Hydra override would set it."""
+    kind = tc.SETTINGS[setting][0]
+    if kind == "bool":
+        return not value
+    if kind == "enum":
+        return next(w for w in tc.ENUMS[setting] if w != value)
+    return (value or 0) + 3
+
+
+def _path(setting: str, engine: str) -> str:
+    return tc.SETTINGS[setting][1].replace("{engine}", f"{engine}_config")
+
+
+@pytest.mark.parametrize("name,engine", [("_generated_diffusion_trainer", "fsdp"),
+                                         ("_generated_diffusion_veomni_trainer", "veomni"),
+                                         ("_generated_omni_trainer", "fsdp")])
+def test_every_config_fact_is_read_when_set_on_verl_omni_generated_configs(name, engine):
+    """Issue 32 item 4: each fact the remedies read (offloads of the run's engine, micro batch, checkpoint engine and
+    bucket, reward model vs function and its pool, sync step, resume mode, ...) read from VeRL-Omni's own generated
+    config with a value other than its default set where Hydra sets it: the setting follows (it is not a default)."""
+    base = _yaml(f"{GEN}/{name}.yaml")
+    checked = []
+    for setting, (_, dotted) in tc.SETTINGS.items():
+        if not dotted:
+            continue
+        path = _path(setting, engine)
+        node = base
+        for part in path.split("."):
+            node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+        if node is KeyError:  # the omni (LLM) trainer has no rollout.step_execution
+            assert (name, setting) == ("_generated_omni_trainer", "step_execution"), (name, path)
+            continue
+        new = _flipped(node, setting)
+        got = tc.facts(_set(_yaml(f"{GEN}/{name}.yaml"), path, new), "yaml").settings.get(setting)
+        assert got == new, (name, setting, path, node, new, got)
+        checked.append(setting)
+    assert {"param_offload", "optimizer_offload", "reward_model", "reward_pool", "parameter_sync_step",
+            "checkpoint_backend", "bucket_megabytes", "resume_mode", "micro_batch"} <= set(checked)

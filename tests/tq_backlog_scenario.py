@@ -334,9 +334,11 @@ def collect(prom: str, h: dict, b: dict, d: dict) -> None:
 
 def dashboard_failures(prom: str) -> list[dict]:
     """The TransferQueue dashboard's targets that show no data on this real TransferQueue."""
-    from omniwatch.dashboards import transferqueue, verify
+    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.dashboards import verify
+    from omniwatch.dashboards.catalog import by_uid
     fails = verify.verify(f"http://{prom}", PROJECT, EXPERIMENT, rate_interval="1m", interval=SCRAPE,
-                          dashboards=[transferqueue.DASHBOARD])
+                          dashboards=[by_uid("omniwatch-transferqueue", DEFAULT)])
     return verify.as_dicts(fails)
 
 

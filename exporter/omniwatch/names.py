@@ -219,9 +219,21 @@ RUN_INFO = _m("omniwatch_run_info", "gauge",
               "pool or a reward function; unknown) and async_mode (sync | separate_async | unknown). Alerts pick their "
               "remedy by it.", R + ("trainer", "reward", "async_mode"))
 REMEDY_INFO = _m("omniwatch_remedy_info", "gauge",
-                 "Always 1; the remedy text of an alert (label remedy, one line) for a run layout (trainer, reward, "
-                 "async_mode as omniwatch_run_info) that an exported run has: the overview's 'Why slow' row joins it "
-                 "to the run's firing alert (remedy_info.py).", ("alertname", "trainer", "reward", "async_mode", "remedy"))
+                 "Always 1; one remedy as the exported runs need it (remedy_info.py): its one-line action (label "
+                 "action, at most 120 characters) and full text (label remedy, one line), keyed by variant (a short "
+                 "hash of the two texts: runs whose layout, trainer config and break-even render the same text share "
+                 "it). omniwatch_run_remedy says which variant each run's alert gets.", ("variant", "action", "remedy"))
+RUN_REMEDY = _m("omniwatch_run_remedy", "gauge",
+                "Always 1; for each run, each alert (and severity, and the alert label its remedy branches on: cause "
+                "of StepTimeRegression, role / engine of RolloutQueueSaturated, mode of RolloutRejectionHigh) the "
+                "omniwatch_remedy_info variant it renders for this run's layout and trainer config: the overview's "
+                "'Why slow' row joins a firing alert to its action through it.",
+                R + ("alertname", "severity", "cause", "role", "engine", "mode", "variant"))
+REWARD_POOL_BREAK_EVEN = _m("omniwatch_reward_pool_break_even_gpus", "gauge",
+                            "The largest dedicated reward pool (GPUs) that still pays for this run: the largest P with "
+                            "P / (N + P) below reward's share of the step on the critical path (window min over the "
+                            "last k normal steps; N = the run's trainer GPUs), at most N. 0: no pool pays at this "
+                            "share. Quoted by RewardBoundRollout's remedy.", R)
 REWARD_STEP_SHARE_WINDOW = _m("omniwatch_reward_step_share_window", "gauge",
                               "min/median/max over the last k normal steps of reward seconds on the critical path / step "
                               "seconds (how much reward matters to the step).", R + (L_STAT,), "ratio")
@@ -435,6 +447,14 @@ TRAINER_CONFIG_GPUS = _m("omniwatch_trainer_config_gpus", "gauge",
                          "GPUs per pool from the run's config: pool=\"trainer\" (trainer.nnodes x n_gpus_per_node), "
                          "\"reward\" (a reward-model resource pool), \"rollout\" (V1 separate_async standalone "
                          "rollout); the ledger counts their sum.", R + (L_POOL,))
+L_SETTING, L_VALUE = "setting", "value"
+TRAINER_CONFIG_SETTING = _m("omniwatch_trainer_config_setting", "gauge",
+                            "One series per setting the remedies branch on that the run's config states "
+                            "(trainer_config.SETTINGS: setting = param_offload, optimizer_offload, lora_rank, "
+                            "layered_summon, checkpoint_backend, bucket_megabytes, reward_model, reward_pool, "
+                            "parameter_sync_step, resume_mode, ...): value = its word (true | false, the integer, "
+                            "the enum word), the sample = the number (booleans 1 / 0, enums 1). Absent: the config "
+                            "does not say, or none was read.", R + (L_SETTING, L_VALUE))
 WARMUP_STEP = _m("omniwatch_warmup_step_seconds", "gauge",
                  "Longest warm-up step (timing_s/step) of the run's current trainer incarnation: until a typical "
                  "step exists TrainingStalled counts in it (info after stall.provisional_factor, warning after "

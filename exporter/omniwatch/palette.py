@@ -36,11 +36,22 @@ PHASE_COLORS: dict[str, str] = {
     ledger.STALLED: "#000000",
     "inter_stage": "#7f7f7f",        # the GPU sampler's name for the gap between timed phases
 }
-# Ray actor methods (worker lanes) that run a step phase take that phase's colour (discovery/phases.py).
-RAY_METHOD_PHASE = {"generate_sequences": "gen", "compute_rm_score": "reward", "compute_log_prob": "old_log_prob",
+# Ray actor methods (worker lanes) that run a step phase take that phase's colour (discovery/phases.py): the actor
+# update's train_batch / train_mini_batch are update_actor, the forward passes infer_batch / infer_actor_batch the
+# old log-prob, the servers' generate and the agent loops' generate_sequences gen, the reward loops' scoring reward,
+# the weight-sync helpers (checkpoint engine, adapter copies, the rollout's wake-up and sleep) update_weights
+# (issue 32 item 7: train_batch was drawn in reward's red).
+RAY_METHOD_PHASE = {"generate_sequences": "gen", "generate": "gen", "compute_rm_score": "reward",
+                    "compute_score": "reward", "compute_score_batch": "reward", "compute_score_disrm": "reward",
+                    "compute_log_prob": "old_log_prob", "infer_actor_batch": "old_log_prob", "infer_batch": "old_log_prob",
                     "compute_ref_log_prob": "ref", "infer_ref_batch": "ref", "infer_teacher_batch": "teacher",
-                    "update_actor": "update_actor", "update_weights": "update_weights",
-                    "save_checkpoint": "save_checkpoint"}
+                    "update_actor": "update_actor", "train_batch": "update_actor", "train_mini_batch": "update_actor",
+                    "update_weights": "update_weights", "execute_checkpoint_engine": "update_weights",
+                    "copy_adapter": "update_weights", "ema_update_adapter": "update_weights", "wake_up": "update_weights",
+                    "sleep": "update_weights", "save_checkpoint": "save_checkpoint", "load_checkpoint": "save_checkpoint"}
+# Ray methods that run no step phase: one neutral colour each, none a phase's (hex: Grafana and the previews alike)
+RAY_OTHER_METHODS = {"init_model": "#c49c94", "start_profile": "#dbdbdb", "stop_profile": "#dbdbdb",
+                     "async_calls_finalize_fn_exec": "#c7c7c7", "compute_values": "#bcbd22", "update_critic": "#8c6d31"}
 OTHER = "#e377c2"  # a phase no list knows (a new verl timer)
 
 assert set(PHASE_ORDER) <= set(PHASE_COLORS), "every phase has its colour"
@@ -48,5 +59,5 @@ assert set(ledger.PHASE_BUCKETS) | set(ledger.NON_PHASE) <= set(PHASE_COLORS), "
 
 
 def color(name: str, default: str = OTHER) -> str:
-    """The colour of a phase, ledger bucket or Ray method running a phase (``default`` for an unknown one)."""
-    return PHASE_COLORS.get(RAY_METHOD_PHASE.get(name, name), default)
+    """The colour of a phase, ledger bucket or Ray method (the phase it runs; ``default`` for an unknown one)."""
+    return PHASE_COLORS.get(RAY_METHOD_PHASE.get(name, name)) or RAY_OTHER_METHODS.get(name, default)

@@ -1,36 +1,99 @@
-"""The remedy text of every alert for each run layout, as an info series Grafana can read
-(``omniwatch_remedy_info{alertname, trainer, reward, async_mode, remedy} 1``; issue 26 item 1).
+"""Every alert's remedy as each exported run needs it, as series Grafana can read (issue 26 item 1, issue 32):
 
-Prometheus keeps an alert's ``remedy`` annotation out of PromQL (ALERTS has no annotations), so the
-overview's "Why slow" row joins the run's firing alert with this series through ``omniwatch_run_info``
-(the run's layout labels). The text is rendered exactly as the report's verdict renders it
-(``report.verdict.remedy``: the alert's remedy prose for the layout) with no run series: where a remedy
-quotes a run's own value (the device peak) or its trainer config (engine, LoRA), the layout default is
-shown; the alert notification carries the run's full text. One series per alert and per layout the exported
-runs have (a handful), never per run: the text is up to ~2 KB.
+- ``omniwatch_run_remedy{project, experiment, alertname, severity, cause, role, engine, mode, variant} 1``: for each
+  run, each alert (and severity, and the alert label its remedy branches on) the variant of the text it renders for
+  that run's layout (``omniwatch_run_info``), trainer config (``omniwatch_trainer_config_setting``) and reward-pool
+  break-even;
+- ``omniwatch_remedy_info{variant, action, remedy} 1``: each distinct text once (its one-line action and its full
+  text, one line), so runs that render the same text share one series;
+- ``omniwatch_reward_pool_break_even_gpus{project, experiment}``: the largest dedicated reward pool that still pays
+  for the run (:func:`break_even`), which RewardBoundRollout's remedy quotes.
+
+Prometheus keeps an alert's annotations out of PromQL (ALERTS has no annotations), so the overview's "Why slow" row
+joins a firing alert to its action through these. The text is rendered as Prometheus renders the annotation
+(``Prose.expect`` over the run's modes, its config settings and break-even: alerting/remedies.py); values a remedy
+quotes from other live series (the device peak, reward-server latency) are left at the layout default here — the
+alert notification carries the run's full text. Rendering is cached per distinct input, so a scrape of many runs of
+a few layouts and configs renders each text once.
 """
 from __future__ import annotations
 
+import hashlib
+import math
 from functools import lru_cache
 
 LAYOUT = ("trainer", "reward", "async_mode")
+CASE_LABELS = ("cause", "role", "engine", "mode")  # the alert labels a remedy may branch on (remedies.LABEL_CASES)
 
 
-@lru_cache(maxsize=64)
-def remedies(layout: tuple[str, str, str]) -> tuple[tuple[str, str], ...]:
-    """(alertname, remedy text) for every alert that has a remedy, for this layout (``unknown`` parts: the
-    remedy's default branch, as Prometheus renders it when omniwatch_run_info says unknown)."""
+def break_even(share: float | None, gpus: int | None) -> int | None:
+    """The largest P (GPUs) for which a dedicated reward pool next to ``gpus`` trainer GPUs still pays: throughput per
+    GPU improves only if reward's share of the step's critical path ``share`` exceeds P / (N + P) (remedies.py, the
+    pool break-even), i.e. P < share * N / (1 - share); at most N. None when either is unknown."""
+    if share is None or gpus is None or gpus <= 0 or share != share or share < 0:
+        return None
+    if share >= 1:
+        return gpus
+    limit = share * gpus / (1 - share)
+    return max(0, min(gpus, math.ceil(limit) - 1))
+
+
+def _run_ctx_key(run) -> tuple:
+    modes = tuple(run.modes.get(k, "unknown") for k in LAYOUT)
+    cfg = run.config
+    settings = None if cfg is None else (tuple(sorted(cfg.settings.items())), tuple(cfg.info_labels().items()))
+    return modes, settings, run_break_even(run)
+
+
+def run_break_even(run) -> int | None:
+    st = run.stats
+    share = (st.reward_step_share or {}).get("min") if st is not None else None
+    gpus = None
+    if run.config is not None and run.config.gpus_trainer:
+        gpus = run.config.gpus_trainer
+    elif run.gpus is not None:
+        gpus = run.gpus.count
+    return break_even(share, gpus)
+
+
+def variant(action: str, text: str) -> str:
+    return hashlib.blake2b(f"{action}\0{text}".encode(), digest_size=4).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _alerts() -> tuple:
     from .alerting import rulespec as spec
     from .alerting.config import DEFAULT
-    from .report.verdict import remedy
-    modes = dict(zip(LAYOUT, layout))
-    out = {}
-    for a in spec.alerts(DEFAULT):
-        if a.remedy is not None and a.name not in out:
-            text = remedy(a.name, {}, modes)
-            if text:
-                out[a.name] = " ".join(text.split())  # one line: a table cell
-    return tuple(sorted(out.items()))
+    return tuple(a for a in spec.alerts(DEFAULT) if a.remedy is not None)
+
+
+@lru_cache(maxsize=256)
+def rows(key: tuple) -> tuple[tuple[tuple[str, ...], str, str, str], ...]:
+    """((alertname, severity, cause, role, engine, mode), variant, action, remedy) of every alert's remedy for one
+    run input (layout, config settings, break-even): one row per alert, severity and label case."""
+    from . import names as n
+    from .alerting import remedies as rem
+    from .alerting.prose import Ctx, setting_series
+    modes_t, settings, be = key
+    modes = {k: v for k, v in zip(LAYOUT, modes_t) if v != "unknown"} or None
+    # the config's settings and its info series as the exporter writes them (a VeOmni run's keys, LoRA unknown
+    # without a config), so that the served text is the annotation Prometheus renders
+    series = setting_series(dict(settings[0]), dict(settings[1])) if settings is not None else setting_series(None)
+    if be is not None:
+        series[n.REWARD_POOL_BREAK_EVEN] = float(be)
+    out, seen = [], set()
+    for a in _alerts():
+        for case in ({},) + rem.LABEL_CASES.get(a.name, ()):
+            ident = (a.name, a.severity, *(case.get(k, "") for k in CASE_LABELS))
+            if ident in seen:
+                continue
+            seen.add(ident)
+            ctx = Ctx({"project": "", "experiment": "", **case}, None, series, modes)
+            text = " ".join(a.remedy.expect(ctx).split())
+            act = getattr(a.remedy, "action", None)
+            action = " ".join(act.expect(ctx).split()) if act is not None else ""
+            out.append((ident, variant(action, text), action, text))
+    return tuple(out)
 
 
 class RemedyCollector:
@@ -39,17 +102,25 @@ class RemedyCollector:
 
     def describe(self):
         from . import names as n
-        return n.describe((n.REMEDY_INFO,))
+        return n.describe((n.REMEDY_INFO, n.RUN_REMEDY, n.REWARD_POOL_BREAK_EVEN))
 
     def collect(self):
         from . import names as n
-        fam = n.family(n.REMEDY_INFO)
+        info, per_run, be_fam = n.family(n.REMEDY_INFO), n.family(n.RUN_REMEDY), n.family(n.REWARD_POOL_BREAK_EVEN)
         s = self.store
         with s.lock:
             now = s.clock()
-            layouts = {tuple(run.modes.get(k, "unknown") for k in LAYOUT)
-                       for run in s.runs.values() if not s.hidden(run, now) and run.last is not None}
-        for layout in sorted(layouts):
-            for alertname, text in remedies(layout):
-                fam.add_metric([alertname, *layout, text], 1)
-        yield fam
+            runs = [((project, experiment), _run_ctx_key(run)) for (project, experiment), run in s.runs.items()
+                    if not s.hidden(run, now) and run.last is not None]
+        texts: dict[str, tuple[str, str]] = {}
+        for (project, experiment), key in runs:
+            if key[2] is not None:
+                be_fam.add_metric([project, experiment], key[2])
+            for ident, var, action, text in rows(key):
+                per_run.add_metric([project, experiment, *ident, var], 1)
+                texts[var] = (action, text)
+        for var, (action, text) in sorted(texts.items()):
+            info.add_metric([var, action, text], 1)
+        yield info
+        yield per_run
+        yield be_fam

@@ -74,6 +74,8 @@ class TrainerConfig:
     gpus_rollout_pool: int = 0        # standalone rollout (V1 separate_async, or fully async: pool_gpus)
     gpus_teacher_pool: int = 0        # distillation teacher pool (distillation.enabled: pool_gpus)
     path: str = field(default="", compare=False)  # where it was read (logs only; never a label)
+    # the settings the remedies branch on (remedy_settings: closed names, closed values); issue 32
+    settings: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def gpus(self) -> int | None:
@@ -100,10 +102,16 @@ class TrainerConfig:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def info_labels(self) -> dict[str, str]:
+        """omniwatch_trainer_config_info's labels for this config (the exporter's series and the remedies' Ctx)."""
+        return info_labels(asdict(self))
+
     @classmethod
     def from_json(cls, d: dict) -> "TrainerConfig":
         names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in d.items() if k in names})
+        out = {k: v for k, v in d.items() if k in names}
+        out["settings"] = clean_settings(out.get("settings"))  # a state file is input too
+        return cls(**out)
 
 
 # --- reading values out of a (possibly unresolved) mapping ----------------------------------------------
@@ -205,14 +213,8 @@ def facts(d: dict, source: str, path: str = "") -> TrainerConfig:
     if strategy:
         # labels are a closed set: a config never puts its own strings into a series
         engine = "veomni" if strategy == "veomni" else ("fsdp" if strategy.startswith("fsdp") else "other")
-    if engine == "veomni":
-        sp = _int(d, "actor_rollout_ref.actor.veomni_config.ulysses_parallel_size")
-    else:
-        sp = _int(d, "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size")
-        if sp is None:  # verl's older actor-level key
-            sp = _int(d, "actor_rollout_ref.actor.ulysses_sequence_parallel_size")
-    sp = sp if sp is not None and sp >= 1 else None
-    rank = _int(d, "actor_rollout_ref.model.lora_rank")
+    sp = sequence_parallel(d, engine)
+    lora = uses_lora(d)
     use_v1 = _bool(d, "trainer.use_v1")
     trainer = None if use_v1 is None else ("v1" if use_v1 else "legacy")
     mode = _str(d, "trainer.v1.trainer_mode") if use_v1 else None
@@ -226,8 +228,9 @@ def facts(d: dict, source: str, path: str = "") -> TrainerConfig:
         project=_str(d, "trainer.project_name"), experiment=_str(d, "trainer.experiment_name"), source=source,
         total_steps=total if total is not None and total > 0 else None,
         save_freq=_int(d, "trainer.save_freq"), test_freq=_int(d, "trainer.test_freq"), sp=sp, engine=engine,
-        lora=None if rank is None else rank > 0, trainer=trainer, async_mode=mode, gpus_trainer=gpus_trainer,
-        gpus_reward_pool=reward_pool, gpus_rollout_pool=rollout_pool, gpus_teacher_pool=teacher_pool, path=path)
+        lora=lora, trainer=trainer, async_mode=mode, gpus_trainer=gpus_trainer,
+        gpus_reward_pool=reward_pool, gpus_rollout_pool=rollout_pool, gpus_teacher_pool=teacher_pool, path=path,
+        settings=remedy_settings(d, engine))
 
 
 def _pool(d: dict, nodes: str, per: str) -> int:
@@ -258,6 +261,133 @@ def pool_gpus(d: dict, mode: str | None) -> tuple[int, int, int]:
     teacher = _pool(d, "distillation.nnodes", "distillation.n_gpus_per_node") \
         if _bool(d, "distillation.enabled") else 0
     return reward, rollout, teacher
+
+
+def sequence_parallel(d: dict, engine: str | None) -> int | None:
+    """The actor's Ulysses SP size (docs/verl-source.md H6, H11). VeOmni: ``veomni_config.ulysses_parallel_size``.
+    FSDP: ``fsdp_config.ulysses_sequence_parallel_size``, unless the deprecated actor-level
+    ``actor.ulysses_sequence_parallel_size`` is above 1: verl's ``FSDPActorConfig.__post_init__`` then copies it
+    over the engine's (the omni trainer's config still carries that key)."""
+    if engine == "veomni":
+        sp = _int(d, "actor_rollout_ref.actor.veomni_config.ulysses_parallel_size")
+    else:
+        sp = _int(d, "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size")
+        old = _int(d, "actor_rollout_ref.actor.ulysses_sequence_parallel_size")
+        if old is not None and (old > 1 or sp is None):
+            sp = old
+    return sp if sp is not None and sp >= 1 else None
+
+
+def lora_rank(d: dict) -> int | None:
+    """The LoRA rank as verl reads it (``RayPPOTrainer.__init__``, docs/verl-source.md H8): ``model.lora.rank`` when
+    above 0 (the omni trainer's LoRA section), else ``model.lora_rank``. None: the config states neither."""
+    nested = _int(d, "actor_rollout_ref.model.lora.rank")
+    flat = _int(d, "actor_rollout_ref.model.lora_rank")
+    if nested is not None and nested > 0:
+        return nested
+    return flat if flat is not None else nested
+
+
+def uses_lora(d: dict) -> bool | None:
+    """LoRA as verl decides it (``ref_in_actor``): a rank above 0 or a ``model.lora_adapter_path``."""
+    rank = lora_rank(d)
+    adapter = _lookup(d, "actor_rollout_ref.model.lora_adapter_path")
+    if isinstance(adapter, str) and adapter and not adapter.startswith("${"):
+        return True
+    return None if rank is None else rank > 0
+
+
+# --- the settings remedies branch on (issue 32 item 5) ---------------------------------------------------
+# canonical name -> (kind, config path; "{engine}" = the actor engine's section: fsdp_config | veomni_config).
+# Every path is a key of VeRL-Omni's composed config (tests/fixtures/verl_omni/config_keys*.txt), cited in
+# docs/verl-source.md section H. Values are a closed set: booleans, bounded integers, or one of ENUMS' words.
+SETTINGS: dict[str, tuple[str, str]] = {
+    "engine": ("enum", ""),  # the actor engine (actor_rollout_ref.actor.strategy: fsdp | fsdp2 -> fsdp, veomni)
+    "sp": ("int", ""),  # sequence_parallel(): the actor's Ulysses SP size
+    "param_offload": ("bool", "actor_rollout_ref.actor.{engine}.param_offload"),
+    "optimizer_offload": ("bool", "actor_rollout_ref.actor.{engine}.optimizer_offload"),
+    "micro_batch": ("int", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
+    "gradient_checkpointing": ("bool", "actor_rollout_ref.model.enable_gradient_checkpointing"),
+    "lora_rank": ("int", ""),  # lora_rank(): model.lora.rank or model.lora_rank
+    "layered_summon": ("bool", "actor_rollout_ref.rollout.layered_summon"),
+    "free_cache_engine": ("bool", "actor_rollout_ref.rollout.free_cache_engine"),
+    "checkpoint_backend": ("enum", "actor_rollout_ref.rollout.checkpoint_engine.backend"),
+    "bucket_megabytes": ("int", "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"),
+    "max_num_seqs": ("int", "actor_rollout_ref.rollout.max_num_seqs"),
+    "step_execution": ("bool", "actor_rollout_ref.rollout.step_execution"),
+    "rollout_tp": ("int", "actor_rollout_ref.rollout.tensor_model_parallel_size"),
+    "reward_model": ("bool", "reward.reward_model.enable"),
+    "reward_pool": ("bool", "reward.reward_model.enable_resource_pool"),
+    "reward_pool_gpus_per_node": ("int", "reward.reward_model.n_gpus_per_node"),
+    "reward_pool_nodes": ("int", "reward.reward_model.nnodes"),
+    "reward_tp": ("int", "reward.reward_model.rollout.tensor_model_parallel_size"),
+    "reward_workers": ("int", "reward.num_workers"),
+    "parameter_sync_step": ("int", "trainer.v1.separate_async.parameter_sync_step"),
+    "warmup_batches": ("int", "trainer.v1.separate_async.num_warmup_batches"),
+    "off_policy_threshold": ("int", "trainer.v1.sampler.max_off_policy_threshold"),
+    "off_policy_strategy": ("enum", "trainer.v1.sampler.max_off_policy_strategy"),
+    "resume_mode": ("enum", "trainer.resume_mode"),
+    "trainer_gpus": ("int", ""),  # trainer.nnodes x trainer.n_gpus_per_node
+}
+# The words an enum setting may take (anything else reads "other"): verl's registered checkpoint engines
+# (verl/checkpoint_engine/*.py, CheckpointEngineRegistry.register) and trainer.resume_mode's values.
+ENUMS: dict[str, tuple[str, ...]] = {
+    "engine": ("fsdp", "veomni"),
+    "checkpoint_backend": ("naive", "nccl", "hccl", "nixl", "mooncake", "kimi_ckpt_engine", "delta_sharded"),
+    "resume_mode": ("auto", "disable", "resume_path"),
+    "off_policy_strategy": ("drop", "wait"),  # diffusion_trainer.yaml L257-260
+}
+MAX_SETTING = 10**7  # an integer setting beyond this is not a config omniwatch understands
+
+
+def _setting_ok(name: str, v) -> bool:
+    kind = SETTINGS.get(name, ("", ""))[0]
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "int":
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SETTING
+    if kind == "enum":
+        return isinstance(v, str) and (v in ENUMS[name] or v == "other")
+    return False
+
+
+def clean_settings(raw) -> dict:
+    """Only known settings with values of their kind (a restored state file is input like any other)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(k, str) and _setting_ok(k, v)}
+
+
+def remedy_settings(d: dict, engine: str | None) -> dict:
+    """The settings of ``SETTINGS`` this config states (a key it does not state is left out, never guessed)."""
+    section = "veomni_config" if engine == "veomni" else "fsdp_config"
+    out: dict = {}
+    for name, (kind, path) in SETTINGS.items():
+        if name == "engine":
+            v = engine
+        elif name == "sp":
+            v = sequence_parallel(d, engine)
+        elif name == "lora_rank":
+            v = lora_rank(d)
+        elif name == "trainer_gpus":
+            nn, per = _int(d, "trainer.nnodes"), _int(d, "trainer.n_gpus_per_node")
+            v = nn * per if nn and per and nn > 0 and per > 0 else None
+        elif kind == "bool":
+            v = _bool(d, path.format(engine=section))
+        elif kind == "int":
+            v = _int(d, path.format(engine=section))
+        else:
+            v = _str(d, path)
+            if v is not None and v not in ENUMS[name]:
+                v = "other"
+        if v is not None and _setting_ok(name, v):
+            out[name] = v
+    return out
+
+
+def setting_word(v) -> str:
+    """A setting's value as the ``value`` label says it: true / false, the integer, the enum word."""
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 # --- pprint (console) ----------------------------------------------------------------------------------
@@ -488,7 +618,13 @@ def load_all(specs: list[str], errors: dict[str, int] | None = None) -> dict[tup
 def owned() -> tuple[str, ...]:
     from . import names as n
     return (n.TRAINER_CONFIG_INFO, n.TRAINER_CONFIG_TOTAL_STEPS, n.TRAINER_CONFIG_EVERY, n.TRAINER_CONFIG_SP,
-            n.TRAINER_CONFIG_GPUS)
+            n.TRAINER_CONFIG_GPUS, n.TRAINER_CONFIG_SETTING)
+
+
+def info_labels(d: dict) -> dict[str, str]:
+    """omniwatch_trainer_config_info's labels from a config's fields (``TrainerConfig.to_json`` / ``describe``)."""
+    return {"source": str(d.get("source") or "unknown"), **{k: _word(d.get(k)) for k in
+                                                            ("engine", "trainer", "async_mode", "lora")}}
 
 
 def _word(v) -> str:
@@ -522,8 +658,7 @@ class ConfigCollector:
                 if c is None:
                     fams[n.TRAINER_CONFIG_INFO].add_metric(rl + ["none"] + ["unknown"] * 4, 1)
                     continue
-                fams[n.TRAINER_CONFIG_INFO].add_metric(
-                    rl + [c.source, _word(c.engine), _word(c.trainer), _word(c.async_mode), _word(c.lora)], 1)
+                fams[n.TRAINER_CONFIG_INFO].add_metric(rl + list(c.info_labels().values()), 1)
                 if c.total_steps is not None:
                     fams[n.TRAINER_CONFIG_TOTAL_STEPS].add_metric(rl, c.total_steps)
                 for kind, v in (("checkpoint", c.save_freq), ("validation", c.test_freq)):
@@ -533,7 +668,19 @@ class ConfigCollector:
                     fams[n.TRAINER_CONFIG_SP].add_metric(rl, c.sp)
                 for pool, v in c.pools().items():
                     fams[n.TRAINER_CONFIG_GPUS].add_metric(rl + [pool], v)
+                for name, v in setting_series(c.settings):
+                    fams[n.TRAINER_CONFIG_SETTING].add_metric(rl + [name, setting_word(c.settings[name])], v)
         yield from fams.values()
+
+
+def setting_series(settings: dict) -> list[tuple[str, float]]:
+    """(setting, sample) of each stated setting, in SETTINGS' order: booleans 1 / 0, integers as they are, enums 1."""
+    out = []
+    for name in SETTINGS:
+        if name in settings:
+            v = settings[name]
+            out.append((name, 1.0 if isinstance(v, str) else float(v)))
+    return out
 
 
 # --- what was assumed (alert annotations say it in PromQL; the report and `backtest` in words) -----------

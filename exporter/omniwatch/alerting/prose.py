@@ -356,3 +356,180 @@ RUN = P(Label(names.L_PROJECT), "/", Label(names.L_EXPERIMENT))
 K = Query(names.WINDOW_STEPS, "f0", default="k")
 AT_STEP = Query(names.STEP, "f0", prefix=", at step ")
 STEP = Query(names.STEP, "f0")
+
+
+# --- the run's trainer configuration (issue 32: remedies from the run's own config) ---------------------------
+# omniwatch_trainer_config_setting{project, experiment, setting, value} (trainer_config.SETTINGS): one series per
+# setting the run's config states; value = its word, the sample = its number. A remedy branches on it with
+# SettingSwitch and quotes it with SettingValue / SettingWord. ``Ctx.series`` carries the same facts for ``expect``
+# (``setting_series``): ``<metric>{setting="x"}`` -> number, ``<metric>{setting="x",value="w"}`` -> 1,
+# ``<metric>{setting="x"}:value`` -> word, and CONFIG_READ -> 1 when a config was read.
+CONFIG_READ = f'{names.TRAINER_CONFIG_INFO}{{source!="none"}}'
+
+
+def _setting_key(setting: str, value: str | None = None) -> str:
+    m = f'setting="{setting}"' + (f',value="{value}"' if value is not None else "")
+    return key_of(names.TRAINER_CONFIG_SETTING, m)
+
+
+INFO_LABELS = ("source", "engine", "trainer", "async_mode", "lora")  # omniwatch_trainer_config_info's own labels
+NO_CONFIG_INFO = {"source": "none", "engine": "unknown", "trainer": "unknown", "async_mode": "unknown",
+                  "lora": "unknown"}  # what the exporter says of a run without a trainer config
+
+
+def info_series(info: Mapping[str, str]) -> dict:
+    """``Ctx.series`` entries for omniwatch_trainer_config_info as the exporter writes it (``info``: its labels,
+    trainer_config.TrainerConfig.info_labels): a remedy part that queries it with one fixed label
+    (``remedies._config("engine", "veomni", ...)``) renders as Prometheus renders it."""
+    return {key_of(names.TRAINER_CONFIG_INFO, f'{k}="{v}"'): 1.0 for k, v in info.items()}
+
+
+def _derived_info(settings: Mapping[str, object]) -> dict[str, str]:
+    """The info labels the settings imply (engine; LoRA by its rank), where no info labels were passed."""
+    out = {}
+    if isinstance(settings.get("engine"), str):
+        out["engine"] = str(settings["engine"])
+    rank = settings.get("lora_rank")
+    if isinstance(rank, (int, float)) and not isinstance(rank, bool):
+        out["lora"] = "true" if rank > 0 else "false"
+    return out
+
+
+def setting_series(settings: Mapping[str, object] | None, info: Mapping[str, str] | None = None) -> dict:
+    """``Ctx.series`` entries for a run's trainer-config settings and its config info series (None: no config read:
+    the info series the exporter writes then, source="none" and every fact unknown). ``info``: the run's
+    omniwatch_trainer_config_info labels; without it, what the settings imply."""
+    if settings is None:
+        return info_series(NO_CONFIG_INFO)
+    out: dict = {CONFIG_READ: 1.0, **info_series(info if info is not None else _derived_info(settings))}
+    for name, v in settings.items():
+        word = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        out[_setting_key(name)] = 1.0 if isinstance(v, str) else float(v)
+        out[_setting_key(name, word)] = 1.0
+        out[_setting_key(name) + ":value"] = word
+    return out
+
+
+def _setting_query(conds: tuple[tuple[str, str], ...]) -> str:
+    """printf + args of the PromQL that returns a sample when the run's config states every (setting, value)."""
+    m = names.TRAINER_CONFIG_SETTING
+    one = f"{m}{{project=%q,experiment=%q,setting=%q,value=%q}}"
+    fmt = " and on (project, experiment) ".join([one] * len(conds))
+    args = " ".join(f'$labels.project $labels.experiment "{s}" "{v}"' for s, v in conds)
+    return f'printf "{fmt}" {args}'
+
+
+@dataclass(frozen=True)
+class SettingSwitch(Part):
+    """Branch on the run's trainer config: the first case whose every (setting, value) the config states wins;
+    ``default`` when a config was read but states none of them; ``unknown`` when no config was read for the run
+    (``omniwatch_trainer_config_info{source="none"}``, or no info series at all)."""
+    cases: tuple[tuple[tuple[tuple[str, str], ...], "Prose"], ...]
+    default: "Prose"
+    unknown: "Prose"
+
+    def go(self) -> str:
+        read = (f'printf "{names.TRAINER_CONFIG_INFO}{{project=%q,experiment=%q,source!=%q}}" '
+                f'$labels.project $labels.experiment "none"')
+        tail = f"{{{{ with {read} | query }}}}{self.default.go()}{{{{ else }}}}{self.unknown.go()}{{{{ end }}}}"
+        for conds, prose in reversed(self.cases):
+            tail = f"{{{{ with {_setting_query(conds)} | query }}}}{prose.go()}{{{{ else }}}}{tail}{{{{ end }}}}"
+        return tail
+
+    def expect(self, ctx: Ctx) -> str:
+        for conds, prose in self.cases:
+            if all(ctx.series.get(_setting_key(s, v)) is not None for s, v in conds):
+                return prose.expect(ctx)
+        return (self.default if ctx.series.get(CONFIG_READ) is not None else self.unknown).expect(ctx)
+
+
+def settings(cases: Sequence[tuple[Mapping[str, str], "Prose | str"]], default: "Prose | str",
+             unknown: "Prose | str") -> Prose:
+    """``SettingSwitch`` from ``({setting: value, ...}, text)`` cases (values as the ``value`` label says them)."""
+    return P(SettingSwitch(tuple((tuple(c.items()), P(p)) for c, p in cases), P(default), P(unknown)))
+
+
+@dataclass(frozen=True)
+class SettingValue(Part):
+    """The number a run's config states for ``setting`` (``prefix + value + suffix``), or ``default``."""
+    setting: str
+    prefix: str = ""
+    suffix: str = ""
+    default: str = ""
+    fmt: str = "f0"
+
+    def go(self) -> str:
+        return SeriesValue(names.TRAINER_CONFIG_SETTING, self.fmt, self.prefix, self.suffix, self.default,
+                           fixed=((names.L_SETTING, self.setting),)).go()
+
+    def expect(self, ctx: Ctx) -> str:
+        v = ctx.series.get(_setting_key(self.setting))
+        return self.default if v is None else self.prefix + FORMATS[self.fmt][1](v) + self.suffix
+
+
+@dataclass(frozen=True)
+class SettingWord(Part):
+    """The word a run's config states for ``setting`` (true / false / an enum word / the integer)."""
+    setting: str
+    prefix: str = ""
+    suffix: str = ""
+    default: str = ""
+
+    def go(self) -> str:
+        for part in (self.prefix, self.suffix, self.default):
+            Text(part).go()
+        sel = (f'printf "{names.TRAINER_CONFIG_SETTING}{{project=%q,experiment=%q,setting=%q}}" '
+               f'$labels.project $labels.experiment "{self.setting}"')
+        other = f"{{{{ else }}}}{self.default}" if self.default else ""
+        return (f'{{{{ with {sel} | query }}}}{self.prefix}{{{{ . | first | label "{names.L_VALUE}" }}}}'
+                f'{self.suffix}{other}{{{{ end }}}}')
+
+    def expect(self, ctx: Ctx) -> str:
+        v = ctx.series.get(_setting_key(self.setting) + ":value")
+        return self.default if v is None else f"{self.prefix}{v}{self.suffix}"
+
+
+@dataclass(frozen=True)
+class Remedy(Prose):
+    """A remedy: the full text (its parts) and a one-line ``action`` (<= ACTION_MAX characters rendered, for every
+    layout and config: the override to paste or the one thing to check) shown first — the overview's "Why slow"
+    row, the relay message, the alert's ``action`` annotation."""
+    action: Prose = field(default_factory=lambda: Prose(()))
+
+
+ACTION_MAX = 120
+
+
+def remedy(text: "Prose | str", action: "Prose | str") -> Remedy:
+    return Remedy(P(text).parts, P(action))
+
+
+_OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "<": lambda a, b: a < b}
+
+
+@dataclass(frozen=True)
+class ValueSwitch(Part):
+    """Branch on the value of one of the run's series: the first ``(op, number, prose)`` case it satisfies wins;
+    ``default`` when none does or the series is absent."""
+    metric: str
+    cases: tuple[tuple[str, float, "Prose"], ...]
+    default: "Prose"
+
+    def go(self) -> str:
+        tail = self.default.go()
+        for op, ref, prose in reversed(self.cases):
+            sel = f'printf "{self.metric}{{project=%q,experiment=%q}} {op} {ref:g}" $labels.project $labels.experiment'
+            tail = f"{{{{ with {sel} | query }}}}{prose.go()}{{{{ else }}}}{tail}{{{{ end }}}}"
+        return tail
+
+    def expect(self, ctx: Ctx) -> str:
+        v = ctx.series.get(self.metric)
+        if v is not None:
+            for op, ref, prose in self.cases:
+                if _OPS[op](v, ref):
+                    return prose.expect(ctx)
+        return self.default.expect(ctx)
+
+
+def by_value(metric: str, cases: Sequence[tuple[str, float, "Prose | str"]], default: "Prose | str") -> Prose:
+    return P(ValueSwitch(metric, tuple((op, float(ref), P(p)) for op, ref, p in cases), P(default)))

@@ -17,12 +17,9 @@ STACK = QueryLabel(n.RAY_STACK_INFO, n.L_STACK, prefix=" While it ran, it was in
                    matchers=f"{n.L_STACK_OF}=`straggler`,rank=%q", label_args=("rank",))
 
 
-def remedy() -> P:
-    return P("The same worker finishes last every time, so the whole worker group waits for it at every dispatch. "
-             "Look at that node: a GPU throttling or shared with another job (GPU dashboard: SM clock, utilisation, "
-             "other processes), a slower interconnect link, a data shard much larger than the others (uneven "
-             "micro-batches), or host contention (CPU, page cache, dataloader). Cordon or replace the node, or "
-             "rebalance the batch; `omniwatch ps` names the node and pid while it runs.")
+def remedy():
+    from . import remedies  # the text lives with every other remedy (remedies.rank_straggler)
+    return remedies.rank_straggler()
 
 
 def rules(cfg: Config) -> list:

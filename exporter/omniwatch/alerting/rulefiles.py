@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from .config import Config
-from .prose import STEP
+from .prose import STEP, Remedy
 from .rule import Alert, Record, RuleFile
 
 
@@ -28,6 +28,8 @@ def annotations(alert: Alert, cfg: Config) -> dict[str, str]:
         out["step"] = STEP.go()
     if alert.remedy is not None:
         out["remedy"] = alert.remedy.go()
+        if isinstance(alert.remedy, Remedy) and alert.remedy.action.parts:
+            out["action"] = alert.remedy.action.go()  # the one line shown first (issue 32 item 2)
     out["runbook_url"] = cfg.runbook_url(alert.name)
     return out
 

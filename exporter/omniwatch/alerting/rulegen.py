@@ -23,6 +23,22 @@ INDEX_BEGIN = "<!-- BEGIN GENERATED: alert index (omniwatch rules generate) -->"
 INDEX_END = "<!-- END GENERATED: alert index -->"
 REMEDY_BEGIN = "<!-- BEGIN GENERATED: remedies (omniwatch rules generate) -->"
 REMEDY_END = "<!-- END GENERATED: remedies -->"
+CONFIG_BEGIN = "<!-- BEGIN GENERATED: remedies from the run's config (omniwatch rules generate) -->"
+CONFIG_END = "<!-- END GENERATED: remedies from the run's config -->"
+# Trainer configs a real Hydra app rendered from VeRL-Omni's example scripts (tests/fixtures/trainer_config/README):
+# what each remedy's one-line action says for them (issue 32 item 3), with the layout each example runs.
+CONFIG_EXAMPLES = [  # (fixture, what it is, omniwatch_run_info labels)
+    ("finished_on_cadence.pprint.log", "legacy LoRA 64, both offloads on, colocated reward model",
+     {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}),
+    ("reward_server.pprint.log", "legacy full weights, both offloads on, a reward function (HTTP scorer)",
+     {"trainer": "legacy", "reward": "streamed", "async_mode": "sync"}),
+    ("veomni_offload.pprint.log", "legacy VeOmni engine, both offloads on, colocated reward model",
+     {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}),
+    ("v1_sync_reward_pool.pprint.log", "V1 sync LoRA 32, nothing offloaded, reward-model pool",
+     {"trainer": "v1", "reward": "streamed", "async_mode": "sync"}),
+    ("v1_separate_async.pprint.log", "V1 separate_async LoRA 32, nothing offloaded, nccl checkpoint engine",
+     {"trainer": "v1", "reward": "streamed", "async_mode": "separate_async"}),
+]
 LAYOUTS = [  # (label, omniwatch_run_info labels); None = the run has no info series yet
     ("legacy, colocated reward model", {"trainer": "legacy", "reward": "colocated", "async_mode": "sync"}),
     ("legacy, streamed reward (pool or function)", {"trainer": "legacy", "reward": "streamed", "async_mode": "sync"}),
@@ -69,13 +85,21 @@ def index_table(cfg: Config) -> str:
     return "\n".join([INDEX_BEGIN, "", *rows, "", INDEX_END])
 
 
+# Alerts whose remedy branches on one of their own labels: (label, its values).
+BY_LABEL = {n.ALERT_STEP_REGRESSION: ("cause", tuple(STEP_CAUSES)),
+            n.ALERT_RS_REJECTION: ("mode", ("bypass", "decoupled")),
+            n.ALERT_ROLLOUT_SATURATED: ("role", ("rollout", "reward"))}
+
+
+def _action(a, ctx: Ctx) -> str:
+    act = getattr(a.remedy, "action", None)
+    return act.expect(ctx) if act is not None else ""
+
+
 def remedies_table(cfg: Config) -> str:
-    """Each alert's remedy as it renders for each layout (identical texts merged), from remedies.py. An alert
-    whose severities carry different remedies (TrainingStalled, TransferQueueBacklog) gets one entry per remedy."""
-    # Alerts whose remedy branches on one of their own labels: (label, its values).
-    by_label = {n.ALERT_STEP_REGRESSION: ("cause", tuple(STEP_CAUSES)),
-                n.ALERT_RS_REJECTION: ("mode", ("bypass", "decoupled")),
-                n.ALERT_ROLLOUT_SATURATED: ("role", ("rollout", "reward"))}
+    """Each alert's remedy and its one-line action as they render for each layout with no trainer config read
+    (identical texts merged), from remedies.py. An alert whose severities carry different remedies (TrainingStalled,
+    TransferQueueBacklog) gets one entry per remedy."""
     out = [REMEDY_BEGIN, ""]
     remedies: dict[str, dict[str, list[str]]] = {}  # alert -> remedy template -> severities
     first: dict[tuple[str, str], object] = {}
@@ -86,15 +110,18 @@ def remedies_table(cfg: Config) -> str:
     for name, by_template in remedies.items():
         for template, severities in by_template.items():
             a = first[(name, template)]
-            label_name, label_values = by_label.get(name, ("cause", ("other",)))
+            label_name, label_values = BY_LABEL.get(name, ("cause", ("other",)))
             by_text: dict[str, list[str]] = {}
             for value in label_values:
                 labels = {"project": "<project>", "experiment": "<experiment>", "role": "actor", "cause": "other",
                           label_name: value}
-                texts = [(label, a.remedy.expect(Ctx(labels, 1.0, {}, modes))) for label, modes in LAYOUTS]
+                texts = []
+                for label, modes in LAYOUTS:
+                    ctx = Ctx(labels, 1.0, {}, modes)
+                    texts.append((label, f"**Do:** {_action(a, ctx)}. {a.remedy.expect(ctx)}"))
                 layout_free = len({t for _, t in texts}) == 1
                 for label, text in texts:
-                    if name in by_label:
+                    if name in BY_LABEL:
                         key = f"{label_name}={value}" if layout_free else f"{label_name}={value}, {label}"
                     else:
                         key = label
@@ -112,6 +139,33 @@ def remedies_table(cfg: Config) -> str:
     return "\n".join(out)
 
 
+def config_table(cfg: Config, fixtures: Path) -> str:
+    """What each alert's one-line action says for trainer configs rendered from VeRL-Omni's examples (and with none):
+    a config-aware action never proposes a setting the config already has and quotes the run's own values."""
+    from .. import trainer_config as tc
+    from .prose import setting_series
+    examples = [(what, tc.read_file(str(fixtures / f)).settings, modes) for f, what, modes in CONFIG_EXAMPLES]
+    head = "| alert | " + " | ".join(["no config read (legacy, colocated)"] + [w for w, _, _ in examples]) + " |"
+    rows = [CONFIG_BEGIN, "", head, "|" + "---|" * (2 + len(examples))]
+    seen = set()
+    for a in spec.alerts(cfg):
+        if a.remedy is None or (a.name, a.severity) in seen:
+            continue
+        seen.add((a.name, a.severity))
+        label_name, label_values = BY_LABEL.get(a.name, ("cause", ("other",)))
+        for value in label_values:
+            labels = {"project": "p", "experiment": "e", "role": "actor", "cause": "other", label_name: value}
+            cells = [_action(a, Ctx(labels, 1.0, {}, examples[0][2]))]
+            cells += [_action(a, Ctx(labels, 1.0, setting_series(st), modes)) for _, st, modes in examples]
+            bare = [_action(a, Ctx(labels, 1.0, {}, modes)) for _, _, modes in examples]
+            if bare == cells[1:]:
+                continue  # the config changes nothing for this alert (only the layout does: the table above)
+            what = a.name + (f" ({label_name}={value})" if a.name in BY_LABEL else "") + \
+                (f" ({a.severity})" if a.name == n.ALERT_STALLED else "")
+            rows.append(f"| {what} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join([*rows, "", CONFIG_END])
+
+
 def _replace_section(text: str, begin: str, end: str, body: str, where: Path) -> str:
     a, b = text.find(begin), text.find(end)
     if a < 0 or b < 0:
@@ -124,7 +178,11 @@ def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path,
     if docs_file is not None:
         text = _replace_section(docs_file.read_text(), DOC_BEGIN, DOC_END, thresholds_table(cfg), docs_file)
         text = _replace_section(text, INDEX_BEGIN, INDEX_END, index_table(cfg), docs_file)
-        out[docs_file] = _replace_section(text, REMEDY_BEGIN, REMEDY_END, remedies_table(cfg), docs_file)
+        text = _replace_section(text, REMEDY_BEGIN, REMEDY_END, remedies_table(cfg), docs_file)
+        fixtures = paths.repo_dir() / "tests" / "fixtures" / "trainer_config"
+        if CONFIG_BEGIN in text and fixtures.is_dir():
+            text = _replace_section(text, CONFIG_BEGIN, CONFIG_END, config_table(cfg, fixtures), docs_file)
+        out[docs_file] = text
     return out
 
 

@@ -475,11 +475,7 @@ def health(cfg: Config) -> Group:
                 f"lost events at every evaluation for {c.ray_task_events.for_} (Ray's GCS dropped task events, or a "
                 "poll's answer was cut at the page size): the worker lanes, who holds the step and RankStraggler miss "
                 "calls while this holds."), c.ray_task_events.for_,
-              remedy=P("If the count of events Ray dropped rises (the worker-lanes dashboard): Ray keeps a bounded "
-                       "number of task events and evicts the oldest beyond it; start the cluster with a larger "
-                       "RAY_task_events_max_num_task_in_gcs (GCS, default 100000) and, if the driver drops them, a "
-                       "larger RAY_task_events_max_num_status_events_buffer_on_worker. If it does not: more calls ran "
-                       "at once than omniwatch's page of 2000, and the calls past it were not seen."),
+              remedy=remedies.ray_events_lost(),
               comment="From Ray's task events (--ray-tasks): the source's own loss flag, held for "
                       "ray_task_events.for (a monitoring finding, not a training fault)."),
         Alert("Watchdog", "vector(1)", "none", "The alerting pipeline is alive.",

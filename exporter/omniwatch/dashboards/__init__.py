@@ -44,8 +44,9 @@ def _check(args) -> int:
 
 
 def _select(uids):
-    from .catalog import DASHBOARDS, by_uid
-    return tuple(by_uid(u) for u in uids) if uids else DASHBOARDS
+    from ..alerting.config import DEFAULT
+    from .catalog import by_uid, dashboards
+    return tuple(by_uid(u, DEFAULT) for u in uids) if uids else dashboards(DEFAULT)
 
 
 def _verify(args) -> int:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from grafana_foundation_sdk.builders import bargauge, heatmap, stat, statetimeline, table, timeseries, xychart
 from grafana_foundation_sdk.builders.common import (
     GraphThresholdsStyleConfig, HeatmapCalculationBucketConfig, HeatmapCalculationOptions, ReduceDataOptions,
-    ScaleDistributionConfig, StackingConfig, VizLegendOptions, VizTooltipOptions)
+    ScaleDistributionConfig, StackingConfig, TableSortByFieldState, VizLegendOptions, VizTooltipOptions)
 from grafana_foundation_sdk.builders.dashboard import (
     CustomVariable, Dashboard as SdkDashboard, DashboardLink, DatasourceVariable, QueryVariable, Row as SdkRow, ThresholdsConfig)
 from grafana_foundation_sdk.builders.prometheus import Dataquery
@@ -38,7 +38,7 @@ from grafana_foundation_sdk.models import xychart as xm
 from grafana_foundation_sdk.models.common import (
     BigValueColorMode, BigValueGraphMode, BigValueTextMode, GraphThresholdsStyleMode, HeatmapCalculationMode,
     LegendDisplayMode, LegendPlacement, ScaleDistribution, SortOrder, StackingMode, TableCellBackgroundDisplayMode,
-    TableColoredBackgroundCellOptions, TooltipDisplayMode, VisibilityMode, VizOrientation)
+    TableAutoCellOptions, TableColoredBackgroundCellOptions, TooltipDisplayMode, VisibilityMode, VizOrientation)
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync, DashboardLinkType, DataSourceRef, DataTransformerConfig, DynamicConfigValue,
     Threshold, ThresholdsMode, ValueMap, ValueMappingResult, VariableOption, VariableRefresh,
@@ -89,9 +89,9 @@ def numbered(d: s.Dashboard) -> list[tuple[int, s.Row | s.Panel]]:
 
 
 def layout(d: s.Dashboard, config: Config | None = None) -> list[Placed]:
-    """Each row and panel with the grid position the generated JSON gives it (the SDK's layout)."""
-    from ..alerting.config import DEFAULT
-    doc = build(d, config or DEFAULT).build()
+    """Each row and panel with the grid position the generated JSON gives it (the SDK's layout), drawn with
+    ``config`` or the config the dashboard was built with."""
+    doc = build(d, config or d.config).build()
     pos = {}
     for p in doc.panels:
         pos[p.id_val] = p.grid_pos
@@ -287,7 +287,8 @@ def _common(b, p: s.Panel, pid: int, own_uid: str, config: Config):
         b = b.mappings(_mappings(p))
     if p.alerts:
         b = b.links(runbook_links(p, config))
-    links = run_links(p, own_uid)
+    links = run_links(p, own_uid) + [DashboardLink(title).type(DashboardLinkType.LINK).url(url)
+                                      for title, url in p.row_links]
     if links:
         b = b.data_links(links)
     if p.repeat:
@@ -355,15 +356,27 @@ def _table(p: s.Panel, pid: int, uid: str, config: Config):
     """Instant table-format queries, one row per run (or per label set): merge joins them on their labels;
     each value column is named by its target's legend and coloured by its thresholds."""
     b = table.Panel().show_header(True)
+    if p.sort_desc:
+        b = b.sort_by([TableSortByFieldState().display_name(p.sort_desc).desc(True)])
     b = _common(b, p, pid, uid, config)
     labels = [n.L_PROJECT, n.L_EXPERIMENT]
     order = {name: i for i, name in enumerate(labels)}
     b = b.with_transformation(DataTransformerConfig(id_val="merge", options={}))
+    values = {value_field(p, i) for i in range(len(p.targets))}
+    if p.columns:
+        order = {name: i for i, (name, _, _) in enumerate(p.columns)}
     for i, t in enumerate(p.targets):
-        order[value_field(p, i)] = len(order)
+        order.setdefault(value_field(p, i), len(order))
+    exclude = {"Time": True, "__name__": True, "job": True, "instance": True, **{c: True for c in p.hide_columns}}
+    rename = {name: shown for name, shown, _ in p.columns if name not in values and shown != name}
     b = b.with_transformation(DataTransformerConfig(id_val="organize", options={
-        "excludeByName": {"Time": True, "__name__": True, "job": True, "instance": True},
-        "indexByName": order, "renameByName": {}}))
+        "excludeByName": exclude, "indexByName": order, "renameByName": rename}))
+    for name, shown, option in p.columns:
+        if option == "wrap":  # a long text (a remedy): wrapped in its cell, shown whole on click
+            b = b.override_by_name(shown if name not in values else name, [
+                DynamicConfigValue(id_val="custom.cellOptions", value=TableAutoCellOptions(wrap_text=True)),
+                DynamicConfigValue(id_val="custom.inspect", value=True),
+                DynamicConfigValue(id_val="custom.minWidth", value=320)])
     for i, t in enumerate(p.targets):
         props = [DynamicConfigValue(id_val="displayName", value=t.legend)]
         if t.unit:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import names as n
 from ..alerting.records import (REC_GPU_MEMORY)
 from .. import external as x
-from .panels import RATE_INTERVAL, Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, first_of, gsel, rate
+from .panels import window_default, RATE_INTERVAL, Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, first_of, gsel, rate
 
 LEG = "{{node}} gpu{{gpu}}"
 NODE = "{{node}}"
@@ -57,78 +57,83 @@ def bottom_over_range() -> str:
     return f"({BUSY}) and on ({BY}) ({rank})"
 
 
-SUMMARY = Row("Busy share", (
-    Panel("Busy share by node (min / mean / max over its GPUs)",
-          "Per node: the least busy, the mean and the busiest of its GPUs. Busy = share of time a kernel ran "
-          "(NVML's 5 Hz samples, or the DCGM / Ray utilisation averaged over the interval). A low min with a high "
-          "max is an imbalanced node (a straggler rank, an idle reward GPU); all three low is a node waiting.",
-          (Target(f"min by ({n.L_NODE}) ({BUSY})", NODE + " min"),
-           Target(f"avg by ({n.L_NODE}) ({BUSY})", NODE + " mean", dashed=True),
-           Target(f"max by ({n.L_NODE}) ({BUSY})", NODE + " max", dashed=True)),
-          unit="percentunit", min=0, max=1, thresholds=BUSY_BAND, show_thresholds="dashed", w=12, h=9,
-          scope="node", runbook=n.ALERT_IDLE),
-    Panel(f"Least busy GPUs (bottom {BOTTOM_K})",
-          f"The {BOTTOM_K} GPUs with the lowest mean busy share over the whole time range (ranked once, at its end: "
-          "ranking at each moment drew the union of every GPU that was ever among the lowest), whatever the cluster "
-          "size. A GPU here for hours is a GPU the job does not use (wrong placement, a dead rank).",
-          (Target(bottom_over_range(), LEG),),
-          unit="percentunit", min=0, max=1, thresholds=BUSY_BAND, w=12, h=9, scope="node", runbook=n.ALERT_IDLE),
-    Panel("Busy share of every GPU (heatmap)",
-          "How many GPUs sit at each busy share over time (buckets of 5 %): one glance at 8 or 1,500 GPUs. A band "
-          "near 0 during training is idle GPUs; two bands are two pools (rollout and actor, or a reward pool).",
-          (Target(BUSY, LEG),), unit="percentunit", kind="heatmap", w=24, h=8, scope="node"),
-))
+def dashboard(cfg: Config) -> Dashboard:
+    """This dashboard drawn with ``cfg`` (thresholds, windows, selectors, the words of its descriptions)."""
+    C = CONFIG = cfg  # noqa: F841  (the descriptions' lambdas name it C / CONFIG)
+    WINDOW_DEFAULT = window_default(cfg)  # noqa: F841
+    SUMMARY = Row("Busy share", (
+        Panel("Busy share by node (min / mean / max over its GPUs)",
+              "Per node: the least busy, the mean and the busiest of its GPUs. Busy = share of time a kernel ran "
+              "(NVML's 5 Hz samples, or the DCGM / Ray utilisation averaged over the interval). A low min with a high "
+              "max is an imbalanced node (a straggler rank, an idle reward GPU); all three low is a node waiting.",
+              (Target(f"min by ({n.L_NODE}) ({BUSY})", NODE + " min"),
+               Target(f"avg by ({n.L_NODE}) ({BUSY})", NODE + " mean", dashed=True),
+               Target(f"max by ({n.L_NODE}) ({BUSY})", NODE + " max", dashed=True)),
+              unit="percentunit", min=0, max=1, thresholds=BUSY_BAND, show_thresholds="dashed", w=12, h=9,
+              scope="node", runbook=n.ALERT_IDLE),
+        Panel(f"Least busy GPUs (bottom {BOTTOM_K})",
+              f"The {BOTTOM_K} GPUs with the lowest mean busy share over the whole time range (ranked once, at its end: "
+              "ranking at each moment drew the union of every GPU that was ever among the lowest), whatever the cluster "
+              "size. A GPU here for hours is a GPU the job does not use (wrong placement, a dead rank).",
+              (Target(bottom_over_range(), LEG),),
+              unit="percentunit", min=0, max=1, thresholds=BUSY_BAND, w=12, h=9, scope="node", runbook=n.ALERT_IDLE),
+        Panel("Busy share of every GPU (heatmap)",
+              "How many GPUs sit at each busy share over time (buckets of 5 %): one glance at 8 or 1,500 GPUs. A band "
+              "near 0 during training is idle GPUs; two bands are two pools (rollout and actor, or a reward pool).",
+              (Target(BUSY, LEG),), unit="percentunit", kind="heatmap", w=24, h=8, scope="node"),
+    ))
 
-MEMORY = Row("Memory and power by node", (
-    Panel("GPU memory used share (max per node)",
-          "The GPUMemoryNearFull rule's series (used / total from NVML, DCGM or Ray), the fullest GPU of each node. "
-          "Staying above the line for the rule's window means no headroom in any phase.",
-          (Target(f"max by ({n.L_NODE}) ({MEM_SHARE})", NODE),),
-          unit="percentunit", min=0, max=1, thresholds=(Step(None, "green"), cfg_step("gpu_memory.ratio", "red")),
-          show_thresholds="dashed+area", w=8, scope="node", runbook="GPUMemoryNearFull"),
-    Panel("SM clock (min per node)",
-          "The slowest SM clock of each node's GPUs (NVML). Dropping under load is power or thermal throttling, "
-          "which lowers MFU without any software change.",
-          (Target(f"min by ({n.L_NODE}) ({per_gpu(gsel(n.GPU_SM_CLOCK))})", NODE),),
-          unit="hertz", min=0, w=8, scope="node", runbook=n.ALERT_MFU_DROP),
-    Panel("GPU power (sum per node)",
-          "Power draw of each node's GPUs. Flat well below the board limits while utilisation reads 100 % means "
-          "small kernels or waiting (the utilisation definition counts any kernel).",
-          (Target(f"sum by ({n.L_NODE}) ({POWER})", NODE),), unit="watt", min=0, w=8, scope="node"),
-    Panel("Tensor pipe active (DCGM, mean per node)",
-          "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: ratio of cycles the tensor pipe is busy, the closest hardware counter "
-          "to MFU. Far below the reported MFU means the MFU estimate is wrong (see MFUImpossible).",
-          (Target(f"avg by ({n.L_NODE}) ({per_gpu(gsel(x.DCGM_TENSOR_ACTIVE, run=True))})", NODE),),
-          unit="percentunit", min=0, max=1, w=24, h=7, scope="node", runbook=n.ALERT_MFU_IMPOSSIBLE),
-))
+    MEMORY = Row("Memory and power by node", (
+        Panel("GPU memory used share (max per node)",
+              "The GPUMemoryNearFull rule's series (used / total from NVML, DCGM or Ray), the fullest GPU of each node. "
+              "Staying above the line for the rule's window means no headroom in any phase.",
+              (Target(f"max by ({n.L_NODE}) ({MEM_SHARE})", NODE),),
+              unit="percentunit", min=0, max=1, thresholds=(Step(None, "green"), cfg_step(cfg, "gpu_memory.ratio", "red")),
+              show_thresholds="dashed+area", w=8, scope="node", runbook="GPUMemoryNearFull"),
+        Panel("SM clock (min per node)",
+              "The slowest SM clock of each node's GPUs (NVML). Dropping under load is power or thermal throttling, "
+              "which lowers MFU without any software change.",
+              (Target(f"min by ({n.L_NODE}) ({per_gpu(gsel(n.GPU_SM_CLOCK))})", NODE),),
+              unit="hertz", min=0, w=8, scope="node", runbook=n.ALERT_MFU_DROP),
+        Panel("GPU power (sum per node)",
+              "Power draw of each node's GPUs. Flat well below the board limits while utilisation reads 100 % means "
+              "small kernels or waiting (the utilisation definition counts any kernel).",
+              (Target(f"sum by ({n.L_NODE}) ({POWER})", NODE),), unit="watt", min=0, w=8, scope="node"),
+        Panel("Tensor pipe active (DCGM, mean per node)",
+              "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: ratio of cycles the tensor pipe is busy, the closest hardware counter "
+              "to MFU. Far below the reported MFU means the MFU estimate is wrong (see MFUImpossible).",
+              (Target(f"avg by ({n.L_NODE}) ({per_gpu(gsel(x.DCGM_TENSOR_ACTIVE, run=True))})", NODE),),
+              unit="percentunit", min=0, max=1, w=24, h=7, scope="node", runbook=n.ALERT_MFU_IMPOSSIBLE),
+    ))
 
-PER_GPU = Row("Per GPU (one series per GPU)", (
-    Panel("Busy share per GPU",
-          "Busy seconds / (busy + idle) seconds per GPU from omniwatch's NVML sample counters (every 0.2 s sample, "
-          "so inter-stage gaps lower it), else DCGM / Ray utilisation averaged over the interval.",
-          (Target(BUSY, LEG),), unit="percentunit", min=0, max=1, thresholds=BUSY_BAND, show_thresholds="dashed",
-          w=12, scope="node", runbook=n.ALERT_IDLE),
-    Panel("GPU utilisation per GPU",
-          "Share of time a kernel was running at the last sample (NVML definition, shared by all three sources; "
-          "100 % says a kernel ran, not that the GPU was full). A gauge scraped every 10-15 s misses short gaps: "
-          "read the busy share.",
-          (Target(UTIL, LEG),), unit="percentunit", min=0, max=1, w=12, scope="node"),
-    Panel("GPU memory used per GPU",
-          "Device memory in use (DCGM FB_USED and Ray gram_used are MiB, converted to bytes here). Close to total "
-          "means the next larger batch or resolution will OOM.",
-          (Target(MEM_USED, LEG),), unit="bytes", min=0, w=12, scope="node", runbook="GPUMemoryNearFull"),
-    Panel("GPU power per GPU", "Power draw per GPU.", (Target(POWER, LEG),), unit="watt", min=0, w=12, scope="node"),
-), collapsed=True)
+    PER_GPU = Row("Per GPU (one series per GPU)", (
+        Panel("Busy share per GPU",
+              "Busy seconds / (busy + idle) seconds per GPU from omniwatch's NVML sample counters (every 0.2 s sample, "
+              "so inter-stage gaps lower it), else DCGM / Ray utilisation averaged over the interval.",
+              (Target(BUSY, LEG),), unit="percentunit", min=0, max=1, thresholds=BUSY_BAND, show_thresholds="dashed",
+              w=12, scope="node", runbook=n.ALERT_IDLE),
+        Panel("GPU utilisation per GPU",
+              "Share of time a kernel was running at the last sample (NVML definition, shared by all three sources; "
+              "100 % says a kernel ran, not that the GPU was full). A gauge scraped every 10-15 s misses short gaps: "
+              "read the busy share.",
+              (Target(UTIL, LEG),), unit="percentunit", min=0, max=1, w=12, scope="node"),
+        Panel("GPU memory used per GPU",
+              "Device memory in use (DCGM FB_USED and Ray gram_used are MiB, converted to bytes here). Close to total "
+              "means the next larger batch or resolution will OOM.",
+              (Target(MEM_USED, LEG),), unit="bytes", min=0, w=12, scope="node", runbook="GPUMemoryNearFull"),
+        Panel("GPU power per GPU", "Power draw per GPU.", (Target(POWER, LEG),), unit="watt", min=0, w=12, scope="node"),
+    ), collapsed=True)
 
-DASHBOARD = Dashboard(
-    uid="omniwatch-gpus",
-    title="omniwatch / GPUs",
-    description="GPU busy share first; per-node summaries (min / mean / max, least busy GPUs, heatmap) that stay "
-                "readable at hundreds of GPUs; one merged series per GPU from NVML, DCGM or Ray in the collapsed "
-                "per-GPU row.",
-    rows=(SUMMARY, MEMORY, PER_GPU),
-    tags=default_tags("gpu"),
-    gpu_variables=True,
-    variable_metrics=(n.STEP, x.DCGM_UTIL, x.RAY_GPU_UTIL),
-    gpu_variable_metrics=(n.GPU_PHASE_BUSY_SECONDS_TOTAL, x.DCGM_UTIL, x.RAY_GPU_UTIL),
-)
+    return Dashboard(
+        config=cfg,
+        uid="omniwatch-gpus",
+        title="omniwatch / GPUs",
+        description="GPU busy share first; per-node summaries (min / mean / max, least busy GPUs, heatmap) that stay "
+                    "readable at hundreds of GPUs; one merged series per GPU from NVML, DCGM or Ray in the collapsed "
+                    "per-GPU row.",
+        rows=(SUMMARY, MEMORY, PER_GPU),
+        tags=default_tags("gpu"),
+        gpu_variables=True,
+        variable_metrics=(n.STEP, x.DCGM_UTIL, x.RAY_GPU_UTIL),
+        gpu_variable_metrics=(n.GPU_PHASE_BUSY_SECONDS_TOTAL, x.DCGM_UTIL, x.RAY_GPU_UTIL),
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import paths
 from ..alerting.config import DEFAULT, Config
-from .catalog import DASHBOARDS
+from .catalog import dashboards as drawn
 from .factory import to_json
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -22,17 +22,17 @@ def default_dir() -> Path:
     return d if (REPO_ROOT / "pyproject.toml").is_file() else Path.cwd() / "dashboards"
 
 
-def rendered(dashboards=DASHBOARDS, config: Config = DEFAULT) -> dict[str, str]:
-    """uid.json -> text of each dashboard drawn with ``config`` (its thresholds, runbook links, window)."""
-    return {f"{d.uid}.json": to_json(d, config) for d in dashboards}
+def rendered(dashboards=None, config: Config = DEFAULT) -> dict[str, str]:
+    """uid.json -> text of each dashboard drawn with ``config`` (its thresholds, runbook links, windows, selectors)."""
+    return {f"{d.uid}.json": to_json(d, config) for d in (dashboards or drawn(config))}
 
 
-def generate(out: Path, dashboards=DASHBOARDS, config: Config = DEFAULT) -> list[Path]:
+def generate(out: Path, dashboards=None, config: Config = DEFAULT) -> list[Path]:
     """Write every dashboard whose text changed; returns the files written."""
     return paths.sync({out / n: t for n, t in rendered(dashboards, config).items()}, check=False)
 
 
-def check(out: Path, dashboards=DASHBOARDS, config: Config = DEFAULT) -> list[str]:
+def check(out: Path, dashboards=None, config: Config = DEFAULT) -> list[str]:
     """Problems between the committed files and the specs (empty = clean)."""
     problems = []
     want = rendered(dashboards, config)

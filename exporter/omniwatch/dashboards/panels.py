@@ -19,9 +19,10 @@ Two kinds of counters, two windows:
   14 minutes and 15x the truth for one; a ratio of two ``increase``s over three steps is the share of those
   steps' seconds.
 
-Every alert threshold comes from ``alerting.config.DEFAULT`` through :func:`cfg_step` (the config path is
-kept, so tests compare it with the rule files); a colour band that is not an alert threshold says why in
-``Step.note``.
+Every alert threshold comes from the alert ``Config`` the dashboard is built with through :func:`cfg_step` (the
+config path is kept, so tests compare it with the rule files, and the factory draws the path's value in the config
+it renders with); a colour band that is not an alert threshold says why in ``Step.note``. No module here reads a
+module-level config: every dashboard is ``dashboard(cfg)`` (issue 32 item 5).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 
 from .. import ledger, palette
 from .. import names as n
-from ..alerting.config import DEFAULT as CONFIG, Config
+from ..alerting.config import Config
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
 from ..alerting import records as _records
@@ -199,15 +200,18 @@ def window_steps(config: Config) -> tuple[int, int]:
     return (config.window.k, 10)
 
 
-WINDOW_STEPS = window_steps(CONFIG)
-WINDOW_DEFAULT = f"$window typical steps of each run (default: {WINDOW_STEPS[0]})"
+def window_default(config: Config) -> str:
+    """How a panel description names ``$window`` (its default: the alerts' window of ``config``)."""
+    return f"$window typical steps of each run (default: {window_steps(config)[0]})"
+
+
 # The spans a run's own window is read over (seconds): 1 min (four 15 s scrapes) to 3 h (10 steps of 15 min
 # need 9000 s). Each rung is at most 2x the one below, so a run's window holds $window to 2 x $window steps.
 WINDOW_LADDER = (60, 120, 180, 330, 600, 900, 1800, 2700, 5400, 10800)
 WINDOW_FALLBACK = 900  # a run without a typical step yet (its first steps)
 
 
-def cfg_value(path: str, config: Config = CONFIG) -> float:
+def cfg_value(path: str, config: Config) -> float:
     """A number of the alert configuration ``config`` by dotted path (``reward_bound.ratio``)."""
     obj = config
     for part in path.split("."):
@@ -270,14 +274,6 @@ class Step:
                              "a display band says why (note=...)")
         if self.negate and not self.config:
             raise ValueError(f"threshold {self.value}: only a configured threshold is negated")
-        if self.config and self.value != self.config_value:
-            raise ValueError(f"threshold {self.value} is not config {'-' if self.negate else ''}{self.config} = "
-                             f"{self.config_value}")
-
-    @property
-    def config_value(self) -> float:
-        """The number the rule compares with: the config value, negated for a ``negate`` step."""
-        return self.value_in(CONFIG)
 
     def value_in(self, config: Config) -> float | None:
         """The step's value under ``config`` (the factory draws this): a configured threshold follows the
@@ -288,9 +284,9 @@ class Step:
         return -v if self.negate else v
 
 
-def cfg_step(path: str, color: str, negate: bool = False) -> Step:
-    """A threshold step at the configured alert threshold ``path`` (``negate``: at minus it)."""
-    v = cfg_value(path)
+def cfg_step(cfg: Config, path: str, color: str, negate: bool = False) -> Step:
+    """A threshold step at the configured alert threshold ``path`` of ``cfg`` (``negate``: at minus it)."""
+    v = cfg_value(path, cfg)
     return Step(-v if negate else v, color, config=path, negate=negate)
 
 
@@ -332,6 +328,15 @@ class Panel:
     # XY charts: labels besides the run that tell the y series apart (the validation reward's ``key``); the
     # step target carries them too, so Grafana's merge joins each y row to its own step (issue 26 item 6)
     xy_labels: tuple[str, ...] = ()
+    # Tables: (field, shown as, option) in the order shown (option "wrap": the cell's text wraps, and it opens whole
+    # on click); label columns left out; data links of every row besides the run's ((title, url) with
+    # ${__data.fields.<label>})
+    columns: tuple[tuple[str, str, "str | None"], ...] = ()
+    hide_columns: tuple[str, ...] = ()
+    row_links: tuple[tuple[str, str], ...] = ()
+    # Tables: the target (by its legend) whose value orders the rows, largest first ("Why slow": the costliest
+    # run on top); None: Grafana's order
+    sort_desc: str | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -357,7 +362,7 @@ class Panel:
     def all_steps(self) -> tuple[Step, ...]:
         return self.thresholds + tuple(s for t in self.targets for s in t.thresholds)
 
-    def full_description(self, config: Config = CONFIG) -> str:
+    def full_description(self, config: Config) -> str:
         """The description read with ``config`` (a description that quotes a threshold is a function of the
         config, so ``dashboards generate --config`` words it with that config's numbers), with a runbook link
         per alert (``config``'s runbook base)."""
@@ -386,6 +391,7 @@ class Dashboard:
     variable_metrics: tuple[str, ...] = ()  # series the project/experiment variables are read from
     gpu_variable_metrics: tuple[str, ...] = ()  # series the node/gpu variables are read from (run-labelled)
     slots: tuple[str, ...] = field(default=())  # where panels of alerts still to come go (docs/dashboards.md)
+    config: "Config | None" = field(default=None, compare=False)  # the alert config it was drawn with (dashboard(cfg))
 
     def panels(self):
         for row in self.rows:
@@ -426,7 +432,8 @@ def default_tags(*extra: str) -> tuple[str, ...]:
 def alerts_sel(**extra: str) -> str:
     """ALERTS of the selected runs, without the always-firing Watchdog and without alerts that belong to
     no run (``experiment=~".*"`` also matches an absent label)."""
-    return sel(ALERTS, alertname="!=" + ALERT_WATCHDOG, **{n.L_EXPERIMENT: "!="}, **extra)
+    name = extra.pop("alertname", "!=" + ALERT_WATCHDOG)  # an explicit alert name (or a regex leaving Watchdog out)
+    return sel(ALERTS, alertname=name, **{n.L_EXPERIMENT: "!="}, **extra)
 
 
 def idle_evidence() -> str:
@@ -628,11 +635,11 @@ def series_colors(p: "Panel") -> tuple[tuple[str, str], ...]:
     return ()
 
 
-def gpu_hours_panel() -> Panel:
+def gpu_hours_panel(cfg: Config) -> Panel:
     """"Where the GPU-hours went" (overview and bottlenecks): ledger shares over $window, stacked, per run."""
     return Panel(
         "Where the GPU-hours went: $experiment",
-        f"Over the last {WINDOW_DEFAULT}, each ledger bucket's share of the run's "
+        f"Over the last {window_default(cfg)}, each ledger bucket's share of the run's "
         "GPU-seconds (omniwatch_gpu_seconds_total: the run's GPUs x the wall time between its steps, every second in "
         "exactly one bucket), stacked in ledger order: the phases in step order, any other timed phase, then "
         "reward_critical_path (reward on the critical path), inter_stage_idle (untimed time between phases), "

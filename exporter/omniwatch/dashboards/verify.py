@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass
 
 from ..promapi import PromAPI, PromError
 from . import panels as s
-from .catalog import DASHBOARDS
-from ..alerting.config import DEFAULT as CONFIG
+from .catalog import dashboards as drawn
+from ..alerting.config import DEFAULT
 from .factory import annotations, variables
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
 _LEFTOVER = re.compile(r"\$\{?[a-zA-Z_][a-zA-Z0-9_]*")
-DEFAULT_WINDOW = str(s.WINDOW_STEPS[0])  # typical steps per run (each run's seconds are in the query)
+DEFAULT_WINDOW = str(s.window_steps(DEFAULT)[0])  # the committed dashboards' $window (typical steps per run)
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,9 @@ def _has_finite_value(result: dict) -> bool:
     return any(math.isfinite(float(v)) for v in samples)
 
 
-def window_choices() -> list[str]:
+def window_choices(config=DEFAULT) -> list[str]:
     """The ``$window`` variable's values (typical steps per run), first = default."""
-    return [str(k) for k in s.WINDOW_STEPS]
+    return [str(k) for k in s.window_steps(config)]
 
 
 def default_window(prom: PromAPI | None = None, project: str = ".*", experiment: str = ".*") -> str:
@@ -81,7 +81,7 @@ def default_window(prom: PromAPI | None = None, project: str = ".*", experiment:
 
 def _check_variables(prom: PromAPI, d: s.Dashboard, subst) -> list[Failure]:
     out = []
-    for v in variables(d, CONFIG):
+    for v in variables(d, d.config or DEFAULT):
         model = v.build()
         query = model.query if isinstance(model.query, str) else None
         if not query or str(model.type_val) == "datasource":  # the datasource variable lists data sources
@@ -120,7 +120,7 @@ def run_target(prom: PromAPI, t: s.Target, q: str, range_s: float, step_s: float
 
 
 def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rate_interval: str = "1m",
-           interval: str = "15s", dashboards=DASHBOARDS, repeats: bool = True, range_s: float = 300.0,
+           interval: str = "15s", dashboards=None, repeats: bool = True, range_s: float = 300.0,
            step_s: float = 5.0) -> list[Failure]:
     """Run every target (and variable and annotation query) of ``dashboards`` as Grafana would (instant
     targets at now, range targets over the last ``range_s``); return what showed no data, a run-scoped
@@ -137,7 +137,7 @@ def verify(prometheus_url: str, project: str = ".*", experiment: str = ".*", rat
         def subst(expr: str, exp: str = experiment) -> str:
             return substitute(expr, project, exp, rate_interval, interval, window)
 
-        for d in dashboards:
+        for d in (dashboards or drawn(DEFAULT)):
             failures += _check_variables(prom, d, subst)
             for a in annotations():
                 try:
@@ -196,8 +196,8 @@ def _check_repeat(prom: PromAPI, d: s.Dashboard, p: s.Panel, subst) -> list[Fail
     return out
 
 
-def count_targets(dashboards=DASHBOARDS) -> int:
-    return sum(len(p.targets) for d in dashboards for p in d.panels())
+def count_targets(dashboards=None) -> int:
+    return sum(len(p.targets) for d in (dashboards or drawn(DEFAULT)) for p in d.panels())
 
 
 def as_dicts(failures: list[Failure]) -> list[dict]:

@@ -7,7 +7,10 @@ Two ways to move:
 
 - ``StateStandIn()`` (the demo): a FlowGRPO step every ``CYCLE_S`` seconds of wall time on the recorded
   colocated ``WorkerDict`` (4 ranks) and the ``vllm_omni_server_0_0`` replica: the replica holds
-  ``REQUESTS`` generate requests, then the ranks run compute_log_prob, update_actor, update_weights; rank
+  ``REQUESTS`` generate requests while ``LOOP_WORKERS`` agent-loop workers run generate_sequences and as many
+  reward-loop workers score the samples as they finish (every fleet of the step has its lanes; the loop workers
+  are recorded actor rows renamed as verl names them: ``agent_loop_worker_<i>_<hex>``, ``reward_loop_worker_<i>``),
+  then the ranks run compute_log_prob, update_actor, update_weights; rank
   ``SLOW_RANK`` takes ``SLOW_FACTOR`` times as long in the first two, so it is the straggler of every
   dispatch (a RankStraggler streak); every ``HANG_EVERY``-th step its update_actor stays running until
   the step's end and the step has no update_weights (the holder panels show one rank holding the step).
@@ -38,6 +41,8 @@ HANG_EVERY = 3
 # (phase method, start s, duration s for a normal rank) within one cycle; the replica's requests first
 WORKER_PHASES = (("actor_rollout_compute_log_prob", 3.0, 1.3), ("actor_rollout_update_actor", 5.6, 1.4),
                  ("actor_rollout_update_weights", 8.8, 0.6))
+LOOP_WORKERS = 2
+GEN_S, SCORE_FROM_S = 2.9, 0.8  # the agent loops' generate_sequences spans gen; scoring starts with the first samples
 BENCH_PHASES = ("generate_sequences", "infer_actor_batch", "infer_ref_batch", "update_actor", "update_weights",
                 "save_checkpoint", "compute_log_prob", "copy_adapter", "ema_update_adapter", "init_model")
 
@@ -77,7 +82,13 @@ class StateStandIn:
             self.nodes = [dict(node, node_id=f"{k:056x}", node_ip=f"10.0.{k // 250}.{k % 250}")
                           for k in range((workers + 7) // 8)]
         else:
-            self.actors, self.nodes = actors, [node]
+            a = next(x for x in actors if "WorkerDict" in x["name"])
+            loops = [dict(a, actor_id=f"{0xa1 + i:024x}{JOB_ID}", name=f"agent_loop_worker_{i}_{0x5eed0 + i:08x}",
+                          class_name="DiffusionAgentLoopWorker", pid=17000 + i) for i in range(LOOP_WORKERS)]
+            loops += [dict(a, actor_id=f"{0xb1 + i:024x}{JOB_ID}", name=f"reward_loop_worker_{i}",
+                           class_name="RewardLoopWorker", pid=17100 + i) for i in range(LOOP_WORKERS)]
+            self.actors, self.nodes = actors + loops, [node]
+        self.loops = [x for x in self.actors if x["class_name"] in ("DiffusionAgentLoopWorker", "RewardLoopWorker")]
         self.ranks = sorted((x for x in self.actors if "WorkerDict" in x["name"]), key=lambda x: x["name"])
         self.servers = [x for x in self.actors if x["name"].startswith("vllm_omni_server_")]
 
@@ -98,6 +109,11 @@ class StateStandIn:
             cls = s["class_name"].rsplit(".", 1)[-1]
             for j in range(REQUESTS):  # requests in flight on the replica, ending one by one
                 yield kk * 1000 + 900 + j, s, f"{cls}.generate", t0 + 0.1 * j, t0 + 1.6 + 0.25 * j
+        for i, a in enumerate(self.loops):  # the agent loops generate, the reward loops score as samples finish
+            agent = a["class_name"] == "DiffusionAgentLoopWorker"
+            yield (kk * 1000 + 800 + i, a,
+                   "DiffusionAgentLoopWorker.generate_sequences" if agent else "RewardLoopWorker.compute_score",
+                   t0 + (0.0 if agent else SCORE_FROM_S + 0.2 * i), t0 + (GEN_S if agent else GEN_S + 0.1))
         for pi, (method, start, dur) in enumerate(WORKER_PHASES):
             for r, a in enumerate(self.ranks):
                 d = dur * (SLOW_FACTOR if r == SLOW_RANK and pi < 2 else 1.0)

@@ -50,6 +50,10 @@ PHASES = (
 _PHASE_SET = frozenset(PHASES)
 
 WORKER_NAME = re.compile(r"^(?P<prefix>.*?)(?P<cls>[A-Za-z_][A-Za-z0-9_]*)_(?P<pg>\d+):(?P<local>\d+)$")
+# verl names its agent-loop and reward-loop workers by index (AgentLoopManager._init_agent_loop_workers:
+# f"agent_loop_worker_{i}_{uuid4().hex[:8]}"; RewardLoopManager._init_reward_loop_workers: f"reward_loop_worker_{i}";
+# VeRL-Omni reuses both): the index is the worker's lane (docs/verl-source.md R16)
+LOOP_NAME = re.compile(r"^(?P<kind>agent_loop|reward_loop)_worker_(?P<i>\d+)(?:_[0-9a-f]+)?$")
 SERVER_NAME = re.compile(r"^(?P<engine>vllm_omni|vllm|sglang|trtllm)_server_(?P<kind>reward_|teacher_)?"
                          r"(?P<replica>\d+)(?:_(?P<node>\d+))?(?:_.*)?$")
 AGENT_LOOP_CLASSES = ("AgentLoopWorker", "DiffusionAgentLoopWorker", "DiffusionAgentLoopWorkerTQ",
@@ -129,4 +133,8 @@ def ranks(actor_names: list[str]) -> dict[str, int]:
     for members in groups.values():
         for rank, (_, _, name) in enumerate(sorted(members)):
             out[name] = rank
+    for name in actor_names:  # agent-loop and reward-loop workers: their index
+        m = LOOP_NAME.match(name or "")
+        if m:
+            out[name] = int(m["i"])
     return out

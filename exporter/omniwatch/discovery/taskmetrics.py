@@ -59,6 +59,8 @@ def lanes(ledger: te.TaskLedger, collapse_above: int) -> tuple[list[tuple[str, i
     for d in ledger.dispatches:  # a role's size: the largest dispatch seen
         if not d.role.endswith("_server"):
             size[d.role] = max(size.get(d.role, 0), len(d.tasks))
+    for role, running in per_role.items():  # ... or its highest rank running now (agent / reward loops: per-sample
+        size[role] = max(size.get(role, 0), max(running) + 1)  # calls make no dispatch of the whole group)
     lane, collapsed = [], []
     for role, m in size.items():
         if m > collapse_above:

@@ -4,7 +4,7 @@ between two polls).
 
 Ray sets a worker's process title around every task it executes (``_raylet.pyx`` ``execute_task``:
 ``with ray._private.worker._changeproctitle(title, next_title)``, title ``ray::<Class>.<method>``, back to
-``ray::<Class>`` for an actor after the call; docs/verl-source.md R13). Reading ``/proc/<pid>/cmdline`` of
+``ray::<Class>`` for an actor after the call; docs/verl-source.md R17). Reading ``/proc/<pid>/cmdline`` of
 the few actors that hold this node's GPUs every ``interval`` seconds (default 0.05: 40 us a read) gives each
 call's method and its start / end to within one interval; a change is placed at the midpoint between the
 sample that saw the old title and the one that saw the new (unbiased, +-interval/2).

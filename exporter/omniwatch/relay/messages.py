@@ -9,9 +9,13 @@ and annotations from whoever can post to Alertmanager): every label and annotati
 fake line; Slack text is escaped (``&<>``); Feishu gets plain text only (``plain_text`` card elements,
 ``text`` post elements, and ``<`` followed by a zero-width space, so nothing parses as ``<at id=all>``).
 
-Annotations read (see docs/relay.md): ``summary``, ``description`` (the numbers), ``remedy``
-(or ``action``), ``step``, ``value``, ``runbook_url``, ``dashboard_url`` (absolute, or a path joined
-to ``OMNIWATCH_GRAFANA_URL``).
+Annotations read (see docs/relay.md): ``summary``, ``description`` (the numbers), ``action`` (the remedy's one
+line, shown first as ``Do:``), ``remedy``, ``step``, ``value``, ``runbook_url``, ``dashboard_url`` (absolute, or a
+path joined to ``OMNIWATCH_GRAFANA_URL``).
+
+A notification's alerts come costliest first (issue 32 item 1): by the GPU time each costs now — the
+``gpu_hours_per_day`` annotation, else the "costs about N GPU-hours per day" its description states (omniwatch's
+rules write that sentence for every alert with a GPU-time cost) — ties by severity (critical, warning, info).
 
 Every message says how urgent it is, in words and in colour (label ``severity``: info, warning, critical):
 the title starts with the highest severity firing (``[CRITICAL] TrainingStalled — run``), each alert's
@@ -24,6 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -67,6 +72,8 @@ class AlertView:
     ends_at: str | None
     labels: dict = field(default_factory=dict)
     severity: str = ""           # info / warning / critical, "" when the alert has none of them
+    action: str | None = None
+    cost_per_day: float | None = None  # GPU-hours per day it costs now (None: no GPU-time cost stated)
 
     @property
     def colour_key(self) -> str:
@@ -79,6 +86,28 @@ class AlertView:
         if self.status == "resolved":
             return f"resolved; was {self.severity}" if self.severity else "resolved"
         return self.severity or self.status or "firing"
+
+
+SEVERITY_RANK = {"critical": 3, "warning": 2, "info": 1}
+_COST = re.compile(r"costs about ([0-9][0-9,]*(?:\.[0-9]+)?) GPU-hours per day")
+
+
+def cost_per_day(ann: dict) -> float | None:
+    """What an alert costs now, in GPU-hours per day: its ``gpu_hours_per_day`` annotation, else the figure its
+    description states (the largest, when it states several)."""
+    try:
+        v = float(ann["gpu_hours_per_day"])
+        return v if math.isfinite(v) and v >= 0 else None
+    except (KeyError, TypeError, ValueError):
+        pass
+    got = [float(m.replace(",", "")) for m in _COST.findall(ann.get("description", ""))]
+    return max(got) if got else None
+
+
+def rank(views: list[AlertView]) -> list[AlertView]:
+    """Firing before resolved, then costliest first (the GPU time each costs now), ties by severity."""
+    return sorted(views, key=lambda v: (v.status != "firing", -(v.cost_per_day or 0.0),
+                                        -SEVERITY_RANK.get(v.labels.get("severity", ""), 0)))
 
 
 @dataclass
@@ -146,14 +175,15 @@ def _view(a: dict, grafana: str | None, runbooks: tuple[str, str] | None = None)
         step=ann.get("step") or labels.get("step"), summary=ann.get("summary", ""), numbers=numbers,
         remedy=ann.get("remedy") or ann.get("action"), runbook_url=_runbook(ann.get("runbook_url"), runbooks),
         dashboard_url=_dashboard(ann, labels, grafana), starts_at=go_time(a.get("startsAt")),
-        ends_at=go_time(a.get("endsAt")), labels=labels, severity=severity_of(labels))
+        ends_at=go_time(a.get("endsAt")), labels=labels, severity=severity_of(labels),
+        action=ann.get("action") if ann.get("remedy") else None, cost_per_day=cost_per_day(ann))
 
 
 def build(body: dict, grafana: str | None = None, runbooks: tuple[str, str] | None = None) -> Message:
     alerts = body.get("alerts") or []
-    views = [_view(a, grafana, runbooks) for a in alerts[:MAX_ALERTS_SHOWN]]
+    views = rank([_view(a, grafana, runbooks) for a in alerts])[:MAX_ALERTS_SHOWN]
     status = body.get("status", "firing")
-    names = sorted({v.name for v in views})
+    names = list(dict.fromkeys(v.name for v in views))  # costliest first
     runs = sorted({v.run for v in views if v.run})
     firing = [a for a in alerts if isinstance(a, dict) and a.get("status") == "firing"]
     sev = most_urgent(severity_of(_one_line_map(a.get("labels"))) for a in firing)
@@ -175,6 +205,8 @@ def _lines(v: AlertView) -> list[str]:
         out.append(v.summary)
     if v.numbers:
         out.append(v.numbers)
+    if v.action:
+        out.append(f"Do: {v.action}")
     if v.remedy:
         out.append(f"Remedy: {v.remedy}")
     if v.status == "resolved" and v.ends_at:
@@ -198,8 +230,9 @@ def render_webhook(msg: Message, body: dict, delivery_id: str) -> dict:
     return {
         "version": RELAY_FORMAT_VERSION, "deliveryId": delivery_id, "status": msg.status,
         "severity": msg.severity or None, "title": msg.title, "text": text(msg), "groupKey": msg.group_key,
-        "alerts": [{"alertname": v.name, "status": v.status, "severity": v.severity or None, "run": v.run, "step": v.step, "summary": v.summary,
-                    "numbers": v.numbers, "remedy": v.remedy, "runbook_url": v.runbook_url,
+        "alerts": [{"alertname": v.name, "status": v.status, "severity": v.severity or None, "run": v.run,
+                    "step": v.step, "summary": v.summary, "numbers": v.numbers, "action": v.action, "remedy": v.remedy,
+                    "gpu_hours_per_day": v.cost_per_day, "runbook_url": v.runbook_url,
                     "dashboard_url": v.dashboard_url, "startsAt": v.starts_at, "endsAt": v.ends_at, "labels": v.labels}
                    for v in msg.alerts],
         "notification": body,

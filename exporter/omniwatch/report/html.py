@@ -308,14 +308,17 @@ def verdict_html(f: RunFacts, bs: list[Bottleneck]) -> str:
         spans = ", ".join(f"{a}–{z}" if a != z else str(a) for a, z in b.steps) or "live"
         cost = (f"<b>{b.gpu_hours:,.2f} GPU-h</b> ({b.gpu_hours / total * 100:.1f}% of the run)" if b.gpu_seconds
                 else f"<b>no GPU-time cost</b> ({html.escape(b.note)})" if b.note else "<b>0 GPU-h</b>")
-        if b.per_day:
+        if b.firing_at_end:
+            cost += f"; <b>firing at the last step, ≈ {b.now_per_day:,.1f} GPU-h per day now</b>"
+        elif b.per_day:
             cost += f", ≈ {b.per_day:,.1f} GPU-h per day at the rate of its last firing step"
         priced = ", ".join(f"{a}–{z}" if a != z else str(a) for a, z in b.priced)
         how = (f"<br><span class=\"muted\">How it is priced: {html.escape(b.rule)}"
                + (f"; priced steps {priced}" if priced else "") + ".</span>") if b.rule else ""
         items.append(f"<li><b class=\"bad\">{html.escape(b.alertname)}</b> — {cost}, steps {spans}"
                      + (f" <span class=\"muted\">[{', '.join(b.buckets)}]</span>" if b.buckets else "")
-                     + how + f"<br>{esc(b.remedy)}</li>")
+                     + how + (f"<br><b>Do:</b> {esc(b.action)}" if b.action else "")
+                     + f"<br><details><summary>the full remedy</summary>{esc(b.remedy)}</details></li>")
     return "<ol class=\"verdict\">" + "".join(items) + "</ol>"
 
 
@@ -353,7 +356,8 @@ def run_page(f: RunFacts, bs: list[Bottleneck], back_link: str | None = None, cf
         body.append(f"<p><a href=\"{html.escape(back_link)}\">← all runs</a></p>")
     body += [f"<h1>{html.escape(f.project)}/{html.escape(f.experiment)}</h1>", _table(header_rows(f))]
     body += _config_html(f)
-    body += ["<h2>Verdict: bottlenecks ranked by GPU-hours</h2>", verdict_html(f, bs)]
+    body += ["<h2>Verdict: the costliest cause first (what fires at the last step by what it costs now, then the "
+             "rest by GPU-hours)</h2>", verdict_html(f, bs)]
     figs = []
     for head, fig, missing in charts:
         if head:

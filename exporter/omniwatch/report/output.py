@@ -74,9 +74,13 @@ def print_facts(f: RunFacts, bs: list[Bottleneck], con: Console) -> None:
     for k, b in enumerate(bs, 1):
         spans = ", ".join(f"{a}-{z}" for a, z in b.steps) or "live"
         cost = f"{b.gpu_hours:.2f} GPU-h" if b.gpu_seconds else (b.note or "0 GPU-h")
-        if b.per_day:
+        if b.firing_at_end:
+            cost += f"; firing at the last step, costing ≈ {b.now_per_day:.1f} GPU-h/day now"
+        elif b.per_day:
             cost += f" (≈ {b.per_day:.1f} GPU-h/day at its last firing step's rate)"
         con.print(f"{k}. [red]{escape(b.alertname)}[/] {escape(cost)}, steps {spans}", highlight=False)
+        if b.action:
+            con.print(f"   Do: {b.action}", highlight=False, markup=False)
         if b.rule:
             priced = ", ".join(f"{a}-{z}" for a, z in b.priced)
             con.print(f"   priced: {b.rule}" + (f"; steps {priced}" if priced else ""), highlight=False, markup=False)

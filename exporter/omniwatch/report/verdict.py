@@ -89,6 +89,10 @@ class Bottleneck:
     per_day: float | None = None  # GPU-hours/day its buckets cost at the rate of its last firing step
     priced: list[tuple[int, int]] = field(default_factory=list)  # (first, last) step of each priced episode
     rule: str = ""                # how its GPU-hours were computed (the page says it)
+    action: str = ""              # the remedy's one-line action (issue 32 item 2)
+    severity: str = ""            # the most severe severity it fired at
+    firing_at_end: bool = False   # still firing at the run's last step ("now", for a live run)
+    now_per_day: float = 0.0      # what it costs now: GPU-hours per day at the rate of the run's last step (0: none)
 
     @property
     def gpu_hours(self) -> float:
@@ -96,6 +100,8 @@ class Bottleneck:
 
     def as_json(self) -> dict:
         return {"bottleneck": self.alertname, "gpu_hours": round(self.gpu_hours, 6), "remedy": self.remedy,
+                "action": self.action, "severity": self.severity, "firing_at_end": self.firing_at_end,
+                "gpu_hours_per_day_now": round(self.now_per_day, 3),
                 "steps": [list(s) for s in self.steps], "buckets": self.buckets, "note": self.note,
                 "gpu_hours_per_day": None if self.per_day is None else round(self.per_day, 3),
                 "priced_steps": [list(s) for s in self.priced], "cost_rule": self.rule}
@@ -131,17 +137,47 @@ def _matchers(ms) -> dict[str, str]:
     return out
 
 
-def remedy(alertname: str, labels: dict[str, str], modes: dict[str, str] | None,
-           series: dict[str, float] | None = None, cfg: Config = DEFAULT) -> str:
-    """The remedy annotation of the alert (the spec whose static labels the alert carries), rendered
-    for the run's detected modes, as Prometheus renders it."""
+SEVERITY_RANK = {"critical": 3, "warning": 2, "info": 1}
+
+
+def _spec(alertname: str, labels: dict[str, str], cfg: Config, severity: str | None = None):
+    """The alert spec whose severity and static labels the alert carries (TrainingStalled: its stage)."""
     cands = [a for a in spec.alerts(cfg) if a.name == alertname and a.remedy is not None]
-    if labels.get("severity"):   # a stage of an alert (TrainingStalled info / warning / critical): its own remedy
-        cands = [a for a in cands if a.severity == labels["severity"]] or cands
+    sev = severity or labels.get("severity")
+    if sev:
+        cands = [a for a in cands if a.severity == sev] or cands
     best = [a for a in cands if all(labels.get(k) == str(v) for k, v in a.labels.items())] or cands
-    if not best:
-        return ""
-    return best[0].remedy.expect(Ctx(labels, None, series or {}, modes if modes else None))
+    return best[0] if best else None
+
+
+def _ctx(labels: dict[str, str], modes: dict[str, str] | None, series: dict[str, float] | None,
+         trainer_config: dict | None) -> Ctx:
+    from ..alerting.prose import setting_series
+    from ..trainer_config import info_labels
+    extra = dict(series or {})
+    if trainer_config is not None:
+        extra.update(setting_series(trainer_config.get("settings") or {}, info_labels(trainer_config)))
+    else:
+        extra.update(setting_series(None))
+    return Ctx(labels, None, extra, modes if modes else None)
+
+
+def remedy(alertname: str, labels: dict[str, str], modes: dict[str, str] | None,
+           series: dict[str, float] | None = None, cfg: Config = DEFAULT, severity: str | None = None,
+           trainer_config: dict | None = None) -> str:
+    """The remedy annotation of the alert (the spec of its severity and static labels), rendered for the run's
+    detected modes and trainer config (``trainer_config.describe``'s ``settings``), as Prometheus renders it."""
+    a = _spec(alertname, labels, cfg, severity)
+    return "" if a is None else a.remedy.expect(_ctx(labels, modes, series, trainer_config))
+
+
+def action(alertname: str, labels: dict[str, str], modes: dict[str, str] | None,
+           series: dict[str, float] | None = None, cfg: Config = DEFAULT, severity: str | None = None,
+           trainer_config: dict | None = None) -> str:
+    """The remedy's one-line action, rendered like :func:`remedy`."""
+    a = _spec(alertname, labels, cfg, severity)
+    act = getattr(a.remedy, "action", None) if a is not None else None
+    return "" if act is None else act.expect(_ctx(labels, modes, series, trainer_config))
 
 
 def onset_index(f: RunFacts, first_index: int, window: int) -> int:
@@ -179,13 +215,25 @@ def verdict(f: RunFacts, cfg: Config = DEFAULT) -> list[Bottleneck]:
     inhib = inhibitors()
     out: dict[str, Bottleneck] = {}
     priced: dict[tuple, set[int]] = {}  # (alert, labels) -> line indexes already priced (overlapping episodes)
-    for a, _, start in spans:
+    last_index = max((p.index for p in f.steps), default=None)
+    for a, _, start in sorted(spans, key=lambda s: -SEVERITY_RANK.get(s[0].severity, 0)):
         b = out.get(a.alertname)
         if b is None:
-            b = out[a.alertname] = Bottleneck(a.alertname, 0.0, remedy(a.alertname, a.labels, f.modes, f.series, cfg),
-                                              [], [], COST_NOTE.get(a.alertname, ""))
+            labels = {**a.labels, "severity": a.severity}
+            ann = a.annotations or {}
+            b = out[a.alertname] = Bottleneck(
+                a.alertname, 0.0,
+                ann.get("remedy") or remedy(a.alertname, labels, f.modes, f.series, cfg, a.severity, f.trainer_config),
+                [], [], COST_NOTE.get(a.alertname, ""),
+                action=ann.get("action") or action(a.alertname, labels, f.modes, f.series, cfg, a.severity,
+                                                   f.trainer_config),
+                severity=a.severity)
             if a.alertname in COST_RULE:
                 b.rule = f"{COST_RULE[a.alertname]} ({REFERENCE_NOTE})"
+        if last_index is not None and a.last_index >= last_index:
+            b.firing_at_end = True
+            b.now_per_day = max(b.now_per_day, now_cost(a.alertname, {**a.labels, "severity": a.severity},
+                                                         by_index.get(last_index), f.gpus or 1))
         b.labels.append(a.labels)
         b.steps.append((a.first_step, a.last_step))
         done = priced.setdefault((a.alertname, tuple(sorted(a.labels.items()))), set())
@@ -209,9 +257,10 @@ def verdict(f: RunFacts, cfg: Config = DEFAULT) -> list[Bottleneck]:
     if stalled > 0:  # the ledger's stalled bucket is TrainingStalled's cost, whether or not its alert was seen
         # (with the stall still open at the report's end: report --until, a live report's now; issue 31 item 3)
         name = names.ALERT_CRASHED if f.end_state == "crashed" else names.ALERT_STALLED
-        sev = {"severity": "critical" if name == names.ALERT_CRASHED else "warning"}
-        b = out.get(name) or Bottleneck(name, 0.0, "", [], [])
-        b.remedy = remedy(name, sev, f.modes, f.series, cfg)   # past the tolerance: the hang's remedy, not the notice
+        b = out.get(name) or Bottleneck(name, 0.0, "", [], [], severity="critical")
+        # past the tolerance: the hang's (or the crash's) remedy, not the info stage's notice
+        b.remedy = remedy(name, {}, f.modes, f.series, cfg, "critical", f.trainer_config)
+        b.action = action(name, {}, f.modes, f.series, cfg, "critical", f.trainer_config)
         b.gpu_seconds, b.buckets = stalled, [ledger.STALLED]
         if f.open_stall_s > 0:
             open_h = f.open_stall_s * (f.gpus or 1) / HOUR
@@ -226,7 +275,43 @@ def verdict(f: RunFacts, cfg: Config = DEFAULT) -> list[Bottleneck]:
         out[name] = b
         if name == names.ALERT_CRASHED and names.ALERT_STALLED in out and out[names.ALERT_STALLED].gpu_seconds == 0:
             del out[names.ALERT_STALLED]
-    return sorted(out.values(), key=lambda b: (-b.gpu_seconds, b.alertname))
+    return rank(out.values())
+
+
+def rank(bs) -> list[Bottleneck]:
+    """The costliest cause first (issue 32 item 1): what still fires at the run's last step, by what it costs now
+    (GPU-hours per day at the last step's rate), ties by severity; then what fired earlier, by the GPU-hours it cost."""
+    return sorted(bs, key=lambda b: (not b.firing_at_end, -b.now_per_day if b.firing_at_end else 0.0,
+                                     -SEVERITY_RANK.get(b.severity, 0) if b.firing_at_end else 0.0,
+                                     -b.gpu_seconds, b.alertname))
+
+
+def now_cost(alertname: str, labels: dict, p, gpus: int) -> float:
+    """GPU-hours per day the alert costs at step ``p``'s rate: its ledger bucket's rate (reward on the critical path,
+    inter-stage idle, outside the step timer); a regression's growth over the reference as a share of the step x GPUs
+    x 24 h (StepTimeRegression: its cause; MFUDrop: the actor); 0 for findings."""
+    if p is None:
+        return 0.0
+    if alertname == names.ALERT_STALLED:  # past its warning every GPU of the run waits
+        return gpus * 24.0 if labels.get("severity") in ("warning", "critical") else 0.0
+    if alertname == names.ALERT_CRASHED:  # every GPU of the run is held until someone restarts it
+        return gpus * 24.0
+    if alertname in RATE_ALERTS:
+        return sum(p.per_day.get(k, 0.0) for k in RATE_ALERTS[alertname])
+    if not p.duration:
+        return 0.0
+
+    def grown(cause: str) -> float:
+        if cause in p.causes and cause in p.cause_reference:
+            return max(0.0, p.causes[cause] - p.cause_reference[cause])
+        return max(0.0, p.regression.get(cause, 0.0))
+    if alertname == names.ALERT_STEP_REGRESSION:
+        extra = grown(labels.get("cause", "other"))
+    elif alertname == names.ALERT_MFU_DROP:
+        extra = grown("actor")
+    else:
+        return 0.0
+    return extra / p.duration * gpus * 24.0
 
 
 def _cost(alertname: str, labels: dict, p, gpus: int, firing: set[str], inhib: dict[str, str]):
