@@ -13,13 +13,14 @@ import time
 import httpx
 
 from ..redact import redact
+from ..runlabel import strip_control
 from . import taskevents as te
 from .rayapi import RayAPIError
 from .taskwatch import TaskPoller, TaskSnapshot
 
 
 def snapshot_json(snap: TaskSnapshot, project: str | None = None, experiment: str | None = None) -> dict:
-    return {"ts": snap.ts, "up": snap.up, "why": snap.why,
+    return {"ts": snap.ts, "up": snap.up, "why": redact(snap.why),
             "jobs": [{"job_id": snap.job_id, "project": project, "experiment": experiment,
                       "holder": redact(snap.holder.get("text", "")), "phase": snap.holder.get("phase", ""),
                       "role": snap.holder.get("role", ""), "age_s": snap.holder.get("age_s", 0.0),
@@ -49,26 +50,35 @@ def look_once(address: str | None, job_id: str | None = None, timeout: float = 1
         p.api.close()
 
 
+def line(v, n: int = 120) -> str:
+    """A value from Ray (or an exporter) as terminal text: one line without control characters, at most ``n``
+    characters (a 400-character actor name with newlines plants no line), markup escaped."""
+    from rich.markup import escape
+    s = strip_control(" ".join(str(v).split()))
+    return escape(s if len(s) <= n else s[: n - 1] + "…")
+
+
 def _print(out: dict) -> None:
     from rich.console import Console
-    from rich.markup import escape
-    con = Console()
+    escape = line
+    con = Console(soft_wrap=True)   # one printed line per line: a long value is never broken into a new line
     if not out["jobs"]:
         con.print(f"[yellow]no answer[/yellow]: {escape(out.get('why', ''))}")
         return
     for j in out["jobs"]:
         run = f"{j['project']}/{j['experiment']}" if j.get("project") else f"Ray job {j['job_id'] or '?'}"
-        con.print(f"[bold]{escape(run)}[/bold]: {escape(j['holder'])} (for {j['age_s']:.0f} s)")
+        con.print(f"[bold]{escape(run)}[/bold]: {escape(j['holder'], 240)} (for {j['age_s']:.0f} s)")
         for g in j["groups"]:
             s = g["slowest"]
-            con.print(f"  {g['role']:<18} {g['phase']:<22} running {g['running']:>4}  done {g['done']:>4}  "
+            con.print(f"  {escape(g['role']):<18} {escape(g['phase']):<22} running {g['running']:>4}  done {g['done']:>4}  "
                       f"for {g['age_s']:>7.1f} s  slowest rank {s['rank']} node {escape(str(s['node']))} pid {s['pid']} "
                       f"({s['age_s']:.1f} s)")
         for r in j["replicas"]:
-            con.print(f"  {r['role']:<18} replica {r['replica']:<6} {r['in_flight']} requests in flight, oldest {r['oldest_s']:.1f} s")
+            con.print(f"  {escape(r['role']):<18} replica {escape(r['replica']):<6} {r['in_flight']} requests in flight, "
+                      f"oldest {r['oldest_s']:.1f} s")
         for d in j["dead"]:
-            con.print(f"  [red]{d['state']}[/red] {escape(str(d['class']))} {escape(str(d['name']))} rank {d['rank']} "
-                      f"node {escape(str(d['node']))}: {escape(d['why'])}")
+            con.print(f"  [red]{escape(d['state'])}[/red] {escape(d['class'])} {escape(d['name'])} rank {d['rank']} "
+                      f"node {escape(d['node'])}: {escape(d['why'], 200)}")
     if out["lossy"]:
         con.print("[yellow]Ray dropped task events or the answer was cut: lanes may be incomplete[/yellow]")
 

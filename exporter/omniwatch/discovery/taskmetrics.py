@@ -78,13 +78,15 @@ class TaskCollector(Collector):
         self.poller = poller
         self.run_labels = run_labels          # () -> (project, experiment)
         self.collapse_above = collapse_above
+        poller.lanes_max = collapse_above     # the poll computes the lanes the scrape renders
         self.calls = 0
 
     def describe(self):
         return n.describe(self.OWNED)
 
     def collect(self):
-        snap, led = self.poller.snapshot, self.poller.ledger
+        # the last completed poll's snapshot only: a scrape never takes the poller's lock (issue 35 item 1)
+        snap = self.poller.snapshot
         project, experiment = self.run_labels()
         run = [project or "", experiment or ""]
         fams = {k: n.family(k) for k in self.OWNED}
@@ -100,12 +102,8 @@ class TaskCollector(Collector):
                 # actor names are the trainer's: the text goes through the one redactor before it is a label
                 fams[n.STEP_HOLDER_INFO].add_metric(run + [h["role"], h["phase"], redact(h["text"])], 1)
                 fams[n.STEP_HOLDER_SECONDS].add_metric(run, h["age_s"])
-            with self.poller.lock:
-                counts: dict[tuple[str, str], int] = {}
-                for t in led.running.values():
-                    counts[(t.call.role, t.call.phase)] = counts.get((t.call.role, t.call.phase), 0) + 1
-                lane, _ = lanes(led, self.collapse_above)
-                streaks = straggler_streaks(led)
+            view = snap.view
+            counts, lane, streaks = view.get("counts", {}), view.get("lanes", ()), view.get("streaks", ())
             for (role, phase), c in sorted(counts.items()):
                 fams[n.RAY_WORKERS_RUNNING].add_metric(run + [role, phase], c)
             for role, rank, code in lane:

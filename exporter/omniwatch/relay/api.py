@@ -41,6 +41,12 @@ async def alertmanager_webhook(request: Request):
         raise
     relay = _relay(request)
     body = await request.body()
+    # Everything after the body is work (parsing, redaction of every label and annotation, the store): a worker
+    # thread does it, so a hostile body never holds the event loop (/healthz, other requests) while it is judged
+    return await run_in_threadpool(_store_notification, st, relay, body)
+
+
+def _store_notification(st, relay: Relay, body: bytes):
     try:
         note = parse(body)
     except PayloadError as e:
@@ -52,14 +58,14 @@ async def alertmanager_webhook(request: Request):
     data = redact_tree(note.model_dump(mode="json"))
     targets = relay.targets(note.status, note.commonLabels)
     try:
-        new, dropped = await run_in_threadpool(relay.db.add, note.notification_id(), note.status, data["groupKey"],
-                                               data["receiver"], data, targets)  # fsync off the event loop
+        new, dropped = relay.db.add(note.notification_id(), note.status, data["groupKey"], data["receiver"], data,
+                                    targets)
     except Exception as e:  # disk full, locked db, ...: 503 makes Alertmanager retry
         st.store.count_error(SOURCE, "store_failed")
         set_storage_up(st.store, relay, False)
         log.error("webhook: could not store notification: %s: %s", type(e).__name__, e)
         raise HTTPException(503, "could not store the notification; Alertmanager will retry") from None
-    await run_in_threadpool(relay.refresh_pending)  # /metrics reads this copy, never SQLite
+    relay.refresh_pending()  # /metrics reads this copy, never SQLite
     set_storage_up(st.store, relay, relay.storage_ok)
     if not new:
         st.store.count_error(SOURCE, "duplicate_notification")
