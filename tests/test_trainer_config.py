@@ -132,10 +132,12 @@ def _hostile(tmp_path) -> dict[str, bytes]:
 def test_hostile_config_files_are_counted_skips_never_a_crash(tmp_path):
     for name, data in _hostile(tmp_path).items():
         (tmp_path / name).write_bytes(data)
-    os.mkfifo(tmp_path / "fifo.yaml")
-    os.symlink("/dev/zero", tmp_path / "zero.yaml")
+    os.mkfifo(tmp_path / "fifo.config.yaml")
+    os.symlink("/dev/zero", tmp_path / "zero.config.yaml")
     store = new_store()
-    watch = tc.ConfigWatch(store, [str(tmp_path), str(tmp_path / "missing.yaml")])
+    # a glob takes every regular file it matches; a directory walk takes configs by name (the FIFO and the link,
+    # named as configs; test_hardening_inputs.py: the other names are not read at all)
+    watch = tc.ConfigWatch(store, [str(tmp_path / "*"), str(tmp_path), str(tmp_path / "missing.yaml")])
     t0 = time.perf_counter()
     assert watch.scan_once() == 0
     assert time.perf_counter() - t0 < 20

@@ -425,16 +425,41 @@ class RunStore:
     def set_trainer_config(self, cfg: TrainerConfig, labels: tuple[str, str] | None = None) -> None:
         """The trainer's configuration for the run it names (``trainer.project_name`` /
         ``trainer.experiment_name``) and, for a pprint read from a console log, the run that log's lines
-        go to (``labels``). Applied now if the run exists, else when it appears."""
+        go to (``labels``). Applied now if the run exists, else when it appears. Of two configs naming one run
+        the newer file wins (an experiment name reused across days of Hydra outputs). Bounded: at most
+        ``4 x max_runs`` configs; beyond, the oldest config of a run that does not exist makes room (said once)."""
         with self.lock:
             for key in {k for k in (cfg.key, labels) if k}:
                 key = (fit_label(key[0]), fit_label(key[1]))
-                if key not in self.trainer_configs and len(self.trainer_configs) >= 4 * self.max_runs:
+                old = self.trainer_configs.get(key)
+                if old is not None and old.mtime > cfg.mtime and cfg.source != "console":
+                    continue   # an older file naming the same run (a console print read live is the run's own)
+                if old is None and len(self.trainer_configs) >= 4 * self.max_runs and not self._drop_oldest_config(cfg):
                     self.errors[("trainer_config", "too_many_configs")] += 1
                     continue
                 self.trainer_configs[key] = cfg
                 if (run := self.runs.get(key)) is not None:
                     self._configure(run, cfg)
+
+    def _drop_oldest_config(self, newcomer: TrainerConfig) -> bool:
+        """Make room for ``newcomer`` (call under the lock): the oldest config (by its file's time) of a run that
+        does not exist, when it is older than the newcomer. Said once (``omniwatch_ingest_errors_total
+        {source="trainer_config", reason="config_evicted"}`` counts each)."""
+        spare = [(c.mtime, k) for k, c in self.trainer_configs.items() if k not in self.runs]
+        if not spare:
+            return False
+        mtime, k = min(spare)
+        if mtime > newcomer.mtime:
+            return False
+        del self.trainer_configs[k]
+        self.errors[("trainer_config", "config_evicted")] += 1
+        if not getattr(self, "_config_cap_said", False):
+            self._config_cap_said = True
+            logging.getLogger(__name__).warning(
+                "trainer configs: %d kept (4 x --max-runs); the oldest config of a run not seen (%s/%s) made room "
+                "for a newer one; older configs make room from now on (counted config_evicted)",
+                len(self.trainer_configs) + 1, k[0], k[1])
+        return True
 
     def _configure(self, run: Run, cfg: TrainerConfig) -> None:
         run.config = cfg

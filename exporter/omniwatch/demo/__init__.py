@@ -105,7 +105,7 @@ def finish_runs(scs: list[Scenario], configs: Path) -> None:
     read through --trainer-config), so the runs are finished and nothing escalates once the demo has ended."""
     for sc in scs:
         if sc.written:
-            (configs / f"{sc.experiment}.yaml").write_text(
+            (configs / f"{sc.experiment}.config.yaml").write_text(   # named as a config: a DIR walk reads it
                 f"trainer:\n  project_name: {PROJECT}\n  experiment_name: {sc.experiment}\n"
                 f"  total_training_steps: {sc.written}\n")
 
