@@ -393,10 +393,10 @@ class RunStore:
         run = self.runs.get(key)
         if run is None:
             if len(self.runs) >= self.max_runs and not self._evict_expired():
-                if self.max_runs <= 0:
+                if self.max_runs <= 0 or not self._evict_least_active(key, source):
                     self.errors[(source, "too_many_runs")] += 1
+                    self._refused(key, source)
                     return None
-                self._evict_least_active(key, source)
             run = Run(key[0], key[1], RunWindow(self.window, self.baseline), self.warmup)
             self.runs[key] = run
             if self.cap_logged and len(self.runs) < self.max_runs:
@@ -523,24 +523,50 @@ class RunStore:
         del self.runs[stale[0]]
         return True
 
-    def _evict_least_active(self, newcomer: tuple[str, str], source: str) -> None:
-        """The run cap is full and no run has expired: the run with the oldest latest step (a run with no step
-        yet first, a restored one not produced by any current source before a visible one) makes room, so a
-        live run always gets in over stale ones. Counted (``omniwatch_runs_evicted_total``, alert
-        RunCapReached); logged once until the number of runs falls below the cap again."""
-        victim = min(self.runs, key=lambda k: (self.runs[k].visible, self.runs[k].last_arrival or 0.0))
+    def pages(self, run: Run) -> bool:
+        """Can ``run`` page (call under the lock)? A run with a step that is not finished and not history: it is
+        live, or stalled (TrainingStalled fires for it), or its log writer is gone and it has not expired yet.
+        Such a run is never dropped at the run cap (issue 35 item 6)."""
+        last = run.last.step if run.last else None
+        return run.visible and run.last is not None and not run.stale and not run.planned.finished(last)
+
+    def _evict_least_active(self, newcomer: tuple[str, str], source: str) -> bool:
+        """The run cap is full and no run has expired: a run that cannot page makes room -- one restored and not
+        produced by any current source first, then one without a step, a finished one, one that was history at
+        first sight; the least recently active of them. A run that can page (live, stalled, its writer just gone:
+        :meth:`pages`) is never dropped: then nothing is, and the newcomer is refused (``_refused``). Counted
+        (``omniwatch_runs_evicted_total``, alert RunCapReached); logged once until the runs fall below the cap.
+        Returns whether a run made room."""
+        spare = [k for k, r in self.runs.items() if not self.pages(r)]
+        if not spare:
+            return False
+        victim = min(spare, key=lambda k: (self.runs[k].visible, self.runs[k].last is not None,
+                                          self.runs[k].last_arrival or 0.0))
         old = self.runs.pop(victim)
         self.evicted_total += 1
         if not self.cap_logged:
             self.cap_logged = True
             logging.getLogger(__name__).warning(
-                "run cap reached (--max-runs %d): run %s/%s (latest step %s, observed %s) was dropped to make room "
-                "for %s/%s from %s; the least recently active run makes room for each new one from now on "
-                "(omniwatch_runs_evicted_total, alert RunCapReached). Raise --max-runs or watch fewer runs. "
-                "Logged once until the runs fall below the cap.",
+                "run cap reached (--max-runs %d): run %s/%s (latest step %s, observed %s; finished, history or not "
+                "produced now) was dropped to make room for %s/%s from %s; such runs make room for each new one from "
+                "now on, a live or stalled run never does (omniwatch_runs_evicted_total, alert RunCapReached). Raise "
+                "--max-runs or watch fewer runs. Logged once until the runs fall below the cap.",
                 self.max_runs, old.project, old.experiment, old.last.step if old.last else None,
                 time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old.last_arrival)) if old.last_arrival else "never",
                 newcomer[0], newcomer[1], source)
+        return True
+
+    def _refused(self, newcomer: tuple[str, str], source: str) -> None:
+        """Every run at the cap can page: the newcomer is not admitted (its steps are counted ``too_many_runs``).
+        Said once per newcomer (at most 64 names remembered), so the log names the run that is not watched."""
+        said = self.__dict__.setdefault("_refused_said", set())
+        if newcomer in said or len(said) >= 64:
+            return
+        said.add(newcomer)
+        logging.getLogger(__name__).warning(
+            "run cap reached (--max-runs %d): run %s/%s from %s is NOT watched: all %d runs are live, stalled or "
+            "paging, and none is dropped for a newcomer (its steps are counted as too_many_runs). Raise --max-runs "
+            "or watch fewer runs.", self.max_runs, newcomer[0], newcomer[1], source, len(self.runs))
 
     def reveal(self, project: str, experiment: str) -> None:
         """A current source produces this restored run (its file is watched now)."""

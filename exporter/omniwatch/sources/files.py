@@ -36,6 +36,19 @@ IDLE_AFTER_POLLS = 60  # unchanged this many polls in a row (30 s at the default
 IDLE_EVERY = 4         # ... then looked at every 4th poll
 LONG_IDLE_AFTER_POLLS = 120  # unchanged at this many looks (2.5 min at the default poll: 60 polls, then 60 looks every 4th) ...
 LONG_IDLE_EVERY = 16         # ... then looked at every 16th poll (a run resumed after that is seen <= 8 s late)
+# A file's own modification time says how long it has been idle, from the first look (issue 35 item 5: 100,000 idle
+# files were each looked at every poll for their first 30 s and every 4th for 2 more minutes of *this* exporter's
+# life -- 72-75 % of a core -- whatever their age): a file last written IDLE_AGE_S ago starts at every 4th poll,
+# LONG_IDLE_AGE_S ago at every 16th, DORMANT_AGE_S ago at every DORMANT_EVERY-th (a run resumed after half an hour
+# of silence is seen at most 32 s late at the default 0.5 s poll).
+# And whatever the files' ages, a pass looks at no more than MAX_LOOKS_PER_PASS of them (the files changed recently
+# first, in turn; then the idle ones due, the rest moved to the next pass): 100,000 files written a moment before
+# the exporter started are looked at in turn, not all at every pass.
+MAX_LOOKS_PER_PASS = 2048
+IDLE_AGE_S = 30.0
+LONG_IDLE_AGE_S = 150.0
+DORMANT_AGE_S = 1800.0
+DORMANT_EVERY = 64
 RACY_SECONDS = 3.0     # a directory modified this recently is listed again whatever its mtime says
 
 
@@ -72,6 +85,7 @@ class FileSource(Periodic):
         self._last_scan = 0.0
         self._listings: dict[str, tuple[int, list[str], list[str]]] = {}  # dir -> (mtime_ns, subdirs, files)
         self._pass = 0
+        self._now = 0.0                            # wall clock of the current pass (a file's age = _now - mtime)
         self._active: dict[str, FileTail] = {}     # polled every pass (changed recently)
         self._due: dict[int, list[str]] = {}       # pass -> idle files looked at in it
         for spec in self.specs:
@@ -249,8 +263,15 @@ class FileSource(Periodic):
         # passes, so a pass touches only the files due in it: 100,000 idle files cost a sixteenth of their
         # stat()s and no Python work in between (docs/benchmarks.md); a run that resumes is seen at most
         # IDLE_EVERY (LONG_IDLE_EVERY) polls late.
+        self._now = self.clock()   # a file's age: its mtime against the source's clock (time.time when serving)
         due = [(p, self.tails[p]) for p in self._due.pop(self._pass, ()) if p in self.tails]
-        batch = list(self._active.items()) + due
+        batch = list(self._active.items())
+        if len(batch) >= MAX_LOOKS_PER_PASS:   # more active files than a pass looks at: in turn (_schedule rotates)
+            batch = batch[:MAX_LOOKS_PER_PASS]
+        batch += due[:MAX_LOOKS_PER_PASS - len(batch)]
+        late = due[len(batch) - min(len(self._active), MAX_LOOKS_PER_PASS):]
+        if late:   # idle files over the pass's budget: looked at in the next pass
+            self._due.setdefault(self._pass + 1, [])[:0] = [p for p, _ in late]
         for i, (path, tail) in enumerate(batch):
             if not i & 255 and self._stop.is_set():
                 for p, t in batch[i:]:  # shutting down: the checkpoint holds the offsets of what was read
@@ -263,16 +284,28 @@ class FileSource(Periodic):
         return applied
 
     def _schedule(self, path: str, tail: FileTail, at: int | None = None) -> None:
-        """Keep ``path`` polled every pass while it changes, else put it in the calendar for its next look."""
-        u = tail.unchanged_polls
-        if at is None and u < IDLE_AFTER_POLLS:
-            self._active[path] = tail
-            return
-        self._active.pop(path, None)
+        """Keep ``path`` polled every pass while it changes, else put it in the calendar for its next look: the
+        longer it has been unchanged -- in this exporter's looks, or by its own modification time -- the rarer."""
         if at is None:
-            period = IDLE_EVERY if u < LONG_IDLE_AFTER_POLLS else LONG_IDLE_EVERY
+            period = self._period(tail)
+            if period == 1:
+                self._active.pop(path, None)   # to the end: over the budget, active files take turns
+                self._active[path] = tail
+                return
             at = self._pass + period - (self._pass + tail.slot) % period
+        self._active.pop(path, None)
         self._due.setdefault(at, []).append(path)
+
+    def _period(self, tail: FileTail) -> int:
+        u = tail.unchanged_polls
+        age = self._now - tail.mtime if tail.mtime is not None else 0.0
+        if age >= DORMANT_AGE_S:
+            return DORMANT_EVERY
+        if u >= LONG_IDLE_AFTER_POLLS or age >= LONG_IDLE_AGE_S:
+            return LONG_IDLE_EVERY
+        if u >= IDLE_AFTER_POLLS or age >= IDLE_AGE_S:
+            return IDLE_EVERY
+        return 1
 
     def _poll_one(self, path: str, tail: FileTail) -> int:
         problems = self._problems
