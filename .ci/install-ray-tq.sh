@@ -33,6 +33,10 @@ fi
 if have ray "$RAY_VERSION"; then echo "ray $RAY_VERSION present"; else
   "$PY" -m pip install "ray[default]==$RAY_VERSION"
 fi
+# py-spy: ray[default] depends on it (Ray's dashboard runs it for /task/traceback, the stack of a held call:
+# tests/test_hang_live.py); a Ray installed without the extra lacks it.
+if "$PY" -c "import shutil, sys, os; sys.exit(0 if shutil.which('py-spy', path=os.path.dirname(sys.executable)) else 1)"; then
+  echo "py-spy present"; else "$PY" -m pip install "py-spy>=0.4,<0.5"; fi
 if have transfer_queue "$TQ_VERSION"; then echo "transferqueue $TQ_VERSION present"; else
   "$PY" -m pip install "transferqueue==$TQ_VERSION"
 fi

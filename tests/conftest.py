@@ -165,6 +165,7 @@ def require_tool(*candidates: str) -> str:
 #    rounded), slowest first; a unit's weight is its slowest member's (a lane's: the sum of its modules').
 #    Unlisted tests keep their order after the listed ones. A wrong or stale number only changes the order.
 SLOW_S = {  # nodeid prefix -> seconds (setup + call; CI's --durations and a 4-worker run on a loaded 2-core machine)
+    "tests/test_hang_live.py": 400,   # three jobs of verl's single controller on one Ray head + Prometheus
     "tests/test_tq_backlog_live.py": 330,
     "tests/test_whole_run_live.py": 300,
     "tests/test_backtest_agrees_with_live.py": 240,
@@ -185,6 +186,7 @@ SLOW_S = {  # nodeid prefix -> seconds (setup + call; CI's --durations and a 4-w
     "tests/test_generated.py::test_every_generated_file_is_covered": 60,
     "tests/test_generated.py::test_the_checkout_has_no_drift": 60,
     "tests/test_stack_integration.py": 60,
+    "tests/test_escalation.py::test_a_critical_escalation_reaches_the_receiver_within_60_s": 130,
     "tests/test_fuzz_inputs.py::test_parse_record_random_objects": 60,
     "tests/test_malformed_input.py::test_report_says": 60,
     "tests/test_dashboards_ratios.py": 50,

@@ -44,7 +44,7 @@ class Receiver:
                 with outer.lock:
                     code = outer.codes.pop(0) if outer.codes else outer.default
                     rec = {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                           "body": json.loads(raw or b"null"), "code": code}
+                           "body": json.loads(raw or b"null"), "code": code, "t": time.time()}
                     outer.requests.append(rec)
                     if 200 <= code < 300:
                         outer.accepted.append(rec)

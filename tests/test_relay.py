@@ -230,14 +230,14 @@ def test_slack_and_feishu_formats(tmp_path, monkeypatch, receiver):
         receiver.wait_accepted(3)
     by = {r["path"]: r for r in receiver.accepted}
     slack = by["/slack"]["body"]
-    assert slack["channel"] == "#rl-alerts" and "[FIRING:1] RewardBoundRollout" in slack["text"]
+    assert slack["channel"] == "#rl-alerts" and "[WARNING] RewardBoundRollout" in slack["text"]
     att = slack["attachments"][0]
-    assert att["color"] == "danger" and {"title": "Run", "value": "flowgrpo/exp7", "short": True} in att["fields"]
+    assert att["color"] == "warning" and {"title": "Run", "value": "flowgrpo/exp7", "short": True} in att["fields"]
     assert "62%" in att["text"] and "Remedy: Move the reward model" in att["text"]
     assert "|Runbook>" in att["text"] and "http://grafana.local:3000/dashboards?query=omniwatch&var-project=flowgrpo" in att["text"]
 
     card = by["/feishu"]["body"]
-    assert card["msg_type"] == "interactive" and card["card"]["header"]["template"] == "red"
+    assert card["msg_type"] == "interactive" and card["card"]["header"]["template"] == "orange"
     md = card["card"]["elements"][0]["text"]["content"]
     assert "run flowgrpo/exp7 · step 107" in md and "Remedy:" in md
     buttons = [a["text"]["content"] for a in card["card"]["elements"][1]["actions"]]
@@ -352,10 +352,55 @@ def test_no_secret_in_api_metrics_or_logs(tmp_path, monkeypatch, caplog, receive
 
 
 # -- messages ------------------------------------------------------------------------------------
+def _sev_body(status: str, *severities: str) -> dict:
+    b = rl_body(4, status)
+    a = b["alerts"][0]
+    b["alerts"] = []
+    for i, sev in enumerate(severities):
+        x = copy.deepcopy(a)
+        x["labels"] = dict(a["labels"], alertname=n.ALERT_STALLED, severity=sev)
+        x["fingerprint"] = f"{i:016x}"
+        b["alerts"].append(x)
+    return b
+
+
+def test_every_message_says_its_severity_in_text_and_colour():
+    """info / warning / critical in the title, each alert's line, Slack's colour, Feishu's header and the generic
+    webhook's fields; a resolved message is green and says what it was; no severity label: plain firing, red."""
+    want = {"info": ("#439FE0", "blue"), "warning": ("warning", "orange"), "critical": ("danger", "red")}
+    seen_colours = set()
+    for sev, (slack_colour, feishu) in want.items():
+        m = messages.build(_sev_body("firing", sev))
+        assert m.title == f"[{sev.upper()}] TrainingStalled — flowgrpo/exp4" and m.severity == sev
+        assert messages.text(m).startswith(f"TrainingStalled ({sev}) — run flowgrpo/exp4")
+        att = messages.render_slack(m)["attachments"][0]
+        assert att["color"] == slack_colour and att["title"] == f"TrainingStalled ({sev})"
+        assert messages.render_feishu(m)["card"]["header"]["template"] == feishu
+        assert messages.render_feishu(m, "post")["content"]["post"]["zh_cn"]["title"].startswith(f"[{sev.upper()}]")
+        hook = messages.render_webhook(m, {}, "d")
+        assert hook["severity"] == sev and hook["alerts"][0]["severity"] == sev
+        seen_colours.add((slack_colour, feishu))
+    assert len(seen_colours) == 3   # three urgencies, three colours
+    r = messages.build(_sev_body("resolved", "critical"))
+    assert r.title == "[RESOLVED, was critical] TrainingStalled — flowgrpo/exp4"
+    assert messages.text(r).startswith("TrainingStalled (resolved; was critical) — run flowgrpo/exp4")
+    assert messages.render_slack(r)["attachments"][0]["color"] == "good"
+    assert messages.render_feishu(r)["card"]["header"]["template"] == "green"
+    assert messages.render_webhook(r, {}, "d")["status"] == "resolved"
+    # a group with several firing: the most urgent one colours and titles the message
+    mixed = messages.build(_sev_body("firing", "info", "critical"))
+    assert mixed.title.startswith("[CRITICAL, 2 firing] ") and messages.render_feishu(mixed)["card"]["header"]["template"] == "red"
+    assert [a["color"] for a in messages.render_slack(mixed)["attachments"]] == ["#439FE0", "danger"]
+    # an alert of another stack without a severity label: firing, red (never shown as calm)
+    b = _sev_body("firing", "page-me")
+    m = messages.build(b)
+    assert m.title.startswith("[FIRING] ") and messages.render_slack(m)["attachments"][0]["color"] == "danger"
+
+
 def test_message_text_for_rl_engineers():
     m = messages.build(rl_body(3), "https://grafana.example/")
     t = messages.text(m)
-    assert m.title == "[FIRING:1] RewardBoundRollout — flowgrpo/exp3"
+    assert m.title == "[WARNING] RewardBoundRollout — flowgrpo/exp3"
     assert "run flowgrpo/exp3 · step 103" in t and "62%" in t and "Remedy:" in t
     v = m.alerts[0]
     assert v.dashboard_url.startswith("https://grafana.example/dashboards?") and v.runbook_url.endswith("#rewardboundrollout")
@@ -363,7 +408,7 @@ def test_message_text_for_rl_engineers():
     b["alerts"][0]["annotations"]["dashboard_url"] = "/d/omniwatch-run?var-experiment=exp3"
     assert messages.build(b, "https://grafana.example").alerts[0].dashboard_url == "https://grafana.example/d/omniwatch-run?var-experiment=exp3"
     r = messages.build(rl_body(3, "resolved"))
-    assert r.title.startswith("[RESOLVED]") and r.alerts[0].dashboard_url is None
+    assert r.title.startswith("[RESOLVED, was warning]") and r.alerts[0].dashboard_url is None
     many = rl_body(1)
     many["alerts"] = [copy.deepcopy(many["alerts"][0]) for _ in range(messages.MAX_ALERTS_SHOWN + 4)]
     mm = messages.build(many)

@@ -395,6 +395,15 @@ def test_live_report_from_prometheus_agrees_with_the_file_report(tmp_path):
                  "--until", str(tl.end + 60), "--since", "2d", "--json", "-o", str(tmp_path / "live.html"))
         from omniwatch.report.live import live_facts
         lf = live_facts(prom.url, run.project, run.experiment, until=tl.end + 60, since=2 * 86400)
+        # the run left hung: 2 hours later the live report prices the open stall as the file's report does with
+        # the same end (issue 31: never "0 GPU-h" for a hang)
+        hung = live_facts(prom.url, run.project, run.experiment, until=tl.end + 7200, since=2 * 86400)
+    from omniwatch.report.gather import facts_of_runs
+    (fh,) = facts_of_runs([load_run(str(fixture_path(name)))], starts=[START], alerts=False, until=tl.end + 7200)
+    assert hung.end_state == "stalled" and fh.end_state == "unfinished"
+    assert hung.open_stall_s > 0 and hung.open_stall_s == pytest.approx(fh.open_stall_s, rel=0.02)
+    assert hung.gpu_seconds["stalled"] == pytest.approx(fh.gpu_seconds["stalled"], rel=0.02)
+    assert hung.open_stall_s >= 0.9 * 7200 - 3 * max(p.duration or 0 for p in f.steps)
     assert r.returncode == 0, r.stderr
     assert c.returncode == 0, c.stderr
     cmp = json.loads(c.stdout)

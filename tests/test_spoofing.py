@@ -70,10 +70,10 @@ def test_control_a_plain_run_name_renders_as_before(tmp_path):
     project, experiment = _ingested_labels(tmp_path, "flowgrpo", "exp7")
     out = _all_renderings(_note(project, experiment))
     lines = out["text"].split("\n")
-    assert lines[0] == "TrainingStalled (firing) — run flowgrpo/exp7 · step 41"
+    assert lines[0] == "TrainingStalled (critical) — run flowgrpo/exp7 · step 41"
     assert "Run flowgrpo/exp7 made no step for 20 min." in lines
     card = json.loads(out["feishu_card"])["card"]
-    assert "TrainingStalled (firing) — run flowgrpo/exp7 · step 41" in card["elements"][0]["text"]["content"]
+    assert "TrainingStalled (critical) — run flowgrpo/exp7 · step 41" in card["elements"][0]["text"]["content"]
 
 
 def test_a_newline_in_a_file_name_is_stripped_at_ingest(tmp_path):

@@ -17,7 +17,7 @@ from omniwatch.parse import parse_record
 from omniwatch.sources.files import FileSource
 from omniwatch.state import restore_store, snapshot_store
 
-from .conftest import fixture
+from .conftest import REPO, fixture
 from .test_model import samples, value
 
 CFG = "trainer_config"
@@ -167,6 +167,26 @@ def test_a_config_dir_finds_hydra_run_dirs_and_matches_runs_by_name(tmp_path):
     assert not store.errors
     run = feed(store, "finished_on_cadence")
     assert run.config is not None and run.config.source == "yaml"
+
+
+def test_up_finds_a_hydra_config_and_a_console_log_with_the_config_print_under_a_named_dir(tmp_path):
+    """Issue 31 item 2: `make up TRAINER_CONFIG=DIR` / `omniwatch up --trainer-config DIR` — under the directory the
+    user names, a Hydra run dir's .hydra/config.yaml and a console log with VeRL-Omni's config print (any depth) are
+    both found and matched to their runs; `make up` passes every TRAINER_CONFIG path to `omniwatch up`."""
+    import subprocess
+    hydra = tmp_path / "outputs" / "2026-12-01" / "10-00-00" / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "config.yaml").write_bytes(fixture(f"{CFG}/finished_on_cadence.hydra/config.yaml").read_bytes())
+    logs = tmp_path / "logs" / "v1"
+    logs.mkdir(parents=True)
+    (logs / "train.log").write_bytes(fixture(f"{CFG}/v1_separate_async.pprint.log").read_bytes())
+    found = sorted(os.path.relpath(p, tmp_path) for p in tc.expand(str(tmp_path)))
+    assert found == ["logs/v1/train.log", "outputs/2026-12-01/10-00-00/.hydra/config.yaml"]
+    configs = tc.load_all([str(tmp_path)])
+    assert {c.source for c in configs.values()} == {"yaml", "pprint"} and len(configs) == 2
+    r = subprocess.run(["make", "-n", "up", f"TRAINER_CONFIG={tmp_path} /other/dir", "WATCH=/w"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert f"--trainer-config {tmp_path} --trainer-config /other/dir" in r.stdout, r.stdout + r.stderr
 
 
 # --- what the run model does with it --------------------------------------------------------------------------
@@ -325,6 +345,43 @@ def test_stale_horizon_zero_turns_it_off_and_a_live_writer_is_no_history(tmp_pat
     assert value(on, names.RUN_STALE, project="p", experiment="e") == 1
     on.set_log_open("p", "e", True)  # a live process holds it open: hung, not history
     assert value(on, names.RUN_STALE, project="p", experiment="e") == 0
+
+
+def test_history_at_first_sight_is_counted_in_the_runs_own_steps_not_a_fixed_age(tmp_path):
+    """Issue 31 item 6: on the first `up`, a run whose last line is older than stall.history_steps (3) of its typical
+    steps plus its planned allowance is history (info once, never paged) whatever its age: an hour-old hang is
+    history (the 6-hour horizon alone paged it critical 37 s after `up`); one a couple of steps old is live (it may
+    be mid-step); before a normal step the provisional step counts; a new line makes a history run live again."""
+    from omniwatch.alerting.config import DEFAULT
+    root = tmp_path / "root"
+    (root / "w").mkdir(parents=True)
+    now = time.time()
+    recs = whole_run("finished_on_cadence")[:12]          # 240 s steps: 3 typical steps = 12 min
+    early = whole_run("hang_in_step3")[:2]               # warm-up steps only (308 s, 255 s): provisional 462 s
+    cases = {"hour_old": (recs, 3600), "two_steps_old": (recs, 2 * 240), "early_old": (early, 3 * 462 + 60),
+             "early_fresh": (early, 400)}
+    for name, (lines, age) in cases.items():
+        p = root / "w" / f"{name}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        os.utime(p, (now - age, now - age))
+    store = RunStore(clock=time.time)
+    src = FileSource(store, [str(root)], "jsonl")
+    src.poll_once()
+    got = {name: value(store, names.RUN_STALE, project="w", experiment=name) for name in cases}
+    assert got == {"hour_old": 1, "two_steps_old": 0, "early_old": 1, "early_fresh": 0}, got
+    run = store.runs[("w", "hour_old")]
+    typ = run.window.typical_step()
+    assert store.history_threshold(run) == pytest.approx(DEFAULT.stall.history_steps * typ
+                                                         + run.planned.allowance(run.last.step))
+    assert value(store, names.STALE_RUNS) == 2
+    # a new line: live again (TrainingStalled may escalate from now on)
+    with open(root / "w" / "hour_old.jsonl", "a") as f:
+        f.write(json.dumps({"step": 13, "data": recs[-1]["data"]}) + "\n")
+    src.poll_once()
+    assert value(store, names.RUN_STALE, project="w", experiment="hour_old") == 0
+    # live evidence from Ray (the run's job still runs) also clears it
+    store.not_history("w", "early_old")
+    assert value(store, names.RUN_STALE, project="w", experiment="early_old") == 0
 
 
 # --- remedies that fit the run's engine and LoRA (from its config) --------------------------------------------

@@ -130,6 +130,18 @@ def split(rec: StepRecord, interval: float | None, typical: float | None, tolera
     return out
 
 
+def open_stall(gap: float, typical: float | None, tolerance_steps: float, allowance: float = 0.0) -> float:
+    """Wall seconds of a stall still open (issue 31 item 3): ``gap`` = the time since the run's last step (to now,
+    to a report's end, or to its job's end), less the stall tolerance (``tolerance_steps`` typical steps, as
+    :func:`split` and the dashboards' open-stall panels: TrainingStalled's info threshold less one typical step) and
+    the planned work that may come before the next step (``allowance``). The ledger books the same kind of seconds
+    as ``stalled`` when the next step arrives; until then nothing is booked, so the reports add this (x GPUs) to the
+    stalled bucket."""
+    if typical is None or typical <= 0 or gap <= 0:
+        return 0.0
+    return max(0.0, gap - tolerance_steps * typical - max(0.0, allowance))
+
+
 def rate_per_day(recs, gpus: int) -> dict[str, float]:
     """GPU-hours per day by bucket at the pace of ``recs`` (the alert window's normal steps): each
     bucket's share of their step time x GPUs x 24 h — what a bottleneck costs at the current rate

@@ -242,7 +242,10 @@ class Run:
     planned: PlannedWork = field(default_factory=PlannedWork)
     phase_names: set[str] = field(default_factory=set)  # distinct phases (timing_s/<name>) so far, <= max_phases
     config: TrainerConfig | None = None  # the trainer's configuration, when read (trainer_config.py)
-    stale: bool = False                  # first seen as history (its newest line older than the stale horizon)
+    stale: bool = False                  # first seen as history (RunStore.history: decided from first_sight)
+    # When omniwatch first saw this run, if that was from a file's backlog (its lines older than omniwatch): the
+    # age of its last line at that moment decides whether it is history (RunStore.history). None: first seen live.
+    first_sight: float | None = None
 
     @property
     def keys(self) -> dict[str, float]:
@@ -360,6 +363,9 @@ class RunStore:
         self.gpus_override = gpus_override  # report --gpus: the user's count wins over config and keys
         self.ray_pools: dict[tuple[str, str], dict[str, int]] = {}   # GPUs per pool from Ray's placement groups
         self.stale_horizon = stale_horizon  # 0: never stale
+        self.history_steps = alert_config.stall.history_steps      # typical steps (+ allowance) that make history
+        self.notice_steps = alert_config.stall.notice_steps
+        self.provisional_factor = alert_config.stall.provisional_factor
         # The alert configuration the rules were made with: the ledger books outside time beyond its stall
         # tolerance as stalled (ledger.stall_tolerance_steps).
         self.stall_tolerance_steps = ledger.stall_tolerance_steps(alert_config)
@@ -499,15 +505,100 @@ class RunStore:
             if run is not None:
                 run.planned.ckpt_write = (step, newest)
 
-    def set_log_open(self, project: str, experiment: str, is_open: bool) -> None:
+    def set_log_open(self, project: str, experiment: str, is_open: bool, pids: set[int] | None = None) -> None:
         """A process holds the run's log open for writing now (or not). Not seen open yet and not open
         now stays unknown: a log written on another node is never seen open here."""
         with self.lock:
             run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is not None:
+                run.planned.writer_pids = frozenset(pids or ())
             if run is not None and (is_open or run.planned.log_open is not None):
                 run.planned.log_open = is_open
                 if is_open:  # a live process holds its log: a hung run, not history
-                    run.stale = False
+                    run.stale, run.first_sight = False, None
+
+    def writer_pids(self) -> dict[tuple[str, str], frozenset]:
+        """Runs whose log a local process writes now -> those pids (discovery/jobs.py matches them to Ray jobs)."""
+        with self.lock:
+            return {k: r.planned.writer_pids for k, r in self.runs.items() if r.planned.writer_pids}
+
+    def has_run(self, project: str, experiment: str) -> bool:
+        with self.lock:
+            return (fit_label(project), fit_label(experiment)) in self.runs
+
+    def unmatched_runs(self) -> dict[tuple[str, str], float]:
+        """Runs with no Ray job matched yet -> the arrival of their last line (discovery/jobs.py)."""
+        with self.lock:
+            return {k: r.last_arrival for k, r in self.runs.items()
+                    if r.planned.ray is None and r.last_arrival is not None and r.visible}
+
+    def ray_jobs(self) -> dict[tuple[str, str], str]:
+        """Runs matched to a Ray job -> its id."""
+        with self.lock:
+            return {k: r.planned.ray.job_id for k, r in self.runs.items() if r.planned.ray is not None}
+
+    def set_ray_job(self, project: str, experiment: str, state) -> bool:
+        """The run's Ray job and its state (discovery/jobs.py): finished, crashed or running (then never
+        history: a stop is a hang). False when there is no such run."""
+        with self.lock:
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is None:
+                return False
+            run.planned.ray = state
+            if state.status in ("RUNNING", "PENDING"):
+                run.stale, run.first_sight = False, None
+            return True
+
+    def not_history(self, project: str, experiment: str) -> None:
+        """Live evidence that the run is not history (its Ray job still runs): a stop is a hang."""
+        with self.lock:
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is not None:
+                run.stale, run.first_sight = False, None
+
+    def history_threshold(self, run: Run) -> float | None:
+        """Seconds a run's last line may be old at first sight before it is history: ``stall.history_steps`` of its
+        typical steps (provisional before the first normal step) plus its planned allowance. None: no step time
+        known yet (then only ``--stale-horizon`` decides)."""
+        typ = run.window.typical_step()
+        if typ is None:
+            durs = [r.duration for r in run.warm if r.duration]
+            typ = self.provisional_factor * max(durs) if durs else None
+        if typ is None:
+            return None
+        return self.history_steps * typ + run.planned.allowance(run.last.step if run.last else None)
+
+    def stalled(self, project: str, experiment: str) -> bool:
+        """Has the run gone without a step past TrainingStalled's first stage (``stall.notice_steps`` typical
+        steps; before the first normal step, one provisional step)? The task-event source then dumps the stack of
+        the call holding the step (discovery/traceback.py), so it is there by the warning."""
+        with self.lock:
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is None or run.last_arrival is None or run.planned.finished(run.last.step if run.last else None):
+                return False
+            typ = run.window.typical_step()
+            if typ is not None:
+                limit = self.notice_steps * typ
+            else:
+                durs = [r.duration for r in run.warm if r.duration]
+                if not durs:
+                    return False
+                limit = self.provisional_factor * max(durs)
+            return self.clock() - run.last_arrival > limit
+
+    def history(self, run: Run) -> bool:
+        """Was the run history when omniwatch first saw it (issue 31 item 6)? Its last line, read from a file's
+        backlog, was older than a few of its typical steps plus its planned allowance (or than --stale-horizon),
+        and no live evidence says otherwise. Decided from ``first_sight`` (kept in ``run.stale``); a live step, a
+        live writer of its log or its running Ray job clear it."""
+        if run.first_sight is not None and run.last_arrival is not None:
+            if self.stale_horizon <= 0 or run.planned.log_open is True:
+                run.stale = False
+            else:
+                age = run.first_sight - run.last_arrival
+                limit = self.history_threshold(run)
+                run.stale = age > (self.stale_horizon if limit is None else min(limit, self.stale_horizon))
+        return run.stale
 
     def hidden(self, run: Run, now: float | None = None) -> bool:
         """Not exported: expired (finished), or restored from a checkpoint and not produced by any
@@ -612,10 +703,13 @@ class RunStore:
                 return None
             run.visible = True
             if run.last is None and backlog and self.stale_horizon > 0 and run.planned.log_open is not True:
-                # first seen from a file's backlog (arrival = its mtime): older than the horizon is history
-                run.stale = self.clock() - arrival > self.stale_horizon
+                # first seen from a file's backlog (arrival = its mtime): history or not is decided from the age of
+                # its last line at this moment, once its typical step is known (history())
+                run.first_sight = self.clock()
             elif not backlog:
-                run.stale = False
+                run.stale, run.first_sight = False, None
+                if run.planned.ray is not None and run.planned.ray.status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                    run.planned.ray = None   # a step after its job ended: a new job (a resume), matched anew
             step = parsed.step
             layout = key_layout(parsed.values, run.layouts)
             digest = step_digest(parsed.values, layout)

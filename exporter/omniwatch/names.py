@@ -351,6 +351,11 @@ PLANNED_UNSEEN = _m("omniwatch_planned_unseen_kinds", "gauge",
                     "Kinds of planned work (checkpoint, validation) the run has not shown yet: their first "
                     "occurrence cannot be announced, so TrainingStalled's warning waits a reserve of typical "
                     "steps while this is above 0.", R)
+PLANNED_UNSEEN_CONFIGURED = _m("omniwatch_planned_unseen_configured_kinds", "gauge",
+                               "Kinds of planned work not seen yet that the trainer's config says may come before "
+                               "the next step (save_freq / test_freq due on it, or the next step may be the last): "
+                               "with no normal step yet, TrainingStalled's early stages wait a reserve of warm-up "
+                               "steps while this is above 0 (without a config it is 0: nothing is known).", R)
 RUN_TOTAL_STEPS = _m("omniwatch_run_total_steps", "gauge",
                      "Total training steps the trainer announced (console: \"Total training steps: N\"); absent "
                      "for JSONL-only runs.", R)
@@ -392,19 +397,23 @@ TRAINER_CONFIG_GPUS = _m("omniwatch_trainer_config_gpus", "gauge",
                          "\"reward\" (a reward-model resource pool), \"rollout\" (V1 separate_async standalone "
                          "rollout); the ledger counts their sum.", R + (L_POOL,))
 WARMUP_STEP = _m("omniwatch_warmup_step_seconds", "gauge",
-                 "Longest warm-up step (timing_s/step) of the run's current trainer incarnation: TrainingStalled's "
-                 "provisional typical step (x stall.provisional_factor) until a typical step exists, so a hang in "
+                 "Longest warm-up step (timing_s/step) of the run's current trainer incarnation: until a typical "
+                 "step exists TrainingStalled counts in it (info after stall.provisional_factor, warning after "
+                 "stall.early_warning_warmups, critical after stall.early_critical_warmups of them), so a hang in "
                  "step 2 or 3 pages.", R, "seconds")
 RUN_STALE = _m("omniwatch_run_stale", "gauge",
-               "1 for a run whose last line was older than --stale-horizon when omniwatch first saw it (history, "
-               "not news: reported once at info, TrainingStalled never escalates); its next step clears it.", R)
+               "1 for a run whose last line, when omniwatch first saw it (a file's backlog), was already older than "
+               "stall.history_steps of its typical steps plus its planned allowance, or than --stale-horizon (history, "
+               "not news: reported once at info, TrainingStalled never escalates); its next step, a live writer of "
+               "its log or its Ray job still running clear it.", R)
 STALE_RUNS = _m("omniwatch_stale_runs", "gauge",
-                "Runs omniwatch first saw as history (their last line older than --stale-horizon) and still holds "
+                "Runs omniwatch first saw as history (omniwatch_run_stale 1) and still holds "
                 "(`omniwatch status` prints the count).")
 
 # Alert names (the rule files define them; tests check both sides agree).
 ALERT_REWARD_BOUND = "RewardBoundRollout"
 ALERT_IDLE = "InterStageIdleGPU"
+ALERT_CRASHED = "TrainingCrashed"
 ALERT_MFU_IMPOSSIBLE = "MFUImpossible"
 ALERT_MFU_DROP = "MFUDrop"
 ALERT_STALLED = "TrainingStalled"
@@ -458,6 +467,23 @@ STEP_HOLDER_INFO = _m("omniwatch_step_holder_info", "gauge",
                       R + (L_ROLE_T, L_PHASE_T, L_HOLDER))
 STEP_HOLDER_SECONDS = _m("omniwatch_step_holder_seconds", "gauge",
                          "How long the holder named by omniwatch_step_holder_info has held the step.", R, "seconds")
+L_STACK, L_STACK_OF = "stack", "of"
+RAY_STACK_INFO = _m("omniwatch_ray_stack_info", "gauge",
+                    "Where a held call is stuck, from Ray's /task/traceback (py-spy): label stack = the innermost "
+                    "frames of the training code (function (file:line), innermost first, bounded, redacted) of the "
+                    "worker running the call, or why no stack could be had (and the fix); of=\"holder\" for the call "
+                    "holding the step, \"straggler\" for the rank RankStraggler names while it runs. Value: the "
+                    "unix time of the dump.", R + (L_STACK_OF, L_ROLE_T, L_PHASE_T, L_RANK, L_STACK), "seconds")
+L_JOB, L_JOB_TYPE, L_JOB_STATUS, L_ERROR = "ray_job", "type", "status", "error"
+RAY_JOB_INFO = _m("omniwatch_ray_job_info", "gauge",
+                  "The Ray job matched to the run (--ray-job, the job whose driver or TaskRunner writes the run's "
+                  "log, or the only training job): its id, type (SUBMISSION / DRIVER), status as omniwatch reads it "
+                  "(RUNNING, SUCCEEDED, FAILED, STOPPED; a driver job that ended is SUCCEEDED unless its TaskRunner "
+                  "or another call failed) and, when it failed, Ray's error message (one line, bounded, redacted). "
+                  "Value 1.", R + (L_JOB, L_JOB_TYPE, L_JOB_STATUS, L_ERROR))
+RUN_CRASHED = _m("omniwatch_run_crashed", "gauge",
+                 "1 when the run's Ray job failed (the crash, not a hang: TrainingCrashed pages at once and "
+                 "TrainingStalled stays quiet); 0 while it runs or after it finished. Absent without a matched job.", R)
 RAY_WORKERS_RUNNING = _m("omniwatch_ray_workers_running", "gauge",
                          "Worker calls running now, by role and phase (Ray task events).", R + (L_ROLE_T, L_PHASE_T))
 RAY_WORKER_PHASE = _m("omniwatch_ray_worker_phase", "gauge",

@@ -159,6 +159,33 @@ class KindState:
         return k
 
 
+MAX_ERROR_CHARS = 300   # Ray's error message in omniwatch_ray_job_info: one line, bounded
+
+
+@dataclass(frozen=True)
+class JobState:
+    """The run's Ray job as discovery/jobs.py read it (kept with the run: a finish or a crash survives a restart)."""
+    job_id: str
+    type: str           # SUBMISSION | DRIVER
+    status: str         # RUNNING | SUCCEEDED | FAILED | STOPPED | PENDING
+    error: str = ""
+    end: float | None = None
+    how: str = ""       # how it was matched: flag | log_writer | only_job
+
+    def to_json(self) -> dict:
+        return {"job_id": self.job_id, "type": self.type, "status": self.status, "error": self.error,
+                "end": self.end, "how": self.how}
+
+    @classmethod
+    def from_json(cls, d) -> "JobState | None":
+        if not isinstance(d, dict) or not isinstance(d.get("job_id"), str):
+            return None
+        end = d.get("end")
+        return cls(d["job_id"][:64], str(d.get("type", ""))[:16], str(d.get("status", ""))[:16],
+                   str(d.get("error", ""))[:MAX_ERROR_CHARS], float(end) if isinstance(end, (int, float)) else None,
+                   str(d.get("how", ""))[:16])
+
+
 @dataclass
 class PlannedWork:
     """Planned-work facts and end-of-run evidence of one run (``Run.planned``)."""
@@ -167,6 +194,8 @@ class PlannedWork:
     total: int | None = None            # total training steps announced on the console
     log_open: bool | None = None        # a writer holds the log open now; False: seen and gone; None: unknown
     ckpt_write: tuple[int, float] | None = None  # (step, newest mtime) of its global_step_<step> dir (--checkpoint-root)
+    ray: JobState | None = None         # JobState of the run's Ray job, when matched (issue 31)
+    writer_pids: frozenset = frozenset()  # local pids writing its log now (matching it to a Ray job; not kept)
 
     def observe(self, step: int, values: dict[str, float]) -> None:
         """One applied step. Step 0 is verl's ``val_before_train`` line (``val-*`` keys only, no timer):
@@ -186,11 +215,18 @@ class PlannedWork:
     def finished(self, last_step: int | None) -> bool:
         """The latest step was the run's planned last: the announced total was reached, or it carried
         a checkpoint / validation that fits no cadence (verl forces both on the last step)."""
+        if self.ray is not None and self.ray.status in ("SUCCEEDED", "STOPPED"):
+            return True   # its Ray job finished (or a person stopped it): no stall (discovery/jobs.py)
         if last_step is None:
             return False
         if self.total is not None and last_step >= self.total:
             return True
         return any(k.off_cadence_step == last_step for k in self.kinds.values())
+
+    @property
+    def crashed(self) -> bool:
+        """Its Ray job failed: the crash pages (TrainingCrashed), not a stall."""
+        return self.ray is not None and self.ray.status == "FAILED"
 
     def configure(self, total: int | None, every: dict[str, int | None]) -> None:
         """The trainer's config: ``trainer.total_training_steps`` and each kind's ``save_freq`` /
@@ -219,6 +255,17 @@ class PlannedWork:
             out += 1
         return out
 
+    def unseen_configured(self, last_step: int | None = None) -> int:
+        """Kinds not seen yet that the trainer's config says may come before the next step line: a configured
+        cadence (> 0) due on the next step, or the next step may be the last (total unknown or reached).
+        TrainingStalled's early stages (no normal step yet) wait a reserve for them; without a config nothing
+        is known and this is 0."""
+        nxt = None if last_step is None else last_step + 1
+        final_possible = self.total is None or (nxt is not None and nxt >= self.total)
+        return sum(1 for k in self.kinds.values()
+                   if not k.seen and k.configured is not None and k.configured > 0
+                   and (final_possible or nxt is None or k.due(nxt)))
+
     def allowance(self, last_step: int | None) -> float:
         """Seconds of planned work that may come before the line of the step after ``last_step``."""
         if last_step is None:
@@ -234,6 +281,10 @@ class PlannedWork:
     def liveness(self, last_step: int | None) -> str:
         if self.finished(last_step):
             return "finished"
+        if self.crashed:
+            return CLOSED
+        if self.ray is not None and self.ray.status in ("RUNNING", "PENDING"):
+            return OPEN   # its Ray job runs: a stop is a hang, never expired
         if self.log_open is None:
             return UNKNOWN
         return OPEN if self.log_open else CLOSED
@@ -247,13 +298,13 @@ class PlannedWork:
 
     def to_json(self) -> dict:
         return {"kinds": {k: s.to_json() for k, s in self.kinds.items()}, "low": self.low,
-                "total": self.total, "log_open": self.log_open}
+                "total": self.total, "log_open": self.log_open, "ray": self.ray.to_json() if self.ray else None}
 
     @classmethod
     def from_json(cls, d: dict | None) -> "PlannedWork":
         if not d:
             return cls()
-        p = cls(low=d.get("low"), total=d.get("total"), log_open=d.get("log_open"))
+        p = cls(low=d.get("low"), total=d.get("total"), log_open=d.get("log_open"), ray=JobState.from_json(d.get("ray")))
         for k, s in (d.get("kinds") or {}).items():
             if k in p.kinds:
                 p.kinds[k] = KindState.from_json(s)
@@ -265,8 +316,10 @@ WRITER_SCAN_SECONDS = 10.0
 MAX_FDS_SCANNED = 200_000  # bounded: a scan of a huge host stops here (and says so once)
 
 
-def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = None) -> set[str] | None:
-    """Which of ``paths`` (real paths) some process other than ``exclude`` holds open for writing.
+def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = None,
+            pids_out: dict[str, set[int]] | None = None) -> set[str] | None:
+    """Which of ``paths`` (real paths) some process other than ``exclude`` holds open for writing (and, into
+    ``pids_out``, which processes: a Ray job's driver or TaskRunner, discovery/jobs.py).
     None when ``proc`` cannot be read at all (no procfs): the answer is unknown, not "nobody"."""
     exclude = exclude if exclude is not None else {os.getpid()}
     try:
@@ -292,7 +345,7 @@ def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = Non
                 target = os.readlink(f"{fd_dir}/{fd}")
             except OSError:
                 continue
-            if target not in paths or target in found:
+            if target not in paths or (target in found and pids_out is None):
                 continue
             try:
                 with open(f"{proc}/{pid}/fdinfo/{fd}", "rb") as f:
@@ -302,6 +355,8 @@ def writers(paths: set[str], proc: str = "/proc", exclude: set[int] | None = Non
             m = re.search(rb"^flags:\s*([0-7]+)", info, re.M)
             if m and int(m.group(1), 8) & 0o3:  # O_WRONLY or O_RDWR
                 found.add(target)
+                if pids_out is not None:
+                    pids_out.setdefault(target, set()).add(int(pid))
     return found
 
 
@@ -385,22 +440,27 @@ class LogWriterWatch(Periodic):
                     continue
         if not files:
             return
-        found = writers(set(files), self.proc)
+        pids: dict[str, set[int]] = {}
+        found = writers(set(files), self.proc, pids_out=pids)
         if found is None:
             return
         runs: dict[tuple[str, str], bool] = {}
+        run_pids: dict[tuple[str, str], set[int]] = {}
         for path, key in files.items():
             runs[key] = runs.get(key, False) or path in found
+            run_pids.setdefault(key, set()).update(pids.get(path, ()))
         for (project, experiment), is_open in runs.items():
-            self.store.set_log_open(project, experiment, is_open)
+            self.store.set_log_open(project, experiment, is_open, run_pids.get((project, experiment)))
 
 
 
 # --- exposition -----------------------------------------------------------------------------------------
 def owned() -> tuple[str, ...]:
     """The families :class:`PlannedCollector` renders."""
-    return (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN, n.RUN_TOTAL_STEPS,
-            n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS, n.WARMUP_STEP, n.RUN_STALE, n.STALE_RUNS)
+    return (n.PLANNED_WORK, n.PLANNED_EVERY, n.PLANNED_ALLOWANCE, n.PLANNED_UNSEEN, n.PLANNED_UNSEEN_CONFIGURED,
+            n.RUN_TOTAL_STEPS,
+            n.RUN_FINISHED, n.RUN_LOG_OPEN, n.CHECKPOINT_WRITE_TS, n.WARMUP_STEP, n.RUN_STALE, n.STALE_RUNS,
+            n.RUN_CRASHED, n.RAY_JOB_INFO)
 
 
 def warmup_seconds(run) -> float | None:
@@ -427,7 +487,7 @@ class PlannedCollector:
             for (project, experiment), run in s.runs.items():
                 if s.hidden(run, now) or run.last is None:
                     continue
-                stale += run.stale
+                stale += s.history(run)
                 rl, p, last = [project, experiment], run.planned, run.last.step
                 for kind, k in p.kinds.items():
                     if k.seen:
@@ -436,6 +496,7 @@ class PlannedCollector:
                         fams[n.PLANNED_EVERY].add_metric(rl + [kind], k.every)
                 fams[n.PLANNED_ALLOWANCE].add_metric(rl, p.allowance(last))
                 fams[n.PLANNED_UNSEEN].add_metric(rl, p.unseen(last))
+                fams[n.PLANNED_UNSEEN_CONFIGURED].add_metric(rl, p.unseen_configured(last))
                 if p.total is not None:
                     fams[n.RUN_TOTAL_STEPS].add_metric(rl, p.total)
                 fams[n.RUN_FINISHED].add_metric(rl, 1 if p.finished(last) else 0)
@@ -446,5 +507,8 @@ class PlannedCollector:
                 if (warm := warmup_seconds(run)) is not None:
                     fams[n.WARMUP_STEP].add_metric(rl, warm)
                 fams[n.RUN_STALE].add_metric(rl, 1 if run.stale else 0)
+                if (job := p.ray) is not None:
+                    fams[n.RUN_CRASHED].add_metric(rl, 1 if p.crashed else 0)
+                    fams[n.RAY_JOB_INFO].add_metric(rl + [job.job_id, job.type, job.status, job.error], 1)
         fams[n.STALE_RUNS].add_metric([], stale)
         yield from fams.values()

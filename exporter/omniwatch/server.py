@@ -146,9 +146,10 @@ def add_exporter_args(p: argparse.ArgumentParser) -> None:
                         "trainer.project_name / trainer.experiment_name; a DIR is searched for .hydra/config.yaml "
                         "and config files; re-read when they change; repeatable")
     p.add_argument("--stale-horizon", type=float, default=None, metavar="SECONDS",
-                   help="a run whose newest line is older than this when omniwatch first sees it (and whose log no "
-                        "live process holds open) is history: reported once at info, never escalated "
-                        "(default 21600 = 6 h; 0 = off)")
+                   help="a run whose newest line, when omniwatch first sees it, is older than a few of its typical "
+                        "steps plus its planned allowance (stall.history_steps), or than this, and whose log no live "
+                        "process holds open, is history: reported once at info, never escalated "
+                        "(default 21600 = 6 h; 0 = off: no run is history)")
     p.add_argument("--state-dir", default=None, help="directory for durable state (alert history, relay outbox)")
     p.add_argument("--gpus", type=cliargs.positive_int, default=None, metavar="N",
                    help="GPUs of a run whose keys cannot tell (the GPU-hours ledger multiplies by it; derived from "

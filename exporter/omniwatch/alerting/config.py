@@ -111,10 +111,28 @@ class Stall(_Part):
         "critical = the warning threshold + this many typical steps. With nothing planned known that is "
         "3 + 4 + 3 = 10 typical steps: a 50-minute hang on a 4-minute step pages."))
     provisional_factor: float = Field(1.5, description=(
-        "Until the run has a typical step (its first normal step, after the warm-up steps), TrainingStalled "
-        "counts in provisional typical steps of this many times its longest warm-up step, so a hang inside "
-        "step 2 or 3 pages (first-update OOM, NCCL init, the first weight sync) without paging a second step "
-        "that is merely slower than the first."))
+        "Until the run has a typical step (its first normal step, after the warm-up steps), its provisional "
+        "typical step is this many times its longest warm-up step, and TrainingStalled's info stage fires after "
+        "one of them: a second step merely slower than the first is a notice, not a page."))
+    early_warning_warmups: float = Field(2, description=(
+        "Early hangs (no normal step yet): warning after this many times the longest warm-up step since it "
+        "ended, plus the planned work that may come before the next step. The first update and the first weight "
+        "sync are where OOMs and NCCL hangs happen; a video run whose first step took 21 minutes warns at 42 "
+        "minutes (it was 1 h 35 min with 10.5 warm-up steps)."))
+    early_critical_warmups: float = Field(3, description=(
+        "Early hangs: critical after this many times the longest warm-up step, plus the same planned work."))
+    early_unseen_planned_warmups: float = Field(3, description=(
+        "Early hangs: while the trainer's config says a first checkpoint or validation may come before the next "
+        "step (save_freq / test_freq due on it, or it may be the last), warning and critical wait this many more "
+        "warm-up steps (a first checkpoint of 4-5 normal steps; a warm-up step is 1.3-2 normal ones). Without a "
+        "config nothing is known and nothing is added: early hangs page on time, and the annotation says what "
+        "was assumed."))
+    history_steps: float = Field(3, description=(
+        "History at first sight: a run first seen from a file's backlog whose last line was already older than "
+        "this many of its typical steps (provisional before its first normal step) plus its planned allowance "
+        "is history: reported once at info, never paged, whatever its age (a run an hour past its last step "
+        "paged critical 37 s after the first `up`). Its next step makes it live again; a live writer of its "
+        "log or its Ray job still running say it is a hang, not history."))
     checkpoint_write_idle_steps: float = Field(2, description=(
         "With `--checkpoint-root`: warning/critical wait while the next step's checkpoint directory "
         "(global_step_<N>) was written within this many typical steps; a save that stopped writing for "

@@ -203,6 +203,21 @@ class QueryLabel(Part):
 
 
 @dataclass(frozen=True)
+class IfSeries(Part):
+    """``then`` while the run has the series ``metric`` (any value), else ``otherwise``."""
+    metric: str
+    then: "Prose"
+    otherwise: "Prose"
+
+    def go(self) -> str:
+        sel = _run_selector(self.metric, "")
+        return f"{{{{ if {sel} | query }}}}{self.then.go()}{{{{ else }}}}{self.otherwise.go()}{{{{ end }}}}"
+
+    def expect(self, ctx: Ctx) -> str:
+        return (self.then if ctx.series.get(self.metric) is not None else self.otherwise).expect(ctx)
+
+
+@dataclass(frozen=True)
 class LabelIf(Part):
     """``prefix + $labels.<name> + suffix`` when the alert has that label, else nothing."""
     name: str

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from .. import names as n
 from .config import Config
-from .prose import RUN, Label, P, Query, Value
+from .prose import RUN, Label, P, Query, QueryLabel, Value
 from .rule import Alert, sel
 
 BY = "project, experiment, role, phase, rank, node"
 STREAK = Query(n.RAY_STRAGGLER_STREAK, "f0", matchers="role=%q,phase=%q,rank=%q", label_args=("role", "phase", "rank"))
+# Where that rank spends the time, while it runs its call: its stack (Ray's /task/traceback; discovery/traceback.py)
+STACK = QueryLabel(n.RAY_STACK_INFO, n.L_STACK, prefix=" While it ran, it was in ", suffix=".",
+                   matchers=f"{n.L_STACK_OF}=`straggler`,rank=%q", label_args=("rank",))
 
 
 def remedy() -> P:
@@ -32,7 +35,7 @@ def rules(cfg: Config) -> list:
         P(RUN, ": rank ", Label("rank"), " on node ", Label("node"), " finished ", Label("role"), " ",
           Label("phase"), " last in ", STREAK, " dispatches in a row, each time at least ", Value("f2"),
           "x the median worker's time (thresholds: ", f"{c.dispatches:d}", " dispatches, ", f"{c.spread:g}",
-          "x). Every other rank waits for it."),
+          "x). Every other rank waits for it.", STACK),
         cfg.step_for, {}, remedy(),
         comment="From Ray's task events (--ray-tasks): the exporter counts the streak; thresholds in config.py.")]
 

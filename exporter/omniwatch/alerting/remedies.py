@@ -305,8 +305,11 @@ def reward_saturation() -> Prose:
 
 
 def stalled() -> Prose:
-    return P("Check the trainer process and Ray (ray status, driver and worker logs): a hung NCCL collective, a dead "
-             "actor or an OOM kill is the usual cause; resume from the last checkpoint with ",
+    """TrainingStalled past its warning: where the step is held first (the Ray task-event source's holder and the
+    held call's stack, issue 31; nothing without the source), then what to check."""
+    from .stalls import HOLDER_REMEDY  # the holder / stack join belongs to the stall's own text (stalls.py)
+    return P(HOLDER_REMEDY, "Check the trainer process and Ray (ray status, driver and worker logs): a hung NCCL "
+             "collective, a dead actor or an OOM kill is the usual cause; resume from the last checkpoint with ",
              key("trainer.resume_mode", "auto"), " after fixing it.")
 
 

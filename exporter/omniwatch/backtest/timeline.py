@@ -18,9 +18,12 @@ from .runfile import RecordedRun
 
 
 def parse_time(text: str) -> float:
-    """A unix timestamp (``1700000000``, ``1700000000.5``) or an ISO 8601 / RFC 3339 time
-    (``2025-01-31T12:00:00Z``; naive times are UTC). ValueError with a clear message otherwise."""
+    """A unix timestamp (``1700000000``, ``1700000000.5``), an ISO 8601 / RFC 3339 time
+    (``2025-01-31T12:00:00Z``; naive times are UTC) or ``now``. ValueError with a clear message otherwise."""
     t = text.strip()
+    if t.lower() == "now":
+        import time
+        return time.time()
     try:
         v = float(t)
     except ValueError:

@@ -6,19 +6,23 @@ starts and stops with it; building an app without serving it starts nothing).
 """
 from __future__ import annotations
 
+import time
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client.registry import Collector
 
 from .. import names as n
+from ..alerting.config import DEFAULT as ALERTS
 from ..web import on_lifespan
 from .config import from_settings
 from . import ps
 from .service import Discovery
 from .taskmetrics import TaskCollector
 from .taskring import TaskRing
+from .jobs import JOBS_INTERVAL_S, JobWatch
 from .taskwatch import TaskPoller
+from .traceback import StackDumper, StackWatch
 from .targets import KINDS, http_sd
 
 router = APIRouter()
@@ -55,15 +59,82 @@ def service_discovery(request: Request, kind: str | None = None):
     return JSONResponse(http_sd(list(snap.targets), snap.project, snap.experiment, kind))
 
 
+class StackCollector(Collector):
+    """``omniwatch_ray_stack_info``: where the held call (and the straggler rank) is stuck, one line per kind."""
+
+    def __init__(self, watch: StackWatch, run_labels):
+        self.watch, self.run_labels = watch, run_labels
+
+    def describe(self):
+        return n.describe((n.RAY_STACK_INFO,))
+
+    def collect(self):
+        fam = n.family(n.RAY_STACK_INFO)
+        project, experiment = self.run_labels()
+        for of in ("holder", "straggler"):
+            d = self.watch.shown(of)
+            if d is not None and d.text:
+                fam.add_metric([project or "", experiment or "", of, d.role, d.phase,
+                                "" if d.rank is None else str(d.rank), d.text], d.at)
+        yield fam
+
+
+def _job_of(request: Request, project: str | None, experiment: str | None):
+    store = getattr(request.app.state, "store", None)
+    if store is None or not project:
+        return None
+    with store.lock:
+        run = store.runs.get((project, experiment or ""))
+        return run.planned.ray if run is not None else None
+
+
 @router.get("/api/v1/ps")
 def who_holds_the_step(request: Request):
-    """What ``omniwatch ps`` prints: who holds the step, from the task-event source's latest poll."""
+    """What ``omniwatch ps`` prints: who holds the step, from the task-event source's latest poll, with where the
+    held call is stuck (its stack, when dumped) and the run's Ray job."""
     poller = getattr(request.app.state, "ray_tasks", None)
     disc: Discovery | None = getattr(request.app.state, "discovery", None)
     if poller is None:
         return JSONResponse({"enabled": False, "jobs": [], "why": "the Ray task-event source is off (--ray-tasks)"})
     project, experiment = disc._run_labels() if disc else (None, None)
-    return JSONResponse(ps.snapshot_json(poller.snapshot, project, experiment))
+    watch: StackWatch | None = getattr(request.app.state, "ray_stacks", None)
+    return JSONResponse(ps.snapshot_json(poller.snapshot, project, experiment,
+                                         watch.shown("holder") if watch else None,
+                                         watch.shown("straggler") if watch else None,
+                                         _job_of(request, project, experiment)))
+
+
+@router.get("/api/v1/stacks")
+def stacks_json(request: Request):
+    """The whole stack dumps the task-event source took (newest first), and what is shown now."""
+    watch: StackWatch | None = getattr(request.app.state, "ray_stacks", None)
+    if watch is None:
+        return JSONResponse({"enabled": False, "dumps": [], "why": "the Ray task-event source is off (--ray-tasks)"})
+    with watch.dumper.lock:
+        dumps = [d.to_json() for d in reversed(watch.dumper.dumps)]
+    return JSONResponse({"enabled": True, "dumps": dumps, "refused": {k: v[1] for k, v in watch.dumper.refused.items()},
+                         "shown": {of: (d.to_json() if (d := watch.shown(of)) else None) for of in ("holder", "straggler")}})
+
+
+@router.get("/stacks", response_class=PlainTextResponse)
+def stacks_page(request: Request):
+    """The whole dumps as text: the page the alert's remedy and ``omniwatch ps`` point at."""
+    watch: StackWatch | None = getattr(request.app.state, "ray_stacks", None)
+    if watch is None:
+        return PlainTextResponse("The Ray task-event source is off (omniwatch serve --ray-tasks ADDR).\n")
+    with watch.dumper.lock:
+        dumps = list(reversed(watch.dumper.dumps))
+    out = [f"Stacks of held Ray calls (newest first, at most {watch.dumper.dumps.maxlen}; py-spy through Ray's "
+           "/task/traceback)\n"]
+    for why in {v[1] for v in watch.dumper.refused.values()}:
+        out.append(f"Refused: {why}\n")
+    for d in dumps:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.at))
+        out.append(f"=== {when} UTC  {d.of}: {d.method} ({d.role}, rank {d.rank}, node {d.node}, pid {d.pid}, "
+                   f"task {d.key[0]} attempt {d.key[1]})\n--- {d.text}\n{d.full}\n")
+    if not dumps:
+        out.append("No stack dumped yet: a call is dumped when it holds a stalled step or lags its dispatch.\n")
+    return PlainTextResponse("\n".join(out))
 
 
 @router.get("/api/v1/raytasks/calls")
@@ -114,7 +185,7 @@ def discovery_status(request: Request):
 
 def init(app) -> None:
     cfg = from_settings(app.state.settings)
-    app.state.discovery = app.state.ray_tasks = app.state.gpu_fleet = app.state.fleet_nodes = None
+    app.state.discovery = app.state.ray_tasks = app.state.gpu_fleet = app.state.fleet_nodes = app.state.ray_stacks = None
     if cfg is None:
         return
     disc = Discovery(cfg, store=app.state.store)
@@ -131,6 +202,14 @@ def init(app) -> None:
         poller.on_pools = lambda pools: store.set_ray_pools(*disc._run_labels(), pools)   # the ledger's GPUs
         app.state.ray_tasks = poller
         app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))
+        # the hang, end to end (issue 31): the stack of a held call and the run's Ray job, beside the ledger
+        store = app.state.store
+        watch = StackWatch(StackDumper(poller.api, native=cfg.ray_stack_native), disc._run_labels, store.stalled,
+                           straggler_dispatches=ALERTS.rank_straggler.dispatches)
+        app.state.ray_stacks = watch
+        poller.hooks += [watch, JobWatch(poller.api, store, disc._run_labels, job_id=cfg.ray_job,
+                                         interval=max(poller.interval, JOBS_INTERVAL_S))]
+        app.state.registry.register(StackCollector(watch, disc._run_labels))
         on_lifespan(app, poller.start, poller.stop)
         # per-fleet GPU time (issue 24 item 6; every node: issue 33 item 3): this exporter's GPUs and the agents'
         from ..gpu.fleet import FleetAccountant, FleetCollector   # gpu.fleet imports discovery.phases

@@ -29,6 +29,7 @@ class DiscoveryConfig:
     ray_tasks_interval: float = 5.0            # seconds between task-event polls
     ray_job: str | None = None                 # the Ray job of the watched run (default: the job whose workers run)
     ray_lanes_max: int = 64                    # above this many workers a role's lanes collapse to counts
+    ray_stack_native: bool = False             # stack dumps with C/C++ frames (py-spy --native: where NCCL waits)
 
 
 def parse_max_num_seqs(text: str | None) -> dict[str, int]:
@@ -73,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ray-job", default=None, help="Ray job id of the watched run (default: the job whose workers run)")
     g.add_argument("--ray-lanes-max", type=int, default=64,
                    help="per-worker lanes up to this many workers per role; above, counts per phase")
+    g.add_argument("--ray-stack-native", action="store_true",
+                   help="stack dumps of held calls include C/C++ frames (py-spy --native: where an NCCL collective "
+                        "waits); slower to take")
 
 
 def from_args(a: argparse.Namespace) -> DiscoveryConfig:
@@ -90,6 +94,7 @@ def from_args(a: argparse.Namespace) -> DiscoveryConfig:
         ray_tasks=None if str(getattr(a, "ray_tasks", "off") or "off").lower() in OFF else str(a.ray_tasks),
         ray_tasks_interval=max(0.2, float(getattr(a, "ray_tasks_interval", 5.0))),
         ray_job=getattr(a, "ray_job", None), ray_lanes_max=max(1, int(getattr(a, "ray_lanes_max", 64))),
+        ray_stack_native=bool(getattr(a, "ray_stack_native", False)),
     )
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 # str(Role.X) for every verl Role (verl/trainer/ppo/utils.py Role._get_role_string)
 ROLES = ("actor_rollout_ref", "actor_rollout", "actor", "rollout", "critic", "ref", "rm", "env")
 # Exported roles: the worker-group roles above plus the fleets outside the worker groups.
-FLEET_ROLES = ("rollout_server", "reward_server", "teacher_server", "agent_loop", "reward_loop", "fused")
+FLEET_ROLES = ("rollout_server", "reward_server", "teacher_server", "agent_loop", "reward_loop", "fused", "driver")
 ALL_ROLES = ROLES + FLEET_ROLES + ("other",)
 
 # Method names seen in verl / VeRL-Omni workers (each cited in docs/verl-source.md §R); the phase label
@@ -67,6 +67,10 @@ AGENT_LOOP_CLASSES = ("AgentLoopWorker", "DiffusionAgentLoopWorker", "DiffusionA
                       "CompositeAgentLoopWorker")
 REWARD_LOOP_CLASSES = ("RewardLoopWorker",)
 SERVER_CLASSES = ("vLLMHttpServer", "vLLMOmniHttpServer", "SGLangHttpServer")
+# The actor the whole training runs in: ``ray.get(runner.run.remote(config))`` (verl main_ppo TaskRunner /
+# TaskRunnerV1, VeRL-Omni main_diffusion TaskRunner, DiffusionTaskRunnerV1; docs/verl-source.md R13). Its ``run``
+# call lasts the whole run, so it never holds a step: role ``driver``, left out of dispatches and the holder.
+DRIVER_CLASSES = ("TaskRunner", "TaskRunnerV1", "DiffusionTaskRunnerV1")
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ def classify(task_name: str, actor_name: str = "", actor_class: str = "") -> Cal
     if s:
         role = {"reward_": "reward_server", "teacher_": "teacher_server"}.get(s["kind"] or "", "rollout_server")
         return Call(role, _phase(method), method, actor_name, s["replica"])
+    if cls in DRIVER_CLASSES:
+        return Call("driver", "other", method, actor_name)
     if cls in SERVER_CLASSES:
         return Call("rollout_server", _phase(method), method, actor_name)
     if cls in AGENT_LOOP_CLASSES:

@@ -19,12 +19,23 @@ from .rayapi import RayAPIError
 from .taskwatch import TaskPoller, TaskSnapshot
 
 
-def snapshot_json(snap: TaskSnapshot, project: str | None = None, experiment: str | None = None) -> dict:
+def _stack(d) -> dict | None:
+    """A dump as ps shows it: where the call is stuck in one line (not the whole dump: the exporter's /stacks)."""
+    if d is None:
+        return None
+    return {"of": d.of, "stack": d.text, "ok": d.ok, "rank": d.rank, "node": d.node, "pid": d.pid,
+            "method": d.method, "phase": d.phase, "at": d.at}
+
+
+def snapshot_json(snap: TaskSnapshot, project: str | None = None, experiment: str | None = None,
+                  holder_stack=None, straggler_stack=None, job=None) -> dict:
     return {"ts": snap.ts, "up": snap.up, "why": redact(snap.why),
             "jobs": [{"job_id": snap.job_id, "project": project, "experiment": experiment,
                       "holder": redact(snap.holder.get("text", "")), "phase": snap.holder.get("phase", ""),
                       "role": snap.holder.get("role", ""), "age_s": snap.holder.get("age_s", 0.0),
                       "since": (snap.ts - snap.holder.get("age_s", 0.0)) if snap.holder else None,
+                      "stack": _stack(holder_stack), "straggler_stack": _stack(straggler_stack),
+                      "ray_job": job.to_json() if job is not None else None,
                       "groups": list(snap.groups), "replicas": list(snap.replicas), "dead": list(snap.dead)}]
             if snap.up else [],
             "ray_dropped_task_events": snap.dropped, "lossy": snap.lossy, "truncated_polls": snap.truncated_polls,
@@ -32,20 +43,29 @@ def snapshot_json(snap: TaskSnapshot, project: str | None = None, experiment: st
                      "wall_s": round(snap.cost.wall_s, 4), "cpu_s": round(snap.cost.cpu_s, 4)}}
 
 
+def look_once_with_stack(address: str | None, job_id: str | None = None, timeout: float = 10.0):
+    """``look_once`` and, when a worker call holds the step, one stack dump of it (Ray's /task/traceback): a person
+    asked, so it is asked now (traceback.py says what a refusal means)."""
+    from .traceback import StackDumper, StackWatch
+    p = TaskPoller(address, interval=1.0, timeout=timeout, page=10000, job_id=job_id, actor_refresh_s=0)
+    try:
+        snap = _look(p)
+        watch = StackWatch(StackDumper(p.api, timeout=timeout), lambda: (None, None))
+        with p.lock:
+            task, g = watch._holder_task(p.ledger, snap)
+            rank = p.ledger.rank(task) if task is not None else None
+        dump = None
+        if task is not None:
+            dump = watch.dumper.dump(task, "holder", rank, (g.get("slowest") or {}).get("node", ""))
+        return snap, dump
+    finally:
+        p.api.close()
+
+
 def look_once(address: str | None, job_id: str | None = None, timeout: float = 10.0) -> TaskSnapshot:
     p = TaskPoller(address, interval=1.0, timeout=timeout, page=10000, job_id=job_id, actor_refresh_s=0)
     try:
-        snap = p.poll()
-        led = p.ledger
-        names = {t.name for d in led._open_dispatch.values() for t in d.running if not t.call.role.endswith("_server")}
-        job_f = [("job_id", "=", snap.job_id)] if snap.job_id else []
-        for name in sorted(names):
-            page = p.api.list("tasks", [("state", "=", "FINISHED"), ("name", "=", name)] + job_f, detail=True)
-            led.add_finished(page.rows)
-        now = time.time()
-        return TaskSnapshot(now, True, snap.why, snap.job_id, te.holder(led, now, snap.job_id or None),
-                            tuple(te.groups(led, now, snap.job_id or None)), snap.replicas, snap.dead,
-                            snap.dropped, snap.lossy, snap.truncated_polls, snap.drop_increases, snap.polls, snap.cost)
+        return _look(p)
     finally:
         p.api.close()
 
@@ -58,6 +78,21 @@ def line(v, n: int = 120) -> str:
     return escape(s if len(s) <= n else s[: n - 1] + "…")
 
 
+def _look(p: TaskPoller) -> TaskSnapshot:
+    """One poll, then the FINISHED calls of each running worker group's method (how many ranks are done)."""
+    snap = p.poll()
+    led = p.ledger
+    names = {t.name for d in led._open_dispatch.values() for t in d.running if not t.call.role.endswith("_server")}
+    job_f = [("job_id", "=", snap.job_id)] if snap.job_id else []
+    for name in sorted(names):
+        page = p.api.list("tasks", [("state", "=", "FINISHED"), ("name", "=", name)] + job_f, detail=True)
+        led.add_finished(page.rows)
+    now = time.time()
+    return TaskSnapshot(now, True, snap.why, snap.job_id, te.holder(led, now, snap.job_id or None),
+                        tuple(te.groups(led, now, snap.job_id or None)), snap.replicas, snap.dead,
+                        snap.dropped, snap.lossy, snap.truncated_polls, snap.drop_increases, snap.polls, snap.cost)
+
+
 def _print(out: dict) -> None:
     from rich.console import Console
     escape = line
@@ -68,6 +103,15 @@ def _print(out: dict) -> None:
     for j in out["jobs"]:
         run = f"{j['project']}/{j['experiment']}" if j.get("project") else f"Ray job {j['job_id'] or '?'}"
         con.print(f"[bold]{escape(run)}[/bold]: {escape(j['holder'], 240)} (for {j['age_s']:.0f} s)")
+        if j.get("ray_job"):
+            rj = j["ray_job"]
+            con.print(f"  Ray job {escape(rj['job_id'])} ({escape(rj['type'])}): {escape(rj['status'])}"
+                      + (f": {escape(rj['error'], 300)}" if rj.get("error") else ""))
+        for key, what in (("stack", "stuck in"), ("straggler_stack", "straggler rank stuck in")):
+            st = j.get(key)
+            if st:
+                who = f"rank {st['rank']} pid {st['pid']}" if st.get("rank") is not None else f"pid {st.get('pid')}"
+                con.print(f"  {what}: {escape(st['stack'], 300)} ({escape(who)}; whole dump: the exporter's /stacks)")
         for g in j["groups"]:
             s = g["slowest"]
             con.print(f"  {escape(g['role']):<18} {escape(g['phase']):<22} running {g['running']:>4}  done {g['done']:>4}  "
@@ -95,7 +139,8 @@ def run_ps(args) -> int:
             out = None
     if out is None:
         try:
-            out = snapshot_json(look_once(args.ray_address, args.ray_job, args.timeout))
+            snap, dump = look_once_with_stack(args.ray_address, args.ray_job, args.timeout)
+            out = snapshot_json(snap, holder_stack=dump)
         except RayAPIError as e:
             out = {"jobs": [], "why": str(e), "up": False, "lossy": False}
     if args.json:

@@ -130,11 +130,12 @@ class StateAPI:
     def __exit__(self, *exc):
         self.close()
 
-    def get(self, path: str, params=None, timeout: float | None = None, max_bytes: int | None = None):
+    def get(self, path: str, params=None, timeout: float | None = None, max_bytes: int | None = None,
+            cut: bool = False):
         """GET ``path`` within the total deadline and the byte cap: (status, body bytes). Raises RayAPIError when
         Ray does not answer in time (a watchdog shuts the connection's socket at the deadline, whatever stage the
-        request is in: a head or a body trickled a byte at a time included), answers more than the cap, or not at
-        all."""
+        request is in: a head or a body trickled a byte at a time included), answers more than the cap (``cut``:
+        its first ``max_bytes`` are returned instead, for text read whole only up to a bound), or not at all."""
         deadline = self.timeout if timeout is None else max(0.05, float(timeout))
         cap = self.max_bytes if max_bytes is None else int(max_bytes)
         t0 = time.monotonic()
@@ -164,6 +165,9 @@ class StateAPI:
                 chunks = []
                 for chunk in r.iter_bytes():
                     got += len(chunk)
+                    if got > cap and cut:
+                        chunks.append(chunk[: len(chunk) - (got - cap)])
+                        return r.status_code, b"".join(chunks)
                     if got > cap:
                         self.cut_answers += 1
                         raise RayAPIError(f"Ray at {self.base}: the answer to {path} is over {cap >> 10} KiB; "

@@ -566,6 +566,8 @@ def groups(ledger: TaskLedger, now: float, job_id: str | None = None) -> list[di
     slowest running worker (the ``omniwatch ps --json`` objects)."""
     out = []
     for d in ledger._open_dispatch.values():
+        if d.role == "driver":   # the TaskRunner's run call spans the whole run: it holds no step (phases.py)
+            continue
         run = [t for t in d.running if job_id is None or t.job_id == job_id]
         if not run:
             continue

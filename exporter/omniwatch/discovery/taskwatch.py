@@ -92,6 +92,9 @@ class TaskPoller:
         self.pools: dict[str, int] = {}   # GPUs per pool from Ray's placement groups (pools.py), every REFRESH_S
         self._pools_at = 0.0
         self.on_pools = None              # called with the pools when they change (the run's ledger GPUs)
+        # Called as hook(poller, snapshot) after each poll that Ray answered, outside the lock, in this thread: the
+        # stack of a held call (traceback.StackWatch), the run's Ray job (jobs.JobWatch). A hook never stops polls.
+        self.hooks: list = []
 
     def _job(self) -> str | None:
         if self.job_id:
@@ -232,6 +235,11 @@ class TaskPoller:
                     wait = min(60.0, self.interval + 2 * snap.cost.wall_s)
                 msg = "Ray task events: attached"
                 self.persist()
+                for hook in self.hooks:
+                    try:
+                        hook(self, snap)
+                    except Exception:  # a hook's failure is logged, polling goes on
+                        log.exception("Ray task-event hook %s failed", type(hook).__name__)
             except RayAPIError as e:
                 self.failures += 1
                 wait = backoff.delay(self.failures, self.interval, 60.0)

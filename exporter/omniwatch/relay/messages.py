@@ -12,6 +12,12 @@ fake line; Slack text is escaped (``&<>``); Feishu gets plain text only (``plain
 Annotations read (see docs/relay.md): ``summary``, ``description`` (the numbers), ``remedy``
 (or ``action``), ``step``, ``value``, ``runbook_url``, ``dashboard_url`` (absolute, or a path joined
 to ``OMNIWATCH_GRAFANA_URL``).
+
+Every message says how urgent it is, in words and in colour (label ``severity``: info, warning, critical):
+the title starts with the highest severity firing (``[CRITICAL] TrainingStalled — run``), each alert's
+line names its own, Slack's attachment colour and Feishu's card header follow it (critical red, warning
+orange, info blue), and a resolved message is green, titled ``[RESOLVED]`` and says what it was
+(``resolved; was critical``). An alert without a severity label is shown as firing, in red.
 """
 from __future__ import annotations
 
@@ -28,6 +34,22 @@ from .payload import go_time
 MAX_ALERTS_SHOWN = 10
 DEFAULT_DASHBOARD_PATH = "/dashboards?query=omniwatch"
 RELAY_FORMAT_VERSION = "omniwatch.relay/1"
+# Most urgent first. Colours: Slack attachment colours (its named "danger" / "warning" / "good" and a hex blue);
+# Feishu card header templates (red, orange, blue, green: the names its card header accepts).
+SEVERITIES = ("critical", "warning", "info")
+SLACK_COLOUR = {"critical": "danger", "warning": "warning", "info": "#439FE0", "": "danger", "resolved": "good"}
+FEISHU_TEMPLATE = {"critical": "red", "warning": "orange", "info": "blue", "": "red", "resolved": "green"}
+
+
+def severity_of(labels: dict) -> str:
+    """The alert's severity when it is one of :data:`SEVERITIES`, else ``""`` (shown as plain firing)."""
+    s = str(labels.get("severity", "")).strip().lower()
+    return s if s in SEVERITIES else ""
+
+
+def most_urgent(severities) -> str:
+    got = set(severities)
+    return next((s for s in SEVERITIES if s in got), "")
 
 
 @dataclass
@@ -44,6 +66,19 @@ class AlertView:
     starts_at: str | None
     ends_at: str | None
     labels: dict = field(default_factory=dict)
+    severity: str = ""           # info / warning / critical, "" when the alert has none of them
+
+    @property
+    def colour_key(self) -> str:
+        """What the colour says: ``resolved``, else the severity (``""``: firing without one)."""
+        return "resolved" if self.status == "resolved" else self.severity
+
+    @property
+    def state(self) -> str:
+        """``critical``; ``resolved; was critical``; ``firing`` (no severity label); ``resolved``."""
+        if self.status == "resolved":
+            return f"resolved; was {self.severity}" if self.severity else "resolved"
+        return self.severity or self.status or "firing"
 
 
 @dataclass
@@ -54,10 +89,15 @@ class Message:
     more: int                      # alerts left out of the text (MAX_ALERTS_SHOWN)
     external_url: str
     group_key: str
+    severity: str = ""             # the most urgent severity among the firing alerts
 
     @property
     def firing(self) -> bool:
         return self.status == "firing"
+
+    @property
+    def colour_key(self) -> str:
+        return self.severity if self.firing else "resolved"
 
 
 def _dashboard(ann: dict, labels: dict, grafana: str | None) -> str | None:
@@ -106,7 +146,7 @@ def _view(a: dict, grafana: str | None, runbooks: tuple[str, str] | None = None)
         step=ann.get("step") or labels.get("step"), summary=ann.get("summary", ""), numbers=numbers,
         remedy=ann.get("remedy") or ann.get("action"), runbook_url=_runbook(ann.get("runbook_url"), runbooks),
         dashboard_url=_dashboard(ann, labels, grafana), starts_at=go_time(a.get("startsAt")),
-        ends_at=go_time(a.get("endsAt")), labels=labels)
+        ends_at=go_time(a.get("endsAt")), labels=labels, severity=severity_of(labels))
 
 
 def build(body: dict, grafana: str | None = None, runbooks: tuple[str, str] | None = None) -> Message:
@@ -115,17 +155,22 @@ def build(body: dict, grafana: str | None = None, runbooks: tuple[str, str] | No
     status = body.get("status", "firing")
     names = sorted({v.name for v in views})
     runs = sorted({v.run for v in views if v.run})
-    n_firing = sum(1 for a in alerts if a.get("status") == "firing")
-    head = f"[FIRING:{n_firing}]" if status == "firing" else "[RESOLVED]"
+    firing = [a for a in alerts if isinstance(a, dict) and a.get("status") == "firing"]
+    sev = most_urgent(severity_of(_one_line_map(a.get("labels"))) for a in firing)
+    if status == "firing":
+        head = f"[{(sev or 'firing').upper()}" + (f", {len(firing)} firing]" if len(firing) > 1 else "]")
+    else:
+        was = most_urgent(v.severity for v in views)
+        head = "[RESOLVED" + (f", was {was}]" if was else "]")
     title = f"{head} {', '.join(names)}" + (f" — {', '.join(runs[:3])}" if runs else "") + ("…" if len(runs) > 3 else "")
     return Message(one_line(status), one_line(title), views, max(0, len(alerts) - len(views)),
-                   one_line(body.get("externalURL", "")), one_line(body.get("groupKey", "")))
+                   one_line(body.get("externalURL", "")), one_line(body.get("groupKey", "")), sev)
 
 
 def _lines(v: AlertView) -> list[str]:
     """Plain-text lines of one alert (used by every renderer)."""
     where = " · ".join(x for x in (f"run {v.run}" if v.run else "", f"step {v.step}" if v.step else "") if x)
-    out = [f"{v.name} ({v.status})" + (f" — {where}" if where else "")]
+    out = [f"{v.name} ({v.state})" + (f" — {where}" if where else "")]
     if v.summary:
         out.append(v.summary)
     if v.numbers:
@@ -151,9 +196,9 @@ def _links(v: AlertView) -> list[tuple[str, str]]:
 # -- renderers ------------------------------------------------------------------------------------
 def render_webhook(msg: Message, body: dict, delivery_id: str) -> dict:
     return {
-        "version": RELAY_FORMAT_VERSION, "deliveryId": delivery_id, "status": msg.status, "title": msg.title,
-        "text": text(msg), "groupKey": msg.group_key,
-        "alerts": [{"alertname": v.name, "status": v.status, "run": v.run, "step": v.step, "summary": v.summary,
+        "version": RELAY_FORMAT_VERSION, "deliveryId": delivery_id, "status": msg.status,
+        "severity": msg.severity or None, "title": msg.title, "text": text(msg), "groupKey": msg.group_key,
+        "alerts": [{"alertname": v.name, "status": v.status, "severity": v.severity or None, "run": v.run, "step": v.step, "summary": v.summary,
                     "numbers": v.numbers, "remedy": v.remedy, "runbook_url": v.runbook_url,
                     "dashboard_url": v.dashboard_url, "startsAt": v.starts_at, "endsAt": v.ends_at, "labels": v.labels}
                    for v in msg.alerts],
@@ -177,7 +222,7 @@ def render_slack(msg: Message, channel: str | None = None) -> dict:
         links = " | ".join(f"<{_slack_url(u)}|{t}>" for t, u in _links(v))
         fields = [{"title": t, "value": _slack_escape(x), "short": True} for t, x in (("Run", v.run), ("Step", v.step)) if x]
         att = {
-            "color": "danger" if v.status == "firing" else "good", "title": _slack_escape(f"{v.name} ({v.status})"),
+            "color": SLACK_COLOUR[v.colour_key], "title": _slack_escape(f"{v.name} ({v.state})"),
             "text": "\n".join(lines + ([links] if links else [])), "fields": fields,
             "fallback": _slack_escape(f"{msg.title}: {v.summary or v.name}"), "mrkdwn_in": ["text"],
         }
@@ -185,7 +230,7 @@ def render_slack(msg: Message, channel: str | None = None) -> dict:
             att["title_link"] = v.runbook_url or v.dashboard_url
         atts.append(att)
     if msg.more:
-        atts.append({"color": "warning", "text": f"… and {msg.more} more alerts", "fallback": f"{msg.more} more"})
+        atts.append({"color": "#808080", "text": f"… and {msg.more} more alerts", "fallback": f"{msg.more} more"})
     out = {"text": _slack_escape(msg.title), "attachments": atts, "username": "omniwatch"}
     if channel:
         out["channel"] = channel
@@ -226,7 +271,7 @@ def render_feishu(msg: Message, fmt: str = "interactive") -> dict:
     return {"msg_type": "interactive", "card": {
         "config": {"wide_screen_mode": True},
         "header": {"title": {"tag": "plain_text", "content": feishu_literal(msg.title)},
-                   "template": "red" if msg.firing else "green"},
+                   "template": FEISHU_TEMPLATE[msg.colour_key]},
         "elements": elements}}
 
 

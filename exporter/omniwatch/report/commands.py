@@ -49,7 +49,7 @@ def file_facts(paths: list[str], args, progress, kind: str | None = None) -> lis
     try:
         return facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=progress, alert_config=alert_config(args),
                              starts=[args.start] * len(runs) if getattr(args, "start", None) else None,
-                             alerts=not args.no_alerts)
+                             alerts=not args.no_alerts, until=getattr(args, "until", None))
     except (ToolError, PromError) as e:
         raise ToolError(f"{e} (--no-alerts writes the report without Prometheus: ledger and charts, no verdict)") from None
 
@@ -130,7 +130,7 @@ def _index(args, root: Path, err: Console, out: Console) -> int:
         # the pages show no annotation text (the verdict renders the remedy itself): not rendered here
         facts = facts_of_runs(runs, gpus=args.gpus, rules_dir=args.rules, progress=prog, alert_config=alert_config(args),
                               starts=[args.start] * len(runs) if args.start else None, alerts=not args.no_alerts,
-                              annotations=False)
+                              annotations=False, until=args.until)
         rows = build_index(facts, dest, str(root), prog, args.jobs, cfg=alert_config(args))
     if args.json:
         sys.stdout.write(json.dumps({"root": str(root.resolve()), "index": str(dest.resolve()), "runs": [
@@ -188,7 +188,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="YAML", help="the threshold overrides the rules were generated with "
                    "(`omniwatch rules generate --config`): ledger stall tolerance, verdict windows, chart thresholds")
     p.add_argument("--prometheus", metavar="URL", help="read a live run from this Prometheus instead of a file")
-    p.add_argument("--until", type=_time, help="with --prometheus: the end of the range (default now)")
+    p.add_argument("--until", type=_time, help="the report's end. With --prometheus: the end of the range (default now). "
+                   "With a file or directory: an unfinished run's stall is priced up to this time (`now` for a run still "
+                   "hung: GPUs x the time past its last step beyond the planned work); default: the file ends at its "
+                   "last line")
     p.add_argument("--since", type=_duration, default=30 * 86400.0, help="with --prometheus: how far back to look (default 30d)")
     p.add_argument("--resolution", type=_duration, default=15.0, help="with --prometheus: query step (default 15s)")
     p.add_argument("--no-alerts", action="store_true", help="replay only: no Prometheus, no alert timeline or verdict")

@@ -103,6 +103,15 @@ class RunFacts:
             return ""
         why = ", ".join(f"{r} {c}" for r, c in sorted(self.skipped.items(), key=lambda x: (-x[1], x[0])))
         return f"{n} of {self.lines} lines skipped ({why})"
+    # How the run ended (issue 31): finished (its planned last step, its config's total, or its Ray job succeeded),
+    # crashed (its Ray job failed: crash_error), stopped, or unfinished (no finish seen: hung or cut short); and the
+    # stall still open at the report's end (wall seconds past the last step beyond the tolerance and the planned
+    # work, ledger.open_stall), which the verdict prices as TrainingStalled.
+    end_state: str = ""
+    open_stall_s: float = 0.0
+    stall_end: float | None = None   # when the open stall was measured to (the report's --until, now, a job's end)
+    last_step_at: float | None = None
+    crash_error: str = ""
     lanes: list = field(default_factory=list)  # report/gantt.Bar: per-worker phase lanes (live reports with task events)
     slow_lanes: list = field(default_factory=list)  # report/gantt.Bar of the slowest steps (lanes "step N · ...")
     pools: dict[str, int] = field(default_factory=dict)   # GPUs per pool (trainer, reward, rollout, teacher, other)

@@ -57,7 +57,13 @@ class _Collector:
             mfu_max={r: s["max"] for r, s in st.mfu.items()},
             images=rec.values.get(ledger.K_IMAGES), throughput=rec.throughput,
             per_day=run.cost_per_day()[0]))
-        self.runs[ri] = RunSummary(now, run.gpus, dict(run.modes), run.config)
+        typ = run.window.typical_step()
+        if typ is None and run.warm:
+            durs = [r.duration for r in run.warm if r.duration]
+            typ = store.provisional_factor * max(durs) if durs else None
+        last = run.last.step if run.last else None
+        self.runs[ri] = RunSummary(now, run.gpus, dict(run.modes), run.config, run.planned.finished(last), typ,
+                                   run.planned.allowance(last), run.last_arrival, store.stall_tolerance_steps)
 
 
 @dataclass
@@ -67,6 +73,27 @@ class RunSummary:
     gpus: object
     modes: dict[str, str]
     config: object = None  # trainer_config.TrainerConfig
+    finished: bool = False           # its last step was its planned last (cadence, the config's total)
+    typical: float | None = None     # the typical step (provisional before the first normal one)
+    allowance: float = 0.0           # the planned work that may come before the next step
+    last_arrival: float | None = None
+    tolerance_steps: float = 2.0
+
+
+def end_of(run: "RunSummary | None", gpus: int, until: float | None) -> tuple[str, float, dict[str, float]]:
+    """How a replayed run ended and the stall still open at ``until`` (the report's end; None: the file's own
+    end, i.e. nothing open): (end_state, open stall wall seconds, the ledger with the open stall in ``stalled``)."""
+    if run is None:
+        return "", 0.0, {}
+    ledger_s = dict(run.gpu_seconds)
+    if run.finished:
+        return "finished", 0.0, ledger_s
+    open_s = 0.0
+    if until is not None and run.last_arrival is not None:
+        open_s = ledger.open_stall(until - run.last_arrival, run.typical, run.tolerance_steps, run.allowance)
+        if open_s > 0:
+            ledger_s[ledger.STALLED] = ledger_s.get(ledger.STALLED, 0.0) + open_s * gpus
+    return "unfinished", open_s, ledger_s
 
 
 def unique_labels(runs: list[RecordedRun]) -> None:
@@ -100,11 +127,14 @@ def unique_labels(runs: list[RecordedRun]) -> None:
 def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir=None, progress=None,
                   starts: list[float | None] | None = None, eval_interval: float = 15.0,
                   scrape_interval: float = 15.0, alerts: bool = True, workers: int | None = None,
-                  annotations: bool = True, alert_config: Config = DEFAULT) -> list[RunFacts]:
+                  annotations: bool = True, alert_config: Config = DEFAULT,
+                  until: float | None = None) -> list[RunFacts]:
     """Replay and backtest every run (one Prometheus pass); one RunFacts per run, in order. ``gpus``
     is ``--gpus``: used where a run's keys cannot tell (as the live exporter's flag). ``annotations``:
     render each alert's annotations as Prometheus would have (``--json``'s alerts, as ``backtest --json``).
-    ``alert_config``: the config the rules were made with (the ledger's stall tolerance)."""
+    ``alert_config``: the config the rules were made with (the ledger's stall tolerance). ``until``: the report's
+    end (``report --until``, ``now`` for a run still hung): an unfinished run's open stall up to then is priced in
+    its ``stalled`` bucket; without it a file's run ends at its last line."""
     unique_labels(runs)
     col = _Collector(len(runs))
     # Unknown GPUs: the ledger still runs with 1 GPU so wall time is split; reported as "unknown".
@@ -121,9 +151,11 @@ def facts_of_runs(runs: list[RecordedRun], *, gpus: int | None = None, rules_dir
             count, source = None, "unknown"
         else:
             count, source = g.count, g.source
+        end_state, open_s, ledger_s = end_of(run, count or 1, until)
         out.append(RunFacts(
             run=r.path, project=r.project, experiment=r.experiment, source=r.kind, steps=col.points[ri],
-            gpu_seconds=dict(run.gpu_seconds) if run is not None else {}, gpus=count, gpus_source=source,
+            gpu_seconds=ledger_s, gpus=count, gpus_source=source, end_state=end_state, open_stall_s=open_s,
+            stall_end=until if open_s > 0 else None, last_step_at=run.last_arrival if run is not None else None,
             modes=dict(run.modes) if run is not None else {},
             alerts=[AlertSpan(a.alertname, a.severity, a.first_step, a.last_step, a.labels, a.first_index,
                               a.last_index, dict(a.annotations)) for a in res.alerts],

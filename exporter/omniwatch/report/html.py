@@ -425,7 +425,7 @@ def compare_page(c) -> str:
 
 
 def index_page(rows: list[dict], root: str) -> str:
-    """``rows``: {"name", "href", "steps", "gpus", "gpu_hours", "lost", "top", "alerts"}, ranked."""
+    """``rows``: {"name", "href", "state", "steps", "gpus", "gpu_hours", "lost", "top", "alerts"}, ranked."""
     body = [f"<h1>omniwatch: {len(rows)} runs under {html.escape(root)}</h1>",
             "<p>Ranked by GPU-hours lost to bottlenecks (the verdict of each run: the alert rules evaluated over "
             "its replay, costed from the GPU-hours ledger).</p>"]
@@ -442,14 +442,14 @@ def index_page(rows: list[dict], root: str) -> str:
         fig.x_range.start = 0
         figs.append(fig)
         body.append("\x00chart")
-    head = ("<tr><th>#</th><th>run</th><th>steps</th><th>GPUs</th><th>GPU-h</th><th>lost GPU-h</th><th>lost</th>"
-            "<th>top bottleneck</th><th>alerts</th></tr>")
+    head = ("<tr><th>#</th><th>run</th><th>end</th><th>steps</th><th>GPUs</th><th>GPU-h</th><th>lost GPU-h</th>"
+            "<th>lost</th><th>top bottleneck</th><th>alerts</th></tr>")
     trs = []
     for k, r in enumerate(rows, 1):
         share = f"{r['lost'] / r['gpu_hours'] * 100:.1f}%" if r["gpu_hours"] else "–"
         note = f" <small class=\"muted\">({html.escape(r['note'])})</small>" if r.get("note") else ""
         trs.append(f"<tr><td>{k}</td><td><a href=\"{html.escape(r['href'])}\">{html.escape(r['name'])}</a>{note}</td>"
-                   f"<td class=\"n\">{r['steps']}</td><td class=\"n\">{r['gpus'] or '?'}</td>"
+                   f"<td>{html.escape(r.get('state') or '–')}</td><td class=\"n\">{r['steps']}</td><td class=\"n\">{r['gpus'] or '?'}</td>"
                    f"<td class=\"n\">{r['gpu_hours']:,.2f}</td><td class=\"n\">{r['lost']:,.2f}</td><td class=\"n\">{share}</td>"
                    f"<td>{html.escape(r['top'] or '–')}</td><td>{html.escape(', '.join(r['alerts']) or '–')}</td></tr>")
     body.append(f"<table>{head}{''.join(trs)}</table>")

@@ -99,6 +99,15 @@ def write_pages(jobs: list, workers: int | None = None, progress=None) -> None:
         _JOBS = []
 
 
+def end_text(f: RunFacts) -> str:
+    """How the run ended, for the index: a stalled or crashed run is never shown as a clean short run."""
+    if f.open_stall_s > 0 and f.stall_end and f.last_step_at:
+        what = "crashed" if f.end_state == "crashed" else "stalled"
+        return f"{what}: no step for {(f.stall_end - f.last_step_at) / 60:,.0f} min"
+    return {"finished": "finished", "crashed": "crashed", "unfinished": "unfinished (no finish seen)",
+            "running": "running"}.get(f.end_state, f.end_state or "–")
+
+
 def build_index(facts: list[RunFacts], out: Path, root: str, progress=None, workers: int | None = None,
                 cfg: Config = DEFAULT) -> list[dict]:
     out_dir = out.parent
@@ -115,7 +124,7 @@ def build_index(facts: list[RunFacts], out: Path, root: str, progress=None, work
                      "steps": f.n_steps, "gpus": f.gpus, "gpu_hours": f.total_gpu_seconds / HOUR,
                      "lost": lost_gpu_hours(bs), "top": bs[0].alertname if bs and bs[0].gpu_seconds else "",
                      "alerts": sorted({a.alertname for a in f.alerts}), "run": f.run, "page": str(path),
-                     "note": f.label_note})
+                     "note": f.label_note, "state": end_text(f)})
     if progress:
         progress.phase("write run pages", len(jobs))
     write_pages(jobs, workers, progress)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import bisect
 import time
 
-from .. import names as n
+from .. import ledger, names as n
+from ..alerting.config import DEFAULT
+from ..alerting.records import REC_STALL_TYPICAL
 from ..promapi import PromAPI, PromError
 from . import gantt as lanes
 from .facts import AlertSpan, RunFacts, StepPoint
@@ -122,11 +124,46 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     # and of the slowest steps (each from the previous step's arrival to its own)
     slow = lanes.query_steps(prom, sel, lanes.slowest(marks, {p.step: p.duration for p in points if p.duration}),
                              res) if bars else []
+    end_state, open_s, stall_end, last_at, error = _end(prom, sel, start, until, res)
+    if open_s > 0:
+        final[ledger.STALLED] = final.get(ledger.STALLED, 0.0) + open_s * (gpus or 1)
     return RunFacts(run=f"{prom.url} {project}/{experiment}", project=project, experiment=experiment,
                     source="prometheus", steps=points, gpu_seconds=final, gpus=gpus,
                     gpus_source=gsrc or "unknown", modes=modes, alerts=alerts, alerts_source="prometheus",
                     gpu_phases=phases, series=series, lanes=bars, slow_lanes=slow, pools=pools,
-                    pools_source=pools_source, fleet_nodes=fleet)
+                    pools_source=pools_source, fleet_nodes=fleet, end_state=end_state,
+                    open_stall_s=open_s, stall_end=stall_end, last_step_at=last_at, crash_error=error)
+
+
+def _one(prom, expr: str, t: float) -> float | None:
+    r = prom.query(expr, t)
+    return float(r[0]["value"][1]) if r else None
+
+
+def _end(prom, sel, start, until, res) -> tuple[str, float, float | None, float | None, str]:
+    """How the run stands at ``until`` (issue 31 item 3): finished, crashed (its Ray job failed: priced to the crash,
+    when the GPUs were freed), running, or stalled — and the stall still open then (ledger.open_stall, with the
+    tolerance of the default alert config and the run's planned allowance): the ledger books a stall only when the
+    next step arrives, so a hang would read 0 GPU-h."""
+    span = f"{max(60, int(until - start))}s"   # the newest sample in the report's range (a series that stopped)
+
+    def last_of(metric: str) -> float | None:
+        return _one(prom, f"max(last_over_time({metric}{{{sel}}}[{span}]))", until)
+    last = last_of(n.LAST_STEP_TS)
+    if last is None:
+        return "", 0.0, None, None, ""
+    if (last_of(n.RUN_FINISHED) or 0) == 1:
+        return "finished", 0.0, None, last, ""
+    end, state, error = until, "", ""
+    crashed = prom.query_range(f"max({n.RUN_CRASHED}{{{sel}}}) == 1", start, until, res)
+    if crashed and crashed[0]["values"]:
+        end, state = min(until, float(crashed[0]["values"][0][0])), "crashed"
+        info = prom.query(f"max by ({n.L_ERROR}) ({n.RAY_JOB_INFO}{{{sel}}})", until)
+        error = info[0]["metric"].get(n.L_ERROR, "") if info else ""
+    typ = last_of(REC_STALL_TYPICAL) or last_of(n.TYPICAL_STEP)
+    allowance = last_of(n.PLANNED_ALLOWANCE) or 0.0
+    open_s = ledger.open_stall(end - last, typ, ledger.stall_tolerance_steps(DEFAULT), allowance)
+    return state or ("stalled" if open_s > 0 else "running"), open_s, (end if open_s > 0 else None), last, error
 
 
 def _alerts(prom, sel, start, until, res, marks) -> list[AlertSpan]:

@@ -20,7 +20,10 @@ the first step of the window that made it fire (the k-step window, or StepTimeDr
 last step it fired, each step against the anchored reference (the median of the trainer incarnation's
 first normal steps: ``analytics.REFERENCE_STEPS``), so a slowdown that lasts to the end of the run is
 priced to the end, and the steps it took the window to see it are priced too.
-- ``TrainingStalled``: the ``stalled`` bucket (live runs; a finished file has no stall);
+- ``TrainingStalled``: the ``stalled`` bucket: stalls between steps (live runs; a finished file has none) and the
+  stall still open at the report's end (a live report's now, ``report --until``): GPUs x the time past the last step
+  beyond the tolerance and the planned work (``ledger.open_stall``); a run whose Ray job failed is priced as
+  ``TrainingCrashed`` up to the crash instead;
 - ``TimeOutsideStep``: the ``outside_step_timer`` bucket (live runs).
 
 Other alerts (an impossible or missing MFU, reward saturation, memory) are findings without a GPU-time
@@ -136,6 +139,8 @@ def remedy(alertname: str, labels: dict[str, str], modes: dict[str, str] | None,
     """The remedy annotation of the alert (the spec whose static labels the alert carries), rendered
     for the run's detected modes, as Prometheus renders it."""
     cands = [a for a in spec.alerts(cfg) if a.name == alertname and a.remedy is not None]
+    if labels.get("severity"):   # a stage of an alert (TrainingStalled info / warning / critical): its own remedy
+        cands = [a for a in cands if a.severity == labels["severity"]] or cands
     best = [a for a in cands if all(labels.get(k) == str(v) for k, v in a.labels.items())] or cands
     if not best:
         return ""
@@ -207,11 +212,25 @@ def verdict(f: RunFacts, cfg: Config = DEFAULT) -> list[Bottleneck]:
             b.note = "inhibited at every step by StepTimeRegression or MFUDrop, which count that time"
     stalled = f.gpu_seconds.get(ledger.STALLED, 0.0)
     if stalled > 0:  # the ledger's stalled bucket is TrainingStalled's cost, whether or not its alert was seen
-        b = out.get(names.ALERT_STALLED) or Bottleneck(names.ALERT_STALLED, 0.0, remedy(names.ALERT_STALLED, {}, f.modes,
-                                                                                        f.series, cfg), [], [])
+        # (with the stall still open at the report's end: report --until, a live report's now; issue 31 item 3)
+        name = names.ALERT_CRASHED if f.end_state == "crashed" else names.ALERT_STALLED
+        sev = {"severity": "critical" if name == names.ALERT_CRASHED else "warning"}
+        b = out.get(name) or Bottleneck(name, 0.0, "", [], [])
+        b.remedy = remedy(name, sev, f.modes, f.series, cfg)   # past the tolerance: the hang's remedy, not the notice
         b.gpu_seconds, b.buckets = stalled, [ledger.STALLED]
-        b.note = b.note or "time with no step beyond the stall tolerance"
-        out[names.ALERT_STALLED] = b
+        if f.open_stall_s > 0:
+            open_h = f.open_stall_s * (f.gpus or 1) / HOUR
+            b.note = (f"{open_h:,.2f} GPU-h of it still open at the report's end: no step for "
+                      f"{(f.stall_end - f.last_step_at) / 60:,.1f} min, {f.open_stall_s / 60:,.1f} min of it beyond "
+                      "the stall tolerance and the planned work" if f.stall_end and f.last_step_at else
+                      "still open at the report's end")
+            if name == names.ALERT_CRASHED:
+                b.note += f"; the run crashed: {f.crash_error}" if f.crash_error else "; the run crashed"
+        else:
+            b.note = b.note or "time with no step beyond the stall tolerance"
+        out[name] = b
+        if name == names.ALERT_CRASHED and names.ALERT_STALLED in out and out[names.ALERT_STALLED].gpu_seconds == 0:
+            del out[names.ALERT_STALLED]
     return sorted(out.values(), key=lambda b: (-b.gpu_seconds, b.alertname))
 
 
