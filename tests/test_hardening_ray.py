@@ -252,3 +252,78 @@ def test_an_actor_name_with_newlines_plants_no_line_in_omniwatch_ps(fake):
     assert out.returncode == 0, out.stderr[-2000:]
     assert not [ln for ln in lines if ln.lstrip().startswith("proj/exp:")] and "\x1b[2J" not in out.stdout
     assert any("actor DEAD" in ln for ln in lines) and any("DEAD" in ln and "xxxx" in ln for ln in lines)
+
+
+# --- item 9: the holder scoped to the run's job; the ring keyed by job ---------------------------------------------------
+OTHER_JOB = "02000000"
+
+
+def _two_jobs(kind: str, rows: list[dict]) -> list[dict]:
+    """The demo's job and a second training job on the same cluster (its own actors and calls)."""
+    twin = []
+    for r in rows:
+        r2 = dict(r, job_id=OTHER_JOB)
+        if r.get("actor_id"):
+            r2["actor_id"] = "b" + r["actor_id"][1:]
+        if r.get("task_id"):
+            r2["task_id"] = "b" + r["task_id"][1:]
+        if kind == "actors" and r.get("name"):
+            r2["name"] = "other" + r["name"]
+        twin.append(r2)
+    return rows + twin if kind in ("tasks", "actors") else rows
+
+
+def test_with_two_jobs_on_one_cluster_the_holder_describes_the_runs_job(fake):
+    """Before: without --ray-job the poller took the last job id it saw: with two training jobs on one cluster the
+    holder (and so TrainingStalled's text) described the other job in 30 of 30 samples. Now the views describe the
+    run's job (as JobWatch matched it), and with several jobs and none matched, none is shown as the run's.
+    Control: the run's own job's calls are all there."""
+    fake.rows = _two_jobs
+    p = TaskPoller(fake.url, interval=0.5)
+    p.run_job = lambda: JOB_ID   # JobWatch matched the run to the demo's job (its log writer, say)
+    try:
+        for _ in range(20):
+            snap = p.poll()
+            assert snap.job_id == JOB_ID
+            assert all(t["slowest"]["pid"] for t in snap.groups)
+            assert not [d for d in snap.dead if d["name"].startswith("other")]
+        mine = {t.key for t in p.ledger.running.values() if t.job_id == JOB_ID}
+        assert mine and sum(g["running"] for g in snap.groups) == len(mine)
+        p.run_job = lambda: None   # no match: several jobs, none known to be the run's
+        snap = p.poll()
+        assert "2 Ray jobs run and none is known to be this run's" in snap.holder["text"] and not snap.groups
+    finally:
+        p.api.close()
+
+
+def test_the_ring_of_a_previous_job_is_not_restored_into_the_next(fake, tmp_path):
+    """Before: the persisted ring of the previous job was restored into the next one (its RankStraggler streak
+    exported for the new job). Now it is restored at the first poll only when the job then is the one it was written
+    for. Control: a ring of the job now running is restored."""
+    from omniwatch.discovery import taskring as tr
+    from omniwatch.discovery.taskmetrics import straggler_streaks
+    run = ("p", "e")
+    for ring_job, restored in ((OTHER_JOB, False), (JOB_ID, True)):
+        led = te.TaskLedger(dispatch_gap_s=2.0)
+        stand = fake.standin
+        led.apply_actors([dict(a, job_id=ring_job) for a in stand.actors])
+        now = 1_800_000_010.0
+        while now < 1_800_000_050.0:
+            led.apply([dict(r, job_id=ring_job) for r in stand.running(now)], [], now)
+            now += 0.5
+        assert straggler_streaks(led)
+        store = RunStore()
+        ring = tr.TaskRing(tmp_path, store, lambda: run)
+        assert ring.save(ring.snapshot(led, ring_job))
+        p = TaskPoller(fake.url, interval=0.2, ring=tr.TaskRing(tmp_path, store, lambda: run))
+        p.start()
+        try:
+            wait_for(lambda: p.snapshot.polls >= 1, 20, 0.05, what="a first poll")
+        finally:
+            p.stop()
+        old = [d for d in p.ledger.dispatches if d.tasks and d.tasks[0].job_id == ring_job]
+        if restored:
+            assert old and p.ring.restored > 0
+        else:
+            assert not old and store.errors[("ray_tasks", "ring_other_run")] == 1
+        (tmp_path / tr.FILENAME).unlink()

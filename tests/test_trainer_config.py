@@ -309,6 +309,16 @@ def test_a_run_of_warm_up_steps_only_exports_its_warm_up_step():
 
 
 # --- history is not news (item 6) -----------------------------------------------------------------------------
+def _polls_until_read(src, store, key, step: int) -> None:
+    """A file idle for half an hour by its own mtime is looked at every DORMANT_EVERY-th poll (issue 35 item 5)."""
+    from omniwatch.sources import files as F
+    for _ in range(F.DORMANT_EVERY):
+        src.poll_once()
+        if store.runs[key].last.step == step:
+            return
+    raise AssertionError(f"{key} step {step} not read in {F.DORMANT_EVERY} polls")
+
+
 def test_a_log_root_of_old_runs_is_history_live_lines_are_news(tmp_path):
     root = tmp_path / "root"
     (root / "whole_run").mkdir(parents=True)
@@ -328,7 +338,7 @@ def test_a_log_root_of_old_runs_is_history_live_lines_are_news(tmp_path):
     with open(root / "whole_run" / "hang_in_step3.jsonl", "ab") as f:
         rec = whole_run("hang_in_step3")[-1]
         f.write(json.dumps({"step": 3, "data": rec["data"]}).encode() + b"\n")
-    src.poll_once()
+    _polls_until_read(src, store, ("whole_run", "hang_in_step3"), 3)
     assert value(store, names.RUN_STALE, **old) == 0 and value(store, names.STALE_RUNS) == 0
 
 
@@ -377,7 +387,7 @@ def test_history_at_first_sight_is_counted_in_the_runs_own_steps_not_a_fixed_age
     # a new line: live again (TrainingStalled may escalate from now on)
     with open(root / "w" / "hour_old.jsonl", "a") as f:
         f.write(json.dumps({"step": 13, "data": recs[-1]["data"]}) + "\n")
-    src.poll_once()
+    _polls_until_read(src, store, ("w", "hour_old"), 13)
     assert value(store, names.RUN_STALE, project="w", experiment="hour_old") == 0
     # live evidence from Ray (the run's job still runs) also clears it
     store.not_history("w", "early_old")

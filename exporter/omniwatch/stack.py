@@ -23,6 +23,7 @@ import yaml
 
 from . import cliargs
 from . import extras, headnode, names, notify, paths, ports, proc, watching
+from .alerting.config import runbook_rewrite
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -125,7 +126,7 @@ class Stack:
     # -- configs ------------------------------------------------------------------------------------
     def prometheus_config(self) -> dict:
         prof = PROFILES[self.cfg.profile]
-        rules = [str(p) for p in rule_files()]
+        rules = [str(p) for p in self.rule_paths()]
         scrape = [
             {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.exporter_host}:{self.cfg.exporter_port}"]}]},
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.prometheus_port}"]}]},
@@ -138,6 +139,36 @@ class Stack:
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.alertmanager_port}"]}]}]},
             "scrape_configs": scrape,
         }
+
+    def _runbooks(self) -> tuple[str, str] | None:
+        return runbook_rewrite(self.cfg.exporter_bind or self.cfg.host, self.cfg.exporter_port)
+
+    def rule_paths(self) -> list[Path]:
+        """The rule files Prometheus loads: alerts/ itself, or -- with the exporter on another port than the one the
+        rules' runbook links were generated for -- their copies under ``<run dir>/config/rules/`` with this exporter's
+        links (issue 35 item 14: every runbook_url Prometheus, Alertmanager, Grafana and ``omniwatch alerts``
+        showed pointed at 127.0.0.1:19095). Written by ``write_configs``."""
+        src = rule_files()
+        if self._runbooks() is None:
+            return src
+        return [self.p("config", "rules", f.name) for f in src]
+
+    def _write_rules(self) -> None:
+        rw = self._runbooks()
+        out = self.p("config", "rules")
+        if rw is None:
+            shutil.rmtree(out, ignore_errors=True)
+            return
+        old, new = rw
+        out.mkdir(parents=True, exist_ok=True)
+        keep = set()
+        for f in rule_files():
+            text = f.read_text().replace(f"runbook_url: {old}#", f"runbook_url: {new}#")
+            (out / f.name).write_text(text)
+            keep.add(f.name)
+        for f in out.glob("*.rules.yml"):
+            if f.name not in keep:
+                f.unlink()
 
     def _discovered_jobs(self) -> list[dict]:
         """Endpoints found by Ray discovery (TransferQueue, vLLM-Omni, reward servers, Ray nodes) come
@@ -177,6 +208,7 @@ class Stack:
     def write_configs(self) -> None:
         for d in ("config", "logs", "pids", "data/prometheus", "data/alertmanager", "state"):
             self.p(d).mkdir(parents=True, exist_ok=True)
+        self._write_rules()
         self.p("config", "prometheus.yml").write_text(yaml.safe_dump(self.prometheus_config(), sort_keys=False))
         self.p("config", "alertmanager.yml").write_text(yaml.safe_dump(self.alertmanager_config(), sort_keys=False))
         self.p("stack.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v

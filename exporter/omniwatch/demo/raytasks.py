@@ -148,6 +148,9 @@ class StateStandIn:
     def answer(self, path: str, now: float | None = None) -> tuple[int, bytes]:
         """``GET /api/v0/<kind>?...`` -> (HTTP status, body)."""
         u = urlparse(path)
+        if u.path.rstrip("/") == "/api/version":   # the dashboard's version (job_head.py get_version, Ray 2.60)
+            return 200, json.dumps({"version": "4", "ray_version": "2.60.0", "ray_commit": "stand-in",
+                                    "session_name": "omniwatch-demo"}).encode()
         q = parse_qs(u.query)
         kind = u.path.rstrip("/").rsplit("/", 1)[-1]
         filters = list(zip(q.get("filter_keys", []), q.get("filter_predicates", []), q.get("filter_values", [])))

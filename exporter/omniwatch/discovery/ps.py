@@ -15,7 +15,7 @@ import httpx
 from ..redact import redact
 from ..runlabel import strip_control
 from . import taskevents as te
-from .rayapi import RayAPIError
+from .rayapi import RayAPIError, dashboard_of
 from .taskwatch import TaskPoller, TaskSnapshot
 
 
@@ -139,10 +139,14 @@ def run_ps(args) -> int:
             out = None
     if out is None:
         try:
-            snap, dump = look_once_with_stack(args.ray_address, args.ray_job, args.timeout)
+            dash, how = dashboard_of(args.ray_address, args.timeout)
+            if how != "given":   # which address was used, when it was not the one typed
+                print(f"omniwatch ps: Ray dashboard {dash} ({how})", file=sys.stderr)
+            snap, dump = look_once_with_stack(dash, args.ray_job, args.timeout)
             out = snapshot_json(snap, holder_stack=dump)
+            out["ray_dashboard"] = dash
         except RayAPIError as e:
-            out = {"jobs": [], "why": str(e), "up": False, "lossy": False}
+            out = {"jobs": [], "why": redact(str(e)), "up": False, "lossy": False}
     if args.json:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -154,8 +158,10 @@ def run_ps(args) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("ps", help="who holds the step: phase in progress, slowest worker, replicas, dead actors (Ray task events)")
     p.add_argument("--ray-address", default="auto",
-                   help="Ray dashboard (state API) address, http://host:port or host:port (default auto: "
-                        "RAY_API_SERVER_ADDRESS / an http RAY_ADDRESS / 127.0.0.1:8265)")
+                   help="the Ray cluster: its dashboard (http://host:8265) or its GCS address (host:6379, what "
+                        "`ray start` prints and `serve --ray-address` takes: its dashboard is looked up through it, "
+                        "as Ray's CLI does). Default auto: RAY_API_SERVER_ADDRESS, RAY_ADDRESS, 127.0.0.1:8265, the "
+                        "local cluster")
     p.add_argument("--ray-job", default=None, help="Ray job id to look at (default: the job whose workers run)")
     p.add_argument("--exporter", default=None, help="ask this omniwatch exporter (http://host:port) first")
     p.add_argument("--timeout", type=float, default=10.0)

@@ -55,6 +55,83 @@ def resolve_address(address: str | None) -> str:
     return address.rstrip("/") if address.startswith(("http://", "https://")) else "http://" + address
 
 
+# Ray's CLI finds the dashboard (its API server) through the GCS: the dashboard writes its address into the GCS's
+# internal KV (key "dashboard", namespace b"dashboard"), and ``ray.dashboard.utils.ray_address_to_api_server_url``
+# reads it with a GcsClient after ``canonicalize_bootstrap_address_or_die`` (Ray 2.60; docs/who-holds-the-step.md).
+# Run in a child: a GCS client is Ray's C++ core, and a GCS that does not answer must not hang ``omniwatch ps``.
+_GCS_LOOKUP = """
+import sys
+from ray._private import services
+from ray._raylet import GcsClient
+addr = services.canonicalize_bootstrap_address_or_die(None if sys.argv[1] == "auto" else sys.argv[1])
+v = GcsClient(address=addr).internal_kv_get(b"dashboard", namespace=b"dashboard", timeout=float(sys.argv[2]))
+print(addr + " " + (v.decode() if v else ""))
+"""
+
+
+def is_dashboard(base: str, timeout: float = 3.0) -> bool:
+    """Does ``base`` answer HTTP as Ray's dashboard does (``GET /api/version``; 401/403: token auth on)?"""
+    try:
+        with StateAPI(base, timeout=timeout) as api:
+            status, raw = api.get("/api/version", max_bytes=64 << 10)
+    except RayAPIError:
+        return False
+    if status in (401, 403):
+        return True
+    try:
+        return status == 200 and isinstance(orjson.loads(raw), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def dashboard_of(address: str | None, timeout: float = 10.0) -> tuple[str, str]:
+    """(the dashboard's URL, how it was found) for any address a Ray user has: a dashboard (``http://…``, or a
+    ``host:port`` that answers as one), or Ray's GCS address (what ``ray start`` prints, ``RAY_ADDRESS``), whose
+    dashboard is looked up as Ray's CLI does (issue 35 item 15). Raises RayAPIError saying what was tried."""
+    import subprocess
+    import sys
+    if address and address.startswith(("http://", "https://")):
+        return address.rstrip("/"), "given"
+    gcs = None
+    if address in (None, "", "auto"):
+        base = resolve_address(address)
+        ray_addr = env("RAY_ADDRESS")
+        if not env("RAY_API_SERVER_ADDRESS") and ray_addr and "://" not in ray_addr:
+            gcs = ray_addr   # RAY_ADDRESS names the GCS, as for Ray's own CLI
+        elif not env("RAY_API_SERVER_ADDRESS") and not ray_addr:
+            gcs = "auto"     # Ray's autodetection of a local cluster, if the default dashboard does not answer
+        if gcs is None or is_dashboard(base, min(timeout, 3.0)):
+            return base, "auto"
+    else:
+        base = resolve_address(address)
+        if is_dashboard(base, min(timeout, 3.0)):
+            return base, "given"
+        gcs = address
+        host, _, port = address.rpartition(":")
+        try:   # nothing listens there: neither a dashboard nor a GCS (said at once, not after a GCS client's retries)
+            socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=min(timeout, 3.0)).close()
+        except (OSError, ValueError):
+            raise RayAPIError(f"nothing answers at {address} (neither a Ray dashboard nor Ray's GCS)") from None
+    try:
+        r = subprocess.run([sys.executable, "-c", _GCS_LOOKUP, gcs, str(max(1.0, timeout / 2))], capture_output=True,
+                           text=True, timeout=timeout + 20)
+    except subprocess.TimeoutExpired:
+        raise RayAPIError(f"{gcs} is not a Ray dashboard, and Ray's GCS there did not answer within {timeout:g} s") \
+            from None
+    if r.returncode != 0:
+        if "No module named" in r.stderr:
+            why = "ray is not installed here to ask it for the dashboard (pip install 'omniwatch[ray]')"
+        else:
+            why = "Ray's GCS did not name its dashboard: " + redact(" ".join(r.stderr.strip().splitlines()[-1:]))[:200]
+        raise RayAPIError(f"{base if gcs == 'auto' else gcs} did not answer as a Ray dashboard; as a GCS address: {why}. "
+                          "Pass the dashboard: --ray-address http://<head>:8265")
+    got = r.stdout.strip().split()
+    if len(got) < 2:
+        raise RayAPIError(f"Ray's GCS at {got[0] if got else gcs} names no dashboard (started with "
+                          "--include-dashboard=false?); pass --ray-address http://<head>:8265")
+    return "http://" + got[1], f"the dashboard Ray's GCS at {got[0]} names"
+
+
 def _shut(s) -> None:
     try:
         s.shutdown(socket.SHUT_RDWR)

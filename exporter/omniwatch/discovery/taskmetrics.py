@@ -14,12 +14,15 @@ from .phases import PHASES
 PHASE_CODE = {p: i + 1 for i, p in enumerate(PHASES)}   # 0 = idle (no call running)
 
 
-def straggler_streaks(ledger: te.TaskLedger) -> list[dict]:
+def straggler_streaks(ledger: te.TaskLedger, job_id: str | None = None) -> list[dict]:
     """Per (role, phase): the rank that finished last in the most recent finished dispatches, how many
     dispatches in a row it was last, and the smallest spread (last / median duration) over that streak.
-    The alert thresholds both in PromQL (alerting/config.py); the counting is here."""
+    The alert thresholds both in PromQL (alerting/config.py); the counting is here. ``job_id``: that job's
+    dispatches only (a previous job's streak is not the run's)."""
     by: dict[tuple[str, str], list[te.Dispatch]] = {}
     for d in ledger.dispatches:
+        if job_id is not None and (not d.tasks or d.tasks[0].job_id != job_id):
+            continue
         if d.spread() is not None and not d.role.endswith("_server"):
             by.setdefault((d.role, d.phase), []).append(d)
     out = []
@@ -44,20 +47,22 @@ def straggler_streaks(ledger: te.TaskLedger) -> list[dict]:
     return out
 
 
-def lanes(ledger: te.TaskLedger, collapse_above: int) -> tuple[list[tuple[str, int, int]], list[tuple[str, str, int]]]:
+def lanes(ledger: te.TaskLedger, collapse_above: int,
+          job_id: str | None = None) -> tuple[list[tuple[str, int, int]], list[tuple[str, str, int]]]:
     """(per-worker lanes [(role, rank, phase code)], collapsed counts [(role, phase, workers)]): a role with
-    more than ``collapse_above`` workers exports "N of M ranks in phase X" instead of one lane per rank."""
+    more than ``collapse_above`` workers exports "N of M ranks in phase X" instead of one lane per rank.
+    ``job_id``: that job's calls and dispatches only."""
     per_role: dict[str, dict[int, int]] = {}
     counts: dict[tuple[str, str], int] = {}
     for t in ledger.running.values():
         r = ledger.rank(t)
-        if r is None or t.call.role.endswith("_server"):
+        if r is None or t.call.role.endswith("_server") or (job_id is not None and t.job_id != job_id):
             continue
         per_role.setdefault(t.call.role, {})[r] = PHASE_CODE.get(t.call.phase, PHASE_CODE["other"])
         counts[(t.call.role, t.call.phase)] = counts.get((t.call.role, t.call.phase), 0) + 1
     size: dict[str, int] = {}
     for d in ledger.dispatches:  # a role's size: the largest dispatch seen
-        if not d.role.endswith("_server"):
+        if not d.role.endswith("_server") and (job_id is None or (d.tasks and d.tasks[0].job_id == job_id)):
             size[d.role] = max(size.get(d.role, 0), len(d.tasks))
     lane, collapsed = [], []
     for role, m in size.items():

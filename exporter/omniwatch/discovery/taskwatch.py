@@ -35,6 +35,9 @@ from .taskfinal import Recovery, settle
 log = logging.getLogger("omniwatch.raytasks")
 
 
+AMBIGUOUS = "?"    # several Ray jobs run and none is known to be the watched run's
+
+
 @dataclass
 class PollCost:
     calls: int = 0
@@ -84,6 +87,8 @@ class TaskPoller:
         self.lock = threading.RLock()
         self.lanes_max = 64              # --ray-lanes-max: per-rank lanes up to this many workers per role
         self.store = None                # RunStore: bad rows, cut answers, clock skew counted (ingest errors)
+        self.run_job = None              # () -> the watched run's Ray job id as JobWatch matched it (api.py)
+        self._ring_doc = None            # the persisted ring, read at start, restored at the first poll into its job
         self._counted: dict[str, int] = {}
         self.ring = ring              # taskring.TaskRing: the ledger persisted in --state-dir (None: not kept)
         self._saved_at = 0.0
@@ -97,10 +102,23 @@ class TaskPoller:
         self.hooks: list = []
 
     def _job(self) -> str | None:
+        """The Ray job the views describe (issue 35 item 9: with two training jobs on one cluster the holder described
+        the other one): ``--ray-job``; else the run's job as JobWatch matched it (its log writer, the only training
+        job, ...: ``run_job``); else the only job with calls or live actors. Several and none known: AMBIGUOUS --
+        no job's calls are shown as this run's."""
         if self.job_id:
             return self.job_id
+        if self.run_job is not None:
+            try:
+                j = self.run_job()
+            except Exception:   # a lookup in the run model never breaks a poll
+                j = None
+            if j:
+                return j
         jobs = self.ledger.jobs()
-        return jobs[-1] if len(jobs) >= 1 else None
+        if len(jobs) > 1:
+            return AMBIGUOUS
+        return jobs[0] if jobs else None
 
     def poll(self, now: float | None = None) -> TaskSnapshot:
         """One bounded poll; raises RayAPIError when Ray does not answer. Ray is asked without the lock; every
@@ -111,6 +129,8 @@ class TaskPoller:
         job_f = [("job_id", "=", self.job_id)] if self.job_id else []
         # detail: Ray returns start_time_ms / end_time_ms only in the detailed view
         running = self.api.list("tasks", [("state", "=", "RUNNING")] + job_f, detail=True)
+        if self._ring_doc is not None:
+            self._restore_ring(running.rows, job_f)
         # the actor table (names -> ranks, pids) and the node table (ids -> IPs) when a running call's actor is
         # new or was last seen before it was ALIVE, or its node is new; at most every actor_refresh_s
         stale = led.stale_actor_ids(running.rows)
@@ -152,6 +172,23 @@ class TaskPoller:
         self._count_skips()
         return snap
 
+    def _restore_ring(self, rows: list, job_f: list) -> None:
+        """The first poll: the job now is the flag, the run's matched job, or the one job with running calls (else
+        with live actors); the ring is restored only when it was written for that job."""
+        doc, self._ring_doc = self._ring_doc, None
+        job = self.job_id or (self.run_job() if self.run_job is not None else None)
+        if not job:
+            jobs = {r.get("job_id") for r in rows if isinstance(r, dict) and isinstance(r.get("job_id"), str)} - {""}
+            if not jobs:
+                jobs = {a.get("job_id") for a in self.api.list("actors", [("state", "=", "ALIVE")] + job_f).rows
+                        if isinstance(a, dict) and isinstance(a.get("job_id"), str)} - {""}
+            job = next(iter(jobs)) if len(jobs) == 1 else None
+        if job and doc.get("job_id") in (job, ""):
+            with self.lock:
+                self.ring.restore_doc(self.ledger, doc)
+        else:
+            self.ring.other(doc, job)
+
     def publish(self, now: float, lossy: bool = False, since: tuple = (0, 0, 0.0, 0.0, 0)) -> TaskSnapshot:
         """Build the snapshot readers render from the ledger (under the lock) and swap it in whole: holder,
         groups, replicas, dead actors and the scrape's view (counts, lanes, streaks), so a scrape reads it
@@ -169,13 +206,22 @@ class TaskPoller:
         if lossy:
             why += ("; Ray dropped task events (its GCS keeps a bounded number): lanes are incomplete"
                     if led.dropped_seen else "; the answer was cut at the page size: lanes are incomplete")
-        counts: dict[tuple[str, str], int] = {}
-        for t in led.running.values():
-            counts[(t.call.role, t.call.phase)] = counts.get((t.call.role, t.call.phase), 0) + 1
-        lane, _ = lanes(led, self.lanes_max)
-        view = {"counts": counts, "lanes": lane, "streaks": straggler_streaks(led)}
         cost = PollCost(self.api.cost.calls - c0, self.api.cost.bytes - w0, time.monotonic() - t0 if t0 else 0.0,
                         time.process_time() - cpu0 if cpu0 else 0.0, rows)
+        if job == AMBIGUOUS:   # nothing of another job's is shown as this run's: the holder says what to do
+            jobs = led.jobs()
+            holder = {"phase": "other", "role": "other", "age_s": 0.0,
+                      "text": f"{len(jobs)} Ray jobs run and none is known to be this run's: give --ray-job (or watch "
+                              "the run's log on this node)"}
+            return TaskSnapshot(now, True, why + f"; {len(jobs)} Ray jobs, none matched to the run", "", holder,
+                                (), (), (), led.dropped_seen, lossy, led.truncated_polls, led.drop_increases, led.polls,
+                                cost, {"counts": {}, "lanes": [], "streaks": []})
+        counts: dict[tuple[str, str], int] = {}
+        for t in led.running.values():
+            if job is None or t.job_id == job:
+                counts[(t.call.role, t.call.phase)] = counts.get((t.call.role, t.call.phase), 0) + 1
+        lane, _ = lanes(led, self.lanes_max, job)
+        view = {"counts": counts, "lanes": lane, "streaks": straggler_streaks(led, job)}
         return TaskSnapshot(now, True, why, job or "", te.holder(led, now, job), tuple(te.groups(led, now, job)),
                             tuple(te.replicas(led, now, job)),
                             tuple({"name": a.name, "class": a.class_name, "state": a.state, "rank": led.rank_of.get(a.name),
@@ -203,15 +249,17 @@ class TaskPoller:
         self._saved_at = time.monotonic()
         try:
             with self.lock:
-                data = self.ring.snapshot(self.ledger, self.snapshot.job_id or self._job() or "")
+                job = self.snapshot.job_id or self._job() or ""
+                data = self.ring.snapshot(self.ledger, "" if job == AMBIGUOUS else job)
             self.ring.save(data)
         except Exception:
             log.exception("saving the Ray task-event ring failed")
 
     def start(self) -> None:
         if self.ring is not None and self._thread is None:
-            with self.lock:
-                self.ring.load(self.ledger, self.job_id)
+            # restored at the first poll, and only into the job it was written for (issue 35 item 9: the previous
+            # job's ring -- its RankStraggler streak -- was restored into the next job)
+            self._ring_doc = self.ring.read(self.job_id)
             self._saved_at = time.monotonic()
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="omniwatch-ray-tasks", daemon=True)

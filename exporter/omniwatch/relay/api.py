@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from ..alerting.config import runbook_rewrite
 from ..redact import redact_tree
 from ..web import area_state, on_lifespan, require_token
 from . import config as cfg
@@ -123,17 +124,6 @@ def config_path(settings) -> str | None:
     return (settings.extra or {}).get("relay_config") or settings.relay_config
 
 
-def runbook_rewrite(host: str, port: int) -> tuple[str, str] | None:
-    """(the runbook base the rules were generated with by default, this exporter's own ``/runbooks``) when
-    they differ: the default links to 127.0.0.1:19095, and an exporter on another port serves the runbooks."""
-    from ..alerting.config import Config
-    default = Config.model_fields["runbook_base"].default
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
-    own = f"http://{'[' + host + ']' if ':' in host else host}:{port}/runbooks"
-    return None if own == default else (default, own)
-
-
 def init(app) -> None:
     """Open the store, load receivers, register metrics, and tie the delivery threads to the app's
     lifespan (wrapping whatever lifespan is already there, so other areas can do the same)."""
@@ -148,7 +138,7 @@ def init(app) -> None:
         log.error("relay storage in %s unusable: %s", settings.state_dir, storage_error)
         db = AlertDB(None, keep=keep)
     relay = Relay(db, cfg.load(config_path(settings), settings.grafana_url))
-    relay.config.runbooks = runbook_rewrite(settings.host, settings.port)
+    relay.config.runbooks = runbook_rewrite(settings.host, settings.port)   # the rules' links, for older stacks
     relay.storage_error = storage_error
     relay.on_storage = lambda ok: set_storage_up(app.state.store, relay, ok)
     set_storage_up(app.state.store, relay, storage_error is None)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import itertools
 import logging
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from prometheus_client.registry import Collector
@@ -88,6 +90,7 @@ class FileSource(Periodic):
         self._now = 0.0                            # wall clock of the current pass (a file's age = _now - mtime)
         self._active: dict[str, FileTail] = {}     # polled every pass (changed recently)
         self._due: dict[int, list[str]] = {}       # pass -> idle files looked at in it
+        self._queue: deque[str] = deque()          # idle files due, over a pass's budget: the next passes take them
         for spec in self.specs:
             store.set_source_up(kind, redact(spec), True)
 
@@ -196,6 +199,8 @@ class FileSource(Periodic):
             try:
                 root = self._root(spec)
                 is_dir = os.path.isdir(spec)
+                if is_dir and spec in self.tails:
+                    self._forget(spec)   # waited for as a file while it did not exist: it is the root of the runs
                 found = self._expand(spec)
                 self.book.spec_seen(spec, len(found) if is_dir or glob.has_magic(spec) else int(os.path.exists(spec)))
                 for path in found:
@@ -228,6 +233,17 @@ class FileSource(Periodic):
                 log.warning("%s source cannot list %s: %s", self.kind, redact(spec), redact(str(e)))
                 self.store.set_source_up(self.kind, redact(spec), False)
         self._last_scan = self.clock()
+
+    def _forget(self, path: str) -> None:
+        """A watch path that was waited for (it did not exist: ``make up WATCH=<root>`` before the trainer created
+        the root) and appeared as a directory: not a file to tail; its runs are followed from it (issue 35 item 11:
+        it was opened as a file, failed "not a regular file" and stayed source_up 0 for good)."""
+        tail = self.tails.pop(path)
+        tail.close()
+        self._active.pop(path, None)
+        self._labels.pop(path, None)
+        self._spec_of.pop(path, None)
+        self._problems.pop(path, None)
 
     def _say_shortened(self, path: str, labels: tuple[str, str]) -> None:
         """Once per file: how its directory or file name became its run's labels (control characters
@@ -264,14 +280,16 @@ class FileSource(Periodic):
         # stat()s and no Python work in between (docs/benchmarks.md); a run that resumes is seen at most
         # IDLE_EVERY (LONG_IDLE_EVERY) polls late.
         self._now = self.clock()   # a file's age: its mtime against the source's clock (time.time when serving)
-        due = [(p, self.tails[p]) for p in self._due.pop(self._pass, ()) if p in self.tails]
-        batch = list(self._active.items())
-        if len(batch) >= MAX_LOOKS_PER_PASS:   # more active files than a pass looks at: in turn (_schedule rotates)
-            batch = batch[:MAX_LOOKS_PER_PASS]
-        batch += due[:MAX_LOOKS_PER_PASS - len(batch)]
-        late = due[len(batch) - min(len(self._active), MAX_LOOKS_PER_PASS):]
-        if late:   # idle files over the pass's budget: looked at in the next pass
-            self._due.setdefault(self._pass + 1, [])[:0] = [p for p, _ in late]
+        todo = self._due.pop(self._pass, None)
+        if todo:   # idle files due now wait in one queue, looked at in order within the pass's budget
+            self._queue.extend(todo)
+        # active files first (in turn when more than the budget: _schedule moves a looked-at one to the end)
+        batch = list(itertools.islice(self._active.items(), MAX_LOOKS_PER_PASS))
+        q, tails = self._queue, self.tails
+        while q and len(batch) < MAX_LOOKS_PER_PASS:
+            p = q.popleft()
+            if p in tails:
+                batch.append((p, tails[p]))
         for i, (path, tail) in enumerate(batch):
             if not i & 255 and self._stop.is_set():
                 for p, t in batch[i:]:  # shutting down: the checkpoint holds the offsets of what was read
@@ -280,7 +298,8 @@ class FileSource(Periodic):
             try:
                 applied += self._poll_one(path, tail)
             finally:
-                self._schedule(path, tail)
+                if path in self.tails:
+                    self._schedule(path, tail)
         return applied
 
     def _schedule(self, path: str, tail: FileTail, at: int | None = None) -> None:
@@ -312,6 +331,10 @@ class FileSource(Periodic):
         try:
             res = tail.poll()
         except NotRegularFile as e:
+            if path in self.specs and os.path.isdir(path):
+                self._forget(path)   # the watched root appeared: the next scan follows its runs
+                self._last_scan = 0.0
+                return 0
             self._report(path, "not_regular_file", str(e.strerror or e))
             self.store.set_source_up(self.kind, redact(path), False)
             return 0
