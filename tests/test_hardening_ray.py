@@ -282,13 +282,18 @@ def test_with_two_jobs_on_one_cluster_the_holder_describes_the_runs_job(fake):
     p = TaskPoller(fake.url, interval=0.5)
     p.run_job = lambda: JOB_ID   # JobWatch matched the run to the demo's job (its log writer, say)
     try:
-        for _ in range(20):
+        busy = 0
+        for _ in range(60):
             snap = p.poll()
             assert snap.job_id == JOB_ID
-            assert all(t["slowest"]["pid"] for t in snap.groups)
             assert not [d for d in snap.dead if d["name"].startswith("other")]
-        mine = {t.key for t in p.ledger.running.values() if t.job_id == JOB_ID}
-        assert mine and sum(g["running"] for g in snap.groups) == len(mine)
+            mine = [t for t in p.ledger.running.values() if t.job_id == JOB_ID]
+            assert sum(g["running"] for g in snap.groups) == len(mine)   # the other job's calls are not counted
+            busy += bool(mine)
+            if busy >= 3:
+                break
+            time.sleep(0.2)
+        assert busy >= 3 and any(t.job_id == OTHER_JOB for t in p.ledger.running.values())
         p.run_job = lambda: None   # no match: several jobs, none known to be the run's
         snap = p.poll()
         assert "2 Ray jobs run and none is known to be this run's" in snap.holder["text"] and not snap.groups

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
@@ -241,3 +242,55 @@ def test_step_digests_remember_the_last_1031_steps_of_any_stride_in_bounded_memo
     short = StepDigests()  # a run of a few steps holds a few entries, not the 18 KiB table
     short.put(3, "jsonl:a", 1)
     assert short.steps is None and short.rows() == [(3, 0, 1)]
+
+
+# --- issue 35 item 8: a copied log is judged by its steps' own times, not its file's ----------------------------
+def _stale(store, experiment: str) -> float | None:
+    return value(store, names.RUN_STALE, project="p", experiment=experiment)
+
+
+def test_a_copied_log_of_a_killed_run_is_history_not_a_page(tmp_path):
+    """Before: a run killed days ago, copied into the watched root without its mtime (cp -r, rsync without -t, a
+    restore), paged TrainingStalled critical: history was judged by the file's mtime (now). Now a log read whole at
+    first sight that was written faster than its steps ran (its steps' own timers against the file's birth, or the
+    scan that first found it) is history, whether the exporter watched the copy happen or started after it.
+    Controls: a log written live, step by step, is news; the copied run stepping again is live."""
+    import shutil
+    import time
+    import orjson
+    from omniwatch.sources.files import FileSource
+    killed = Path(__file__).parent / "fixtures" / "verl" / "flowgrpo_stalled.jsonl"   # 18 steps, ~5.6 min each
+    root = tmp_path / "root"
+    (root / "p").mkdir(parents=True)
+    store = RunStore(clock=time.time)
+    src = FileSource(store, [str(root)], "jsonl")
+    src.poll_once()
+    shutil.copyfile(killed, root / "p" / "watched_copy.jsonl")   # the copy happens while the exporter watches
+    live = root / "p" / "live.jsonl"
+    with open(live, "wb", buffering=0) as f:   # control: a trainer writing 1-second steps as they end
+        for n in range(1, 7):
+            time.sleep(1.0)
+            f.write(orjson.dumps({"step": n, "data": {"timing_s/step": 1.0, "timing_s/gen": 0.5}}) + b"\n")
+            src._last_scan = 0.0
+            src.poll_once()
+    for _ in range(3):
+        src._last_scan = 0.0
+        src.poll_once()
+    assert _stale(store, "watched_copy") == 1 and _stale(store, "live") == 0
+    # a copy made before the exporter started: judged by the file's birth time (statx), where the file system has one
+    from omniwatch.sources.tail import birth_time
+    root2 = tmp_path / "root2"
+    (root2 / "p").mkdir(parents=True)
+    shutil.copyfile(killed, root2 / "p" / "earlier_copy.jsonl")
+    store2 = RunStore(clock=time.time)
+    FileSource(store2, [str(root2)], "jsonl").poll_once()
+    if birth_time(str(root2 / "p" / "earlier_copy.jsonl")) is not None:
+        assert _stale(store2, "earlier_copy") == 1
+    # control: the copied run steps again, live: news (TrainingStalled may escalate from here)
+    with open(root / "p" / "watched_copy.jsonl", "ab") as f:
+        f.write(orjson.dumps({"step": 19, "data": {"timing_s/step": 300.0}}) + b"\n")
+    for _ in range(70):
+        src.poll_once()
+        if store.runs[("p", "watched_copy")].last.step == 19:
+            break
+    assert _stale(store, "watched_copy") == 0

@@ -129,7 +129,7 @@ def test_old_idle_files_start_in_the_deepest_tier_and_a_resumed_one_is_seen(tmp_
 def test_a_pass_looks_at_no_more_files_than_its_budget(tmp_path, monkeypatch):
     """Before: files written a moment before the exporter started were all looked at in every pass for 30 s (and
     every 4th pass for 2 minutes). Now a pass looks at no more than MAX_LOOKS_PER_PASS (here 100), the active ones
-    in turn. Control: every file is still read, and an idle one due is looked at once the active ones age out."""
+    in turn (a first read weighs FIRST_READ_WEIGHT looks). Control: every file is still read."""
     monkeypatch.setattr(F, "MAX_LOOKS_PER_PASS", 100, raising=False)
     root = tmp_path / "root" / "p"
     root.mkdir(parents=True)
@@ -139,7 +139,7 @@ def test_a_pass_looks_at_no_more_files_than_its_budget(tmp_path, monkeypatch):
     src = FileSource(store, [str(tmp_path / "root")], "jsonl")
     looks = _count_looks(monkeypatch)
     per_pass = []
-    for _ in range(30):
+    for _ in range(1000 * getattr(F, "FIRST_READ_WEIGHT", 1) // 100 + 10):   # a first read weighs FIRST_READ_WEIGHT
         before = looks[0]
         src.poll_once()
         per_pass.append(looks[0] - before)

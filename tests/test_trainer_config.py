@@ -186,7 +186,7 @@ def test_up_finds_a_hydra_config_and_a_console_log_with_the_config_print_under_a
     assert {c.source for c in configs.values()} == {"yaml", "pprint"} and len(configs) == 2
     r = subprocess.run(["make", "-n", "up", f"TRAINER_CONFIG={tmp_path} /other/dir", "WATCH=/w"], cwd=REPO,
                        capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": "/usr/bin:/bin"})
-    assert f"--trainer-config {tmp_path} --trainer-config /other/dir" in r.stdout, r.stdout + r.stderr
+    assert f"--trainer-config '{tmp_path}' --trainer-config '/other/dir'" in r.stdout, r.stdout + r.stderr
 
 
 # --- what the run model does with it --------------------------------------------------------------------------

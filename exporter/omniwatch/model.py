@@ -246,6 +246,9 @@ class Run:
     # When omniwatch first saw this run, if that was from a file's backlog (its lines older than omniwatch): the
     # age of its last line at that moment decides whether it is history (RunStore.history). None: first seen live.
     first_sight: float | None = None
+    # Its log was written faster than its own steps ran (a copy or a restore: cp -r, rsync without -t): the file's
+    # time says nothing of when the steps were, so the run is history until live evidence (issue 35 item 8).
+    copied: bool = False
 
     @property
     def keys(self) -> dict[str, float]:
@@ -523,7 +526,7 @@ class RunStore:
             if run is not None and (is_open or run.planned.log_open is not None):
                 run.planned.log_open = is_open
                 if is_open:  # a live process holds its log: a hung run, not history
-                    run.stale, run.first_sight = False, None
+                    run.stale, run.first_sight, run.copied = False, None, False
 
     def writer_pids(self) -> dict[tuple[str, str], frozenset]:
         """Runs whose log a local process writes now -> those pids (discovery/jobs.py matches them to Ray jobs)."""
@@ -554,7 +557,7 @@ class RunStore:
                 return False
             run.planned.ray = state
             if state.status in ("RUNNING", "PENDING"):
-                run.stale, run.first_sight = False, None
+                run.stale, run.first_sight, run.copied = False, None, False
             return True
 
     def not_history(self, project: str, experiment: str) -> None:
@@ -562,7 +565,19 @@ class RunStore:
         with self.lock:
             run = self.runs.get((fit_label(project), fit_label(experiment)))
             if run is not None:
-                run.stale, run.first_sight = False, None
+                run.stale, run.first_sight, run.copied = False, None, False
+
+    def copied_log(self, project: str, experiment: str) -> bool:
+        """The run's log, first read whole, was written faster than its own steps ran (sources/files.py: its steps'
+        timers against the file's birth): a copy or a restore, whose modification time is not its last step's. It is
+        history (info once, never escalated) until a live line, a live writer or its running Ray job."""
+        with self.lock:
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is None or run.planned.log_open is True or \
+                    (run.planned.ray is not None and run.planned.ray.status in ("RUNNING", "PENDING")):
+                return False
+            run.copied = True
+            return True
 
     def history_threshold(self, run: Run) -> float | None:
         """Seconds a run's last line may be old at first sight before it is history: ``stall.history_steps`` of its
@@ -599,7 +614,9 @@ class RunStore:
         backlog, was older than a few of its typical steps plus its planned allowance (or than --stale-horizon),
         and no live evidence says otherwise. Decided from ``first_sight`` (kept in ``run.stale``); a live step, a
         live writer of its log or its running Ray job clear it."""
-        if run.first_sight is not None and run.last_arrival is not None:
+        if run.copied and self.stale_horizon > 0:
+            run.stale = True   # judged by its steps' own times (copied_log), not by its file's time
+        elif run.first_sight is not None and run.last_arrival is not None:
             if self.stale_horizon <= 0 or run.planned.log_open is True:
                 run.stale = False
             else:
@@ -719,7 +736,7 @@ class RunStore:
                 # its last line at this moment, once its typical step is known (history())
                 run.first_sight = self.clock()
             elif not backlog:
-                run.stale, run.first_sight = False, None
+                run.stale, run.first_sight, run.copied = False, None, False
                 if run.planned.ray is not None and run.planned.ray.status in ("SUCCEEDED", "FAILED", "STOPPED"):
                     run.planned.ray = None   # a step after its job ended: a new job (a resume), matched anew
             step = parsed.step

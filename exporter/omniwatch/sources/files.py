@@ -29,7 +29,7 @@ from .. import trainer_config
 from ..runlabel import shortened
 from .book import SourceBook
 from .layout import raw_run_labels, run_labels
-from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, escapes
+from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, birth_time, escapes
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,13 @@ LONG_IDLE_EVERY = 16         # ... then looked at every 16th poll (a run resumed
 # first, in turn; then the idle ones due, the rest moved to the next pass): 100,000 files written a moment before
 # the exporter started are looked at in turn, not all at every pass.
 MAX_LOOKS_PER_PASS = 2048
+FIRST_READ_WEIGHT = 8   # a file's first read (open, read its backlog, parse, apply) counts as this many looks
 IDLE_AGE_S = 30.0
 LONG_IDLE_AGE_S = 150.0
 DORMANT_AGE_S = 1800.0
 DORMANT_EVERY = 64
-RACY_SECONDS = 3.0     # a directory modified this recently is listed again whatever its mtime says
+RACY_SECONDS = 3.0
+COPY_SLACK_S = 2.0     # a log written faster than half its steps' own time less this is a copy (see _judge_copy)
 
 
 class FileSource(Periodic):
@@ -91,6 +93,10 @@ class FileSource(Periodic):
         self._active: dict[str, FileTail] = {}     # polled every pass (changed recently)
         self._due: dict[int, list[str]] = {}       # pass -> idle files looked at in it
         self._queue: deque[str] = deque()          # idle files due, over a pass's budget: the next passes take them
+        self._scanned: set[str] = set()            # specs scanned once: a file a later scan finds was born since
+        self._last_scan_wall = 0.0
+        self._born_after: dict[str, float] = {}    # path -> a wall time it did not exist yet (found by a rescan)
+        self._span = 0.0                           # seconds of step timers in the backlog being read
         for spec in self.specs:
             store.set_source_up(kind, redact(spec), True)
 
@@ -223,16 +229,20 @@ class FileSource(Periodic):
                         tail.resume_from(self._resume.pop(path))
                         self.book.file(path).resumed = True
                     tail.slot = len(self.tails)
+                    if spec in self._scanned and self._last_scan:   # not there at the previous scan: born since
+                        self._born_after[path] = self._last_scan_wall
                     self.tails[path] = tail
                     self._active[path] = tail
                     self._spec_of[path] = spec
                     self._labels[path] = labels
                     self._say_shortened(path, labels)
                 self.store.set_source_up(self.kind, redact(spec), True)
+                self._scanned.add(spec)
             except OSError as e:
                 log.warning("%s source cannot list %s: %s", self.kind, redact(spec), redact(str(e)))
                 self.store.set_source_up(self.kind, redact(spec), False)
         self._last_scan = self.clock()
+        self._last_scan_wall = time.time()
 
     def _forget(self, path: str) -> None:
         """A watch path that was waited for (it did not exist: ``make up WATCH=<root>`` before the trainer created
@@ -290,11 +300,16 @@ class FileSource(Periodic):
             p = q.popleft()
             if p in tails:
                 batch.append((p, tails[p]))
+        spent = 0
         for i, (path, tail) in enumerate(batch):
             if not i & 255 and self._stop.is_set():
                 for p, t in batch[i:]:  # shutting down: the checkpoint holds the offsets of what was read
                     self._schedule(p, t, self._pass + 1)
                 break
+            if spent >= MAX_LOOKS_PER_PASS:   # first reads weigh more: the rest waits for the next pass, in order
+                self._queue.extendleft(reversed([p for p, _ in batch[i:] if p not in self._active]))
+                break
+            spent += 1 if tail.opened else FIRST_READ_WEIGHT
             try:
                 applied += self._poll_one(path, tail)
             finally:
@@ -367,11 +382,33 @@ class FileSource(Periodic):
             return 0
         applied = 0
         backlog_arrival = tail.mtime or self.clock()
+        self._span = 0.0
         for i, line in enumerate(res.lines):
             backlog = i < res.backlog
             applied += self._apply(project, experiment, path, line, backlog_arrival if backlog else self.clock(),
                                    backlog)
+        if "opened" in res.events and res.backlog and self._span > 0:
+            self._judge_copy(path, project, experiment, tail.mtime)
         return applied
+
+    def _judge_copy(self, path: str, project: str, experiment: str, mtime: float | None) -> None:
+        """A file read whole at first sight: were its steps written live? Its steps' own timers (``timing_s/step``)
+        say how long they ran; a file born (statx) or first found after the previous scan less than half that
+        before its last write was written faster than its steps ran: a copy or a restore (``cp -r``, rsync
+        without ``-t``), whose mtime is not its last step's time. (A file born after its own mtime kept the
+        original's: its age says how old its steps are, and RunStore.history judges that.) The run is then history (info once, never
+        escalated) until live evidence (issue 35 item 8: such a run paged TrainingStalled critical for days)."""
+        born = [b for b in (birth_time(path), self._born_after.pop(path, None)) if b]
+        if not born or mtime is None:
+            return
+        written = mtime - max(born)
+        if written < -COPY_SLACK_S:
+            return   # born after its last write: a copy that kept the original's mtime (cp -p, rsync -t), which the
+            #          age at first sight judges (RunStore.history)
+        if written < 0.5 * self._span - COPY_SLACK_S and self.store.copied_log(project, experiment):
+            log.info("%s source: %s holds %d s of steps by their own timers but was written within %.0f s (a copy or "
+                     "a restore): run %s/%s is read as history, not paged, until it steps again", self.kind,
+                     redact(ascii(path)), self._span, max(0.0, written), redact(project), redact(experiment))
 
     def open_files(self) -> int:
         return len(self.pool)
@@ -399,6 +436,10 @@ class FileSource(Periodic):
             return 0
         book = self.book.file(path)
         self.book.read(path, book)
+        if backlog:
+            v = parsed.values.get("timing_s/step")
+            if isinstance(v, (int, float)) and 0 < v < 86_400 * 7:
+                self._span += v
         rec = self.store.ingest(project, experiment, parsed, self.kind, arrival=arrival,
                                 feed=f"{self.kind}:{path}", backlog=backlog)
         if rec is None:
