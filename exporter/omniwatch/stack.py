@@ -425,7 +425,7 @@ class Stack:
 
     def down(self) -> list[str]:
         stopped = []
-        for name in ("grafana", "prometheus", "alertmanager", "exporter", "endpoints", "receiver"):
+        for name in ("grafana", "prometheus", "alertmanager", "exporter", "endpoints", "raystate", "receiver"):
             if self.stop(name):
                 stopped.append(name)
         return stopped
@@ -435,7 +435,7 @@ class Stack:
         cfg = self._saved_config()
         urls = {"exporter": f"http://{cfg.host}:{cfg.exporter_port}", "prometheus": cfg.prometheus_url,
                 "alertmanager": cfg.alertmanager_url, "grafana": cfg.grafana_url}
-        for name in ("exporter", "prometheus", "alertmanager", "grafana", "endpoints", "receiver"):
+        for name in ("exporter", "prometheus", "alertmanager", "grafana", "endpoints", "raystate", "receiver"):
             info = self._read_pid(name)
             if info is None:
                 continue
@@ -444,7 +444,7 @@ class Stack:
         return out
 
     def running(self) -> bool:
-        return any(self._alive(self._read_pid(name)) for name in self.COMPONENTS + ("endpoints", "receiver"))
+        return any(self._alive(self._read_pid(name)) for name in self.COMPONENTS + ("endpoints", "raystate", "receiver"))
 
     def dashboards_hint(self) -> str:
         """Where the dashboards are when this stack started no Grafana: the one line that gets one."""
