@@ -213,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="omniwatch.demo.raytasks", description=main.__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--workers", type=int, default=0, help="N ranks, 8 per node (the benchmarks' fleet); 0: the demo's")
     args = p.parse_args(argv)
-    server, port = serve(args.host, args.port)
+    server, port = serve(args.host, args.port, StateStandIn(workers=args.workers))
     print(f"Ray state API stand-in on http://{args.host}:{port}", flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
