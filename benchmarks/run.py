@@ -194,6 +194,9 @@ def main(argv=None) -> int:
     p.add_argument("--overhead-pairs", type=int, default=16, help="raytasks_overhead: off/on block pairs per interval")
     p.add_argument("--overhead-steps", type=int, default=6, help="raytasks_overhead: steps per block")
     p.add_argument("--soak-seconds", type=float, default=600, help="soak: seconds (the issue's soak is 600)")
+    p.add_argument("--soak-fill", type=float, default=None,
+                   help="soak: seconds before RSS growth is measured (default 180: the step windows; the 512-worker "
+                        "task ledger fills its bounds in ~13 min)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--docs", action="store_true", help="run nothing: re-render the docs' generated figures from --out")
     p.add_argument("--check", action="store_true", help="with --docs: fail on drift instead of writing")
@@ -221,7 +224,7 @@ def main(argv=None) -> int:
         "queries": lambda: load_prometheus.queries(),
         "raytasks": lambda: {"workers": raytasks_poll.run(20)},
         "raytasks_overhead": lambda: raytasks_overhead.run(args.overhead_pairs, args.overhead_steps),
-        "soak": lambda: soak.run(args.soak_seconds),
+        "soak": lambda: soak.run(args.soak_seconds, args.soak_fill),
     }
     con = Console()
     run_argv = list(sys.argv[1:] if argv is None else argv)

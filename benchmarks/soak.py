@@ -18,7 +18,8 @@ RSS every 5 s, its growth after ``fill`` (last - first) and its least-squares sl
 pass/fail test; the issue's targets (CPU <= 10 % of a core, RSS flat once the windows fill, no failed scrape) are
 printed beside the figures.
 
-    .venv/bin/python benchmarks/soak.py [--duration 600] [--json]
+    .venv/bin/python benchmarks/soak.py [--duration 600] [--fill 180] [--runs 64] [--workers 512]
+    .venv/bin/python benchmarks/soak.py --ledger-fill      # the Ray source alone until its ledger is full
     .venv/bin/python benchmarks/run.py --only soak [--soak-seconds 600]
 """
 from __future__ import annotations
@@ -57,20 +58,20 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK   # utime, stime
 
 
-def _writers(root: Path, stop_ev: threading.Event, written: list[int]) -> threading.Thread:
+def _writers(root: Path, stop_ev: threading.Event, written: list[int], runs: int = RUNS) -> threading.Thread:
     rng = random.Random(35)
     specs = [RunSpec(seed=r, pace=STEP_S, extra_keys=rng.randint(28, 68), validation_every=50, checkpoint_every=100)
-             for r in range(RUNS)]
+             for r in range(runs)]
     (root / "soak").mkdir(parents=True, exist_ok=True)
-    files = [open(root / "soak" / f"run{r:02d}.jsonl", "ab", buffering=0) for r in range(RUNS)]
+    files = [open(root / "soak" / f"run{r:02d}.jsonl", "ab", buffering=0) for r in range(runs)]
 
     def loop():
         t0 = time.monotonic()
         i = 0
         try:
-            while not stop_ev.is_set():
-                r, s = i % RUNS, i // RUNS + 1
-                due = t0 + i * STEP_S / RUNS
+            while runs and not stop_ev.is_set():
+                r, s = i % runs, i // runs + 1
+                due = t0 + i * STEP_S / runs
                 delay = due - time.monotonic()
                 if delay > 0 and stop_ev.wait(delay):
                     break
@@ -85,25 +86,30 @@ def _writers(root: Path, stop_ev: threading.Event, written: list[int]) -> thread
     return th
 
 
-def run(duration: float = 600.0, fill: float | None = None) -> dict:
+def run(duration: float = 600.0, fill: float | None = None, runs: int = RUNS, workers: int = WORKERS) -> dict:
+    """``runs`` and ``workers`` (0: none) split the load, to tell which part costs what."""
     fill = min(180.0, duration / 2) if fill is None else fill
     tmp = Path(tempfile.mkdtemp(prefix="omniwatch-soak-"))
     root = tmp / "logs"
     root.mkdir()
     ray_port = free_port()
     ray = subprocess.Popen([sys.executable, "-m", "omniwatch.demo.raytasks", "--port", str(ray_port),
-                            "--workers", str(WORKERS)], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                            "--workers", str(workers)], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL) \
+        if workers else None
     stop_ev = threading.Event()
     written = [0]
     samples: list[tuple[float, float, int]] = []     # (seconds since start, exporter CPU s, RSS bytes)
     scrapes: list[tuple[float, bool, float, int]] = []  # (t, ok, seconds, bytes)
     last_text = [""]
     try:
-        wait_for(lambda: httpx.get(f"http://127.0.0.1:{ray_port}/api/version", timeout=1).status_code == 200,
-                 30, 0.1, what="the Ray state API stand-in")
-        writers = _writers(root, stop_ev, written)
-        args = ["--watch", str(root), "--state-dir", str(tmp / "state"), "--ray-tasks", f"http://127.0.0.1:{ray_port}",
-                "--ray-job", JOB_ID, "--discovery-project", "soak", "--discovery-experiment", "run00"]
+        if ray:
+            wait_for(lambda: httpx.get(f"http://127.0.0.1:{ray_port}/api/version", timeout=1).status_code == 200,
+                     30, 0.1, what="the Ray state API stand-in")
+        writers = _writers(root, stop_ev, written, runs)
+        args = ["--watch", str(root), "--state-dir", str(tmp / "state")]
+        if ray:
+            args += ["--ray-tasks", f"http://127.0.0.1:{ray_port}", "--ray-job", JOB_ID, "--discovery-project", "soak",
+                     "--discovery-experiment", "run00"]
         with serve_process(args, log=tmp / "exporter.log") as (proc, url):
             t0 = time.monotonic()
             client = httpx.Client(timeout=SCRAPE_TIMEOUT_S)
@@ -137,7 +143,8 @@ def run(duration: float = 600.0, fill: float | None = None) -> dict:
         writers.join(5)
     finally:
         stop_ev.set()
-        stop(ray, 5)
+        if ray:
+            stop(ray, 5)
     log_tail = (tmp / "exporter.log").read_text(errors="replace")[-2000:]
 
     def metric(name: str) -> float | None:
@@ -162,7 +169,7 @@ def run(duration: float = 600.0, fill: float | None = None) -> dict:
     lat = [s[2] for s in scrapes if s[1]]
     failed = [round(s[0], 1) for s in scrapes if not s[1]]
     return {
-        "status": "ok", "runs": RUNS, "step_s": STEP_S, "workers": WORKERS, "scrape_interval_s": SCRAPE_S,
+        "status": "ok", "runs": runs, "step_s": STEP_S, "workers": workers, "scrape_interval_s": SCRAPE_S,
         "duration_s": round(samples[-1][0], 1), "fill_s": fill, "steps_written": written[0],
         "cpu_share_total": round((samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0]), 4),
         "cpu_share_after_fill": round((a1[1] - a0[1]) / (a1[0] - a0[0]), 4),
@@ -183,13 +190,48 @@ def run(duration: float = 600.0, fill: float | None = None) -> dict:
     }
 
 
+def ledger_fill(polls: int = 360, every_s: float = 3.3, workers: int = WORKERS) -> list[dict]:
+    """Where the Ray source's memory stops: one TaskPoller in this process against the stand-in on a simulated clock
+    (a poll every ``every_s`` s of Ray time, as fast as it runs), RSS and the ledger's bounded structures every 40
+    polls: the done calls (20,000), the change log (80,000) and the dispatches' calls fill, then RSS is flat."""
+    import gc
+
+    from omniwatch.demo import raytasks as dr
+    from omniwatch.discovery.taskwatch import TaskPoller
+    clock = [1_800_000_000.0]
+
+    class Simulated(dr.StateStandIn):
+        def answer(self, path, now=None):
+            return super().answer(path, now=clock[0])
+    srv, port = dr.serve(standin=Simulated(workers=workers))
+    p = TaskPoller(f"http://127.0.0.1:{port}", interval=5.0, timeout=30, job_id=dr.JOB_ID)
+    led, out = p.ledger, []
+    try:
+        for i in range(polls + 1):
+            clock[0] += every_s
+            p.poll(now=clock[0])
+            if i % 40 == 0:
+                gc.collect()
+                out.append({"ray_minutes": round(i * every_s / 60, 1), "rss_mib": round(rss_bytes() / 2**20, 1),
+                            "done_calls": len(led.done), "changes": len(led.changes), "dispatch_calls": led.dispatch_calls})
+    finally:
+        p.api.close()
+        srv.shutdown()
+        srv.server_close()
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=float, default=600.0, help="seconds (the issue's soak: 600)")
     p.add_argument("--fill", type=float, default=None, help="seconds before RSS growth is measured (default 180)")
+    p.add_argument("--runs", type=int, default=RUNS, help="runs stepping (0: none)")
+    p.add_argument("--workers", type=int, default=WORKERS, help="Ray workers (0: no Ray source)")
+    p.add_argument("--ledger-fill", action="store_true", help="only the Ray source, in-process, on a simulated clock: "
+                   "RSS until the task ledger's bounds fill (ledger_fill)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    r = run(a.duration, a.fill)
+    r = ledger_fill(workers=a.workers) if a.ledger_fill else run(a.duration, a.fill, a.runs, a.workers)
     print(json.dumps(r, indent=2))
     return 0
 
