@@ -4,7 +4,8 @@
 * ``--receivers FILE``: a relay receivers file (docs/relay.md), passed to the exporter as is;
 * ``OMNIWATCH_SLACK_URL`` / ``OMNIWATCH_FEISHU_URL`` / ``OMNIWATCH_NOTIFY_WEBHOOK_URL`` in the environment
   (``make up SLACK_URL=...`` sets the first): ``up`` writes ``<run dir>/config/receivers.yml`` naming the
-  variables (never their values: the URLs are secrets and reach the exporter by its environment).
+  variables (never their values: the URLs are secrets and reach the exporter by its environment, as
+  ``<VAR>_FILE`` naming the 0600 copy ``up`` keeps so that a later ``up`` keeps them: upkeep.py).
 
 ``up`` and ``status`` then print each receiver the running exporter loaded, or how to add one."""
 from __future__ import annotations
