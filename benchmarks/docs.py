@@ -262,14 +262,14 @@ def soak(r: dict) -> list[str]:
     cpu_ok = r["cpu_share_after_fill"] <= r["target_cpu_share"]
     return table([f"{r['runs']} runs stepping every {r['step_s']:g} s + Ray state API of {r['workers']} workers, "
                   f"{num(r['duration_s'], 0, ' s')}", "measured", "target (issue 35)"], [
-        [f"exporter CPU after {num(r['fill_s'], 0, ' s')} (windows and task ledger full)",
+        [f"exporter CPU after {num(r['fill_s'], 0, ' s')}",
          f"**{num(100 * r['cpu_share_after_fill'], 1)} %** of a core ({num(100 * r['cpu_share_total'], 1)} % overall)",
          f"<= {num(100 * r['target_cpu_share'], 0)} % ({met(cpu_ok)})"],
         ["CPU by minute", " / ".join(num(x, 1) for x in r["cpu_percent_per_minute"]) + " %", ""],
         [f"RSS after {num(r['fill_s'], 0, ' s')}", f"{num(r['rss_mib_at_fill'], 1, ' MiB')} -> {num(r['rss_mib_end'], 1, ' MiB')} "
          f"(**{num(r['rss_growth_after_fill_mib'], 1, ' MiB')}**, slope {num(r['rss_slope_after_fill_mib_per_min'], 2, ' MiB/min')}; "
          f"max {num(r['rss_mib_max'], 1, ' MiB')})", "flat"],
-        ["RSS by minute", " / ".join(num(x, 0) for x in r["rss_mib_per_minute"]) + " MiB", ""],
+        ["RSS at the minute marks sampled", " / ".join(num(x, 0) for x in r["rss_mib_per_minute"]) + " MiB", ""],
         [f"scrapes (every {num(r['scrape_interval_s'], 0, ' s')}, 10 s timeout)",
          f"**{r['scrapes_failed']} failed** of {r['scrapes']}; p50 {ms_or_s(r['scrape_p50_ms'])}, p99 "
          f"{ms_or_s(r['scrape_p99_ms'])}, max {ms_or_s(r['scrape_max_ms'])}; {num(r['metrics_kib'], 0, ' KiB')}",

@@ -177,7 +177,8 @@ def run(duration: float = 600.0, fill: float | None = None, runs: int = RUNS, wo
         "rss_mib_start": round(samples[0][2] / 2**20, 1), "rss_mib_at_fill": round(a0[2] / 2**20, 1),
         "rss_mib_end": round(a1[2] / 2**20, 1), "rss_mib_max": round(max(s[2] for s in samples) / 2**20, 1),
         "rss_growth_after_fill_mib": round((a1[2] - a0[2]) / 2**20, 1), "rss_slope_after_fill_mib_per_min": round(slope, 2),
-        "rss_mib_per_minute": [round(s[2] / 2**20, 1) for s in samples if abs(s[0] % 60) < SAMPLE_S / 2 or s is samples[-1]],
+        "rss_mib_per_minute": [round(min(samples, key=lambda s: abs(s[0] - 60 * m))[2] / 2**20, 1)
+                               for m in range(int(samples[-1][0] // 60) + 1)],
         "scrapes": len(scrapes), "scrapes_failed": len(failed), "failed_at_s": failed[:20],
         "scrape_p50_ms": round(1000 * median(lat), 1) if lat else None,
         "scrape_p99_ms": round(1000 * pct(lat, 99), 1) if lat else None,
