@@ -42,7 +42,8 @@ deps:
 		echo "missing prometheus/alertmanager: sudo apt-get install -y prometheus prometheus-alertmanager"; exit 1; \
 	fi
 
-# `make up` beside a run: WATCH=<VERL_FILE_LOGGER_ROOT or file> (repeatable via spaces);
+# `make up` beside a run: WATCH=<VERL_FILE_LOGGER_ROOT, a file or a glob> (repeatable via spaces; each passed quoted,
+# so a glob reaches omniwatch whole and matches files created later);
 # TRAINER_CONFIG=<the runs' resolved configs: a Hydra outputs dir, a .hydra/config.yaml, a console log with
 # VeRL-Omni's config print, or a directory holding any of them> (repeatable via spaces): finishes are told from hangs;
 # SLACK_URL=<incoming webhook> or RECEIVERS=<relay receivers file> to get the alerts there.
@@ -57,8 +58,8 @@ up: install deps
 			$(if $(WATCH),WATCH='$(firstword $(WATCH))') $(if $(SLACK_URL),OMNIWATCH_SLACK_URL='$(SLACK_URL)') \
 			$(if $(RECEIVERS),RECEIVERS='$(abspath $(RECEIVERS))') docker compose up -d --build; \
 	else \
-		$(if $(SLACK_URL),OMNIWATCH_SLACK_URL='$(SLACK_URL)') $(OW) up $(foreach w,$(WATCH),--watch $(w)) \
-			$(foreach c,$(TRAINER_CONFIG),--trainer-config $(c)) $(if $(RECEIVERS),--receivers $(RECEIVERS)); \
+		$(if $(SLACK_URL),OMNIWATCH_SLACK_URL='$(SLACK_URL)') $(OW) up $(foreach w,$(WATCH),--watch '$(w)') \
+			$(foreach c,$(TRAINER_CONFIG),--trainer-config '$(c)') $(if $(RECEIVERS),--receivers '$(RECEIVERS)'); \
 	fi
 
 down: install

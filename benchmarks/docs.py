@@ -258,6 +258,26 @@ def raytasks(r: dict) -> list[str]:
                   for x in r["workers"]])
 
 
+def soak(r: dict) -> list[str]:
+    cpu_ok = r["cpu_share_after_fill"] <= r["target_cpu_share"]
+    return table([f"{r['runs']} runs stepping every {r['step_s']:g} s + Ray state API of {r['workers']} workers, "
+                  f"{num(r['duration_s'], 0, ' s')}", "measured", "target (issue 35)"], [
+        [f"exporter CPU after {num(r['fill_s'], 0, ' s')}",
+         f"**{num(100 * r['cpu_share_after_fill'], 1)} %** of a core ({num(100 * r['cpu_share_total'], 1)} % overall)",
+         f"<= {num(100 * r['target_cpu_share'], 0)} % ({met(cpu_ok)})"],
+        ["CPU by minute", " / ".join(num(x, 1) for x in r["cpu_percent_per_minute"]) + " %", ""],
+        [f"RSS after {num(r['fill_s'], 0, ' s')}", f"{num(r['rss_mib_at_fill'], 1, ' MiB')} -> {num(r['rss_mib_end'], 1, ' MiB')} "
+         f"(**{num(r['rss_growth_after_fill_mib'], 1, ' MiB')}**, slope {num(r['rss_slope_after_fill_mib_per_min'], 2, ' MiB/min')}; "
+         f"max {num(r['rss_mib_max'], 1, ' MiB')})", "flat"],
+        ["RSS at the minute marks sampled", " / ".join(num(x, 0) for x in r["rss_mib_per_minute"]) + " MiB", ""],
+        [f"scrapes (every {num(r['scrape_interval_s'], 0, ' s')}, 10 s timeout)",
+         f"**{r['scrapes_failed']} failed** of {r['scrapes']}; p50 {ms_or_s(r['scrape_p50_ms'])}, p99 "
+         f"{ms_or_s(r['scrape_p99_ms'])}, max {ms_or_s(r['scrape_max_ms'])}; {num(r['metrics_kib'], 0, ' KiB')}",
+         f"none failed ({met(r['scrapes_failed'] == 0)})"],
+        ["steps written / runs exported / Ray polls / state-API calls",
+         f"{r['steps_written']:,} / {num(r['runs_exported'], 0)} / {num(r['ray_polls'], 0)} / {num(r['state_api_calls'], 0)}", ""]])
+
+
 def raytasks_overhead(r: dict) -> list[str]:
     rows = [[f"{x['interval_s']:g} s", str(x["polls"]), num(1000 * x["step_s_off_median"], 0, " ms"),
              num(1000 * x["step_s_on_median"], 0, " ms"), f"**{num(x['ratio_median_of_pairs'], 3)}**",
@@ -454,6 +474,10 @@ def _summary_row(name: str, r: dict) -> list[str] | None:
                 f"({num(100 * a['cpu_share_idle'], 1)} % the first 2.5 min)",
                 f"before issue 25: {num(100 * b.get('cpu_share_idle', float('nan')), 1)} %",
                 ratio(a["cpu_share_long_idle"], b.get("cpu_share_idle"))]
+    if name == "soak":
+        return [f"soak ({r['runs']} runs, Ray {r['workers']} workers): exporter CPU {num(100 * r['cpu_share_after_fill'], 1)} %, "
+                f"RSS {num(r['rss_growth_after_fill_mib'], 1, ' MiB')} after the windows fill, {r['scrapes_failed']} failed scrapes",
+                f"<= {num(100 * r['target_cpu_share'], 0)} % of a core", ratio(r["cpu_share_after_fill"], r["target_cpu_share"])]
     if name == "connections":
         return [f"/metrics p50 {num(r['loaded_p50_ms'], 1, ' ms')} under {r['idle_connections_opened']:,} idle connections",
                 f"no load: {num(r['baseline_p50_ms'], 1, ' ms')}", ratio(r["loaded_p50_ms"], r["baseline_p50_ms"])]
@@ -473,7 +497,7 @@ def _summary_row(name: str, r: dict) -> list[str] | None:
     return None
 
 
-SUMMARY_ORDER = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "idle", "connections",
+SUMMARY_ORDER = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "idle", "connections", "soak",
                  "gpu_idle", "gpu_fleet", "prometheus", "queries")
 
 
@@ -508,6 +532,7 @@ SECTION_BLOCKS: dict[str, tuple[str, str, Callable[[dict], list[str]]]] = {
     "connections": ("docs/benchmarks.md", "connections", connections),
     "raytasks": ("docs/benchmarks.md", "raytasks", raytasks),
     "raytasks_overhead": ("docs/benchmarks.md", "raytasks_overhead", raytasks_overhead),
+    "soak": ("docs/benchmarks.md", "soak", soak),
     "gpu_idle": ("docs/benchmarks.md", "gpu_idle", gpu_idle),
     "gpu_fleet": ("docs/benchmarks.md", "gpu_fleet", gpu_fleet),
     "prometheus-series": ("docs/scaling.md", "prometheus", prometheus_series),

@@ -65,8 +65,49 @@ def measure(n: int) -> dict:
             "cpu_share_long_idle": round(long_idle, 4)}
 
 
-def _child(pkg_root: Path, n: int) -> dict:
-    r = subprocess.run([sys.executable, __file__, str(pkg_root), "--json", "--files", str(n)],
+WINDOWS = ((0.5, 30.0), (30.0, 90.0), (90.0, 150.0), (150.0, 300.0))   # simulated seconds after the first pass
+
+
+def timeline(n: int, age_s: float = 0.0) -> dict:
+    """The live loop's first 5 minutes, as they are (nothing marked idle by hand): one ``FileSource`` over ``n``
+    one-line files last written ``age_s`` before it starts (0: just written, as beside runs that just wrote them;
+    86,400: a log root of old runs), passes back to back on a simulated clock at the 0.5 s poll. CPU seconds over
+    simulated seconds per window, and the first pass (everything read once)."""
+    import os
+    from omniwatch.model import RunStore
+    from omniwatch.sources import files as F
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        t_files = time.time() - age_s
+        for i in range(n):
+            p = root / f"proj{i // 100:04d}"
+            if i % 100 == 0:
+                p.mkdir()
+            f = p / f"exp{i % 100:03d}.jsonl"
+            f.write_bytes(b'{"step":1,"data":{"timing_s/step":1.0}}\n')
+            if age_s:
+                os.utime(f, (t_files, t_files))
+        clock = [time.time() + 1.0]
+        src = F.FileSource(RunStore(), [str(root)], "jsonl", clock=lambda: clock[0])
+        t = time.process_time()
+        src.poll_once()
+        out = {"files": n, "age_s": age_s, "first_pass_cpu_s": round(time.process_time() - t, 2), "windows": []}
+        sim = 0.0
+        for a, b in WINDOWS:
+            t = time.process_time()
+            k = 0
+            while sim < b:
+                clock[0] += POLL_S
+                sim += POLL_S
+                src.poll_once()
+                k += 1
+            out["windows"].append({"from_s": a, "to_s": b, "cpu_share": round((time.process_time() - t) / (k * POLL_S), 4)})
+    return out
+
+
+def _child(pkg_root: Path, n: int, age_s: float | None = None) -> dict:
+    extra = ["--timeline", str(age_s)] if age_s is not None else []
+    r = subprocess.run([sys.executable, __file__, str(pkg_root), "--json", "--files", str(n), *extra],
                        capture_output=True, text=True, timeout=1800)
     if r.returncode:
         raise RuntimeError(f"idle_files.py {pkg_root} failed: {r.stderr[-2000:]}")
@@ -101,8 +142,12 @@ def compare(small: int = 1000, large: int = 100_000, rev: str = BEFORE_REV) -> d
 if __name__ == "__main__":
     args = sys.argv[1:]
     n = int(args[args.index("--files") + 1]) if "--files" in args else 100_000
-    pos = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] != "--files")]
+    pos = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] not in ("--files", "--timeline"))]
     sys.path.insert(0, pos[0] if pos else str(REPO / "exporter"))
+    if "--timeline" in args:
+        r = timeline(n, float(args[args.index("--timeline") + 1]))
+        print(json.dumps(r) if "--json" in args else r)
+        sys.exit(0)
     r = measure(n)
     print(json.dumps(r) if "--json" in args else
           f"{n:,} idle files: {100 * r['cpu_share_idle']:.1f} % of a core idle 30 s, "

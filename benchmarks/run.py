@@ -12,7 +12,9 @@ load), prometheus (a real Prometheus scraping 64 and 512 GPUs x 10 runs of omniw
 ingest, RSS), queries (every dashboard panel as a range query over 24 h of backfilled 64-GPU data), raytasks
 (one Ray task-event poll at 8, 64 and 512 workers x 10 phases against a stand-in of Ray's state API),
 raytasks_overhead (a verl worker-group loop on a real Ray 2.60 cluster with and without the poller: step-time
-ratio; skipped with a note where Ray / verl are not installed).
+ratio; skipped with a note where Ray / verl are not installed), soak (issue 35: a real ``omniwatch serve`` beside
+64 runs stepping every 2 s and a Ray state API of 512 workers for --soak-seconds, 600 by default: exporter CPU,
+RSS growth once the windows fill, failed scrapes).
 Prints a table and writes ``benchmarks/results.json`` (sections not run keep their last results; each
 section records when and where it ran under its own ``meta``), then re-renders the generated figures of
 docs/benchmarks.md and docs/scaling.md from it (``benchmarks/docs.py``). Nothing here is a pass/fail test.
@@ -42,7 +44,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 SECTIONS = ("ingest", "render", "memory", "backtest", "report", "push", "alert", "files", "tail", "idle", "connections",
-            "prometheus", "queries", "raytasks", "raytasks_overhead")
+            "prometheus", "queries", "raytasks", "raytasks_overhead", "soak")
 RESULTS = HERE / "results.json"
 
 
@@ -150,6 +152,14 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
             out.append((f"worker-group step time, poller on / off at {x['interval_s']:g} s",
                         f"{_f(x['ratio_median_of_pairs'], 'x', 3)} (median of {len(x['pair_ratios'])} pairs; "
                         f"total {_f(x['ratio_total'], 'x', 3)})", "<= 1.01"))
+    if (r := results.get("soak")) and "error" not in r:
+        out += [(f"soak {r['duration_s']:.0f} s: {r['runs']} runs / {r['step_s']:g} s + Ray {r['workers']} workers",
+                 f"exporter CPU {_f(100 * r['cpu_share_after_fill'], ' %')} of a core after {r['fill_s']:.0f} s "
+                 f"({_f(100 * r['cpu_share_total'], ' %')} overall)", f"<= {100 * r['target_cpu_share']:.0f} %"),
+                ("soak: RSS after the windows fill", f"{_f(r['rss_mib_at_fill'], ' MiB')} -> {_f(r['rss_mib_end'], ' MiB')} "
+                 f"({_f(r['rss_slope_after_fill_mib_per_min'], ' MiB/min', 2)})", "flat"),
+                ("soak: scrapes", f"{r['scrapes_failed']} of {r['scrapes']} failed, p50 {_f(r['scrape_p50_ms'], ' ms')}, "
+                 f"max {_f(r['scrape_max_ms'], ' ms')}", "none failed")]
     for name, r in results.items():
         if isinstance(r, dict) and "error" in r:
             out.append((name, "ERROR", r["error"][:80]))
@@ -183,6 +193,10 @@ def main(argv=None) -> int:
     p.add_argument("--prometheus-seconds", type=float, default=20, help="measured seconds per load (after warm-up)")
     p.add_argument("--overhead-pairs", type=int, default=16, help="raytasks_overhead: off/on block pairs per interval")
     p.add_argument("--overhead-steps", type=int, default=6, help="raytasks_overhead: steps per block")
+    p.add_argument("--soak-seconds", type=float, default=600, help="soak: seconds (the issue's soak is 600)")
+    p.add_argument("--soak-fill", type=float, default=None,
+                   help="soak: seconds before RSS growth is measured (default 180: the step windows; the 512-worker "
+                        "task ledger fills its bounds in ~13 min)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--docs", action="store_true", help="run nothing: re-render the docs' generated figures from --out")
     p.add_argument("--check", action="store_true", help="with --docs: fail on drift instead of writing")
@@ -193,7 +207,7 @@ def main(argv=None) -> int:
     chosen = [s for s in (args.only or SECTIONS) if s not in args.skip]
 
     import alert_latency, backtest_bench, idle_files, ingest, load_prometheus, memory, pressure, push_load, render, report_bench, tail_idle_poll  # noqa: E401
-    import raytasks_overhead, raytasks_poll  # noqa: E401
+    import raytasks_overhead, raytasks_poll, soak  # noqa: E401
     runners = {
         "ingest": lambda: ingest.run(args.ingest_steps),
         "render": lambda: render.run(args.render_iterations),
@@ -210,6 +224,7 @@ def main(argv=None) -> int:
         "queries": lambda: load_prometheus.queries(),
         "raytasks": lambda: {"workers": raytasks_poll.run(20)},
         "raytasks_overhead": lambda: raytasks_overhead.run(args.overhead_pairs, args.overhead_steps),
+        "soak": lambda: soak.run(args.soak_seconds, args.soak_fill),
     }
     con = Console()
     run_argv = list(sys.argv[1:] if argv is None else argv)

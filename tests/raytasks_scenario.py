@@ -203,6 +203,8 @@ def main(out_path: str, record_dir: str | None = None) -> int:
         obs["hang_holder"] = seen[0].holder if seen else None
         obs["hang_step"] = hang_step
         obs["ps_hang"] = ps_json(dash, env)
+        # the GCS address a Ray user knows (what `ray start` prints): ps finds the dashboard through it (issue 35 #15)
+        obs["ps_gcs"] = ps_json(f"127.0.0.1:{gcs_port}", env)
         obs["ps_exporter"] = httpx.get(f"{exp}/api/v1/ps", timeout=10, trust_env=False).json()
         obs["metrics_hang"] = wait_for("holder series in /metrics", lambda: (lambda b: b if "omniwatch_step_holder_info{" in b and "update_actor" in b and "rank 1" in b else None)(
             httpx.get(f"{exp}/metrics", timeout=10, trust_env=False).text), 30, 0.5)

@@ -20,6 +20,19 @@ def test_the_install_commands_name_the_extras_of_pyproject():
     assert extra["gpu"] == [extras.GPU_REQUIREMENT] and extra["ray"] == [extras.RAY_REQUIREMENT]
 
 
+def test_the_readme_names_the_extras_a_head_node_needs_beside_a_real_run():
+    """Issue 35 item 16: "Beside a real run" names `[gpu]` and `[ray]` with the command that installs both, and the
+    extras it names are pyproject's (a renamed extra fails here)."""
+    text = (REPO / "README.md").read_text()
+    start = text.index("## Beside a real run")
+    section = text[start:text.index("\n## ", start + 5)]
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for name in ("gpu", "ray"):
+        assert f"`[{name}]`" in section and name in extra, name
+    assert "pip install -e '.[gpu,ray]'" in " ".join(section.split())
+    assert "nvidia-ml-py" in section and "ray[default]" in section
+
+
 def _status(tmp_path, path_dirs: list[Path], **env) -> str:
     e = {**os.environ, "PATH": os.pathsep.join([*map(str, path_dirs), os.environ["PATH"]]), **env}
     r = subprocess.run([sys.executable, "-m", "omniwatch", "status", "--run-dir", str(tmp_path / "rd")],

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
@@ -44,10 +45,11 @@ def test_a_new_run_evicts_the_least_recently_active_at_the_cap_logs_once_and_is_
     caplog.set_level(logging.WARNING, logger="omniwatch.model")
     clock = Clock()
     st = RunStore(max_runs=64, clock=clock)
-    # a sweep killed a day ago: 70 experiments of a remote log (no evidence they ended: 3-day expiry)
+    # a sweep killed a day ago, found in a log root (its lines are a day old at first sight: history, issue 35
+    # item 6: a run that can page -- live or stalled -- is never dropped, history is)
     for i in range(70):
         clock.t += 1
-        st.ingest("sweep", f"e{i:02d}", step(1), "jsonl", feed=f"jsonl:e{i}")
+        st.ingest("sweep", f"e{i:02d}", step(1), "jsonl", feed=f"jsonl:e{i}", arrival=clock.t - 86_400, backlog=True)
     assert len(st.runs) == 64 and value(st, names.RUNS_EVICTED_TOTAL) == 6  # the sweep's own first 6 made room
     clock.t += 86_400
     for n in range(1, 4):
@@ -75,6 +77,57 @@ def test_control_below_the_cap_nothing_is_evicted_and_expired_runs_go_first(capl
         st.ingest("p", "new", step(1), "jsonl")
     assert ("p", "new") in st.runs and value(st, names.RUNS_EVICTED_TOTAL) == 0
     assert not [r for r in caplog.records if "run cap reached" in r.getMessage()]
+
+
+# --- issue 35 item 6: the run cap never drops a run that can page ----------------------------------------------
+def test_the_run_cap_never_drops_the_hung_run_that_is_paging_and_says_which_run_it_left_out(caplog):
+    """Before: 63 runs stepping and one hung (its trainer still holding the log open, TrainingStalled critical):
+    the first new run evicted exactly the hung one, whose critical resolved and never returned. Now a run that can
+    page (live, stalled, its writer just gone) is never dropped: the newcomer is not admitted and the log says which,
+    once. Control: a finished run at the cap makes room as before."""
+    caplog.set_level(logging.WARNING, logger="omniwatch.model")
+    clock = Clock()
+    st = RunStore(max_runs=64, clock=clock)
+    for n in range(1, 4):
+        st.ingest("p", "hung", step(n), "jsonl", feed="jsonl:hung")
+    st.set_log_open("p", "hung", True)
+    for n in range(1, 40):   # 63 runs stepping every 10 s, long after the hung one's last step
+        clock.t += 10
+        for i in range(63):
+            st.ingest("p", f"live{i:02d}", step(n), "jsonl", feed=f"jsonl:live{i}")
+    for _ in range(3):
+        st.ingest("p", "newcomer", step(1), "jsonl", feed="jsonl:newcomer")
+    assert ("p", "hung") in st.runs and ("p", "newcomer") not in st.runs
+    assert value(st, names.STEPS_TOTAL, project="p", experiment="hung") == 3   # still exported, still paging
+    assert value(st, names.RUNS_EVICTED_TOTAL) == 0 and st.errors[("jsonl", "too_many_runs")] == 3
+    said = [r.getMessage() for r in caplog.records if "NOT watched" in r.getMessage()]
+    assert len(said) == 1 and "p/newcomer" in said[0] and "--max-runs 64" in said[0]
+    # control: a run that finished (its config's total reached) makes room for the newcomer
+    st.set_total_steps("p", "live00", 39)
+    st.ingest("p", "newcomer", step(1), "jsonl", feed="jsonl:newcomer")
+    assert ("p", "newcomer") in st.runs and ("p", "live00") not in st.runs and ("p", "hung") in st.runs
+    assert value(st, names.RUNS_EVICTED_TOTAL) == 1
+
+
+def test_a_flood_of_new_runs_never_resets_a_live_run():
+    """Before: a sweep's 8 files at a cap of 8 (or 64 pushes at the default cap) evicted a live run and reset it
+    (steps_total 13 -> 2, its reference and ledger dropped). Now the newcomers are refused while every run at the
+    cap is live. Control: the live runs go on counting."""
+    store = RunStore(max_runs=8)
+    app = create_app(store, make_registry(store), Settings(push_token=TOKEN))
+    with TestClient(app) as c:
+        for n in range(1, 14):
+            for i in range(8):
+                c.post("/api/v1/push", headers=AUTH, json={"project": "live", "experiment": f"r{i}", "step": n,
+                                                           "data": {"timing_s/step": 10.0}})
+        for i in range(8):
+            c.post("/api/v1/push", headers=AUTH, json={"project": "sweep", "experiment": f"s{i}", "step": 1,
+                                                       "data": {"timing_s/step": 10.0}})
+        c.post("/api/v1/push", headers=AUTH, json={"project": "live", "experiment": "r0", "step": 14,
+                                                   "data": {"timing_s/step": 10.0}})
+    assert value(store, names.STEPS_TOTAL, project="live", experiment="r0") == 14
+    assert all(value(store, names.STEPS_TOTAL, project="live", experiment=f"r{i}") >= 13 for i in range(8))
+    assert value(store, names.RUNS_EVICTED_TOTAL) == 0 and store.errors[("push", "too_many_runs")] == 8
 
 
 # --- item 2: a retried push is idempotent ---------------------------------------------------------------
@@ -189,3 +242,55 @@ def test_step_digests_remember_the_last_1031_steps_of_any_stride_in_bounded_memo
     short = StepDigests()  # a run of a few steps holds a few entries, not the 18 KiB table
     short.put(3, "jsonl:a", 1)
     assert short.steps is None and short.rows() == [(3, 0, 1)]
+
+
+# --- issue 35 item 8: a copied log is judged by its steps' own times, not its file's ----------------------------
+def _stale(store, experiment: str) -> float | None:
+    return value(store, names.RUN_STALE, project="p", experiment=experiment)
+
+
+def test_a_copied_log_of_a_killed_run_is_history_not_a_page(tmp_path):
+    """Before: a run killed days ago, copied into the watched root without its mtime (cp -r, rsync without -t, a
+    restore), paged TrainingStalled critical: history was judged by the file's mtime (now). Now a log read whole at
+    first sight that was written faster than its steps ran (its steps' own timers against the file's birth, or the
+    scan that first found it) is history, whether the exporter watched the copy happen or started after it.
+    Controls: a log written live, step by step, is news; the copied run stepping again is live."""
+    import shutil
+    import time
+    import orjson
+    from omniwatch.sources.files import FileSource
+    killed = Path(__file__).parent / "fixtures" / "verl" / "flowgrpo_stalled.jsonl"   # 18 steps, ~5.6 min each
+    root = tmp_path / "root"
+    (root / "p").mkdir(parents=True)
+    store = RunStore(clock=time.time)
+    src = FileSource(store, [str(root)], "jsonl")
+    src.poll_once()
+    shutil.copyfile(killed, root / "p" / "watched_copy.jsonl")   # the copy happens while the exporter watches
+    live = root / "p" / "live.jsonl"
+    with open(live, "wb", buffering=0) as f:   # control: a trainer writing 1-second steps as they end
+        for n in range(1, 7):
+            time.sleep(1.0)
+            f.write(orjson.dumps({"step": n, "data": {"timing_s/step": 1.0, "timing_s/gen": 0.5}}) + b"\n")
+            src._last_scan = 0.0
+            src.poll_once()
+    for _ in range(3):
+        src._last_scan = 0.0
+        src.poll_once()
+    assert _stale(store, "watched_copy") == 1 and _stale(store, "live") == 0
+    # a copy made before the exporter started: judged by the file's birth time (statx), where the file system has one
+    from omniwatch.sources.tail import birth_time
+    root2 = tmp_path / "root2"
+    (root2 / "p").mkdir(parents=True)
+    shutil.copyfile(killed, root2 / "p" / "earlier_copy.jsonl")
+    store2 = RunStore(clock=time.time)
+    FileSource(store2, [str(root2)], "jsonl").poll_once()
+    if birth_time(str(root2 / "p" / "earlier_copy.jsonl")) is not None:
+        assert _stale(store2, "earlier_copy") == 1
+    # control: the copied run steps again, live: news (TrainingStalled may escalate from here)
+    with open(root / "p" / "watched_copy.jsonl", "ab") as f:
+        f.write(orjson.dumps({"step": 19, "data": {"timing_s/step": 300.0}}) + b"\n")
+    for _ in range(70):
+        src.poll_once()
+        if store.runs[("p", "watched_copy")].last.step == 19:
+            break
+    assert _stale(store, "watched_copy") == 0

@@ -81,3 +81,67 @@ def test_a_rescan_finds_new_files_and_projects_and_skips_unchanged_directories(t
     clock[0] += F.RESCAN_SECONDS
     src.poll_once()
     assert listed == [str(root / "p")] and str(root / "p" / "d.jsonl") in src.tails
+
+
+# --- issue 35 item 5: a file's own age picks its tier from the first look; a pass has a budget of looks --------------
+def _count_looks(monkeypatch) -> list[int]:
+    from omniwatch.sources import tail as T
+    calls = [0]
+    real = T.FileTail.poll
+
+    def poll(self):
+        calls[0] += 1
+        return real(self)
+    monkeypatch.setattr(T.FileTail, "poll", poll)
+    return calls
+
+
+def test_old_idle_files_start_in_the_deepest_tier_and_a_resumed_one_is_seen(tmp_path, monkeypatch):
+    """Before: 100,000 idle files were each looked at every poll for the exporter's first 30 s and every 4th for 2
+    more minutes, whatever their age (72-75 % of a core). Now a file last written half an hour ago is looked at
+    every DORMANT_EVERY-th poll from its first read. Control: one written again is read within that many polls and
+    is then looked at every poll."""
+    root = tmp_path / "root" / "p"
+    root.mkdir(parents=True)
+    old = time.time() - 86_400
+    for e in range(200):
+        f = root / f"e{e}.jsonl"
+        f.write_bytes(_steps(2))
+        os.utime(f, (old, old))
+    store = RunStore(max_runs=500)
+    src = FileSource(store, [str(tmp_path / "root")], "jsonl")
+    src.poll_once()   # everything read once
+    looks = _count_looks(monkeypatch)
+    every = getattr(F, "DORMANT_EVERY", 64)
+    for _ in range(2 * every):
+        src.poll_once()
+    assert looks[0] <= 200 * 2 + 200, f"{looks[0]} looks at 200 day-old files in {2 * every} polls"
+    with open(root / "e7.jsonl", "ab") as f:
+        f.write(orjson.dumps({"step": 3, "data": {"timing_s/step": 5.0}}) + b"\n")
+    for n in range(1, every + 1):
+        src.poll_once()
+        if store.runs[("p", "e7")].steps_total == 3:
+            break
+    assert store.runs[("p", "e7")].steps_total == 3
+    assert str(root / "e7.jsonl") in src._active
+
+
+def test_a_pass_looks_at_no_more_files_than_its_budget(tmp_path, monkeypatch):
+    """Before: files written a moment before the exporter started were all looked at in every pass for 30 s (and
+    every 4th pass for 2 minutes). Now a pass looks at no more than MAX_LOOKS_PER_PASS (here 100), the active ones
+    in turn (a first read weighs FIRST_READ_WEIGHT looks). Control: every file is still read."""
+    monkeypatch.setattr(F, "MAX_LOOKS_PER_PASS", 100, raising=False)
+    root = tmp_path / "root" / "p"
+    root.mkdir(parents=True)
+    for e in range(1000):
+        (root / f"e{e}.jsonl").write_bytes(_steps(1))
+    store = RunStore(max_runs=2000)
+    src = FileSource(store, [str(tmp_path / "root")], "jsonl")
+    looks = _count_looks(monkeypatch)
+    per_pass = []
+    for _ in range(1000 * getattr(F, "FIRST_READ_WEIGHT", 1) // 100 + 10):   # a first read weighs FIRST_READ_WEIGHT
+        before = looks[0]
+        src.poll_once()
+        per_pass.append(looks[0] - before)
+    assert max(per_pass) <= 100, per_pass
+    assert len(store.runs) == 1000   # every file was read (100 a pass, in turn)

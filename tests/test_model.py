@@ -99,10 +99,15 @@ def test_ten_thousand_distinct_keys_are_capped_and_counted():
 def test_too_many_runs_evict_the_least_recently_active_and_are_counted():
     clock = iter(range(100, 200)).__next__
     st = RunStore(max_runs=3, clock=lambda: float(clock()))
-    for i in range(5):
-        st.ingest("p", f"e{i}", step(1), "push")
+    for i in range(5):   # history at first sight (a day-old backlog): such runs make room (issue 25 item 1)
+        st.ingest("p", f"e{i}", step(1), "push", arrival=-100_000.0, backlog=True)
     assert len(st.runs) == 3 and set(st.runs) == {("p", "e2"), ("p", "e3"), ("p", "e4")}
-    assert value(st, names.RUNS_EVICTED_TOTAL) == 2  # issue 25 item 1: a new run is never locked out
+    assert value(st, names.RUNS_EVICTED_TOTAL) == 2
+    # live runs are never dropped for a newcomer (issue 35 item 6): the newcomer is refused and counted
+    for i in range(5, 10):
+        st.ingest("q", f"e{i}", step(1), "push")
+    assert set(st.runs) == {("q", "e5"), ("q", "e6"), ("q", "e7")} and value(st, names.RUNS_EVICTED_TOTAL) == 5
+    assert st.errors[("push", "too_many_runs")] == 2
 
 
 @pytest.mark.slow  # make test-quick leaves it to make test

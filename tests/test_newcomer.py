@@ -4,10 +4,13 @@ no alert but Watchdog (the demo keeps its own run dir and state; the exporter do
 current source produces); `up` and `status` say where the dashboards are, in lines that fit 80 columns."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 
 from omniwatch.promapi import PromAPI
@@ -46,6 +49,24 @@ def test_demo_then_real_stack_shows_nothing_of_the_demo(tmp_path):
         assert "Simulating" in demo.stdout, demo.stdout[-2000:] + demo.stderr[-2000:]
         state = tmp_path / ".omniwatch" / "demo" / "state" / "exporter-state.json"
         assert b"omniwatch-demo" in state.read_bytes(), "the demo's exporter checkpointed no runs"
+        # the demo's Ray state-API stand-in stopped with the demo (issue 35 item 16): the address the exporter
+        # polls answers no more while the other stand-ins stay up for a look, and no straggler streak (what
+        # RankStraggler thresholds) is exported once the next poll fails; the exporter had asked it (the control)
+        run = tmp_path / ".omniwatch" / "demo"
+        argv = json.loads((run / "pids" / "exporter.json").read_text())["argv"]
+        ray = argv[argv.index("--ray-tasks") + 1]
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{ray}/api/version", timeout=3)
+        assert not (run / "pids" / "raystate.json").exists()  # stopped, its pid file gone
+        exporter = f"http://127.0.0.1:{ports['--exporter-port']}/metrics"
+        endpoints = json.loads((run / "pids" / "endpoints.json").read_text())
+        assert os.path.exists(f"/proc/{endpoints['pid']}"), "the other stand-ins stay up after the demo"
+
+        def no_streak():
+            text = httpx.get(exporter, timeout=5).text
+            calls = [ln for ln in text.splitlines() if ln.startswith("omniwatch_ray_state_api_calls_total ")]
+            return calls and float(calls[0].split()[1]) > 0 and "omniwatch_ray_straggler_dispatches{" not in text
+        wait_for(no_streak, timeout=20, what="no straggler streak once the demo's Ray is gone")
         down = _ow("down", *common[:2])
         assert "(demo)" in down.stdout, down.stdout
 

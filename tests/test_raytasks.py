@@ -163,7 +163,8 @@ def test_lanes_one_per_rank_then_collapse_at_512():
 def test_collector_renders_bounded_series_at_512_workers():
     poller = TaskPoller("http://127.0.0.1:9", interval=1.0, ledger=synthetic(512))
     led = poller.ledger
-    poller.snapshot = TaskSnapshot(1001.0, True, "", "01", te.holder(led, 1001.0), polls=1)
+    poller.job_id = "01"
+    poller.publish(1001.0)
     reg = CollectorRegistry()
     reg.register(TaskCollector(poller, lambda: ("proj", "exp1"), collapse_above=64))
     body = generate_latest(reg).decode()
@@ -271,7 +272,8 @@ def test_holder_label_is_redacted():
     led.apply_actors([{"actor_id": "w", "name": "hf_abcdefghijklmnopqrstuvwxyzABCDEF", "class_name": "WorkerDict",
                        "state": "DEAD", "node_id": "n3", "pid": 9, "job_id": "01"}])
     poller = TaskPoller("http://127.0.0.1:9", interval=1.0, ledger=led)
-    poller.snapshot = TaskSnapshot(10.0, True, "", "01", te.holder(led, 10.0), polls=1)
+    poller.job_id = "01"
+    poller.publish(10.0)
     reg = CollectorRegistry()
     reg.register(TaskCollector(poller, lambda: ("p", "e")))
     body = generate_latest(reg).decode()

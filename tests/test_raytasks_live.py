@@ -152,6 +152,15 @@ def test_hang_named_by_ps_json_and_holder_series(seen):
     assert (ex["project"], ex["experiment"], ex["phase"]) == ("proj", "exp1", "update_actor")
 
 
+def test_ps_takes_the_gcs_address_and_finds_the_dashboard_through_it(seen):
+    """Issue 35 item 15: ``omniwatch ps --ray-address 127.0.0.1:<gcs port>`` (what ``ray start`` prints, what
+    ``serve --ray-address`` takes) failed "did not answer: RemoteProtocolError"; now the dashboard is looked up
+    in the GCS as Ray's CLI does and said. Control: the hang the dashboard address showed is the same."""
+    ps = seen["ps_gcs"]
+    assert ps.get("ray_dashboard", "").startswith("http://") and ps["jobs"], ps
+    assert ps["jobs"][0]["job_id"] == seen["ps_hang"]["jobs"][0]["job_id"]
+
+
 def test_replica_holding_requests_named(seen):
     (r,) = seen["replica_held"]
     assert (r["role"], r["replica"], r["in_flight"]) == ("rollout_server", "0", 6)

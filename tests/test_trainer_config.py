@@ -132,10 +132,12 @@ def _hostile(tmp_path) -> dict[str, bytes]:
 def test_hostile_config_files_are_counted_skips_never_a_crash(tmp_path):
     for name, data in _hostile(tmp_path).items():
         (tmp_path / name).write_bytes(data)
-    os.mkfifo(tmp_path / "fifo.yaml")
-    os.symlink("/dev/zero", tmp_path / "zero.yaml")
+    os.mkfifo(tmp_path / "fifo.config.yaml")
+    os.symlink("/dev/zero", tmp_path / "zero.config.yaml")
     store = new_store()
-    watch = tc.ConfigWatch(store, [str(tmp_path), str(tmp_path / "missing.yaml")])
+    # a glob takes every regular file it matches; a directory walk takes configs by name (the FIFO and the link,
+    # named as configs; test_hardening_inputs.py: the other names are not read at all)
+    watch = tc.ConfigWatch(store, [str(tmp_path / "*"), str(tmp_path), str(tmp_path / "missing.yaml")])
     t0 = time.perf_counter()
     assert watch.scan_once() == 0
     assert time.perf_counter() - t0 < 20
@@ -184,7 +186,7 @@ def test_up_finds_a_hydra_config_and_a_console_log_with_the_config_print_under_a
     assert {c.source for c in configs.values()} == {"yaml", "pprint"} and len(configs) == 2
     r = subprocess.run(["make", "-n", "up", f"TRAINER_CONFIG={tmp_path} /other/dir", "WATCH=/w"], cwd=REPO,
                        capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": "/usr/bin:/bin"})
-    assert f"--trainer-config {tmp_path} --trainer-config /other/dir" in r.stdout, r.stdout + r.stderr
+    assert f"--trainer-config '{tmp_path}' --trainer-config '/other/dir'" in r.stdout, r.stdout + r.stderr
 
 
 # --- what the run model does with it --------------------------------------------------------------------------
@@ -307,6 +309,16 @@ def test_a_run_of_warm_up_steps_only_exports_its_warm_up_step():
 
 
 # --- history is not news (item 6) -----------------------------------------------------------------------------
+def _polls_until_read(src, store, key, step: int) -> None:
+    """A file idle for half an hour by its own mtime is looked at every DORMANT_EVERY-th poll (issue 35 item 5)."""
+    from omniwatch.sources import files as F
+    for _ in range(F.DORMANT_EVERY):
+        src.poll_once()
+        if store.runs[key].last.step == step:
+            return
+    raise AssertionError(f"{key} step {step} not read in {F.DORMANT_EVERY} polls")
+
+
 def test_a_log_root_of_old_runs_is_history_live_lines_are_news(tmp_path):
     root = tmp_path / "root"
     (root / "whole_run").mkdir(parents=True)
@@ -326,7 +338,7 @@ def test_a_log_root_of_old_runs_is_history_live_lines_are_news(tmp_path):
     with open(root / "whole_run" / "hang_in_step3.jsonl", "ab") as f:
         rec = whole_run("hang_in_step3")[-1]
         f.write(json.dumps({"step": 3, "data": rec["data"]}).encode() + b"\n")
-    src.poll_once()
+    _polls_until_read(src, store, ("whole_run", "hang_in_step3"), 3)
     assert value(store, names.RUN_STALE, **old) == 0 and value(store, names.STALE_RUNS) == 0
 
 
@@ -375,7 +387,7 @@ def test_history_at_first_sight_is_counted_in_the_runs_own_steps_not_a_fixed_age
     # a new line: live again (TrainingStalled may escalate from now on)
     with open(root / "w" / "hour_old.jsonl", "a") as f:
         f.write(json.dumps({"step": 13, "data": recs[-1]["data"]}) + "\n")
-    src.poll_once()
+    _polls_until_read(src, store, ("w", "hour_old"), 13)
     assert value(store, names.RUN_STALE, project="w", experiment="hour_old") == 0
     # live evidence from Ray (the run's job still runs) also clears it
     store.not_history("w", "early_old")

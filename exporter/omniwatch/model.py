@@ -251,6 +251,9 @@ class Run:
     # a restart whose configuration changed starts a new reference (RunWindow.drop_prior).
     inc_config: TrainerConfig | None = None
     prior_config: TrainerConfig | None = None
+    # Its log was written faster than its own steps ran (a copy or a restore: cp -r, rsync without -t): the file's
+    # time says nothing of when the steps were, so the run is history until live evidence (issue 35 item 8).
+    copied: bool = False
 
     @property
     def keys(self) -> dict[str, float]:
@@ -395,6 +398,8 @@ class RunStore:
         self.notifications: dict[str, int] = defaultdict(int)
         self.evicted_total = 0       # runs dropped at the run cap to make room for a new one
         self.cap_logged = False      # the run-cap line was logged (again once the runs fall below the cap)
+        self._changes = 0            # bumped whenever an existing run is touched (the run cap's refusal cache)
+        self._full_at: tuple | None = None   # (changes, second) when the cap was last found full of runs that page
         # Called as fn(run, record) after every applied step, outside the lock (GPU attribution, ...).
         self.listeners: list = []
 
@@ -414,12 +419,18 @@ class RunStore:
     def _run(self, project: str, experiment: str, source: str) -> Run | None:
         key = (fit_label(project), fit_label(experiment))
         run = self.runs.get(key)
+        self._changes += run is not None   # a run's state may change (what _evict_least_active judges)
         if run is None:
-            if len(self.runs) >= self.max_runs and not self._evict_expired():
-                if self.max_runs <= 0:
+            if len(self.runs) >= self.max_runs:
+                # at the cap with nothing to drop: until a run changes (or a second passes: expiry), a newcomer is
+                # refused without judging every run again (100,000 new one-line files at the cap cost O(1) each)
+                full = (self._changes, int(self.clock()))
+                if full == self._full_at or (not self._evict_expired()
+                                             and (self.max_runs <= 0 or not self._evict_least_active(key, source))):
+                    self._full_at = full
                     self.errors[(source, "too_many_runs")] += 1
+                    self._refused(key, source)
                     return None
-                self._evict_least_active(key, source)
             run = Run(key[0], key[1], RunWindow(self.window, self.baseline), self.warmup)
             self.runs[key] = run
             if self.cap_logged and len(self.runs) < self.max_runs:
@@ -448,16 +459,41 @@ class RunStore:
     def set_trainer_config(self, cfg: TrainerConfig, labels: tuple[str, str] | None = None) -> None:
         """The trainer's configuration for the run it names (``trainer.project_name`` /
         ``trainer.experiment_name``) and, for a pprint read from a console log, the run that log's lines
-        go to (``labels``). Applied now if the run exists, else when it appears."""
+        go to (``labels``). Applied now if the run exists, else when it appears. Of two configs naming one run
+        the newer file wins (an experiment name reused across days of Hydra outputs). Bounded: at most
+        ``4 x max_runs`` configs; beyond, the oldest config of a run that does not exist makes room (said once)."""
         with self.lock:
             for key in {k for k in (cfg.key, labels) if k}:
                 key = (fit_label(key[0]), fit_label(key[1]))
-                if key not in self.trainer_configs and len(self.trainer_configs) >= 4 * self.max_runs:
+                old = self.trainer_configs.get(key)
+                if old is not None and old.mtime > cfg.mtime and cfg.source != "console":
+                    continue   # an older file naming the same run (a console print read live is the run's own)
+                if old is None and len(self.trainer_configs) >= 4 * self.max_runs and not self._drop_oldest_config(cfg):
                     self.errors[("trainer_config", "too_many_configs")] += 1
                     continue
                 self.trainer_configs[key] = cfg
                 if (run := self.runs.get(key)) is not None:
                     self._configure(run, cfg)
+
+    def _drop_oldest_config(self, newcomer: TrainerConfig) -> bool:
+        """Make room for ``newcomer`` (call under the lock): the oldest config (by its file's time) of a run that
+        does not exist, when it is older than the newcomer. Said once (``omniwatch_ingest_errors_total
+        {source="trainer_config", reason="config_evicted"}`` counts each)."""
+        spare = [(c.mtime, k) for k, c in self.trainer_configs.items() if k not in self.runs]
+        if not spare:
+            return False
+        mtime, k = min(spare)
+        if mtime > newcomer.mtime:
+            return False
+        del self.trainer_configs[k]
+        self.errors[("trainer_config", "config_evicted")] += 1
+        if not getattr(self, "_config_cap_said", False):
+            self._config_cap_said = True
+            logging.getLogger(__name__).warning(
+                "trainer configs: %d kept (4 x --max-runs); the oldest config of a run not seen (%s/%s) made room "
+                "for a newer one; older configs make room from now on (counted config_evicted)",
+                len(self.trainer_configs) + 1, k[0], k[1])
+        return True
 
     def _configure(self, run: Run, cfg: TrainerConfig) -> None:
         run.config = cfg
@@ -510,7 +546,7 @@ class RunStore:
             if run is not None and (is_open or run.planned.log_open is not None):
                 run.planned.log_open = is_open
                 if is_open:  # a live process holds its log: a hung run, not history
-                    run.stale, run.first_sight = False, None
+                    run.stale, run.first_sight, run.copied = False, None, False
 
     def writer_pids(self) -> dict[tuple[str, str], frozenset]:
         """Runs whose log a local process writes now -> those pids (discovery/jobs.py matches them to Ray jobs)."""
@@ -541,7 +577,7 @@ class RunStore:
                 return False
             run.planned.ray = state
             if state.status in ("RUNNING", "PENDING"):
-                run.stale, run.first_sight = False, None
+                run.stale, run.first_sight, run.copied = False, None, False
             return True
 
     def not_history(self, project: str, experiment: str) -> None:
@@ -549,7 +585,19 @@ class RunStore:
         with self.lock:
             run = self.runs.get((fit_label(project), fit_label(experiment)))
             if run is not None:
-                run.stale, run.first_sight = False, None
+                run.stale, run.first_sight, run.copied = False, None, False
+
+    def copied_log(self, project: str, experiment: str) -> bool:
+        """The run's log, first read whole, was written faster than its own steps ran (sources/files.py: its steps'
+        timers against the file's birth): a copy or a restore, whose modification time is not its last step's. It is
+        history (info once, never escalated) until a live line, a live writer or its running Ray job."""
+        with self.lock:
+            run = self.runs.get((fit_label(project), fit_label(experiment)))
+            if run is None or run.planned.log_open is True or \
+                    (run.planned.ray is not None and run.planned.ray.status in ("RUNNING", "PENDING")):
+                return False
+            run.copied = True
+            return True
 
     def history_threshold(self, run: Run) -> float | None:
         """Seconds a run's last line may be old at first sight before it is history: ``stall.history_steps`` of its
@@ -586,7 +634,9 @@ class RunStore:
         backlog, was older than a few of its typical steps plus its planned allowance (or than --stale-horizon),
         and no live evidence says otherwise. Decided from ``first_sight`` (kept in ``run.stale``); a live step, a
         live writer of its log or its running Ray job clear it."""
-        if run.first_sight is not None and run.last_arrival is not None:
+        if run.copied and self.stale_horizon > 0:
+            run.stale = True   # judged by its steps' own times (copied_log), not by its file's time
+        elif run.first_sight is not None and run.last_arrival is not None:
             if self.stale_horizon <= 0 or run.planned.log_open is True:
                 run.stale = False
             else:
@@ -602,6 +652,10 @@ class RunStore:
 
     def _evict_expired(self) -> bool:
         now = self.clock()
+        # cheap first: no run can have expired while the oldest latest step is younger than the shortest expiry
+        oldest = min((r.last_arrival for r in self.runs.values() if r.last_arrival is not None), default=None)
+        if oldest is None or now - oldest <= min(x for x in (self.run_expiry, self.stalled_expiry) if x > 0):
+            return False
         stale = [k for k, r in self.runs.items() if self.expired(r, now)]
         stale.sort(key=lambda k: self.runs[k].last_arrival)
         if not stale:
@@ -609,24 +663,50 @@ class RunStore:
         del self.runs[stale[0]]
         return True
 
-    def _evict_least_active(self, newcomer: tuple[str, str], source: str) -> None:
-        """The run cap is full and no run has expired: the run with the oldest latest step (a run with no step
-        yet first, a restored one not produced by any current source before a visible one) makes room, so a
-        live run always gets in over stale ones. Counted (``omniwatch_runs_evicted_total``, alert
-        RunCapReached); logged once until the number of runs falls below the cap again."""
-        victim = min(self.runs, key=lambda k: (self.runs[k].visible, self.runs[k].last_arrival or 0.0))
+    def pages(self, run: Run) -> bool:
+        """Can ``run`` page (call under the lock)? A run with a step that is not finished and not history: it is
+        live, or stalled (TrainingStalled fires for it), or its log writer is gone and it has not expired yet.
+        Such a run is never dropped at the run cap (issue 35 item 6)."""
+        last = run.last.step if run.last else None
+        return run.visible and run.last is not None and not self.history(run) and not run.planned.finished(last)
+
+    def _evict_least_active(self, newcomer: tuple[str, str], source: str) -> bool:
+        """The run cap is full and no run has expired: a run that cannot page makes room -- one restored and not
+        produced by any current source first, then one without a step, a finished one, one that was history at
+        first sight; the least recently active of them. A run that can page (live, stalled, its writer just gone:
+        :meth:`pages`) is never dropped: then nothing is, and the newcomer is refused (``_refused``). Counted
+        (``omniwatch_runs_evicted_total``, alert RunCapReached); logged once until the runs fall below the cap.
+        Returns whether a run made room."""
+        order = sorted(self.runs, key=lambda k: (self.runs[k].visible, self.runs[k].last is not None,
+                                                 self.runs[k].last_arrival or 0.0))
+        victim = next((k for k in order if not self.pages(self.runs[k])), None)   # judged lazily, in that order
+        if victim is None:
+            return False
         old = self.runs.pop(victim)
         self.evicted_total += 1
         if not self.cap_logged:
             self.cap_logged = True
             logging.getLogger(__name__).warning(
-                "run cap reached (--max-runs %d): run %s/%s (latest step %s, observed %s) was dropped to make room "
-                "for %s/%s from %s; the least recently active run makes room for each new one from now on "
-                "(omniwatch_runs_evicted_total, alert RunCapReached). Raise --max-runs or watch fewer runs. "
-                "Logged once until the runs fall below the cap.",
+                "run cap reached (--max-runs %d): run %s/%s (latest step %s, observed %s; finished, history or not "
+                "produced now) was dropped to make room for %s/%s from %s; such runs make room for each new one from "
+                "now on, a live or stalled run never does (omniwatch_runs_evicted_total, alert RunCapReached). Raise "
+                "--max-runs or watch fewer runs. Logged once until the runs fall below the cap.",
                 self.max_runs, old.project, old.experiment, old.last.step if old.last else None,
                 time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old.last_arrival)) if old.last_arrival else "never",
                 newcomer[0], newcomer[1], source)
+        return True
+
+    def _refused(self, newcomer: tuple[str, str], source: str) -> None:
+        """Every run at the cap can page: the newcomer is not admitted (its steps are counted ``too_many_runs``).
+        Said once per newcomer (at most 64 names remembered), so the log names the run that is not watched."""
+        said = self.__dict__.setdefault("_refused_said", set())
+        if newcomer in said or len(said) >= 64:
+            return
+        said.add(newcomer)
+        logging.getLogger(__name__).warning(
+            "run cap reached (--max-runs %d): run %s/%s from %s is NOT watched: all %d runs are live, stalled or "
+            "paging, and none is dropped for a newcomer (its steps are counted as too_many_runs). Raise --max-runs "
+            "or watch fewer runs.", self.max_runs, newcomer[0], newcomer[1], source, len(self.runs))
 
     def reveal(self, project: str, experiment: str) -> None:
         """A current source produces this restored run (its file is watched now)."""
@@ -676,7 +756,7 @@ class RunStore:
                 # its last line at this moment, once its typical step is known (history())
                 run.first_sight = self.clock()
             elif not backlog:
-                run.stale, run.first_sight = False, None
+                run.stale, run.first_sight, run.copied = False, None, False
                 if run.planned.ray is not None and run.planned.ray.status in ("SUCCEEDED", "FAILED", "STOPPED"):
                     run.planned.ray = None   # a step after its job ended: a new job (a resume), matched anew
             step = parsed.step

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from fastapi import APIRouter, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
 from . import jsonin
 from .parse import LineError, parse_record
@@ -46,6 +47,11 @@ async def push(request: Request):
     store, settings = request.app.state.store, request.app.state.settings
     require_token(request, settings.push_token, "push")
     raw = await request.body()
+    # decoding, validation and ingestion (the run model's lock) in a worker thread: never on the event loop
+    return await run_in_threadpool(_apply, store, raw)
+
+
+def _apply(store, raw: bytes) -> dict:
     try:
         body = jsonin.loads(raw)
     except jsonin.BodyError as e:

@@ -100,19 +100,23 @@ CREDENTIAL = re.compile(
 # Azure shared access signatures (blob/queue URLs, Power Automate triggers): the signature goes, the rest stays.
 _SAS_SIG = re.compile(r"(?i)([?&]sig=)([A-Za-z0-9%+/=_-]{10,})")
 # A run of URL-ish text with a percent escape in it: decoded and judged as decoded (:func:`_decoded`).
-_PCT_RUN = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
+_PCT_RUN = re.compile(r"(?<![^\s\"'<>])(?=[^\s\"'<>]*?%[0-9A-Fa-f]{2})[^\s\"'<>]++")
 _PASSWORDISH = re.compile(r"(?i)pass(?:w(?:or)?d|phrase)|pwd")
 _BEARER = re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9._~+/=-]{8,})")
-_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)(@)")
+_URL_PASSWORD = re.compile(r"(?i)((?<![a-z0-9+.-])[a-z][a-z0-9+.-]*+://[^/\s:@]++:)([^@\s/]++)(@)")
 # name <sep> value, the name possibly quoted (JSON, Python repr), the value quoted or bare. The regex only
 # pre-selects names with a secret-ish word in them; is_secret_name judges in the replacement, so
 # "num_tokens: 5" stays.
 _ASSIGN = re.compile(
-    r"""(?P<q>["']?)(?P<name>[A-Za-z0-9_.\-]*(?:token|key|secret|passw|passphrase|pwd|auth|cookie|credential)"""
-    r"""[A-Za-z0-9_.\-]*)(?P=q)(?P<sep>\s*[:=]\s*)"""
-    r"""(?P<scheme>(?:bearer|basic|token)\s+)?"""
-    r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s"',;&}\])]+)"""
-    r"""(?P<phrase>(?:[ \t]+[^\s"',;&}\])=:]+(?=[\s"',;&}\])]|$)(?![ \t]*[:=]))*)""", re.IGNORECASE)
+    r"""(?P<q>["']?)(?<![A-Za-z0-9_.\-])"""
+    r"""(?=[A-Za-z0-9_.\-]*?(?:token|key|secret|passw|passphrase|pwd|auth|cookie|credential))"""
+    r"""(?P<name>[A-Za-z0-9_.\-]++)(?P=q)(?P<sep>\s*+[:=]\s*+)"""
+    r"""(?P<scheme>(?:bearer|basic|token)\s++)?"""
+    r"""(?P<value>"(?:[^"\\]|\\.){0,8192}+"|'(?:[^'\\]|\\.){0,8192}+'|[^\s"',;&}\])]++)"""
+    r"""(?P<phrase>(?:[ \t]++[^\s"',;&}\])=:]++(?=[\s"',;&}\])]|$)(?![ \t]*[:=]))*+)""", re.IGNORECASE)
+# Linear time on any text (issue 35 item 2: a 16,000-character word took 8 s here, holding the event loop): a name
+# starts only where a word starts (the look-behind) and is taken whole (possessive), the secret-ish word is looked
+# for inside that one word, a quoted value is at most 8 KiB, and nothing gives back what it took.
 
 
 def looks_like_credential(text: str) -> bool:

@@ -22,7 +22,8 @@ import httpx
 import yaml
 
 from . import cliargs
-from . import extras, headnode, names, notify, paths, ports, proc, watching
+from . import extras, headnode, names, notify, paths, ports, proc, upkeep, watching
+from .alerting.config import runbook_rewrite
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)
@@ -125,7 +126,7 @@ class Stack:
     # -- configs ------------------------------------------------------------------------------------
     def prometheus_config(self) -> dict:
         prof = PROFILES[self.cfg.profile]
-        rules = [str(p) for p in rule_files()]
+        rules = [str(p) for p in self.rule_paths()]
         scrape = [
             {"job_name": "omniwatch", "static_configs": [{"targets": [f"{self.cfg.exporter_host}:{self.cfg.exporter_port}"]}]},
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.prometheus_port}"]}]},
@@ -138,6 +139,36 @@ class Stack:
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{self.cfg.host}:{self.cfg.alertmanager_port}"]}]}]},
             "scrape_configs": scrape,
         }
+
+    def _runbooks(self) -> tuple[str, str] | None:
+        return runbook_rewrite(self.cfg.exporter_bind or self.cfg.host, self.cfg.exporter_port)
+
+    def rule_paths(self) -> list[Path]:
+        """The rule files Prometheus loads: alerts/ itself, or -- with the exporter on another port than the one the
+        rules' runbook links were generated for -- their copies under ``<run dir>/config/rules/`` with this exporter's
+        links (issue 35 item 14: every runbook_url Prometheus, Alertmanager, Grafana and ``omniwatch alerts``
+        showed pointed at 127.0.0.1:19095). Written by ``write_configs``."""
+        src = rule_files()
+        if self._runbooks() is None:
+            return src
+        return [self.p("config", "rules", f.name) for f in src]
+
+    def _write_rules(self) -> None:
+        rw = self._runbooks()
+        out = self.p("config", "rules")
+        if rw is None:
+            shutil.rmtree(out, ignore_errors=True)
+            return
+        old, new = rw
+        out.mkdir(parents=True, exist_ok=True)
+        keep = set()
+        for f in rule_files():
+            text = f.read_text().replace(f"runbook_url: {old}#", f"runbook_url: {new}#")
+            (out / f.name).write_text(text)
+            keep.add(f.name)
+        for f in out.glob("*.rules.yml"):
+            if f.name not in keep:
+                f.unlink()
 
     def _discovered_jobs(self) -> list[dict]:
         """Endpoints found by Ray discovery (TransferQueue, vLLM-Omni, reward servers, Ray nodes) come
@@ -177,6 +208,7 @@ class Stack:
     def write_configs(self) -> None:
         for d in ("config", "logs", "pids", "data/prometheus", "data/alertmanager", "state"):
             self.p(d).mkdir(parents=True, exist_ok=True)
+        self._write_rules()
         self.p("config", "prometheus.yml").write_text(yaml.safe_dump(self.prometheus_config(), sort_keys=False))
         self.p("config", "alertmanager.yml").write_text(yaml.safe_dump(self.alertmanager_config(), sort_keys=False))
         self.p("stack.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v
@@ -393,7 +425,7 @@ class Stack:
 
     def down(self) -> list[str]:
         stopped = []
-        for name in ("grafana", "prometheus", "alertmanager", "exporter", "endpoints", "receiver"):
+        for name in ("grafana", "prometheus", "alertmanager", "exporter", "endpoints", "raystate", "receiver"):
             if self.stop(name):
                 stopped.append(name)
         return stopped
@@ -403,7 +435,7 @@ class Stack:
         cfg = self._saved_config()
         urls = {"exporter": f"http://{cfg.host}:{cfg.exporter_port}", "prometheus": cfg.prometheus_url,
                 "alertmanager": cfg.alertmanager_url, "grafana": cfg.grafana_url}
-        for name in ("exporter", "prometheus", "alertmanager", "grafana", "endpoints", "receiver"):
+        for name in ("exporter", "prometheus", "alertmanager", "grafana", "endpoints", "raystate", "receiver"):
             info = self._read_pid(name)
             if info is None:
                 continue
@@ -412,7 +444,7 @@ class Stack:
         return out
 
     def running(self) -> bool:
-        return any(self._alive(self._read_pid(name)) for name in self.COMPONENTS + ("endpoints", "receiver"))
+        return any(self._alive(self._read_pid(name)) for name in self.COMPONENTS + ("endpoints", "raystate", "receiver"))
 
     def dashboards_hint(self) -> str:
         """Where the dashboards are when this stack started no Grafana: the one line that gets one."""
@@ -433,15 +465,8 @@ class Stack:
 
 # -- CLI ---------------------------------------------------------------------------------------------
 def _cfg_from_args(args) -> StackConfig:
-    ports = {k: getattr(args, k) for k in ("prometheus_port", "alertmanager_port", "exporter_port", "grafana_port")
-             if hasattr(args, k)}  # down and status take no ports: they read the pid files and stack.json
-    return StackConfig(run_dir=Path(args.run_dir), **ports, profile=getattr(args, "profile", "default"),
-                       watch=getattr(args, "watch", []) or [], console=getattr(args, "console", []) or [],
-                       exporter_args=[x for d in getattr(args, "checkpoint_root", []) or []
-                                      for x in ("--checkpoint-root", os.path.abspath(d))]
-                       + [x for d in getattr(args, "trainer_config", []) or []
-                          for x in ("--trainer-config", os.path.abspath(d))],
-                       exporter_bind=getattr(args, "exporter_bind", None))
+    """down and status: the run dir (they read the pid files and stack.json); up: _kept_cfg."""
+    return StackConfig(run_dir=Path(args.run_dir))
 
 
 def demo_stack(stack: Stack) -> Stack:
@@ -479,6 +504,9 @@ def _print_urls(stack: Stack, started: dict) -> None:
         print(_row(name, value))
     for name, value in notify.rows(stack.cfg.exporter_url):
         print(_row(name, value))
+        if ("DISABLED" in value and "not in the relay config" not in value) or "unusable" in value:
+            # a receiver configured but unusable is never only a line inside a normal banner
+            print(f"WARNING: alerts will not reach this receiver: {value}", file=sys.stderr)
     for name, value in headnode.rows(stack.cfg.exporter_bind, stack.cfg.exporter_port,
                                      stack.p("secrets", "push.token")):
         print(_row(name, value))
@@ -489,12 +517,39 @@ def _print_urls(stack: Stack, started: dict) -> None:
     print(_row("stop with", "omniwatch down   (or make down)"))
 
 
+def _kept_cfg(args) -> tuple[StackConfig, dict, list[str], list[str]]:
+    """This `up`'s configuration: what it was given on top of what the last `up` of the run dir kept (upkeep.py);
+    with the changed lines and the names of the settings kept."""
+    run_dir = Path(args.run_dir)
+    kept = upkeep.load(run_dir)
+    now = upkeep.given(args)
+    merged = upkeep.merge(kept, now, reset=getattr(args, "reset", False))
+    changed, kept_names = upkeep.changes(kept, merged, now) if kept else ([], [])
+    v = lambda key: upkeep.value(merged, key)  # noqa: E731
+    cfg = StackConfig(run_dir=run_dir, **{k: v(k) for k in upkeep.PORTS}, profile=v("profile"),
+                      watch=v("watch"), console=v("console"),
+                      exporter_args=[x for d in v("checkpoint_root") for x in ("--checkpoint-root", d)]
+                      + [x for d in v("trainer_config") for x in ("--trainer-config", d)],
+                      exporter_bind=v("exporter_bind"))
+    notify_cfg = merged.get("notify") or {}
+    cfg.exporter_env.update(upkeep.notify_env(run_dir, notify_cfg))
+    cfg.exporter_env.update(notify.exporter_env(notify_cfg.get("receivers"), run_dir / "config",
+                                                lookup=lambda var: upkeep.kept_value(run_dir, var),
+                                                names=notify_cfg.get("env", [])))
+    upkeep.save(run_dir, merged)
+    return cfg, merged, changed, kept_names
+
+
 def cmd_up(args) -> int:
-    stack = Stack(_cfg_from_args(args))
-    stack.cfg.exporter_env.update(notify.exporter_env(args.receivers, stack.p("config")))
+    cfg, _, changed, kept_names = _kept_cfg(args)
+    stack = Stack(cfg)
     demo = demo_stack(stack)
     if demo.running():
         print("stopping the demo stack first (it uses the same ports): " + ", ".join(demo.down()))
+    for line in changed:
+        print(_row("changed", line))
+    if kept_names:
+        print(_row("kept", "from the last up: " + ", ".join(kept_names) + " (--reset forgets)"))
     for line in watching.warnings(stack.cfg.watch, stack.cfg.console):
         print(line, file=sys.stderr)
     try:
@@ -559,23 +614,34 @@ def cmd_status(args) -> int:
     return 0 if all(r["running"] for r, _ in rows) else 1
 
 
-def add_stack_args(p, ports: bool = True) -> None:
-    """Stack flags; their defaults are the settings (OMNIWATCH_RUN_DIR, OMNIWATCH_*_PORT, a settings file)."""
+def add_stack_args(p, ports: bool = True, keep: bool = False) -> None:
+    """Stack flags; their defaults are the settings (OMNIWATCH_RUN_DIR, OMNIWATCH_*_PORT, a settings file).
+    ``keep`` (`up`): a port not given is None, and `up` takes the last `up`'s (upkeep.py)."""
     s = Settings()
     p.add_argument("--run-dir", default=s.run_dir,
                    help="configs, data, logs and pid files (default %(default)s, env OMNIWATCH_RUN_DIR)")
     if not ports:
         return
-    p.add_argument("--prometheus-port", type=cliargs.port, default=s.prometheus_port, help="(env OMNIWATCH_PROMETHEUS_PORT)")
-    p.add_argument("--alertmanager-port", type=cliargs.port, default=s.alertmanager_port, help="(env OMNIWATCH_ALERTMANAGER_PORT)")
-    p.add_argument("--exporter-port", type=cliargs.port, default=s.port, help="(env OMNIWATCH_EXPORTER_PORT)")
-    p.add_argument("--grafana-port", type=cliargs.port, default=s.grafana_port, help="(env OMNIWATCH_GRAFANA_PORT)")
+    last = "the last up's, else " if keep else ""
+    p.add_argument("--prometheus-port", type=cliargs.port, default=None if keep else s.prometheus_port,
+                   help=f"(default {last}{s.prometheus_port}; env OMNIWATCH_PROMETHEUS_PORT)")
+    p.add_argument("--alertmanager-port", type=cliargs.port, default=None if keep else s.alertmanager_port,
+                   help=f"(default {last}{s.alertmanager_port}; env OMNIWATCH_ALERTMANAGER_PORT)")
+    p.add_argument("--exporter-port", type=cliargs.port, default=None if keep else s.port,
+                   help=f"(default {last}{s.port}; env OMNIWATCH_EXPORTER_PORT)")
+    p.add_argument("--grafana-port", type=cliargs.port, default=None if keep else s.grafana_port,
+                   help=f"(default {last}{s.grafana_port}; env OMNIWATCH_GRAFANA_PORT)")
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("up", help="start Prometheus, Alertmanager and the exporter as local processes")
-    add_stack_args(p)
-    p.add_argument("--profile", choices=sorted(PROFILES), default="default",
+    p = sub.add_parser("up", help="start Prometheus, Alertmanager and the exporter as local processes",
+                       description="Run again, `up` keeps every setting the last `up` of the run dir was given "
+                                   "(ports, paths, receivers, Slack) except those given again, and prints what "
+                                   "changed; --reset starts from this command's settings alone.")
+    add_stack_args(p, keep=True)
+    p.add_argument("--reset", action="store_true",
+                   help="forget the settings the last `up` kept (<run dir>/up.json): only these flags apply")
+    p.add_argument("--profile", choices=sorted(PROFILES), default=None,
                    help="intervals: default (15 s scrape/eval) or fast (1 s, for demos and tests)")
     p.add_argument("--watch", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --watch`")
     p.add_argument("--console", action="append", default=[], metavar="PATH", help="passed to `omniwatch serve --console`")

@@ -61,7 +61,7 @@ def snapshot_store(store: RunStore) -> dict:
             "key_steps": run.key_steps, "grad_nonfinite_total": run.grad_nonfinite_total,
             "planned": run.planned.to_json(),
             "trainer_config": run.config.to_json() if run.config else None, "stale": store.history(run),
-            "first_sight": run.first_sight,
+            "first_sight": run.first_sight, "copied": run.copied,
         })
     return {"runs": runs, "errors": [[s, r, n] for (s, r), n in store.errors.items()],
             "notifications": dict(store.notifications)}
@@ -92,6 +92,7 @@ def restore_store(store: RunStore, data: dict) -> None:
             run.stale = d.get("stale") is True
             fs = d.get("first_sight")   # absent in older checkpoints: their stale stands as saved
             run.first_sight = float(fs) if isinstance(fs, (int, float)) and not isinstance(fs, bool) else None
+            run.copied = d.get("copied") is True
             run.last_arrival = d["last_arrival"]
             run.gpu_seconds = defaultdict(float, d["gpu_seconds"])
             run.live_arrival = d["live_arrival"]

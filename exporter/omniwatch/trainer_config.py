@@ -10,6 +10,14 @@ facts omniwatch uses, associated with a run by ``trainer.project_name`` / ``trai
 
 Every reader is bounded (bytes, lines, nesting, interpolation depth) and never raises on bad input:
 :class:`ConfigError` carries a counted reason (``omniwatch_ingest_errors_total{source="trainer_config"}``).
+
+Cheap before it is read (issue 35 items 4 and 7): a file is chosen by its name and size before anything parses
+it -- a directory walk takes Hydra's ``.hydra/config.yaml``, YAML / JSON files named ``*config*`` and console
+logs (``*.log``, ``*.out``, ``*.txt``); a YAML / JSON file over :data:`MAX_CONFIG_BYTES` is not read; a console
+log is read only in its first :data:`CONSOLE_HEAD_BYTES` (the config print comes at the trainer's start) and
+only again when that head changed. YAML is read with libyaml's loader (``CSafeLoader``) and JSON with orjson.
+The walk goes newest first (directories by modification time: Hydra's ``outputs/<date>/<time>/``) and says,
+once, where it stopped; of several configs naming one run the newest file wins.
 """
 from __future__ import annotations
 
@@ -27,13 +35,18 @@ from .periodic import Periodic
 log = logging.getLogger(__name__)
 
 SOURCE = "trainer_config"       # the ingest-error / source_up label
-MAX_BYTES = 8 << 20              # a config file or pprint block larger than this is not read
+MAX_BYTES = 8 << 20              # a pprint block larger than this is not read
+MAX_CONFIG_BYTES = 1 << 20       # a YAML / JSON config file larger than this is not read (VeRL-Omni's: ~20 KiB)
+CONSOLE_HEAD_BYTES = 1 << 20     # the head of a console log searched for the config print
+MAX_NAME_CHARS = 1024            # trainer.project_name / experiment_name kept whole up to this (labels hash them)
+MAX_POOL_GPUS = 100_000          # nnodes x n_gpus_per_node beyond this is not a GPU count (unknown)
 MAX_LINES = 40_000               # pprint block lines (VeRL-Omni's whole config is ~600 at width 80)
 MAX_FILES = 4096                 # files looked at per --trainer-config spec
 MAX_DEPTH = 64                   # nesting of the parsed mapping
 MAX_INTERP = 8                   # ${...} hops followed when resolving a key of an unresolved Hydra config
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".log", ".txt", ".out")
-MAX_DIRS = 2000                  # directories walked per --trainer-config DIR and scan
+MAX_DIRS = 2000                  # directories walked per --trainer-config DIR and scan (the newest first)
+MAX_SUBDIRS = 256                # subdirectories of one directory walked (the newest)
 SKIP_DIRS = {"checkpoints", "wandb", "tensorboard_log", "__pycache__", "node_modules"}
 
 # Ray prefixes an actor's stdout on the driver with "(ActorName pid=N)" or "(ActorName pid=N, ip=A)"
@@ -76,6 +89,7 @@ class TrainerConfig:
     path: str = field(default="", compare=False)  # where it was read (logs only; never a label)
     # the settings the remedies branch on (remedy_settings: closed names, closed values); issue 32
     settings: dict = field(default_factory=dict, compare=False, hash=False)
+    mtime: float = field(default=0.0, compare=False)   # the file's modification time: the newest config of a run wins
 
     @property
     def gpus(self) -> int | None:
@@ -168,11 +182,11 @@ def _int(root: dict, dotted: str) -> int | None:
     return v
 
 
-def _str(root: dict, dotted: str) -> str | None:
+def _str(root: dict, dotted: str, limit: int = 128) -> str | None:
     v = _lookup(root, dotted)
-    if not isinstance(v, str) or not v or v.startswith("${") or v == "???":
+    if not isinstance(v, str) or not v or v.startswith("${") or v == "???" or len(v) > limit:
         return None
-    return v[:128]
+    return v
 
 
 def _bool(root: dict, dotted: str) -> bool | None:
@@ -221,11 +235,13 @@ def facts(d: dict, source: str, path: str = "") -> TrainerConfig:
     if mode is not None and mode not in ("sync", "colocate_async", "separate_async"):
         mode = "other"
     nn, per = _int(d, "trainer.nnodes"), _int(d, "trainer.n_gpus_per_node")
-    gpus_trainer = nn * per if nn and per and nn > 0 and per > 0 else None
+    gpus_trainer = nn * per if nn and per and nn > 0 and per > 0 and nn * per <= MAX_POOL_GPUS else None
     reward_pool, rollout_pool, teacher_pool = pool_gpus(d, mode)
     total = _int(d, "trainer.total_training_steps")
     return TrainerConfig(
-        project=_str(d, "trainer.project_name"), experiment=_str(d, "trainer.experiment_name"), source=source,
+        # whole names: a run's label is made from its whole name (a long one hashed, runlabel.py), so must the key
+        project=_str(d, "trainer.project_name", MAX_NAME_CHARS),
+        experiment=_str(d, "trainer.experiment_name", MAX_NAME_CHARS), source=source,
         total_steps=total if total is not None and total > 0 else None,
         save_freq=_int(d, "trainer.save_freq"), test_freq=_int(d, "trainer.test_freq"), sp=sp, engine=engine,
         lora=lora, trainer=trainer, async_mode=mode, gpus_trainer=gpus_trainer,
@@ -235,7 +251,7 @@ def facts(d: dict, source: str, path: str = "") -> TrainerConfig:
 
 def _pool(d: dict, nodes: str, per: str) -> int:
     nn, pp = _int(d, nodes), _int(d, per)
-    return nn * pp if nn and pp and nn > 0 and pp > 0 else 0
+    return nn * pp if nn and pp and nn > 0 and pp > 0 and nn * pp <= MAX_POOL_GPUS else 0
 
 
 def pool_gpus(d: dict, mode: str | None) -> tuple[int, int, int]:
@@ -412,12 +428,18 @@ def _literal(text: str):
 class PprintBlock:
     """Collects a pprinted config from console lines, one at a time: a block starts at a line that opens
     with ``{'`` (after Ray's prefix) and ends where its brackets balance. ``feed`` returns the parsed
-    mapping at the block's last line, else None; raises :class:`ConfigError` for a block that is not one."""
+    mapping at the block's last line, else None; raises :class:`ConfigError` for a block that is not one.
+
+    Only the block's own lines count: every line pprint writes after the first starts with a space and, on a Ray
+    driver's console, carries the same ``(TaskRunner pid=N)`` prefix; a line of another process (or any line that
+    does not start with a space) printed in between is left out, so an unclosed ``[`` in it cannot hold the block
+    open (issue 35 item 7). A new ``{'`` line while a block is open starts the block again from it."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.size = 0
         self.depth = 0
+        self.prefix = ""
 
     @staticmethod
     def _depth(line: str) -> int:
@@ -440,10 +462,19 @@ class PprintBlock:
 
     def feed(self, raw: str | bytes) -> dict | None:
         line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        line = strip_prefix(line.rstrip("\r\n"))
-        if not self.lines:
-            if not line.startswith("{'"):
-                return None
+        line = line.rstrip("\r\n")
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        m = _RAY_PREFIX.match(line)
+        prefix = m.group(0).strip() if m else ""
+        line = line[m.end():] if m else line
+        if line.startswith("{'"):
+            self.reset()    # a (new) print starts here
+            self.prefix = prefix
+        elif not self.lines:
+            return None
+        elif prefix != self.prefix or not line[:1].isspace():
+            return None     # another process's line, or not pprint's continuation: not part of the block
         self.lines.append(line)
         self.size += len(line) + 1
         self.depth += self._depth(line)
@@ -462,7 +493,7 @@ class PprintBlock:
         return obj
 
     def reset(self) -> None:
-        self.lines, self.size, self.depth = [], 0, 0
+        self.lines, self.size, self.depth, self.prefix = [], 0, 0, ""
 
 
 def parse_pprint_text(text: str) -> dict:
@@ -482,8 +513,9 @@ def parse_yaml_text(text: str) -> dict:
     import yaml
     if _FLOW_NEST.search(re.sub(r"[ \t\r\n]+", "", text[:MAX_BYTES])):
         raise ConfigError("too_deep")  # PyYAML composes recursively: refuse before it recurses
+    loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader   # libyaml when the wheel has it (~10x faster)
     try:
-        obj = yaml.safe_load(text)
+        obj = yaml.load(text, Loader=loader)   # noqa: S506 (a safe loader)
     except (yaml.YAMLError, RecursionError, ValueError) as e:
         raise ConfigError("malformed_yaml", str(e)[:120]) from None
     if not isinstance(obj, dict):
@@ -491,49 +523,104 @@ def parse_yaml_text(text: str) -> dict:
     return obj
 
 
+def parse_json_bytes(data: bytes) -> dict:
+    import orjson
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ConfigError("malformed_json", str(e)[:120]) from None
+    if not isinstance(obj, dict):
+        raise ConfigError("not_a_trainer_config")
+    return obj
+
+
+STRUCTURED = (".yaml", ".yml", ".json")
+CONSOLE = (".log", ".out", ".txt")
+
+
 def read_file(path: str, source: str | None = None) -> TrainerConfig:
-    """One config file: YAML / JSON (Hydra's ``.hydra/config.yaml``, a saved config) or a console log
-    with VeRL-Omni's pprint."""
+    """One config file: YAML / JSON (Hydra's ``.hydra/config.yaml``, a saved config; at most MAX_CONFIG_BYTES)
+    or a console log with VeRL-Omni's pprint (its first CONSOLE_HEAD_BYTES)."""
+    structured = path.endswith(STRUCTURED)
     try:
         st = os.stat(path)
         if not os.path.isfile(path):
             raise ConfigError("not_regular_file")
-        if st.st_size > MAX_BYTES:
+        if structured and st.st_size > MAX_CONFIG_BYTES:
             raise ConfigError("config_too_large")
         with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+            data = f.read(MAX_CONFIG_BYTES + 1 if structured else CONSOLE_HEAD_BYTES)
     except ConfigError:
         raise
     except OSError as e:
         raise ConfigError("unreadable_file", e.strerror or str(e)) from None
-    text = data.decode("utf-8", "replace")
-    if "\x00" in text:
+    if b"\x00" in data:
         raise ConfigError("not_a_trainer_config", "binary file")
-    if path.endswith((".yaml", ".yml", ".json")):
-        return facts(parse_yaml_text(text), source or "yaml", path)
-    return facts(parse_pprint_text(text), source or "pprint", path)
+    if path.endswith(".json"):
+        return _dated(facts(parse_json_bytes(data), source or "yaml", path), st)
+    text = data.decode("utf-8", "replace")
+    if structured:
+        return _dated(facts(parse_yaml_text(text), source or "yaml", path), st)
+    return _dated(facts(parse_pprint_text(text), source or "pprint", path), st)
 
 
-def expand(spec: str) -> list[str]:
+def _dated(cfg: TrainerConfig, st: os.stat_result) -> TrainerConfig:
+    from dataclasses import replace
+    return replace(cfg, mtime=st.st_mtime)
+
+
+def wanted(name: str, parent: str) -> bool:
+    """A file a directory walk reads (by its name alone): Hydra's ``.hydra/config.yaml``, a YAML / JSON file with
+    ``config`` in its name, a console log."""
+    low = name.lower()
+    if parent == ".hydra":
+        return low == "config.yaml"
+    if low.endswith(STRUCTURED):
+        return "config" in low
+    return low.endswith(CONSOLE)
+
+
+def _newest_first(top: str, names: list[str]) -> list[str]:
+    def mtime(d: str) -> float:
+        try:
+            return os.stat(os.path.join(top, d)).st_mtime
+        except OSError:
+            return 0.0
+    return sorted(names, key=lambda d: (-mtime(d), d))
+
+
+def expand(spec: str, said: dict | None = None) -> list[str]:
     """The config files of one ``--trainer-config`` spec: a file, a glob, or a directory (searched for
-    ``.hydra/config.yaml`` and config files, bounded)."""
+    ``.hydra/config.yaml`` and config files by name, the newest directories first, bounded). ``said``: where the
+    walk stopped is logged once per spec and kind of stop (``said`` remembers)."""
     if os.path.isdir(spec):
         out: list[str] = []
         visited = 0
+        stops: list[str] = []
         for top, dirs, files in os.walk(spec):
             visited += 1
             if visited > MAX_DIRS:  # bounded: a DIR with checkpoint trees under it is not walked whole
+                stops.append(f"{MAX_DIRS} directories walked (the newest first); older ones not read")
                 break
-            dirs[:] = sorted(d for d in dirs if d == ".hydra" or not (d.startswith(".") or d.startswith("global_step_")
-                                                                      or d in SKIP_DIRS))[:256]
-            if os.path.basename(top) == ".hydra":
+            keep = [d for d in dirs if d == ".hydra" or not (d.startswith(".") or d.startswith("global_step_")
+                                                              or d in SKIP_DIRS)]
+            if len(keep) > MAX_SUBDIRS:
+                stops.append(f"{os.path.relpath(top, spec)}: the {MAX_SUBDIRS} newest of {len(keep)} subdirectories "
+                             "walked")
+            dirs[:] = _newest_first(top, keep)[:MAX_SUBDIRS]
+            base = os.path.basename(top)
+            if base == ".hydra":
                 if "config.yaml" in files:
                     out.append(os.path.join(top, "config.yaml"))
                 continue
-            out += [os.path.join(top, f) for f in sorted(files) if f.endswith(CONFIG_SUFFIXES)
-                    and not f.endswith(".jsonl")]
+            out += [os.path.join(top, f) for f in sorted(files) if wanted(f, base)]
             if len(out) >= MAX_FILES:
+                stops.append(f"{MAX_FILES} files found; the rest not read")
                 break
+        for why in stops:
+            if said is not None and said.get((spec, why[:40])) is None:
+                said[(spec, why[:40])] = why
+                log.warning("trainer config %s: %s", spec, why)
         return out[:MAX_FILES]
     if glob.has_magic(spec):
         return sorted(p for p in glob.glob(spec, recursive=True) if os.path.isfile(p))[:MAX_FILES]
@@ -550,7 +637,8 @@ class ConfigWatch(Periodic):
     def __init__(self, store, specs: list[str], interval: float = 10.0):
         super().__init__(interval)
         self.store, self.specs = store, list(specs)
-        self._seen: dict[str, tuple[float, int]] = {}
+        self._seen: dict[str, tuple] = {}
+        self._said: dict = {}
         for spec in self.specs:  # a spec whose files do not exist yet (a run not started) is not down
             if hasattr(store, "set_source_up"):
                 from .redact import redact
@@ -561,13 +649,16 @@ class ConfigWatch(Periodic):
         for spec in self.specs:
             named = not os.path.isdir(spec) and not glob.has_magic(spec)
             try:
-                files = expand(spec)
+                files = expand(spec, self._said)
             except OSError:
                 continue
             for path in files:
                 try:
                     st = os.stat(path)
-                    sig = (st.st_mtime, st.st_size)
+                    # a console log is read in its head only: it is read again when the head changed (a new file
+                    # at the path, a truncation, a head not complete yet), not at every step it logs
+                    sig = (st.st_mtime, st.st_size) if path.endswith(STRUCTURED) or st.st_size < CONSOLE_HEAD_BYTES \
+                        else ("head", st.st_dev, st.st_ino)
                 except OSError:
                     if named and self._seen.get(path) != (0.0, -1):
                         self._seen[path] = (0.0, -1)
@@ -579,7 +670,7 @@ class ConfigWatch(Periodic):
                 try:
                     cfg = read_file(path)
                 except ConfigError as e:
-                    structured = path.endswith((".yaml", ".yml", ".json"))
+                    structured = path.endswith(STRUCTURED)
                     if named or structured or e.reason not in ("no_config_found", "not_a_trainer_config"):
                         self.store.count_error(SOURCE, e.reason)
                         log.warning("trainer config %s skipped: %s", os.path.basename(path), e)

@@ -428,3 +428,16 @@ def _merge(base: dict, over: dict) -> dict:
     for k, v in over.items():
         out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
     return out
+
+
+def runbook_rewrite(host: str, port: int) -> tuple[str, str] | None:
+    """(the runbook base the rules are generated with by default, the exporter's own ``/runbooks`` at ``host:port``)
+    when they differ, else None: the default links to 127.0.0.1:19095, and an exporter on another port serves the
+    runbooks. ``omniwatch up`` gives Prometheus rule files with this exporter's links (stack.py; issue 35 item 14),
+    and the relay rewrites the links of messages from rules made elsewhere."""
+    default = Config.model_fields["runbook_base"].default
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    own = f"http://{'[' + host + ']' if ':' in host else host}:{port}/runbooks"
+    return None if own == default else (default, own)
+

@@ -119,7 +119,7 @@ def _hit(f: Firing, timeline: Timeline) -> AlertHit:
 
 EVAL_THREADS = 4
 LOOKBACK = 300.0  # TempPrometheus' --query.lookback-delta (5m)
-_RANGE = re.compile(r"([a-zA-Z_:][\w:]*)\s*(?:\{[^}]*\})?\s*\[")
+_RANGE = re.compile(r"(?<![\w:])([a-zA-Z_:][\w:]*+)\s*+(?:\{[^}]*+\})?\s*+\[")   # linear: no give-back
 
 
 def rule_families(rules: RuleSet, alerts=None) -> set[str]:

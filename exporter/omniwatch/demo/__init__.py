@@ -105,9 +105,12 @@ def finish_runs(scs: list[Scenario], configs: Path) -> None:
     read through --trainer-config), so the runs are finished and nothing escalates once the demo has ended."""
     for sc in scs:
         if sc.written:
-            (configs / f"{sc.experiment}.yaml").write_text(
+            (configs / f"{sc.experiment}.config.yaml").write_text(   # named as a config: a DIR walk reads it
                 f"trainer:\n  project_name: {PROJECT}\n  experiment_name: {sc.experiment}\n"
                 f"  total_training_steps: {sc.written}\n")
+
+
+RAY_STANDIN = "raystate"   # the Ray state API stand-in's component name (pid file, down, status)
 
 
 def run_demo(args) -> int:
@@ -134,8 +137,10 @@ def run_demo(args) -> int:
     # endpoint set), so every run-scoped panel shows that it keeps runs apart.
     cfg.extra_scrape_configs = demo_endpoints.scrape_configs(cfg.host, ep_port, PROJECT, "reward-bound-colocated",
                                                              also=[(PROJECT, "v1-transfer-idle")])
-    # Ray's state API stand-in (the same server, /api/v0/...): the worker-lanes source, its job = the joined run
-    cfg.exporter_args += demo_endpoints.ray_tasks_args(cfg.host, ep_port, PROJECT, "reward-bound-colocated")
+    # Ray's state API stand-in (/api/v0/...): the worker-lanes source, its job = the joined run. Its own process
+    # (raystate), stopped when the demo ends: its straggling rank does not outlive the demo (issue 35 item 16)
+    ray_port = free_port(cfg.host)
+    cfg.exporter_args += demo_endpoints.ray_tasks_args(cfg.host, ray_port, PROJECT, "reward-bound-colocated")
     # The relay forwards every notification to a local receiver (a generic JSON webhook), as it would to
     # Slack or Feishu; the URL is passed by environment, as the relay requires for every receiver URL.
     rcv_port = free_port(cfg.host)
@@ -172,6 +177,7 @@ def run_demo(args) -> int:
         stack.start("receiver", [sys.executable, "-m", "omniwatch.demo.receiver", "--port", str(rcv_port),
                                  "--out", str(received)], {})
         stack.start("endpoints", [sys.executable, "-m", "omniwatch.demo.standins", "--port", str(ep_port)], {})
+        stack.start(RAY_STANDIN, [sys.executable, "-m", "omniwatch.demo.raytasks", "--port", str(ray_port)], {})
         started = stack.up()
     except StackError as e:
         con.print(f"[red]omniwatch demo: {e}[/]")
@@ -223,6 +229,7 @@ def run_demo(args) -> int:
             time.sleep(0.5)
     finally:
         stop.set()
+        stack.stop(RAY_STANDIN)  # the demo's Ray ends with it: no straggler streak after the demo
         client.close()
         for t in threads:
             t.join(timeout=pace + 2)
@@ -259,7 +266,8 @@ def run_demo(args) -> int:
     con.print(f"Prometheus {cfg.prometheus_url}  exporter {cfg.exporter_url}/metrics  alerts and deliveries: "
               f"{alerts_command(cfg)}")
     con.print("The stack stays up for a look: `make down` (or `omniwatch down`) stops it. The demo's runs are marked "
-              "finished (their configs say the last written step was the last), so nothing escalates after it.")
+              "finished (their configs say the last written step was the last), so nothing escalates after it; its Ray "
+              "state API stand-in stopped with it (the worker lanes end there).")
     _write_report(con, root, run_dir.resolve() / "reports")
     return 0 if ok else 1
 

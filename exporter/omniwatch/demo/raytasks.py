@@ -17,6 +17,9 @@ Two ways to move:
 - ``StateStandIn(workers=N, advance="poll")`` (benchmarks/raytasks_poll.py): N workers, and every
   RUNNING-task poll moves all of them to the next phase.
 
+``python -m omniwatch.demo.raytasks --port N`` serves it alone: the demo runs it as its own process (``raystate``)
+and stops it when the demo ends, so no straggling rank outlives the demo (issue 35 item 16).
+
 Filters are Ray's (``=`` / ``!=`` on any row key), ``limit`` cuts the answer as Ray does (``num_filtered``
 says by how much). A ``task_id=`` lookup or a ``state=FINISHED`` page answers the finished calls with their
 scheduled end (``end_time_ms``), as Ray keeps them (discovery/taskfinal.py reads those). Loopback only (the demo endpoints' server binds 127.0.0.1); bounded: the rows are a
@@ -164,6 +167,9 @@ class StateStandIn:
     def answer(self, path: str, now: float | None = None) -> tuple[int, bytes]:
         """``GET /api/v0/<kind>?...`` -> (HTTP status, body)."""
         u = urlparse(path)
+        if u.path.rstrip("/") == "/api/version":   # the dashboard's version (job_head.py get_version, Ray 2.60)
+            return 200, json.dumps({"version": "4", "ray_version": "2.60.0", "ray_commit": "stand-in",
+                                    "session_name": "omniwatch-demo"}).encode()
         q = parse_qs(u.query)
         kind = u.path.rstrip("/").rsplit("/", 1)[-1]
         filters = list(zip(q.get("filter_keys", []), q.get("filter_predicates", []), q.get("filter_values", [])))
@@ -185,3 +191,56 @@ class StateStandIn:
         else:
             return 404, json.dumps({"result": False, "msg": f"no such list: {kind}", "data": {}}).encode()
         return 200, body([r for r in rows if _match(r, filters)], limit)
+
+
+def serve(host: str = "127.0.0.1", port: int = 0, standin: StateStandIn | None = None):
+    """Serve ``standin`` (a new demo one by default) in a background thread; returns (server, bound port)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    state = standin or StateStandIn()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server API)
+            status, out = state.answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            try:
+                self.wfile.write(out)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, fmt, *args):
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="ray-state-standin",
+                     daemon=True).start()
+    return server, server.server_address[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m omniwatch.demo.raytasks --port N``: Ray's state API stand-in alone, until SIGINT/SIGTERM."""
+    import argparse
+    import signal
+
+    p = argparse.ArgumentParser(prog="omniwatch.demo.raytasks", description=main.__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--workers", type=int, default=0, help="N ranks, 8 per node (the benchmarks' fleet); 0: the demo's")
+    args = p.parse_args(argv)
+    server, port = serve(args.host, args.port, StateStandIn(workers=args.workers))
+    print(f"Ray state API stand-in on http://{args.host}:{port}", flush=True)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    server.shutdown()
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

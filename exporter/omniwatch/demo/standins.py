@@ -515,7 +515,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server API)
         path = self.path.split("?", 1)[0]
         ep = self.endpoints.get(path)
-        if path.startswith("/api/v0/"):  # Ray's state API (demo_raytasks): what `serve --ray-tasks` polls
+        if path.startswith("/api/v0/") or path == "/api/version":  # Ray's state API (demo_raytasks)
             status, body = self.ray_state.answer(self.path)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

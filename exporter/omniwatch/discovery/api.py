@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client.registry import Collector
 
 from .. import names as n
+from ..runlabel import fit_label
 from ..alerting.config import DEFAULT as ALERTS
 from ..web import on_lifespan
 from .config import from_settings
@@ -199,6 +200,12 @@ def init(app) -> None:
                             ring=ring)
         poller.run_labels = disc._run_labels   # shared with the node agents (taskshare.py)
         store = app.state.store
+        poller.store = store                   # bad rows, cut answers, clocks ahead: ingest errors
+
+        def run_job() -> str | None:           # the watched run's Ray job, as JobWatch matched it: the views' job
+            p, e = disc._run_labels()
+            return store.ray_jobs().get((fit_label(p), fit_label(e))) if p and e else None
+        poller.run_job = run_job
         poller.on_pools = lambda pools: store.set_ray_pools(*disc._run_labels(), pools)   # the ledger's GPUs
         app.state.ray_tasks = poller
         app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))

@@ -41,10 +41,11 @@ import os
 import socket
 import time
 
-import httpx
+import orjson
 
 from ..planned import MAX_ERROR_CHARS, JobState
 from ..redact import redact
+from .rayapi import RayAPIError
 
 log = logging.getLogger("omniwatch.raytasks")
 
@@ -98,18 +99,16 @@ class JobWatch:
             log.log(level, "%s", text)
 
     def list_jobs(self) -> list[dict]:
-        t0 = time.monotonic()
+        try:   # the state API's client: a total deadline and a byte cap (rayapi.py)
+            status, raw = self.api.get("/api/jobs/")
+        except RayAPIError as e:
+            raise OSError(str(e).replace("Ray at", "Ray job API at", 1)) from None
+        if status != 200:
+            raise OSError(f"Ray job API at {self.api.base}: HTTP {status}")
         try:
-            r = self.api._client.get("/api/jobs/")
-        except httpx.HTTPError as e:
-            raise OSError(f"Ray job API at {self.api.base} did not answer: {type(e).__name__}") from None
-        finally:
-            self.api.cost.calls += 1
-            self.api.cost.seconds += time.monotonic() - t0
-        self.api.cost.bytes += len(r.content)
-        if r.status_code != 200:
-            raise OSError(f"Ray job API at {self.api.base}: HTTP {r.status_code}")
-        body = r.json()
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise OSError(f"Ray job API at {self.api.base}: not JSON") from None
         if not isinstance(body, list):
             raise OSError(f"Ray job API at {self.api.base}: not a list")
         return [j for j in body[:MAX_JOBS] if isinstance(j, dict)]

@@ -54,6 +54,20 @@ WORKER_NAME = re.compile(r"^(?P<prefix>.*?)(?P<cls>[A-Za-z_][A-Za-z0-9_]*)_(?P<p
 # f"agent_loop_worker_{i}_{uuid4().hex[:8]}"; RewardLoopManager._init_reward_loop_workers: f"reward_loop_worker_{i}";
 # VeRL-Omni reuses both): the index is the worker's lane (docs/verl-source.md R16)
 LOOP_NAME = re.compile(r"^(?P<kind>agent_loop|reward_loop)_worker_(?P<i>\d+)(?:_[0-9a-f]+)?$")
+
+# Actor names are the trainer's (or anyone's on the cluster): WORKER_NAME backtracks from every position of a
+# long name while holding the GIL (a 64k-character name froze every scrape, issue 35 item 2), so a name is
+# length-checked first. verl's worker names are ``<name_prefix><Class>_<pg>:<rank>``: tens of characters.
+MAX_WORKER_NAME = 256
+
+
+def worker_name(name: str | None) -> re.Match | None:
+    """WORKER_NAME's match of an actor name, or None (a name longer than MAX_WORKER_NAME is no verl worker)."""
+    if not name or len(name) > MAX_WORKER_NAME:
+        return None
+    return WORKER_NAME.match(name)
+
+
 SERVER_NAME = re.compile(r"^(?P<engine>vllm_omni|vllm|sglang|trtllm)_server_(?P<kind>reward_|teacher_)?"
                          r"(?P<replica>\d+)(?:_(?P<node>\d+))?(?:_.*)?$")
 AGENT_LOOP_CLASSES = ("AgentLoopWorker", "DiffusionAgentLoopWorker", "DiffusionAgentLoopWorkerTQ",
@@ -90,10 +104,10 @@ def classify(task_name: str, actor_name: str = "", actor_class: str = "") -> Cal
     cls, method = split_task_name(task_name)
     cls = cls or actor_class or ""
     group = ""
-    m = WORKER_NAME.match(actor_name or "")
+    m = worker_name(actor_name)
     if m:
         group = m["prefix"] + m["cls"]
-    s = SERVER_NAME.match(actor_name or "")
+    s = SERVER_NAME.match(actor_name or "") if len(actor_name or "") <= MAX_WORKER_NAME else None
     if s:
         role = {"reward_": "reward_server", "teacher_": "teacher_server"}.get(s["kind"] or "", "rollout_server")
         return Call(role, _phase(method), method, actor_name, s["replica"])
@@ -126,7 +140,7 @@ def ranks(actor_names: list[str]) -> dict[str, int]:
     (pg_idx, local_rank) order and counts rank up by one for each (RayWorkerGroup._init_with_resource_pool)."""
     groups: dict[str, list[tuple[int, int, str]]] = {}
     for name in actor_names:
-        m = WORKER_NAME.match(name or "")
+        m = worker_name(name)
         if m:
             groups.setdefault(m["prefix"] + m["cls"], []).append((int(m["pg"]), int(m["local"]), name))
     out: dict[str, int] = {}

@@ -13,8 +13,9 @@ import time
 import httpx
 
 from ..redact import redact
+from ..runlabel import strip_control
 from . import taskevents as te
-from .rayapi import RayAPIError
+from .rayapi import RayAPIError, dashboard_of
 from .taskwatch import TaskPoller, TaskSnapshot
 
 
@@ -28,7 +29,7 @@ def _stack(d) -> dict | None:
 
 def snapshot_json(snap: TaskSnapshot, project: str | None = None, experiment: str | None = None,
                   holder_stack=None, straggler_stack=None, job=None) -> dict:
-    return {"ts": snap.ts, "up": snap.up, "why": snap.why,
+    return {"ts": snap.ts, "up": snap.up, "why": redact(snap.why),
             "jobs": [{"job_id": snap.job_id, "project": project, "experiment": experiment,
                       "holder": redact(snap.holder.get("text", "")), "phase": snap.holder.get("phase", ""),
                       "role": snap.holder.get("role", ""), "age_s": snap.holder.get("age_s", 0.0),
@@ -69,6 +70,14 @@ def look_once(address: str | None, job_id: str | None = None, timeout: float = 1
         p.api.close()
 
 
+def line(v, n: int = 120) -> str:
+    """A value from Ray (or an exporter) as terminal text: one line without control characters, at most ``n``
+    characters (a 400-character actor name with newlines plants no line), markup escaped."""
+    from rich.markup import escape
+    s = strip_control(" ".join(str(v).split()))
+    return escape(s if len(s) <= n else s[: n - 1] + "…")
+
+
 def _look(p: TaskPoller) -> TaskSnapshot:
     """One poll, then the FINISHED calls of each running worker group's method (how many ranks are done)."""
     snap = p.poll()
@@ -86,33 +95,34 @@ def _look(p: TaskPoller) -> TaskSnapshot:
 
 def _print(out: dict) -> None:
     from rich.console import Console
-    from rich.markup import escape
-    con = Console()
+    escape = line
+    con = Console(soft_wrap=True)   # one printed line per line: a long value is never broken into a new line
     if not out["jobs"]:
         con.print(f"[yellow]no answer[/yellow]: {escape(out.get('why', ''))}")
         return
     for j in out["jobs"]:
         run = f"{j['project']}/{j['experiment']}" if j.get("project") else f"Ray job {j['job_id'] or '?'}"
-        con.print(f"[bold]{escape(run)}[/bold]: {escape(j['holder'])} (for {j['age_s']:.0f} s)")
+        con.print(f"[bold]{escape(run)}[/bold]: {escape(j['holder'], 240)} (for {j['age_s']:.0f} s)")
         if j.get("ray_job"):
             rj = j["ray_job"]
-            con.print(f"  Ray job {escape(rj['job_id'])} ({rj['type']}): {rj['status']}"
-                      + (f": {escape(rj['error'])}" if rj.get("error") else ""))
+            con.print(f"  Ray job {escape(rj['job_id'])} ({escape(rj['type'])}): {escape(rj['status'])}"
+                      + (f": {escape(rj['error'], 300)}" if rj.get("error") else ""))
         for key, what in (("stack", "stuck in"), ("straggler_stack", "straggler rank stuck in")):
             st = j.get(key)
             if st:
                 who = f"rank {st['rank']} pid {st['pid']}" if st.get("rank") is not None else f"pid {st.get('pid')}"
-                con.print(f"  {what}: {escape(st['stack'])} ({who}; whole dump: the exporter's /stacks)")
+                con.print(f"  {what}: {escape(st['stack'], 300)} ({escape(who)}; whole dump: the exporter's /stacks)")
         for g in j["groups"]:
             s = g["slowest"]
-            con.print(f"  {g['role']:<18} {g['phase']:<22} running {g['running']:>4}  done {g['done']:>4}  "
+            con.print(f"  {escape(g['role']):<18} {escape(g['phase']):<22} running {g['running']:>4}  done {g['done']:>4}  "
                       f"for {g['age_s']:>7.1f} s  slowest rank {s['rank']} node {escape(str(s['node']))} pid {s['pid']} "
                       f"({s['age_s']:.1f} s)")
         for r in j["replicas"]:
-            con.print(f"  {r['role']:<18} replica {r['replica']:<6} {r['in_flight']} requests in flight, oldest {r['oldest_s']:.1f} s")
+            con.print(f"  {escape(r['role']):<18} replica {escape(r['replica']):<6} {r['in_flight']} requests in flight, "
+                      f"oldest {r['oldest_s']:.1f} s")
         for d in j["dead"]:
-            con.print(f"  [red]{d['state']}[/red] {escape(str(d['class']))} {escape(str(d['name']))} rank {d['rank']} "
-                      f"node {escape(str(d['node']))}: {escape(d['why'])}")
+            con.print(f"  [red]{escape(d['state'])}[/red] {escape(d['class'])} {escape(d['name'])} rank {d['rank']} "
+                      f"node {escape(d['node'])}: {escape(d['why'], 200)}")
     if out["lossy"]:
         con.print("[yellow]Ray dropped task events or the answer was cut: lanes may be incomplete[/yellow]")
 
@@ -129,10 +139,14 @@ def run_ps(args) -> int:
             out = None
     if out is None:
         try:
-            snap, dump = look_once_with_stack(args.ray_address, args.ray_job, args.timeout)
+            dash, how = dashboard_of(args.ray_address, args.timeout)
+            if how != "given":   # which address was used, when it was not the one typed
+                print(f"omniwatch ps: Ray dashboard {dash} ({how})", file=sys.stderr)
+            snap, dump = look_once_with_stack(dash, args.ray_job, args.timeout)
             out = snapshot_json(snap, holder_stack=dump)
+            out["ray_dashboard"] = dash
         except RayAPIError as e:
-            out = {"jobs": [], "why": str(e), "up": False, "lossy": False}
+            out = {"jobs": [], "why": redact(str(e)), "up": False, "lossy": False}
     if args.json:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -144,8 +158,10 @@ def run_ps(args) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("ps", help="who holds the step: phase in progress, slowest worker, replicas, dead actors (Ray task events)")
     p.add_argument("--ray-address", default="auto",
-                   help="Ray dashboard (state API) address, http://host:port or host:port (default auto: "
-                        "RAY_API_SERVER_ADDRESS / an http RAY_ADDRESS / 127.0.0.1:8265)")
+                   help="the Ray cluster: its dashboard (http://host:8265) or its GCS address (host:6379, what "
+                        "`ray start` prints and `serve --ray-address` takes: its dashboard is looked up through it, "
+                        "as Ray's CLI does). Default auto: RAY_API_SERVER_ADDRESS, RAY_ADDRESS, 127.0.0.1:8265, the "
+                        "local cluster")
     p.add_argument("--ray-job", default=None, help="Ray job id to look at (default: the job whose workers run)")
     p.add_argument("--exporter", default=None, help="ask this omniwatch exporter (http://host:port) first")
     p.add_argument("--timeout", type=float, default=10.0)

@@ -33,7 +33,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .phases import WORKER_NAME, Call, classify, ranks
+from ..redact import redact
+from ..runlabel import strip_control
+from .phases import Call, classify, ranks, worker_name
 
 DEAD_STATES = ("DEAD", "RESTARTING")
 
@@ -103,17 +105,82 @@ class Actor:
     death: str = ""
 
 
+class BadRow(ValueError):
+    """A Ray row with a field of the wrong type or range: counted and skipped, never a failed poll."""
+
+
+MAX_ID = 128          # Ray's ids are 16-28 bytes hex; a longer "id" is not one
+MAX_NAME = 512        # task / actor / class names kept (a longer one is cut: no verl name is near it)
+
+
 def _ms(v) -> float | None:
-    try:
-        return float(v) / 1000.0 if v not in (None, "", 0) else None
-    except (TypeError, ValueError):
+    """Ray's milliseconds -> seconds; None when absent; BadRow when not a finite positive number."""
+    if v in (None, "", 0):
         return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise BadRow("time")
+    try:
+        f = float(v) / 1000.0
+    except ValueError:
+        raise BadRow("time") from None
+    if not (0 < f < 1e11):   # also refuses nan / inf
+        raise BadRow("time")
+    return f
 
 
 def _pid(v) -> int | None:
+    if v in (None, "", 0):
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise BadRow("pid")
     try:
-        return int(v) if v not in (None, "", 0) else None
-    except (TypeError, ValueError):
+        p = int(v)
+    except ValueError:
+        raise BadRow("pid") from None
+    if not 0 < p < 1 << 31:
+        raise BadRow("pid")
+    return p
+
+
+def _id(v, what: str = "id") -> str:
+    """An id field: absent -> "", a string up to MAX_ID characters, else BadRow (a list, a dict, a number)."""
+    if v is None:
+        return ""
+    if not isinstance(v, str) or len(v) > MAX_ID:
+        raise BadRow(what)
+    return v
+
+
+def _text(v, n: int = MAX_NAME) -> str:
+    """A name or state: at most ``n`` characters, one line (no control characters: a name is shown in
+    ``omniwatch ps``, the holder label and alert messages, where a newline would plant a line)."""
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise BadRow("text")
+    return strip_control(v[:n])
+
+
+def _attempt(v) -> int:
+    if v in (None, ""):
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise BadRow("attempt")
+    try:
+        a = int(v)
+    except ValueError:
+        raise BadRow("attempt") from None
+    if not 0 <= a < 1 << 20:
+        raise BadRow("attempt")
+    return a
+
+
+def task_key(r: dict) -> tuple[str, int] | None:
+    """(task id, attempt) of a row, None when either is not what Ray sends."""
+    try:
+        tid = _id(r.get("task_id"), "task_id")
+        return (tid, _attempt(r.get("attempt_number"))) if tid else None
+    except BadRow:
         return None
 
 
@@ -121,10 +188,14 @@ FINAL_TRIES = 3          # lookups of a closed call's finished row before its po
 FINAL_WAIT_S = 60.0      # a closed call's finished row is looked for (and waited for) this long at most
 MAX_AWAITING = 4096      # closed calls waiting for their finished row (beyond: the oldest keep their estimate)
 MAX_CREATING = 1024
+MAX_ACTORS = 8192        # actors known (the oldest DEAD ones leave first)
+MAX_NODES = 4096
+CLOCK_SLACK_S = 60.0     # a call stamped as starting later than this after the poll: the node's clock is ahead
 
 
 class TaskLedger:
-    def __init__(self, max_done: int = 20000, max_dispatches: int = 2000, dispatch_gap_s: float = 5.0):
+    def __init__(self, max_done: int = 20000, max_dispatches: int = 2000, dispatch_gap_s: float = 5.0,
+                 max_calls: int | None = None):
         self.running: dict[tuple[str, int], Task] = {}
         self.done: deque[Task] = deque()
         self.max_done = max_done
@@ -138,7 +209,12 @@ class TaskLedger:
         self.finals_exact = 0        # closed calls whose end became Ray's recorded end
         self.finals_estimated = 0    # ... that kept the poll's estimate (no finished row came)
         self.recovered = 0           # calls no poll saw, recovered from finished-task pages
-        self.dispatches: deque[Dispatch] = deque(maxlen=max_dispatches)
+        self.dispatches: deque[Dispatch] = deque()
+        self.max_dispatches = max_dispatches
+        # calls held by the dispatches, all together (issue 35 item 3: 2,000 dispatches x 512 workers was a
+        # million calls): the oldest dispatches leave once their calls pass this bound
+        self.max_calls = max_done if max_calls is None else max_calls
+        self.dispatch_calls = 0
         self._open_dispatch: dict[tuple[str, str], Dispatch] = {}
         self.actors: dict[str, Actor] = {}
         self.rank_of: dict[str, int] = {}
@@ -148,7 +224,8 @@ class TaskLedger:
         self.dropped_seen = 0        # Ray's dropped task-event count, max seen
         self.drop_increases = 0      # polls on which it went up
         self.truncated_polls = 0
-        self.bad_rows = 0            # rows without a task id / start time (counted, skipped)
+        self.bad_rows = 0            # rows without a task id / start time, or a field of the wrong type (skipped)
+        self.clock_ahead = 0         # calls whose start was stamped after the poll (a node's clock ahead)
         self.polls = 0
         self.last_poll = 0.0
         self.prev_poll = 0.0         # the poll before last_poll: calls started before it are all known
@@ -159,37 +236,57 @@ class TaskLedger:
         """Actors of running calls that are unknown, or known only from before they were ALIVE (a pending
         actor has no node yet), actors being created, and actors last seen pending or restarting: the actor
         table is re-read for them (rate-bounded by the poller) so a new worker is mapped at its first call."""
-        return {r["actor_id"] for r in rows if r.get("actor_id")
-                and (r["actor_id"] not in self.actors or self.actors[r["actor_id"]].state != "ALIVE")} | \
+        ids = {a for r in rows if isinstance(r, dict) and isinstance(a := r.get("actor_id"), str)}
+        return {a for a in ids if a and len(a) <= MAX_ID
+                and (a not in self.actors or self.actors[a].state != "ALIVE")} | \
             {a for a in self.creating if a not in self.actors or self.actors[a].state != "ALIVE"} | \
             {aid for aid, a in self.actors.items() if a.state not in ("ALIVE", "DEAD")}   # pending, restarting
 
     def apply_actors(self, rows: list[dict]) -> None:
         for r in rows:
-            aid = r.get("actor_id")
-            if not aid:
+            try:
+                aid = _id(r.get("actor_id"), "actor_id")
+                if not aid:
+                    raise BadRow("actor_id")
+                death = r.get("death_cause") or {}
+                why = ""
+                if isinstance(death, dict):
+                    ctx = death.get("actor_died_error_context") or {}
+                    why = str(ctx.get("error_message") or "")[:160] if isinstance(ctx, dict) else ""
+                a = Actor(aid, _text(r.get("name")), _text(r.get("class_name")), _text(r.get("state"), 32),
+                          _id(r.get("node_id"), "node_id"), _pid(r.get("pid")), _id(r.get("job_id"), "job_id"),
+                          redact(strip_control(" ".join(why.split()))))   # an error text: redacted once, here
+            except BadRow:
                 self.bad_rows += 1
                 continue
-            death = r.get("death_cause") or {}
-            why = ""
-            if isinstance(death, dict):
-                ctx = death.get("actor_died_error_context") or {}
-                why = str(ctx.get("error_message") or "")[:160] if isinstance(ctx, dict) else ""
-            self.actors[aid] = Actor(aid, str(r.get("name") or ""), str(r.get("class_name") or ""),
-                                     str(r.get("state") or ""), str(r.get("node_id") or ""), _pid(r.get("pid")),
-                                     str(r.get("job_id") or ""), why)
-            if self.actors[aid].state in ("ALIVE", "DEAD"):
+            self.actors.pop(aid, None)   # re-inserted: the dict's order is the order actors were last seen
+            self.actors[aid] = a
+            if a.state in ("ALIVE", "DEAD"):
                 self.creating.pop(aid, None)
+        while len(self.actors) > MAX_ACTORS:   # bounded: the longest-unseen DEAD actor leaves first
+            old = next((k for k, a in self.actors.items() if a.state == "DEAD"), None) or next(iter(self.actors))
+            del self.actors[old]
+            self.created.pop(old, None)
         self.rank_of = ranks([a.name for a in self.actors.values()])
 
     def apply_nodes(self, rows: list[dict]) -> None:
         for r in rows:
-            if r.get("node_id"):
-                self.nodes[str(r["node_id"])] = str(r.get("node_name") or r.get("node_ip") or "")[:64]
-                res = r.get("resources_total") if isinstance(r.get("resources_total"), dict) else {}
-                self.node_info[str(r["node_id"])] = {"ip": str(r.get("node_ip") or "")[:64],
-                                                     "name": str(r.get("node_name") or "")[:64],
-                                                     "gpus": res.get("GPU") or 0}
+            try:
+                nid = _id(r.get("node_id"), "node_id")
+                if not nid:
+                    continue
+                ip, name = _text(r.get("node_ip"), 64), _text(r.get("node_name"), 64)
+            except BadRow:
+                self.bad_rows += 1
+                continue
+            res = r.get("resources_total") if isinstance(r.get("resources_total"), dict) else {}
+            gpus = res.get("GPU") or 0
+            gpus = gpus if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and 0 <= gpus <= 4096 else 0
+            if nid not in self.nodes and len(self.nodes) >= MAX_NODES:
+                self.bad_rows += 1
+                continue
+            self.nodes[nid] = name or ip
+            self.node_info[nid] = {"ip": ip, "name": name, "gpus": gpus}
 
     def add_finished(self, rows: list[dict]) -> int:
         """FINISHED rows of tasks that belong to an open dispatch (same worker group and method, started
@@ -198,8 +295,12 @@ class TaskLedger:
         added = 0
         known = {t.key for d in self._open_dispatch.values() for t in d.tasks}
         for r in rows:
-            t = self._task(r)
-            end = _ms(r.get("end_time_ms"))
+            t = self._row_task(r)
+            try:
+                end = _ms(r.get("end_time_ms")) if t is not None else None
+            except BadRow:
+                self.bad_rows += 1
+                continue
             if t is None or end is None or t.key in known:
                 continue
             d = self._open_dispatch.get((t.call.group or t.actor_id, t.call.method))
@@ -208,6 +309,7 @@ class TaskLedger:
                 continue
             t.end, t.final = end, True
             d.add(t, one_each)
+            self.dispatch_calls += 1
             d.start = min(d.start, t.start)
             self._remember(t)
             added += 1
@@ -244,8 +346,12 @@ class TaskLedger:
         t = self.awaiting.get(key)
         if t is None:
             return False
-        end = _ms(row.get("end_time_ms")) if isinstance(row, dict) else None
-        state = str(row.get("state") or "") if isinstance(row, dict) else ""
+        try:
+            end = _ms(row.get("end_time_ms")) if isinstance(row, dict) else None
+        except BadRow:
+            self.bad_rows += 1
+            end = None
+        state = row.get("state") if isinstance(row, dict) else ""
         if end is not None and state in ("FINISHED", "FAILED") and end >= t.start:
             t.end, t.end_estimated, t.final, t.failed = end, False, True, t.failed or state == "FAILED"
             self.finals_exact += 1
@@ -291,12 +397,16 @@ class TaskLedger:
         final call in its dispatch. Returns how many were added."""
         added = 0
         for r in rows:
-            if r.get("type") not in (None, "ACTOR_TASK") or str(r.get("state") or "") not in ("FINISHED", "FAILED"):
+            if not isinstance(r, dict) or r.get("type") not in (None, "ACTOR_TASK") \
+                    or r.get("state") not in ("FINISHED", "FAILED"):
                 continue
-            t = self._task(r)
-            end = _ms(r.get("end_time_ms"))
+            t = self._row_task(r)
+            try:
+                end = _ms(r.get("end_time_ms")) if t is not None else None
+            except BadRow:
+                end = None
             if t is None or end is None or end < t.start:
-                self.bad_rows += 1
+                self.bad_rows += t is not None
                 continue
             if self.known(t.key):
                 continue
@@ -313,21 +423,39 @@ class TaskLedger:
         return added
 
     # -- tasks -----------------------------------------------------------------------------------
-    def _task(self, r: dict) -> Task | None:
-        tid, start = r.get("task_id"), _ms(r.get("start_time_ms"))
+    def _task(self, r: dict, now: float | None = None) -> Task | None:
+        """A row -> a Task; None when it has no task id or start time; BadRow when a field is of the wrong type."""
+        tid, start = _id(r.get("task_id"), "task_id"), _ms(r.get("start_time_ms"))
         if not tid or start is None:
             return None
-        actor = self.actors.get(r.get("actor_id") or "")
-        call = classify(str(r.get("name") or ""), actor.name if actor else "", actor.class_name if actor else "")
-        return Task((str(tid), int(r.get("attempt_number") or 0)), str(r.get("name") or ""), call,
-                    str(r.get("actor_id") or ""), str(r.get("node_id") or ""), _pid(r.get("worker_pid")),
-                    str(r.get("job_id") or ""), start)
+        if now is not None and start > now + CLOCK_SLACK_S:   # a node's clock ahead: the call started by now
+            self.clock_ahead += 1
+            start = now
+        name = _text(r.get("name"))
+        aid = _id(r.get("actor_id"), "actor_id")
+        actor = self.actors.get(aid)
+        call = classify(name, actor.name if actor else "", actor.class_name if actor else "")
+        return Task((tid, _attempt(r.get("attempt_number"))), name, call, aid, _id(r.get("node_id"), "node_id"),
+                    _pid(r.get("worker_pid")), _id(r.get("job_id"), "job_id"), start)
+
+    def _row_task(self, r, now: float | None = None) -> Task | None:
+        """``_task`` for a row that may be anything: a bad one is counted (``bad_rows``) and gives None."""
+        try:
+            if not isinstance(r, dict):
+                raise BadRow("row")
+            t = self._task(r, now)
+        except BadRow:
+            self.bad_rows += 1
+            return None
+        if t is None:
+            self.bad_rows += 1
+        return t
 
     def _one_call_each(self, t: Task) -> bool:
         """A verl worker-group member (``<prefix><Class>_<pg>:<local>``, not a server): one call per dispatch."""
         a = self.actors.get(t.actor_id)
         return bool(t.call.group) and not t.call.role.endswith("_server") and a is not None \
-            and WORKER_NAME.match(a.name) is not None
+            and worker_name(a.name) is not None
 
     def _dispatch_for(self, t: Task) -> None:
         k = (t.call.group or t.actor_id, t.call.method)
@@ -335,9 +463,23 @@ class TaskLedger:
         one_each = self._one_call_each(t)
         if d is None or t.start - d.start > self.dispatch_gap_s or (one_each and t.actor_id in d.workers):
             d = Dispatch(k[0], t.call.role, t.call.phase, t.call.method, t.start)
+            self._open_dispatch.pop(k, None)
             self._open_dispatch[k] = d
             self.dispatches.append(d)
         d.add(t, one_each)
+        self.dispatch_calls += 1
+        self._trim_dispatches()
+
+    def _trim_dispatches(self) -> None:
+        """Bounded in calls, not dispatches: the oldest dispatches leave while the calls they hold are over
+        ``max_calls`` (or they are more than ``max_dispatches``); the newest always stays."""
+        while len(self.dispatches) > 1 and (self.dispatch_calls > self.max_calls
+                                            or len(self.dispatches) > self.max_dispatches):
+            old = self.dispatches.popleft()
+            self.dispatch_calls -= len(old.tasks)
+            k = (old.group, old.method)
+            if self._open_dispatch.get(k) is old:
+                del self._open_dispatch[k]
 
     def apply(self, running: list[dict], failed: list[dict] = (), now: float | None = None,
               dropped: int = 0, truncated: bool = False) -> dict:
@@ -354,15 +496,20 @@ class TaskLedger:
         seen: set[tuple[str, int]] = set()
         opened = closed = 0
         for r in running:
+            if not isinstance(r, dict):
+                self.bad_rows += 1
+                continue
             if r.get("type") == "ACTOR_CREATION_TASK" and r.get("actor_id"):
-                if len(self.creating) < MAX_CREATING or r["actor_id"] in self.creating:
-                    self.creating.setdefault(str(r["actor_id"]), now)
+                aid = r["actor_id"]
+                if not isinstance(aid, str) or len(aid) > MAX_ID:
+                    self.bad_rows += 1
+                elif len(self.creating) < MAX_CREATING or aid in self.creating:
+                    self.creating.setdefault(aid, now)
                 continue
             if r.get("type") not in (None, "ACTOR_TASK"):
                 continue
-            t = self._task(r)
+            t = self._row_task(r, now)
             if t is None:
-                self.bad_rows += 1
                 continue
             seen.add(t.key)
             if t.key not in self.running:
@@ -378,9 +525,13 @@ class TaskLedger:
             self.running[t.key].seen = now
         failed_end = {}
         for r in failed:
-            tid = r.get("task_id")
-            if tid:
-                failed_end[(str(tid), int(r.get("attempt_number") or 0))] = _ms(r.get("end_time_ms"))
+            key = task_key(r) if isinstance(r, dict) else None
+            if key is None:
+                continue
+            try:
+                failed_end[key] = _ms(r.get("end_time_ms"))
+            except BadRow:
+                self.bad_rows += 1
         for key in [k for k in self.running if k not in seen]:
             if lossy and key not in failed_end:
                 continue  # a cut page or dropped events: not seeing it proves nothing
@@ -440,10 +591,10 @@ def groups(ledger: TaskLedger, now: float, job_id: str | None = None) -> list[di
         slow = min(run, key=lambda t: t.start)
         done = d.done
         item = {"role": d.role, "phase": d.phase, "method": d.method, "group": d.group,
-                "running": len(run), "done": len(done), "since": d.start, "age_s": round(now - d.start, 1),
+                "running": len(run), "done": len(done), "since": d.start, "age_s": round(max(0.0, now - d.start), 1),
                 "done_within_s": round(max(t.end for t in done) - d.start, 1) if done else None,
                 "slowest": {"rank": ledger.rank(slow), "node": _node(ledger, slow.node_id), "pid": slow.pid,
-                            "age_s": round(now - slow.start, 1)}}
+                            "age_s": round(max(0.0, now - slow.start), 1)}}
         if d.role.endswith("_server"):
             item["replica"] = slow.call.replica
         out.append(item)
@@ -457,7 +608,7 @@ def replicas(ledger: TaskLedger, now: float, job_id: str | None = None) -> list[
     for t in ledger.running.values():
         if t.call.role.endswith("_server") and t.call.method == "generate" and (job_id is None or t.job_id == job_id):
             per.setdefault((t.call.role, t.call.replica or t.actor_id[:8]), []).append(t)
-    return [{"role": r, "replica": rep, "in_flight": len(ts), "oldest_s": round(now - min(t.start for t in ts), 1)}
+    return [{"role": r, "replica": rep, "in_flight": len(ts), "oldest_s": round(max(0.0, now - min(t.start for t in ts)), 1)}
             for (r, rep), ts in sorted(per.items())]
 
 

@@ -25,11 +25,12 @@ two or more -> nothing), one row, 12-21 ms of wall on the same head whatever the
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .taskevents import FINAL_TRIES, FINAL_WAIT_S, TaskLedger
+from .taskevents import FINAL_TRIES, FINAL_WAIT_S, BadRow, TaskLedger, _ms, task_key
 
 RECOVER_PAGE = 200        # rows of one recovery page (an actor's calls of one method still in Ray's GCS)
 MAX_WANTED = 1024
@@ -78,28 +79,35 @@ class Recovery:
 
 
 def settle(api, ledger: TaskLedger, job_filter: list, recovery: Recovery | None,
-           final_budget: int = 32, recover_budget: int = 2) -> dict:
-    """One round of finals and recovery pages (raises RayAPIError when Ray stops answering)."""
+           final_budget: int = 32, recover_budget: int = 2, lock=None) -> dict:
+    """One round of finals and recovery pages (raises RayAPIError when Ray stops answering). Called from the
+    poller's thread, the ledger's only writer: Ray is asked outside ``lock``, each answer applied under it (a
+    reader of the ledger never waits on Ray)."""
+    lock = lock if lock is not None else contextlib.nullcontext()
     looked = exact = 0
-    ledger.give_up_old(ledger.last_poll - FINAL_WAIT_S)
-    for key in list(ledger.awaiting)[-max(0, final_budget):] if final_budget > 0 else []:   # the newest first
+    with lock:
+        ledger.give_up_old(ledger.last_poll - FINAL_WAIT_S)
+        keys = list(ledger.awaiting)[-max(0, final_budget):] if final_budget > 0 else []   # the newest first
+    for key in keys:
         page = api.list("tasks", [("task_id", "=", key[0])], detail=True, limit=8)
         looked += 1
-        row = next((r for r in page.rows if int(r.get("attempt_number") or 0) == key[1]), None)
-        exact += ledger.apply_final(key, row) and row is not None
+        row = next((r for r in page.rows if task_key(r) == key), None)
+        with lock:
+            exact += ledger.apply_final(key, row) and row is not None
     # the creation task of each actor that has calls: its id is the actor's with a nil prefix
     # (TaskID::ForActorCreationTask), its end bounds the start of the calls queued on the actor meanwhile
     left = max(0, final_budget - looked)
-    actors = {t.actor_id for t in ledger.running.values()} | {t.actor_id for t in list(ledger.done)[-256:]}
+    actors = {t.actor_id for t in list(ledger.running.values())} | {t.actor_id for t in list(ledger.done)[-256:]}
     for aid in [a for a in sorted(actors) if a and a not in ledger.created][:left]:
         page = api.list("tasks", [("task_id", "=", creation_task_id(aid))], detail=True, limit=2)
         looked += 1
         row = page.rows[0] if page.rows else None
-        end = row.get("end_time_ms") if isinstance(row, dict) else None
         try:
-            ledger.set_created(aid, float(end) / 1000.0 if end else None)
-        except (TypeError, ValueError):
-            ledger.set_created(aid, None)
+            end = _ms(row.get("end_time_ms")) if isinstance(row, dict) else None
+        except BadRow:
+            end = None
+        with lock:
+            ledger.set_created(aid, end)
     pages = added = 0
     if recovery is not None:
         for k, windows in recovery.take(recover_budget):
@@ -115,7 +123,8 @@ def settle(api, ledger: TaskLedger, job_filter: list, recovery: Recovery | None,
                 rows += hit
                 if not hit:
                     left.append((a, b))
-            added += ledger.add_recovered(rows)
+            with lock:
+                added += ledger.add_recovered(rows)
             if page.truncated:
                 recovery.cut_pages += 1
             n = recovery.tries[k] = recovery.tries.get(k, 0) + (1 if left else 0)
@@ -136,8 +145,8 @@ def creation_task_id(actor_id: str) -> str:
 
 def _near(row: dict, start: float, end: float) -> bool:
     try:
-        s = float(row.get("start_time_ms") or 0) / 1000.0
-        e = float(row.get("end_time_ms") or 0) / 1000.0
-    except (TypeError, ValueError):
+        s = _ms(row.get("start_time_ms")) or 0.0
+        e = _ms(row.get("end_time_ms")) or 0.0
+    except (BadRow, AttributeError):
         return False
     return s > 0 and e >= s and abs(s - start) <= MATCH_SLACK_S and abs(e - end) <= MATCH_SLACK_S + 0.5

@@ -14,12 +14,15 @@ from .phases import PHASES
 PHASE_CODE = {p: i + 1 for i, p in enumerate(PHASES)}   # 0 = idle (no call running)
 
 
-def straggler_streaks(ledger: te.TaskLedger) -> list[dict]:
+def straggler_streaks(ledger: te.TaskLedger, job_id: str | None = None) -> list[dict]:
     """Per (role, phase): the rank that finished last in the most recent finished dispatches, how many
     dispatches in a row it was last, and the smallest spread (last / median duration) over that streak.
-    The alert thresholds both in PromQL (alerting/config.py); the counting is here."""
+    The alert thresholds both in PromQL (alerting/config.py); the counting is here. ``job_id``: that job's
+    dispatches only (a previous job's streak is not the run's)."""
     by: dict[tuple[str, str], list[te.Dispatch]] = {}
     for d in ledger.dispatches:
+        if job_id is not None and (not d.tasks or d.tasks[0].job_id != job_id):
+            continue
         if d.spread() is not None and not d.role.endswith("_server"):
             by.setdefault((d.role, d.phase), []).append(d)
     out = []
@@ -44,20 +47,22 @@ def straggler_streaks(ledger: te.TaskLedger) -> list[dict]:
     return out
 
 
-def lanes(ledger: te.TaskLedger, collapse_above: int) -> tuple[list[tuple[str, int, int]], list[tuple[str, str, int]]]:
+def lanes(ledger: te.TaskLedger, collapse_above: int,
+          job_id: str | None = None) -> tuple[list[tuple[str, int, int]], list[tuple[str, str, int]]]:
     """(per-worker lanes [(role, rank, phase code)], collapsed counts [(role, phase, workers)]): a role with
-    more than ``collapse_above`` workers exports "N of M ranks in phase X" instead of one lane per rank."""
+    more than ``collapse_above`` workers exports "N of M ranks in phase X" instead of one lane per rank.
+    ``job_id``: that job's calls and dispatches only."""
     per_role: dict[str, dict[int, int]] = {}
     counts: dict[tuple[str, str], int] = {}
     for t in ledger.running.values():
         r = ledger.rank(t)
-        if r is None or t.call.role.endswith("_server"):
+        if r is None or t.call.role.endswith("_server") or (job_id is not None and t.job_id != job_id):
             continue
         per_role.setdefault(t.call.role, {})[r] = PHASE_CODE.get(t.call.phase, PHASE_CODE["other"])
         counts[(t.call.role, t.call.phase)] = counts.get((t.call.role, t.call.phase), 0) + 1
     size: dict[str, int] = {}
     for d in ledger.dispatches:  # a role's size: the largest dispatch seen
-        if not d.role.endswith("_server"):
+        if not d.role.endswith("_server") and (job_id is None or (d.tasks and d.tasks[0].job_id == job_id)):
             size[d.role] = max(size.get(d.role, 0), len(d.tasks))
     for role, running in per_role.items():  # ... or its highest rank running now (agent / reward loops: per-sample
         size[role] = max(size.get(role, 0), max(running) + 1)  # calls make no dispatch of the whole group)
@@ -80,13 +85,15 @@ class TaskCollector(Collector):
         self.poller = poller
         self.run_labels = run_labels          # () -> (project, experiment)
         self.collapse_above = collapse_above
+        poller.lanes_max = collapse_above     # the poll computes the lanes the scrape renders
         self.calls = 0
 
     def describe(self):
         return n.describe(self.OWNED)
 
     def collect(self):
-        snap, led = self.poller.snapshot, self.poller.ledger
+        # the last completed poll's snapshot only: a scrape never takes the poller's lock (issue 35 item 1)
+        snap = self.poller.snapshot
         project, experiment = self.run_labels()
         run = [project or "", experiment or ""]
         fams = {k: n.family(k) for k in self.OWNED}
@@ -102,12 +109,8 @@ class TaskCollector(Collector):
                 # actor names are the trainer's: the text goes through the one redactor before it is a label
                 fams[n.STEP_HOLDER_INFO].add_metric(run + [h["role"], h["phase"], redact(h["text"])], 1)
                 fams[n.STEP_HOLDER_SECONDS].add_metric(run, h["age_s"])
-            with self.poller.lock:
-                counts: dict[tuple[str, str], int] = {}
-                for t in led.running.values():
-                    counts[(t.call.role, t.call.phase)] = counts.get((t.call.role, t.call.phase), 0) + 1
-                lane, _ = lanes(led, self.collapse_above)
-                streaks = straggler_streaks(led)
+            view = snap.view
+            counts, lane, streaks = view.get("counts", {}), view.get("lanes", ()), view.get("streaks", ())
             for (role, phase), c in sorted(counts.items()):
                 fams[n.RAY_WORKERS_RUNNING].add_metric(run + [role, phase], c)
             for role, rank, code in lane:

@@ -63,7 +63,9 @@ def _task_from(x: list) -> Task:
 
 def to_json(ledger: TaskLedger, job_id: str, run: tuple[str, str]) -> dict:
     """The ring (call under the poller's lock)."""
-    ds = list(ledger.dispatches)[-MAX_DISPATCHES:]
+    # keyed by job (issue 35 item 9): only the job's own dispatches and calls are kept, so a ring is never another
+    # job's history (without a job: everything, as before)
+    ds = [d for d in ledger.dispatches if not job_id or (d.tasks and d.tasks[0].job_id == job_id)][-MAX_DISPATCHES:]
     budget = MAX_TASKS
     kept: list[Dispatch] = []
     for d in reversed(ds):   # newest first, until the task budget is spent
@@ -81,7 +83,7 @@ def to_json(ledger: TaskLedger, job_id: str, run: tuple[str, str]) -> dict:
             tasks.append(_task(t))
         return index[t.key]
     dispatches = [[d.group, d.role, d.phase, d.method, d.start, [ref(t) for t in d.tasks]] for d in kept]
-    running = [ref(t) for t in ledger.running.values()]
+    running = [ref(t) for t in ledger.running.values() if not job_id or t.job_id == job_id]
     actors = [[a.actor_id, a.name, a.class_name, a.state, a.node_id, a.pid, a.job_id, a.death]
               for a in list(ledger.actors.values())[-MAX_ACTORS:]]
     return {"version": VERSION, "job_id": job_id, "run": list(run), "tasks": tasks, "dispatches": dispatches,
@@ -153,38 +155,54 @@ class TaskRing:
         except OSError:
             pass
 
-    def load(self, ledger: TaskLedger, job_id: str | None) -> int:
+    def read(self, job_id: str | None) -> dict | None:
+        """The ring document, validated as far as it can be without a ledger (None: absent, set aside, or of
+        another job or run -- counted). ``restore_doc`` fills a ledger from it once the job is known."""
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
-            return 0
+            return None
         except OSError as e:
             log.error("cannot read the Ray task-event ring %s: %s", self.path, e)
             self._count("unreadable_ring")
-            return 0
+            return None
         if size > MAX_BYTES:
             self._set_aside(f"{size} bytes, over {MAX_BYTES}", "oversize_ring")
-            return 0
+            return None
         try:
             data = orjson.loads(self.path.read_bytes())
             if not isinstance(data, dict) or data.get("version") != VERSION:
                 raise ValueError("not a task-event ring of this version")
             if not isinstance(data.get("job_id"), str) or not isinstance(data.get("run"), list):
                 raise ValueError("no job or run")
-            run = tuple(data.get("run") or ())
-            mine = tuple(x or "" for x in self.run_labels())
-            if (job_id and data.get("job_id") and data["job_id"] != job_id) or (any(mine) and run != mine):
-                log.info("Ray task-event ring %s is of another job or run (%s %s); not restored", self.path,
-                         data.get("job_id"), "/".join(map(str, run)))
-                self._count("ring_other_run")
-                return 0
-            n = restore(ledger, data)
         except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
+            self._set_aside(f"{type(e).__name__}: {str(e)[:120]}", "corrupt_ring")
+            return None
+        run = tuple(data.get("run") or ())
+        mine = tuple(x or "" for x in self.run_labels())
+        if (job_id and data.get("job_id") and data["job_id"] != job_id) or (any(mine) and run != mine):
+            self.other(data, job_id)
+            return None
+        return data
+
+    def other(self, data: dict, job_id: str | None) -> None:
+        log.info("Ray task-event ring %s is of another job or run (%s %s; the job now: %s); not restored", self.path,
+                 data.get("job_id"), "/".join(map(str, data.get("run") or ())), job_id or "unknown")
+        self._count("ring_other_run")
+
+    def restore_doc(self, ledger: TaskLedger, data: dict) -> int:
+        try:
+            n = restore(ledger, data)
+        except (ValueError, KeyError, TypeError, IndexError) as e:
             self._set_aside(f"{type(e).__name__}: {str(e)[:120]}", "corrupt_ring")
             return 0
         self.restored = n
         log.info("restored %d Ray worker calls from %s", n, self.path)
         return n
+
+    def load(self, ledger: TaskLedger, job_id: str | None) -> int:
+        data = self.read(job_id)
+        return 0 if data is None else self.restore_doc(ledger, data)
 
     def snapshot(self, ledger: TaskLedger, job_id: str) -> dict:
         """The ring as a document (call under the poller's lock; ``save`` it outside)."""

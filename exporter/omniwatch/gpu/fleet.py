@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from prometheus_client.registry import Collector
 
 from .. import names as n
-from ..discovery.phases import PHASES, SERVER_NAME, WORKER_NAME, classify
+from ..discovery.phases import PHASES, SERVER_NAME, classify, worker_name
 from ..discovery.taskevents import FINAL_WAIT_S
 from .accounting import overlap_seconds
 
@@ -146,7 +146,7 @@ def gpu_map(ledger, gpus, local_ids: set[str]) -> dict[str, list[tuple[str, str]
     for aid, a in live.items():
         if aid in out:
             continue
-        m = WORKER_NAME.match(a.name or "")
+        m = worker_name(a.name)
         uuid = by_index.get(m["local"]) if m else None
         if uuid is not None and uuid not in by_pid:
             out[aid] = [(uuid, "placement")]
@@ -424,7 +424,7 @@ def holder_fleet(actor) -> str:
     cls = (actor.class_name or "").rsplit(".", 1)[-1]
     if cls in ("RewardModelWorker", "RewardLoopWorker"):
         return "reward"
-    return "actor" if WORKER_NAME.match(actor.name or "") else "other"
+    return "actor" if worker_name(actor.name) else "other"
 
 
 def _holder(hs: set[tuple[str, str]]) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from ..alerting.config import runbook_rewrite
 from ..redact import redact_tree
 from ..web import area_state, on_lifespan, require_token
 from . import config as cfg
@@ -41,6 +42,12 @@ async def alertmanager_webhook(request: Request):
         raise
     relay = _relay(request)
     body = await request.body()
+    # Everything after the body is work (parsing, redaction of every label and annotation, the store): a worker
+    # thread does it, so a hostile body never holds the event loop (/healthz, other requests) while it is judged
+    return await run_in_threadpool(_store_notification, st, relay, body)
+
+
+def _store_notification(st, relay: Relay, body: bytes):
     try:
         note = parse(body)
     except PayloadError as e:
@@ -52,14 +59,14 @@ async def alertmanager_webhook(request: Request):
     data = redact_tree(note.model_dump(mode="json"))
     targets = relay.targets(note.status, note.commonLabels)
     try:
-        new, dropped = await run_in_threadpool(relay.db.add, note.notification_id(), note.status, data["groupKey"],
-                                               data["receiver"], data, targets)  # fsync off the event loop
+        new, dropped = relay.db.add(note.notification_id(), note.status, data["groupKey"], data["receiver"], data,
+                                    targets)
     except Exception as e:  # disk full, locked db, ...: 503 makes Alertmanager retry
         st.store.count_error(SOURCE, "store_failed")
         set_storage_up(st.store, relay, False)
         log.error("webhook: could not store notification: %s: %s", type(e).__name__, e)
         raise HTTPException(503, "could not store the notification; Alertmanager will retry") from None
-    await run_in_threadpool(relay.refresh_pending)  # /metrics reads this copy, never SQLite
+    relay.refresh_pending()  # /metrics reads this copy, never SQLite
     set_storage_up(st.store, relay, relay.storage_ok)
     if not new:
         st.store.count_error(SOURCE, "duplicate_notification")
@@ -117,17 +124,6 @@ def config_path(settings) -> str | None:
     return (settings.extra or {}).get("relay_config") or settings.relay_config
 
 
-def runbook_rewrite(host: str, port: int) -> tuple[str, str] | None:
-    """(the runbook base the rules were generated with by default, this exporter's own ``/runbooks``) when
-    they differ: the default links to 127.0.0.1:19095, and an exporter on another port serves the runbooks."""
-    from ..alerting.config import Config
-    default = Config.model_fields["runbook_base"].default
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
-    own = f"http://{'[' + host + ']' if ':' in host else host}:{port}/runbooks"
-    return None if own == default else (default, own)
-
-
 def init(app) -> None:
     """Open the store, load receivers, register metrics, and tie the delivery threads to the app's
     lifespan (wrapping whatever lifespan is already there, so other areas can do the same)."""
@@ -142,7 +138,7 @@ def init(app) -> None:
         log.error("relay storage in %s unusable: %s", settings.state_dir, storage_error)
         db = AlertDB(None, keep=keep)
     relay = Relay(db, cfg.load(config_path(settings), settings.grafana_url))
-    relay.config.runbooks = runbook_rewrite(settings.host, settings.port)
+    relay.config.runbooks = runbook_rewrite(settings.host, settings.port)   # the rules' links, for older stacks
     relay.storage_error = storage_error
     relay.on_storage = lambda ok: set_storage_up(app.state.store, relay, ok)
     set_storage_up(app.state.store, relay, storage_error is None)

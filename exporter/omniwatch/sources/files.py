@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import itertools
 import logging
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from prometheus_client.registry import Collector
@@ -27,7 +29,7 @@ from .. import trainer_config
 from ..runlabel import shortened
 from .book import SourceBook
 from .layout import raw_run_labels, run_labels
-from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, escapes
+from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, birth_time, escapes
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,22 @@ IDLE_AFTER_POLLS = 60  # unchanged this many polls in a row (30 s at the default
 IDLE_EVERY = 4         # ... then looked at every 4th poll
 LONG_IDLE_AFTER_POLLS = 120  # unchanged at this many looks (2.5 min at the default poll: 60 polls, then 60 looks every 4th) ...
 LONG_IDLE_EVERY = 16         # ... then looked at every 16th poll (a run resumed after that is seen <= 8 s late)
-RACY_SECONDS = 3.0     # a directory modified this recently is listed again whatever its mtime says
+# A file's own modification time says how long it has been idle, from the first look (issue 35 item 5: 100,000 idle
+# files were each looked at every poll for their first 30 s and every 4th for 2 more minutes of *this* exporter's
+# life -- 72-75 % of a core -- whatever their age): a file last written IDLE_AGE_S ago starts at every 4th poll,
+# LONG_IDLE_AGE_S ago at every 16th, DORMANT_AGE_S ago at every DORMANT_EVERY-th (a run resumed after half an hour
+# of silence is seen at most 32 s late at the default 0.5 s poll).
+# And whatever the files' ages, a pass looks at no more than MAX_LOOKS_PER_PASS of them (the files changed recently
+# first, in turn; then the idle ones due, the rest moved to the next pass): 100,000 files written a moment before
+# the exporter started are looked at in turn, not all at every pass.
+MAX_LOOKS_PER_PASS = 2048
+FIRST_READ_WEIGHT = 8   # a file's first read (open, read its backlog, parse, apply) counts as this many looks
+IDLE_AGE_S = 30.0
+LONG_IDLE_AGE_S = 150.0
+DORMANT_AGE_S = 1800.0
+DORMANT_EVERY = 64
+RACY_SECONDS = 3.0
+COPY_SLACK_S = 2.0     # a log written faster than half its steps' own time less this is a copy (see _judge_copy)
 
 
 class FileSource(Periodic):
@@ -72,8 +89,14 @@ class FileSource(Periodic):
         self._last_scan = 0.0
         self._listings: dict[str, tuple[int, list[str], list[str]]] = {}  # dir -> (mtime_ns, subdirs, files)
         self._pass = 0
+        self._now = 0.0                            # wall clock of the current pass (a file's age = _now - mtime)
         self._active: dict[str, FileTail] = {}     # polled every pass (changed recently)
         self._due: dict[int, list[str]] = {}       # pass -> idle files looked at in it
+        self._queue: deque[str] = deque()          # idle files due, over a pass's budget: the next passes take them
+        self._scanned: set[str] = set()            # specs scanned once: a file a later scan finds was born since
+        self._last_scan_wall = 0.0
+        self._born_after: dict[str, float] = {}    # path -> a wall time it did not exist yet (found by a rescan)
+        self._span = 0.0                           # seconds of step timers in the backlog being read
         for spec in self.specs:
             store.set_source_up(kind, redact(spec), True)
 
@@ -182,6 +205,8 @@ class FileSource(Periodic):
             try:
                 root = self._root(spec)
                 is_dir = os.path.isdir(spec)
+                if is_dir and spec in self.tails:
+                    self._forget(spec)   # waited for as a file while it did not exist: it is the root of the runs
                 found = self._expand(spec)
                 self.book.spec_seen(spec, len(found) if is_dir or glob.has_magic(spec) else int(os.path.exists(spec)))
                 for path in found:
@@ -204,16 +229,31 @@ class FileSource(Periodic):
                         tail.resume_from(self._resume.pop(path))
                         self.book.file(path).resumed = True
                     tail.slot = len(self.tails)
+                    if spec in self._scanned and self._last_scan:   # not there at the previous scan: born since
+                        self._born_after[path] = self._last_scan_wall
                     self.tails[path] = tail
                     self._active[path] = tail
                     self._spec_of[path] = spec
                     self._labels[path] = labels
                     self._say_shortened(path, labels)
                 self.store.set_source_up(self.kind, redact(spec), True)
+                self._scanned.add(spec)
             except OSError as e:
                 log.warning("%s source cannot list %s: %s", self.kind, redact(spec), redact(str(e)))
                 self.store.set_source_up(self.kind, redact(spec), False)
         self._last_scan = self.clock()
+        self._last_scan_wall = time.time()
+
+    def _forget(self, path: str) -> None:
+        """A watch path that was waited for (it did not exist: ``make up WATCH=<root>`` before the trainer created
+        the root) and appeared as a directory: not a file to tail; its runs are followed from it (issue 35 item 11:
+        it was opened as a file, failed "not a regular file" and stayed source_up 0 for good)."""
+        tail = self.tails.pop(path)
+        tail.close()
+        self._active.pop(path, None)
+        self._labels.pop(path, None)
+        self._spec_of.pop(path, None)
+        self._problems.pop(path, None)
 
     def _say_shortened(self, path: str, labels: tuple[str, str]) -> None:
         """Once per file: how its directory or file name became its run's labels (control characters
@@ -249,36 +289,67 @@ class FileSource(Periodic):
         # passes, so a pass touches only the files due in it: 100,000 idle files cost a sixteenth of their
         # stat()s and no Python work in between (docs/benchmarks.md); a run that resumes is seen at most
         # IDLE_EVERY (LONG_IDLE_EVERY) polls late.
-        due = [(p, self.tails[p]) for p in self._due.pop(self._pass, ()) if p in self.tails]
-        batch = list(self._active.items()) + due
+        self._now = self.clock()   # a file's age: its mtime against the source's clock (time.time when serving)
+        todo = self._due.pop(self._pass, None)
+        if todo:   # idle files due now wait in one queue, looked at in order within the pass's budget
+            self._queue.extend(todo)
+        # active files first (in turn when more than the budget: _schedule moves a looked-at one to the end)
+        batch = list(itertools.islice(self._active.items(), MAX_LOOKS_PER_PASS))
+        q, tails = self._queue, self.tails
+        while q and len(batch) < MAX_LOOKS_PER_PASS:
+            p = q.popleft()
+            if p in tails:
+                batch.append((p, tails[p]))
+        spent = 0
         for i, (path, tail) in enumerate(batch):
             if not i & 255 and self._stop.is_set():
                 for p, t in batch[i:]:  # shutting down: the checkpoint holds the offsets of what was read
                     self._schedule(p, t, self._pass + 1)
                 break
+            if spent >= MAX_LOOKS_PER_PASS:   # first reads weigh more: the rest waits for the next pass, in order
+                self._queue.extendleft(reversed([p for p, _ in batch[i:] if p not in self._active]))
+                break
+            spent += 1 if tail.opened else FIRST_READ_WEIGHT
             try:
                 applied += self._poll_one(path, tail)
             finally:
-                self._schedule(path, tail)
+                if path in self.tails:
+                    self._schedule(path, tail)
         return applied
 
     def _schedule(self, path: str, tail: FileTail, at: int | None = None) -> None:
-        """Keep ``path`` polled every pass while it changes, else put it in the calendar for its next look."""
-        u = tail.unchanged_polls
-        if at is None and u < IDLE_AFTER_POLLS:
-            self._active[path] = tail
-            return
-        self._active.pop(path, None)
+        """Keep ``path`` polled every pass while it changes, else put it in the calendar for its next look: the
+        longer it has been unchanged -- in this exporter's looks, or by its own modification time -- the rarer."""
         if at is None:
-            period = IDLE_EVERY if u < LONG_IDLE_AFTER_POLLS else LONG_IDLE_EVERY
+            period = self._period(tail)
+            if period == 1:
+                self._active.pop(path, None)   # to the end: over the budget, active files take turns
+                self._active[path] = tail
+                return
             at = self._pass + period - (self._pass + tail.slot) % period
+        self._active.pop(path, None)
         self._due.setdefault(at, []).append(path)
+
+    def _period(self, tail: FileTail) -> int:
+        u = tail.unchanged_polls
+        age = self._now - tail.mtime if tail.mtime is not None else 0.0
+        if age >= DORMANT_AGE_S:
+            return DORMANT_EVERY
+        if u >= LONG_IDLE_AFTER_POLLS or age >= LONG_IDLE_AGE_S:
+            return LONG_IDLE_EVERY
+        if u >= IDLE_AFTER_POLLS or age >= IDLE_AGE_S:
+            return IDLE_EVERY
+        return 1
 
     def _poll_one(self, path: str, tail: FileTail) -> int:
         problems = self._problems
         try:
             res = tail.poll()
         except NotRegularFile as e:
+            if path in self.specs and os.path.isdir(path):
+                self._forget(path)   # the watched root appeared: the next scan follows its runs
+                self._last_scan = 0.0
+                return 0
             self._report(path, "not_regular_file", str(e.strerror or e))
             self.store.set_source_up(self.kind, redact(path), False)
             return 0
@@ -311,11 +382,33 @@ class FileSource(Periodic):
             return 0
         applied = 0
         backlog_arrival = tail.mtime or self.clock()
+        self._span = 0.0
         for i, line in enumerate(res.lines):
             backlog = i < res.backlog
             applied += self._apply(project, experiment, path, line, backlog_arrival if backlog else self.clock(),
                                    backlog)
+        if "opened" in res.events and res.backlog and self._span > 0:
+            self._judge_copy(path, project, experiment, tail.mtime)
         return applied
+
+    def _judge_copy(self, path: str, project: str, experiment: str, mtime: float | None) -> None:
+        """A file read whole at first sight: were its steps written live? Its steps' own timers (``timing_s/step``)
+        say how long they ran; a file born (statx) or first found after the previous scan less than half that
+        before its last write was written faster than its steps ran: a copy or a restore (``cp -r``, rsync
+        without ``-t``), whose mtime is not its last step's time. (A file born after its own mtime kept the
+        original's: its age says how old its steps are, and RunStore.history judges that.) The run is then history (info once, never
+        escalated) until live evidence (issue 35 item 8: such a run paged TrainingStalled critical for days)."""
+        born = [b for b in (birth_time(path), self._born_after.pop(path, None)) if b]
+        if not born or mtime is None:
+            return
+        written = mtime - max(born)
+        if written < -COPY_SLACK_S:
+            return   # born after its last write: a copy that kept the original's mtime (cp -p, rsync -t), which the
+            #          age at first sight judges (RunStore.history)
+        if written < 0.5 * self._span - COPY_SLACK_S and self.store.copied_log(project, experiment):
+            log.info("%s source: %s holds %d s of steps by their own timers but was written within %.0f s (a copy or "
+                     "a restore): run %s/%s is read as history, not paged, until it steps again", self.kind,
+                     redact(ascii(path)), self._span, max(0.0, written), redact(project), redact(experiment))
 
     def open_files(self) -> int:
         return len(self.pool)
@@ -343,6 +436,10 @@ class FileSource(Periodic):
             return 0
         book = self.book.file(path)
         self.book.read(path, book)
+        if backlog:
+            v = parsed.values.get("timing_s/step")
+            if isinstance(v, (int, float)) and 0 < v < 86_400 * 7:
+                self._span += v
         rec = self.store.ingest(project, experiment, parsed, self.kind, arrival=arrival,
                                 feed=f"{self.kind}:{path}", backlog=backlog)
         if rec is None:

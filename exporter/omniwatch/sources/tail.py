@@ -36,6 +36,40 @@ HEAD_BYTES = 4096
 DEFAULT_MAX_OPEN = 128
 
 
+def _statx():
+    """libc's ``statx`` (glibc >= 2.28, Linux >= 4.11), or None: Python 3.11's ``os.stat`` has no birth time."""
+    import ctypes
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).statx
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_STATX = _statx()
+_AT_FDCWD, _STATX_BTIME = -100, 0x800
+# struct statx (include/uapi/linux/stat.h): stx_mask at 0 (u32), stx_btime at 80 (s64 tv_sec, u32 tv_nsec); 256 bytes
+
+
+def birth_time(path: str) -> float | None:
+    """When the file was created (statx ``stx_btime``), or None where the kernel, libc or file system does not say
+    (NFS, old kernels): a copy's birth is its copy time, whatever mtime it was given."""
+    if _STATX is None:
+        return None
+    import ctypes
+    import struct
+    buf = ctypes.create_string_buffer(256)
+    if _STATX(_AT_FDCWD, os.fsencode(path), 0, _STATX_BTIME, buf) != 0:
+        return None
+    mask = struct.unpack_from("<I", buf.raw, 0)[0]
+    if not mask & _STATX_BTIME:
+        return None
+    sec, nsec = struct.unpack_from("<qI", buf.raw, 80)
+    return sec + nsec / 1e9 if sec > 0 else None
+
+
 @dataclass
 class PollResult:
     lines: list[bytes] = field(default_factory=list)
@@ -147,6 +181,11 @@ class FileTail:
 
     def close(self) -> None:
         self.pool.release(self)
+
+    @property
+    def opened(self) -> bool:
+        """Read at least once (a first read opens the file and reads its whole backlog)."""
+        return self._ino is not None
 
     @property
     def is_open(self) -> bool:
