@@ -81,7 +81,7 @@ def test_a_call_is_given_up_at_its_total_deadline_whatever_stage_it_is_in(fake):
         assert api.cut_answers == 1
         wait_for(lambda: fake.trickling == 0, 10, 0.05, what="the trickle to stop: the client hung up")
         fake.mode = "ok"
-        assert len(api.list("actors").rows) == 5
+        assert len(api.list("actors").rows) == 9   # the stand-in's ranks, server and loop workers
 
 
 # --- item 3: every answer bounded in bytes and rows; no unbounded FAILED listing; a ledger bounded in calls ----------
@@ -99,7 +99,7 @@ def test_a_ray_ignoring_the_page_size_is_cut_at_the_row_and_byte_caps(fake):
         assert len(page.rows) == 100 and page.truncated and api.cut_rows == 200
         fake.mode = "ok"
         page = api.list("actors")
-        assert len(page.rows) == 5 and not page.truncated
+        assert len(page.rows) == 9 and not page.truncated
 
 
 def test_a_poll_asks_no_failed_listing_and_a_failed_call_still_ends_exactly(fake):
@@ -169,7 +169,7 @@ def test_malformed_ray_rows_are_counted_and_skipped_and_a_clock_ahead_is_no_nega
     assert all(g["age_s"] >= 0 and g["slowest"]["age_s"] >= 0 for g in snap.groups)
     assert store.errors[("ray_tasks", "bad_row")] >= 3 and store.errors[("ray_tasks", "clock_ahead")] >= 1
     assert any(t.key[0] == "d" * 40 for t in p.ledger.running.values())   # the clock-ahead call is kept, clamped
-    assert p.ledger.running and len(p.ledger.actors) == 5
+    assert p.ledger.running and len(p.ledger.actors) == 9
 
 
 def test_a_poll_that_fails_for_any_reason_is_not_up(fake):

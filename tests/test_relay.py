@@ -390,7 +390,8 @@ def test_every_message_says_its_severity_in_text_and_colour():
     # a group with several firing: the most urgent one colours and titles the message
     mixed = messages.build(_sev_body("firing", "info", "critical"))
     assert mixed.title.startswith("[CRITICAL, 2 firing] ") and messages.render_feishu(mixed)["card"]["header"]["template"] == "red"
-    assert [a["color"] for a in messages.render_slack(mixed)["attachments"]] == ["#439FE0", "danger"]
+    # attachments costliest first, ties by severity (issue 32): the critical before the info notice
+    assert [a["color"] for a in messages.render_slack(mixed)["attachments"]] == ["danger", "#439FE0"]
     # an alert of another stack without a severity label: firing, red (never shown as calm)
     b = _sev_body("firing", "page-me")
     m = messages.build(b)
@@ -470,6 +471,6 @@ def test_a_notification_puts_the_costliest_alert_first_with_its_action():
     msg = build(body)
     assert [v.name for v in msg.alerts] == ["RewardBoundRollout", "StepTimeRegression", "RankStraggler",
                                             "TrainingStalled"]
-    assert msg.alerts[0].cost_per_day == 1317 and msg.title.startswith("[FIRING:4] RewardBoundRollout, StepTime")
+    assert msg.alerts[0].cost_per_day == 1317 and msg.title.startswith("[WARNING, 4 firing] RewardBoundRollout, StepTime")
     t = text(msg)
     assert "Do: Give scoring its own GPUs\nRemedy: full remedy of RewardBoundRollout" in t

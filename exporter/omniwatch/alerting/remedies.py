@@ -632,6 +632,14 @@ def stalled_past_warning() -> Remedy:
         "A hang: `omniwatch ps` names the held call, its node and pid; py-spy dump it, then check ray status")
 
 
+def crashed() -> Remedy:
+    """TrainingCrashed: the run's Ray job failed (issue 31); its error is in the description."""
+    return remedy(
+        P("Read the error above and the driver / TaskRunner log (`ray job logs <job>` for a submitted job; the "
+          "driver's console otherwise): it says what failed;", stall_resume()),
+        "Read the job's error and driver log (`ray job logs <job>`), fix it, then resume from the last checkpoint")
+
+
 def stalled() -> Remedy:
     """The stall remedy past warning (the name stalls.py uses)."""
     return stalled_past_warning()

@@ -217,9 +217,7 @@ def crashed(cfg: Config) -> Alert:
         "Training crashed: its Ray job failed.",
         P(RUN, ": the trainer's Ray job failed", CRASH_JOB, LAST, CRASH_ERROR,
           ". Not a hang: the job ended, and the GPUs it reserved are free or idle until it is resumed."),
-        None, {}, P("Read the error above and the driver / TaskRunner log (`ray job logs <job>` for a submitted job; "
-                    "the driver's console otherwise); fix it, then resume from the last checkpoint with ",
-                    remedies.key("trainer.resume_mode", "auto"), "."), step=True,
+        None, {}, remedies.crashed(), step=True,
         comment="TrainingCrashed: the run's Ray job FAILED (a submitted job's status, or a driver job whose\n"
                 "TaskRunner.run failed): Ray's error in the description.")
 
