@@ -134,7 +134,12 @@ def test_a_critical_escalation_reaches_the_receiver_within_60_s(tmp_path):
         # five 4 s steps, written at once (the typical step is the median timer, not the arrivals), then nothing
         lines = [json.dumps({"step": s, "data": {"timing_s/step": STEP_S, "timing_s/gen": 2.5,
                                                  "timing_s/update_actor": 1.5}}) for s in range(1, 6)]
-        (root / "proj" / "stall.jsonl").write_text("\n".join(lines) + "\n")
+        # the trainer keeps its log open while it hangs (a live writer): a file written at once and closed would be a
+        # copied log, judged as history (issue 35 item 8)
+        writer = open(root / "proj" / "stall.jsonl", "w")
+        procs_files = [writer]
+        writer.write("\n".join(lines) + "\n")
+        writer.flush()
 
         fired: dict[str, float] = {}   # severity -> earliest firing time (activeAt + for)
         got: dict[str, float] = {}     # severity -> arrival at the receiver
@@ -171,6 +176,8 @@ def test_a_critical_escalation_reaches_the_receiver_within_60_s(tmp_path):
         assert len(stall_messages()) == n, stall_messages()[n:]
         print("messages:", [r["body"].get("text") for r in recv.accepted])
     finally:
+        for f in locals().get("procs_files", []):
+            f.close()
         for p in procs:
             stop_process(p, 10)
         recv.stop()
