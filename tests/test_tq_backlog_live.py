@@ -136,8 +136,8 @@ def test_storage_units_join_the_controller_and_give_windowed_latency_and_per_op_
 
 def test_transferqueue_dashboard_shows_real_tq_except_the_streaming_panel(seen):
     failing = {(f["panel"], f["ref_id"]) for f in seen["dashboard_failures"]}
-    assert failing == {("Production / consumption progress (streaming API)", "A"),
-                       ("Production / consumption progress (streaming API)", "B")}, seen["dashboard_failures"]
+    assert failing == {("Production / consumption progress (streaming API): $experiment", "A"),
+                       ("Production / consumption progress (streaming API): $experiment", "B")}, seen["dashboard_failures"]
 
 
 def test_committed_storage_unit_fixture_has_the_families_a_live_unit_exports(seen):
