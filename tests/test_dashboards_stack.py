@@ -48,15 +48,18 @@ def _why_slow_sampler(prom: str, writer: threading.Thread, stop: threading.Event
     stalled = (f'ALERTS{{alertname="{names.ALERT_STALLED}",alertstate="firing",severity=~"warning|critical",'
                f'experiment="{JOINED}"}}')
     while not stop.wait(1.0):
-        rows = _query(prom, q)
-        FIRST_SCREEN.append({"firing": bool(_query(prom, firing)), "rows": [r["metric"] for r in rows],
-                             "stalled": bool(_query(prom, stalled)), "writing": writer.is_alive()})
+        # the three at one instant, a little in the past (every evaluation up to it written): asked at "now" one after
+        # the other, an evaluation between them saw the alert fire with the row still from before it
+        at = time.time() - 2.0
+        rows = _query(prom, q, at)
+        FIRST_SCREEN.append({"firing": bool(_query(prom, firing, at)), "rows": [r["metric"] for r in rows],
+                             "stalled": bool(_query(prom, stalled, at)), "writing": writer.is_alive()})
 
 
-def _query(prom: str, expr: str) -> list:
+def _query(prom: str, expr: str, at: float | None = None) -> list:
     try:
         with PromAPI(prom, timeout=5) as api:
-            return api.query(expr)
+            return api.query(expr, at)
     except PromError:
         return []
 

@@ -328,6 +328,7 @@ def test_no_secret_in_api_metrics_or_logs(tmp_path, monkeypatch, caplog, receive
     monkeypatch.setenv("OMNIWATCH_FEISHU_SECRET", FEISHU_SIGN_SECRET)
     monkeypatch.setenv("OMNIWATCH_DOWN_URL", f"http://127.0.0.1:{free_port()}/down/{SLACK_SECRET}")
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx")  # a CLI run in-process earlier on this worker quiets httpx (cli.py)
     app = make_app(tmp_path, [
         {"name": "slack", "type": "slack", "url_env": "OMNIWATCH_SLACK_URL"},
         {"name": "feishu", "type": "feishu", "url_env": "OMNIWATCH_FEISHU_URL", "secret_env": "OMNIWATCH_FEISHU_SECRET"},
