@@ -616,18 +616,13 @@ def stall_resume() -> Prose:
                     old, old)
 
 
-def stalled_holder() -> Prose:
-    """Where the step is held first (the Ray task-event source's holder and the held call's stack, issue 31; nothing
-    without the source): the holder / stack join belongs to the stall's own text (stalls.py)."""
-    from .stalls import HOLDER_REMEDY
-    return P(HOLDER_REMEDY)
-
-
-def stalled_past_warning() -> Remedy:
+def stalled() -> Remedy:
     """TrainingStalled past its warning (warning, critical): a hang, never "nothing to do": where the step is held
-    first (``stalled_holder``), then what to check and how to resume."""
+    first (the Ray task-event source's holder and the held call's stack, issue 31; nothing without the source:
+    stalls.HOLDER_REMEDY), then what to check and how to resume."""
+    from .stalls import HOLDER_REMEDY
     return remedy(
-        P(stalled_holder(), "Check the trainer process and Ray (ray status, driver and worker logs): a hung NCCL "
+        P(HOLDER_REMEDY, "Check the trainer process and Ray (ray status, driver and worker logs): a hung NCCL "
           "collective, a dead actor or an OOM kill is the usual cause;", stall_resume()),
         "A hang: `omniwatch ps` names the held call, its node and pid; py-spy dump it, then check ray status")
 
@@ -638,11 +633,6 @@ def crashed() -> Remedy:
         P("Read the error above and the driver / TaskRunner log (`ray job logs <job>` for a submitted job; the "
           "driver's console otherwise): it says what failed;", stall_resume()),
         "Read the job's error and driver log (`ray job logs <job>`), fix it, then resume from the last checkpoint")
-
-
-def stalled() -> Remedy:
-    """The stall remedy past warning (the name stalls.py uses)."""
-    return stalled_past_warning()
 
 
 # --- RolloutStraggler (legacy: V1 logs no agent-loop keys) ---------------------------------------------
