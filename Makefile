@@ -137,3 +137,7 @@ scorecard-corpus: install
 
 clean:
 	rm -rf $(VENV) .omniwatch .pytest_cache
+
+# The test scheduler's shipped durations (tests/conftest.py): the last `make test` run's measured seconds per test
+durations:
+	cp .durations.json tests/durations.json

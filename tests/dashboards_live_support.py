@@ -219,8 +219,8 @@ class LiveStack:
 
     def query(self, expr: str) -> list:
         """An instant query's result; [] while Prometheus cannot answer yet (readiness polls this)."""
-        try:
-            with PromAPI(self.prom_url, timeout=5) as api:
+        try:   # 30 s: a loaded 2-core machine (4 test workers, Ray scenarios) can keep Prometheus seconds behind
+            with PromAPI(self.prom_url, timeout=30) as api:
                 return api.query(expr)
         except PromError:
             return []
@@ -249,6 +249,12 @@ class LiveStack:
                 f'project_experiment:omniwatch_rollout_straggler_ratio:min_k{{{_run(DEMO_RUN)}}}')),
             "rollout correction": lambda: bool(self.query(
                 "project_experiment_mode:omniwatch_rollout_rs_seq_masked_ratio:min_k")),
+            # every run's typical step and the replayed run's step-time window (20 reference steps, then min_k)
+            "typical steps": lambda: len(self.query(names.TYPICAL_STEP)) >= len(RUNS),
+            "step-time window": lambda: bool(self.query(
+                f'project_experiment:omniwatch_step_duration_ratio:min_k{{{_run(DEMO_RUN)}}}')),
+            "storage units of both runs": lambda: len(self.query(
+                'count by (experiment) (tq_storage_memory_rss_bytes)')) == len(ENDPOINT_RUNS),
             "finished run": lambda: bool(self.query(f"{names.RUN_FINISHED}{{{_run(FINISHED_RUN)}}} == 1")),
             # worker lanes (the demo endpoints' Ray state-API stand-in): a finished dispatch's straggler, a held step
             "worker lanes": lambda: bool(self.query(f"{names.RAY_STRAGGLER_STREAK}{{{_run(DEMO_RUN)}}}"))

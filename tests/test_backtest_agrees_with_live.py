@@ -33,14 +33,15 @@ from omniwatch.backtest.runfile import load_run
 from omniwatch.backtest.timeline import parse_duration
 from omniwatch.stack import Stack, StackConfig
 
-from .conftest import fixture_path, free_port, require_binary
+from .conftest import fixture_path, free_port, require_binary, rule_evaluations
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 PACE = 2.0          # seconds per replayed step
 INTERVAL = "1s"     # the fast profile's scrape and evaluation interval
 POLL = 0.5          # Prometheus /api/v1/alerts polling period
 AFTER_FIRING = 3    # steps replayed after the run's fault alert fired
+WATCH_BOUND = 60.0  # seconds the live side may trail the last line (a loaded machine) before the test judges anyway
 REPLAY_LIMIT = 95.0  # seconds; 40 steps at 2 s are 80 s, the restart case writes 46 lines (92 s)
 # Runs replayed at once: the two fault fixtures, and configuration-matrix runs (tests/test_matrix.py):
 # a reward pool that cannot keep up (the streamed-reward remedy), a V1 separate_async transfer gap
@@ -196,9 +197,25 @@ def test_backtest_on_the_replay_clock_fires_the_live_alerts_at_the_same_steps(st
         backtest = pool.submit(_backtest, {name: str(dests[name]) for name in RUNS})
         # Keep watching as long as the backtest keeps scraping the finished run (alerts that became
         # true on the last steps sit out their for: there too).
+        # On a loaded machine the live side may trail the last line: watch until Prometheus has scraped every run's
+        # last step and then evaluated its rules `tail` more times (at the fast profile's 1 s), at least until
+        # watch_until (bounded: WATCH_BOUND s past it)
         watch_until = max(w.times[-1] for w in writes.values()) + tail + 1.0
-        while time.time() < watch_until:
+        last_step = {name: w.run.entries[len(w.times) - 1].step for name, w in writes.items() if w.times}
+
+        def caught_up() -> bool:
+            r = client.get(f"{st.cfg.prometheus_url}/api/v1/query", params={"query": 'omniwatch_step{project="verl"}'},
+                           timeout=10)
+            got = {x["metric"].get("experiment"): float(x["value"][1]) for x in r.json()["data"]["result"]}
+            return all(got.get(name) == step for name, step in last_step.items())
+        evaluated_from = None
+        while time.time() < watch_until + WATCH_BOUND:
             poll()
+            if evaluated_from is None and caught_up():
+                evaluated_from = rule_evaluations(st.cfg.prometheus_url)
+            if evaluated_from is not None and time.time() >= watch_until \
+                    and rule_evaluations(st.cfg.prometheus_url) - evaluated_from >= tail:
+                break
             time.sleep(POLL)
         r = client.get(f"{st.cfg.exporter_url}/api/v1/alerts", params={"limit": 1000}, timeout=5)
         r.raise_for_status()

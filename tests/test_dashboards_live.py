@@ -30,7 +30,7 @@ def stack():
     s = LiveStack(VERL_FIXTURES, require_binary("prometheus"), step_delay=0.05)
     try:
         s.start()
-        s.wait_ready()
+        s.wait_ready(timeout=240)   # bounded; a loaded 2-core machine (CI) needs more than the 120 s default
         yield s
     finally:
         s.stop()

@@ -22,6 +22,8 @@ from omniwatch.simulate import RunSpec, run_dicts
 
 from .conftest import VERL_FIXTURES, require_tool as tool
 
+pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
+
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "alerts" / "tests"
 

@@ -7,12 +7,15 @@ import json
 import math
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from omniwatch.model import RunStore
 from omniwatch.parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line, parse_record
 from omniwatch.relay.payload import Notification, PayloadError, parse as parse_webhook
 from omniwatch.sources.tail import FileTail
+
+pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -288,7 +288,9 @@ def test_a_short_run_that_ended_between_writer_scans_is_matched_by_when_its_line
     inside = (j2["start_time"] + j2["end_time"]) / 2000.0
     dash = Dashboard(jobs=JOBS, failed=FAILED)
     api = StateAPI(dash.url)
-    store = RunStore()
+    # the store's clock is the recording's (just after the "later" line): at the wall clock, hours after the
+    # recording, the ended runs would have expired and left /metrics (a test that failed once CI ran 6 h later)
+    store = RunStore(clock=lambda: j2["end_time"] / 1000 + 601)
     store.ingest("proj", "fail", ParsedStep(2, {"timing_s/step": 2.5}), "jsonl", arrival=inside)
     store.ingest("proj", "later", ParsedStep(2, {"timing_s/step": 2.5}), "jsonl", arrival=j2["end_time"] / 1000 + 600)
     try:

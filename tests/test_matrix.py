@@ -28,7 +28,7 @@ from omniwatch.simulate import Fault, RunSpec, step_dict
 
 from .conftest import require_binary
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.batch]
 
 START = 1_700_000_000.0
 STEPS = 40

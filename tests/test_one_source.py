@@ -19,6 +19,8 @@ import yaml
 
 from omniwatch import names
 
+pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
+
 HERE = Path(__file__).resolve().parent
 ALERTS = sorted({getattr(names, a) for a in dir(names) if a.startswith("ALERT_")} - {"Watchdog"})
 SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?![\s)]|$))+(?:[.!?]|$)")  # "0.4" and "e.g." do not end one

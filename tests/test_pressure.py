@@ -123,29 +123,34 @@ def step_line(step: int) -> bytes:
 
 
 # --- thousands of watched files -------------------------------------------------------------------------
+WATCH_NOFILE = 256   # a quarter of the usual 1024: the property (more watched files than descriptors, three times
+                     # over) at a quarter of the files; the 5,000-file figures are docs/benchmarks.md's
+
+
 @pytest.mark.integration
-def test_a_watch_of_3000_files_under_ulimit_1024_keeps_answering_with_bounded_descriptors(tmp_path, limited):
+def test_a_watch_of_800_files_under_ulimit_256_keeps_answering_with_bounded_descriptors(tmp_path, limited):
     root = tmp_path / "verl-logs"
-    n_proj, per = 30, 100
+    n_proj, per = 8, 100
     for p in range(n_proj):
         d = root / f"proj{p:02d}"
         d.mkdir(parents=True)
         for e in range(per):
             (d / f"exp{e:03d}.jsonl").write_bytes(step_line(1) + step_line(2))
     n = n_proj * per
-    s = limited(["--watch", str(root), "--max-runs", str(n + 10), "--poll-interval", "0.5"])
+    s = limited(["--watch", str(root), "--max-runs", str(n + 10), "--poll-interval", "0.5", "--max-open-files", "64"],
+                nofile=WATCH_NOFILE)
     try:
-        # a first read weighs 8 looks of a pass's 2,048 (issue 35 item 5): 3,000 new files take ~12 passes, more under load
+        # a first read weighs 8 looks of a pass's 2,048 (issue 35 item 5): 800 new files take ~4 passes, more under load
         wait_for(lambda: s.value(names.RUNS) == n, 180, 0.5, what=f"{n} runs ingested ({s.tail()})")
         fds = s.fds()
-        assert fds < NOFILE // 2, f"{fds} descriptors held for {n} watched files"
-        # /metrics of 3,000 runs is ~60k series: seconds to render on a loaded 2-core machine (docs/benchmarks.md)
+        assert fds < WATCH_NOFILE // 2, f"{fds} descriptors held for {n} watched files"
         assert max(answers(s, metrics_timeout=20.0)) < 1.0
         # a file written after the first pass is still followed (reopened on growth)
-        with open(root / "proj29" / "exp099.jsonl", "ab") as f:
+        last = root / f"proj{n_proj - 1:02d}" / f"exp{per - 1:03d}.jsonl"
+        with open(last, "ab") as f:
             f.write(step_line(3))
-        wait_for(lambda: s.value(names.STEP, project="proj29", experiment="exp099") == 3, 20, 0.25,
-                 what="a step appended to the last file")
+        wait_for(lambda: s.value(names.STEP, project=f"proj{n_proj - 1:02d}", experiment=f"exp{per - 1:03d}") == 3,
+                 60, 0.25, what="a step appended to the last file")
         cpu0, log0, t0 = s.cpu_seconds(), s.log_bytes(), time.monotonic()
         time.sleep(3.0)
         cpu = (s.cpu_seconds() - cpu0) / (time.monotonic() - t0)

@@ -17,6 +17,8 @@ from omniwatch.alerting.prose import Ctx
 
 from conftest import REPO, fixture
 
+pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
+
 KEYS = {line.strip() for line in fixture("verl_omni/config_keys.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")}
 TOP = sorted({k.split(".")[0] for k in KEYS})
@@ -247,6 +249,7 @@ import itertools  # noqa: E402
 
 from omniwatch import trainer_config as tc  # noqa: E402
 from omniwatch.alerting.prose import ACTION_MAX, CONFIG_READ, Remedy, setting_series  # noqa: E402
+
 
 CONFIGS = {name: tc.read_file(str(fixture(f"trainer_config/{name}.pprint.log")))
            for name in ("finished_on_cadence", "mfu_sp4", "reward_server", "v1_sync_reward_pool", "v1_separate_async",

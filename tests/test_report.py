@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -253,8 +254,17 @@ def test_verdict_costs_and_remedies_on_the_fixtures():
 
 # --- the CLI ---------------------------------------------------------------------------------------------
 def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "omniwatch", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd)
+    """The CLI, bounded below the test's own timeout (300 s): a run that does not end fails with what it printed
+    and the stack of every thread (faulthandler, on SIGABRT)."""
+    p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "omniwatch", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    try:
+        out, err = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGABRT)   # faulthandler dumps every thread's stack to stderr
+        out, err = p.communicate(timeout=30)
+        pytest.fail(f"omniwatch {' '.join(args)} did not end within 240 s:\n{out[-3000:]}\n{err[-8000:]}")
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 @pytest.mark.integration

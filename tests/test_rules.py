@@ -17,6 +17,8 @@ from omniwatch.alerting.config import DEFAULT
 
 from .conftest import require_tool as tool
 
+pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 ALERTS = rules.load_alerts()

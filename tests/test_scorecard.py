@@ -16,7 +16,7 @@ from omniwatch.scorecard import amsim, baseline, card, scoring
 
 from .conftest import require_binary
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.batch]
 
 
 @pytest.fixture(scope="module")

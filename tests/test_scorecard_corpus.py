@@ -16,6 +16,8 @@ from omniwatch.scorecard import corpus, truth
 
 from .conftest import FIXTURES, REPO, REQUIRE_RAY, skip_optional
 
+pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
+
 CORPUS = FIXTURES / corpus.PROJECT
 TRUTHS = truth.load_all(CORPUS)
 BY_NAME = {t.experiment: t for t in TRUTHS}

@@ -21,7 +21,7 @@ from omniwatch.simulate import Fault, RunSpec, step_dict
 
 from .conftest import fixture, require_binary
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.batch]
 
 START = 1_700_000_000.0
 PLANNED = dict(pace=240.0, checkpoint_every=10, checkpoint_factor=4.5, validation_every=8, validation_factor=2.5)

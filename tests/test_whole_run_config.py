@@ -16,7 +16,7 @@ from omniwatch.report.gather import facts_of_runs
 
 from .conftest import fixture, require_binary
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.batch]
 SILENCE = 4 * 3600.0
 
 
