@@ -290,3 +290,63 @@ def test_names_that_are_not_server_replicas_are_not_recognised():
     from omniwatch.discovery.probe import SERVER_NAME
     for name in ("vllm_omni_server_x_0", "TaskRunner", "vllm_omniserver_0_0", "myvllm_server_0_0"):
         assert not SERVER_NAME.match(name), name
+
+
+def _fake_proc(root, procs: dict, netns_of: dict):
+    """A /proc with ``self/ns/net`` and, per pid, its cmdline (NUL-separated) and network namespace file."""
+    import os as _os
+    (root / "self" / "ns").mkdir(parents=True)
+    (root / "self" / "ns" / "net").write_text("mine")
+    others = root / "other-netns"
+    others.write_text("other")
+    for pid, argv in procs.items():
+        (root / pid / "ns").mkdir(parents=True)
+        (root / pid / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        _os.link(root / "self" / "ns" / "net" if netns_of[pid] == "mine" else others, root / pid / "ns" / "net")
+
+
+def test_auto_probes_only_where_ray_could_find_a_cluster(tmp_path):
+    """Ray resolves "auto" from RAY_ADDRESS, its temp dir's ray_current_cluster file, or any raylet's --gcs-address
+    (ray/_private/services.py); without any of them no probe process is spawned (each one imports ray). A raylet on
+    loopback in another network namespace (a test's `unshare -n` cluster) cannot be reached from here."""
+    from omniwatch.discovery.service import local_cluster_hint
+    raylet = ".venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet"
+    worker_cmd = "--python_worker_command=python default_worker.py --gcs-address=127.0.0.1:6379 --temp-dir=/tmp/ray"
+    proc = tmp_path / "proc"
+    _fake_proc(proc, {"10": ["python", "-m", "pytest"], "11": [raylet, "--raylet_socket_name=x", worker_cmd],
+                      "12": ["/usr/bin/prometheus", "--gcs-address=127.0.0.1:1"]},
+               {"10": "mine", "11": "other", "12": "mine"})
+    env = {"TMPDIR": str(tmp_path)}
+    assert local_cluster_hint("auto", env, str(proc)) is None
+    assert local_cluster_hint("10.0.0.5:6379", env, str(proc)) == "address 10.0.0.5:6379"
+    assert local_cluster_hint("auto", {**env, "RAY_ADDRESS": "10.0.0.5:6379"}, str(proc)) == "RAY_ADDRESS"
+    # the same raylet in this namespace, or with a routable GCS address elsewhere, is a cluster Ray would find
+    same = tmp_path / "proc-same"
+    _fake_proc(same, {"11": [raylet, worker_cmd]}, {"11": "mine"})
+    assert local_cluster_hint("auto", env, str(same)) == "raylet 11"
+    routable = tmp_path / "proc-routable"
+    _fake_proc(routable, {"11": [raylet, "--gcs-address=10.0.0.5:6379"]}, {"11": "other"})
+    assert local_cluster_hint("auto", env, str(routable)) == "raylet 11"
+    # the last `ray start` of this machine's temp dir ($RAY_TMPDIR first)
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:6379")
+    assert local_cluster_hint("auto", env, str(proc)) == str(tmp_path / "ray" / "ray_current_cluster")
+    assert local_cluster_hint("auto", {"RAY_TMPDIR": str(tmp_path / "elsewhere"), **env}, str(proc)) is None
+
+
+def test_no_probe_process_is_started_while_no_cluster_can_be_found(tmp_path, monkeypatch):
+    from omniwatch.discovery import service
+    spawned = []
+    hint = {"now": None}
+    monkeypatch.setattr(service, "local_cluster_hint", lambda address: hint["now"])
+    probe = service.RayProbe(DiscoveryConfig(ray_address="auto", ray_sd_file=None))
+    monkeypatch.setattr(probe, "_spawn", lambda: spawned.append(1))
+    probe.tick()
+    up, why, _, _ = probe.state()
+    assert not spawned and up is False and "no Ray cluster on this machine" in why
+    probe.tick()   # looked at again only after HINT_RECHECK_S
+    assert not spawned
+    hint["now"] = "raylet 11"
+    probe.next_start = 0.0
+    probe.tick()
+    assert spawned == [1]

@@ -22,6 +22,7 @@ from .targets import KINDS, Target, dedupe, read_ray_sd_file, read_rollout_prome
 
 log = logging.getLogger("omniwatch.discovery")
 SD_FILE_NAME = "prom_metrics_service_discovery.json"
+HINT_RECHECK_S = 2.0   # how often a machine without a Ray cluster is looked at again (local_cluster_hint)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,50 @@ class Snapshot:
 
     def counts(self) -> dict[str, int]:
         return {k: sum(1 for t in self.targets if t.kind == k) for k in KINDS}
+
+
+def local_cluster_hint(address: str, env=None, proc_root: str = "/proc") -> str | None:
+    """Where a probe could find the Ray cluster at ``address``; None when it cannot find one, so no probe is spawned
+    (a probe is a Python process importing ray: ~1.5 s of a core, every backoff step, on a machine without Ray).
+
+    Ray resolves "auto" (ray/_private/services.py ``get_ray_address_from_environment``) from ``RAY_ADDRESS``, then
+    the ``ray_current_cluster`` file of its temp dir (ray/_common/utils.py ``get_ray_address_file``: ``$RAY_TMPDIR``,
+    else ``$TMPDIR``, else ``/tmp``, + ``/ray``), then the ``--gcs-address`` of any raylet process on the machine
+    (``_find_address_from_flag``). A raylet whose GCS is on loopback inside another network namespace is not
+    reachable from here (``unshare -n``, a container sharing the PID namespace): not a hint."""
+    env = os.environ if env is None else env
+    if address != "auto":
+        return f"address {address}"
+    if env.get("RAY_ADDRESS"):
+        return "RAY_ADDRESS"
+    tmp = env.get("RAY_TMPDIR") or env.get("TMPDIR") or "/tmp"
+    current = os.path.join(tmp, "ray", "ray_current_cluster")
+    if os.path.exists(current):
+        return current
+    try:
+        mine = os.stat(os.path.join(proc_root, "self", "ns", "net")).st_ino
+        pids = [p for p in os.listdir(proc_root) if p.isdigit()]
+    except OSError:
+        return "no /proc to look in"   # cannot tell: probe, as before
+    for pid in pids:
+        try:
+            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as f:
+                argv = f.read(1 << 16).split(b"\0")
+        except OSError:
+            continue
+        if not argv or os.path.basename(argv[0]) != b"raylet":
+            continue
+        gcs = next((t.split(b"=", 1)[1] for a in argv for t in a.split(b" ") if t.startswith(b"--gcs-address=")), b"")
+        if not gcs:
+            continue
+        if not gcs.startswith((b"127.", b"localhost", b"[::1]")):
+            return f"raylet {pid}"
+        try:
+            if os.stat(os.path.join(proc_root, pid, "ns", "net")).st_ino == mine:
+                return f"raylet {pid}"
+        except OSError:
+            continue
+    return None
 
 
 class RayProbe:
@@ -104,7 +149,15 @@ class RayProbe:
         with self.lock:
             if self.proc is None:
                 if now >= self.next_start:
-                    self._spawn()
+                    if local_cluster_hint(self.cfg.ray_address) is None:
+                        # nothing to attach to: said, and looked at again soon (a /proc scan, no probe): a cluster
+                        # started after the exporter is attached within HINT_RECHECK_S + a probe's connect
+                        self.error = (f"no Ray cluster on this machine at {self.cfg.ray_address!r} (no RAY_ADDRESS, "
+                                      "no ray_current_cluster file, no raylet process in this network namespace)")
+                        self.latest = None
+                        self.next_start = now + HINT_RECHECK_S
+                    else:
+                        self._spawn()
                 return
             rc = self.proc.poll()
             quiet = now - self.last_line
