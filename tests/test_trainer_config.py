@@ -540,6 +540,10 @@ def test_ray_placement_groups_give_the_pools_when_no_config_says():
     feed(conf, "v1_separate_async")
     assert value(conf, names.RUN_GPUS, origin="config", **a) == 8
     assert value(conf, names.RUN_POOL_GPUS, pool="rollout", origin="config", **a) == 4
+    late = new_store()   # pools read after the run's last step (a run hung at its first step): counted now
+    feed(late, "v1_separate_async")
+    late.set_ray_pools("whole_run", "v1_separate_async", {"trainer": 4, "teacher": 2})
+    assert value(late, names.RUN_GPUS, origin="ray", **a) == 6
 
 
 # --- issue 32 item 5: the settings remedies branch on, read from VeRL-Omni's own generated configs ----------------

@@ -448,6 +448,12 @@ class RunStore:
             key = (fit_label(project), fit_label(experiment))
             if key in self.ray_pools or len(self.ray_pools) < 4 * self.max_runs:
                 self.ray_pools[key] = {str(p)[:32]: int(v) for p, v in list(pools.items())[:16]}
+            run = self.runs.get(key)
+            # a run that exists takes them now, not at its next step (a hung run gets no next step): the order of
+            # _account -- a --gpus override and the config's pools come before Ray's
+            if run is not None and self.ray_pools.get(key) and not (self.gpus_override and self.gpus) \
+                    and not (run.config is not None and run.config.gpus):
+                run.gpus = ledger.Gpus(sum(self.ray_pools[key].values()), "ray")
 
     def pools(self, run: "Run") -> tuple[dict[str, int], str]:
         """The run's GPU pools and where they came from: config | ray | "" (unknown)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 REFRESH_S = 60.0
+OWED_S = 5.0      # after new worker actors appeared: their pools were just reserved (at most this often)
 MAX_GROUPS = 4096
 POOLS = ("trainer", "reward", "rollout", "teacher", "other")
 _RULES = ((re.compile(r"^rollout_pool_reward_"), "reward"), (re.compile(r"^rollout_pool_teacher_"), "teacher"),

@@ -96,6 +96,7 @@ class TaskPoller:
         self.final_budget, self.recover_budget = final_budget, recover_budget
         self.pools: dict[str, int] = {}   # GPUs per pool from Ray's placement groups (pools.py), every REFRESH_S
         self._pools_at = 0.0
+        self._pools_owed = False          # new workers were seen: their pools were just reserved, read them soon
         self.on_pools = None              # called with the pools when they change (the run's ledger GPUs)
         # Called as hook(poller, snapshot) after each poll that Ray answered, outside the lock, in this thread: the
         # stack of a held call (traceback.StackWatch), the run's Ray job (jobs.JobWatch). A hook never stops polls.
@@ -150,16 +151,15 @@ class TaskPoller:
                 with lock:
                     led.apply_nodes(rows)
             self._last_actor_refresh = wall
-            if now - self._pools_at >= 5.0:   # new workers: their pools were just reserved
-                self._pools_at = 0.0
+            self._pools_owed = True   # new workers: their pools were just reserved (read at most every 5 s)
         # DEAD / RESTARTING (and not yet created) actors: one call; a healthy job has few
         rows = self.api.list("actors", [("state", "!=", "ALIVE")] + job_f, limit=200).rows
         with lock:
             led.apply_actors(rows)
             res = led.apply(running.rows, (), now, dropped=running.dropped, truncated=running.truncated)
         settle(self.api, led, job_f, self.recovery, self.final_budget, self.recover_budget, lock=lock)
-        if now - self._pools_at >= pools.REFRESH_S:   # the GPU pools verl reserved (issue 33 item 4)
-            self._pools_at = now
+        if now - self._pools_at >= (pools.OWED_S if self._pools_owed else pools.REFRESH_S):   # issue 33 item 4
+            self._pools_at, self._pools_owed = now, False
             try:
                 got = pools.pools(self.api.list("placement_groups", detail=True, limit=pools.MAX_GROUPS).rows)
             except RayAPIError:   # an older or trimmed dashboard without the table: the ledger keeps its GPUs
