@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import backoff, proc
+from ..settings import env as settings_env
 from .config import DiscoveryConfig
 from .targets import KINDS, Target, dedupe, read_ray_sd_file, read_rollout_prometheus_file
 
@@ -46,12 +47,12 @@ def local_cluster_hint(address: str, env=None, proc_root: str = "/proc") -> str 
     else ``$TMPDIR``, else ``/tmp``, + ``/ray``), then the ``--gcs-address`` of any raylet process on the machine
     (``_find_address_from_flag``). A raylet whose GCS is on loopback inside another network namespace is not
     reachable from here (``unshare -n``, a container sharing the PID namespace): not a hint."""
-    env = os.environ if env is None else env
+    get = settings_env if env is None else env.get
     if address != "auto":
         return f"address {address}"
-    if env.get("RAY_ADDRESS"):
+    if get("RAY_ADDRESS"):
         return "RAY_ADDRESS"
-    tmp = env.get("RAY_TMPDIR") or env.get("TMPDIR") or "/tmp"
+    tmp = get("RAY_TMPDIR") or get("TMPDIR") or "/tmp"
     current = os.path.join(tmp, "ray", "ray_current_cluster")
     if os.path.exists(current):
         return current
