@@ -16,6 +16,7 @@ from omniwatch import proc
 from omniwatch.proc import free_port, poll
 from omniwatch.promapi import PromAPI
 from omniwatch.rules import rule_files
+from omniwatch.yamlio import load as yaml_load
 
 http = httpx.Client(timeout=5, trust_env=False)
 __all__ = ["Prometheus", "cpu_seconds", "fast_rule_files", "free_port", "http", "poll"]
@@ -25,7 +26,7 @@ def fast_rule_files(dst: Path, hold: str = "1s") -> list[Path]:
     """alerts/*.rules.yml with every ``for:`` set to ``hold`` (so a 2m hold does not make a test 2 min)."""
     out = []
     for src in rule_files():
-        doc = yaml.safe_load(src.read_text())
+        doc = yaml_load(src.read_text())
         for g in doc.get("groups") or []:
             for r in g.get("rules") or []:
                 if "for" in r:

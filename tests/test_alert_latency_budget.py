@@ -5,7 +5,6 @@ Alertmanager's group_wait. And every inhibition whose source is evaluated in ano
 waits at least one evaluation interval, so the inhibitor can arrive before the target's group is flushed."""
 from __future__ import annotations
 
-import yaml
 
 from omniwatch import names
 from omniwatch.alerting import rulespec as spec
@@ -13,8 +12,9 @@ from omniwatch.alerting.config import DEFAULT
 from omniwatch.stack import PROFILES
 
 from .conftest import REPO
+from omniwatch.yamlio import load as yaml_load
 
-AM = yaml.safe_load((REPO / "alerts" / "alertmanager.yml").read_text())
+AM = yaml_load((REPO / "alerts" / "alertmanager.yml").read_text())
 
 
 def dur(text: str) -> int:
@@ -22,7 +22,7 @@ def dur(text: str) -> int:
     return int(float(text[:-1]) * {"s": 1, "m": 60, "h": 3600}[text[-1]])
 
 
-RULES = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "alerts").glob("*.rules.yml"))]
+RULES = [yaml_load(p.read_text()) for p in sorted((REPO / "alerts").glob("*.rules.yml"))]
 
 
 def _group_of() -> dict[str, set[str]]:

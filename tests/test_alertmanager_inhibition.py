@@ -18,6 +18,7 @@ import yaml
 from omniwatch import names, rules
 
 from .conftest import free_port, require_tool as tool, stop_process
+from omniwatch.yamlio import load as yaml_load
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +28,7 @@ ALERTS = rules.load_alerts()
 def render_config(tmp_path) -> str:
     """The repo config as `omniwatch up` renders it: same routes and inhibit rules, the webhook url
     and credentials file rewritten (here to a closed loopback port and a tmp file)."""
-    cfg = yaml.safe_load(rules.alertmanager_config_path().read_text())
+    cfg = yaml_load(rules.alertmanager_config_path().read_text())
     hook = next(r for r in cfg["receivers"] if r["name"] == "omniwatch")["webhook_configs"][0]
     hook["url"] = f"http://127.0.0.1:{free_port()}/api/v1/alertmanager"
     cred = tmp_path / "webhook.token"

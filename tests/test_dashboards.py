@@ -23,6 +23,7 @@ from omniwatch.dashboards.catalog import DASHBOARDS
 from omniwatch.dashboards.verify import substitute
 
 from .conftest import require_binary
+from omniwatch.yamlio import load as yaml_load
 
 REPO = Path(__file__).resolve().parents[1]
 DASH_DIR = REPO / "dashboards"
@@ -140,7 +141,7 @@ def all_steps():
 def rule_docs():
     files = sorted((REPO / "alerts").glob("*.rules.yml"))
     assert files, "alerts/*.rules.yml missing"
-    return [r for f in files for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"]]
+    return [r for f in files for g in yaml_load(f.read_text())["groups"] for r in g["rules"]]
 
 
 def test_every_query_filters_by_the_dashboard_variables():
@@ -415,25 +416,25 @@ def test_collapsed_rows_hold_their_panels():
 
 
 def test_provisioning_points_at_existing_files():
-    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    compose = yaml_load((REPO / "docker-compose.yml").read_text())
     env = compose["services"]["grafana"]["environment"]
-    ds = yaml.safe_load((DASH_DIR / "provisioning/datasources/omniwatch.yml").read_text())
+    ds = yaml_load((DASH_DIR / "provisioning/datasources/omniwatch.yml").read_text())
     assert ds["datasources"][0]["uid"] == spec.PROVISIONED_UID and ds["datasources"][0]["type"] == "prometheus"
     assert ds["datasources"][0]["url"] == "$OMNIWATCH_PROMETHEUS_URL"  # compose and the native stack set it
     assert env["OMNIWATCH_PROMETHEUS_URL"] == "http://prometheus:9090"
-    prov = yaml.safe_load((DASH_DIR / "provisioning/dashboards/omniwatch.yml").read_text())
+    prov = yaml_load((DASH_DIR / "provisioning/dashboards/omniwatch.yml").read_text())
     path = prov["providers"][0]["options"]["path"]
     assert path == "$OMNIWATCH_DASHBOARDS_DIR"
     mounts = compose["services"]["grafana"]["volumes"]
     host = next(m.split(":")[0] for m in mounts if m.split(":")[1] == env["OMNIWATCH_DASHBOARDS_DIR"])
     assert sorted(p.name for p in (REPO / host).glob("omniwatch-*.json")) == sorted(f"{d.uid}.json" for d in DASHBOARDS)
     # $__rate_interval in Grafana is derived from timeInterval: it must be the compose scrape interval
-    prom = yaml.safe_load((REPO / "deploy/compose/prometheus.yml").read_text())
+    prom = yaml_load((REPO / "deploy/compose/prometheus.yml").read_text())
     assert ds["datasources"][0]["jsonData"]["timeInterval"] == prom["global"]["scrape_interval"]
 
 
 def test_compose_validates_and_references_existing_files_and_pinned_images():
-    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    compose = yaml_load((REPO / "docker-compose.yml").read_text())
     schema = json.loads((REPO / "tests/data/compose-spec.json").read_text())
     jsonschema.Draft7Validator(schema).validate(compose)  # the vendored schema says draft 2019-09, uses draft-7 keywords
     named = set(compose["volumes"])
@@ -454,7 +455,7 @@ def test_compose_validates_and_references_existing_files_and_pinned_images():
     assert compose["services"]["grafana"]["image"].startswith("grafana/grafana:11.6.")
     env = compose["services"]["grafana"]["environment"]
     assert env["GF_SECURITY_ADMIN_PASSWORD"].startswith("${OMNIWATCH_GRAFANA_ADMIN_PASSWORD:?")
-    prom = yaml.safe_load((REPO / "deploy/compose/prometheus.yml").read_text())
+    prom = yaml_load((REPO / "deploy/compose/prometheus.yml").read_text())
     assert prom["rule_files"] == ["/etc/prometheus/alerts/*.rules.yml"]
     assert any(j["job_name"] == "omniwatch" for j in prom["scrape_configs"])
 
@@ -462,7 +463,7 @@ def test_compose_validates_and_references_existing_files_and_pinned_images():
 def test_compose_prometheus_config_passes_promtool(tmp_path):
     promtool = require_binary("promtool")
     import subprocess
-    cfg = yaml.safe_load((REPO / "deploy/compose/prometheus.yml").read_text())
+    cfg = yaml_load((REPO / "deploy/compose/prometheus.yml").read_text())
     cfg["rule_files"] = [str(p) for p in (REPO / "alerts").glob("*.rules.yml")]
     (tmp_path / "p.yml").write_text(yaml.safe_dump(cfg))
     r = subprocess.run([promtool, "check", "config", str(tmp_path / "p.yml")], capture_output=True, text=True,

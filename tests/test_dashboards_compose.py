@@ -15,6 +15,7 @@ from omniwatch import compose, rules
 from omniwatch.stack import Stack, StackConfig
 
 from .conftest import REPO, require_binary
+from omniwatch.yamlio import load as yaml_load
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
 OUT = REPO / "deploy" / "compose"
@@ -28,7 +29,7 @@ def _cli(*argv):
 
 
 def _load(name: str) -> dict:
-    return yaml.safe_load((OUT / name).read_text())
+    return yaml_load((OUT / name).read_text())
 
 
 def test_committed_files_are_what_the_code_renders(tmp_path, capsys):
@@ -52,7 +53,7 @@ def test_same_jobs_rules_and_routing_as_the_native_stack(tmp_path):
     assert cprom["global"] == nprom["global"] and cprom.keys() == nprom.keys()
     # the glob inside the container names exactly the rule files the native stack loads
     assert cprom["rule_files"] == [compose.RULES_GLOB]
-    mount = next(v for v in yaml.safe_load(COMPOSE_FILE.read_text())["services"]["prometheus"]["volumes"]
+    mount = next(v for v in yaml_load(COMPOSE_FILE.read_text())["services"]["prometheus"]["volumes"]
                  if v.split(":")[1] == compose.RULES_GLOB.rsplit("/", 1)[0])
     assert sorted(p.name for p in (REPO / mount.split(":")[0]).glob("*.rules.yml")) == \
         [p.name for p in rules.rule_files()]
@@ -60,7 +61,7 @@ def test_same_jobs_rules_and_routing_as_the_native_stack(tmp_path):
 
 
 def test_every_address_is_a_compose_service_and_tokens_are_mounted_secrets():
-    spec = yaml.safe_load(COMPOSE_FILE.read_text())
+    spec = yaml_load(COMPOSE_FILE.read_text())
     svc = spec["services"]
     prom, am = _load("prometheus.yml"), _load("alertmanager.yml")
     text = (OUT / "prometheus.yml").read_text() + (OUT / "alertmanager.yml").read_text()

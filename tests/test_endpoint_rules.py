@@ -21,6 +21,7 @@ from omniwatch.alerting.config import DEFAULT
 from omniwatch.simulate import RunSpec, run_dicts
 
 from .conftest import VERL_FIXTURES, require_tool as tool
+from omniwatch.yamlio import load as yaml_load
 
 pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
 
@@ -64,8 +65,8 @@ def tuned(tmp_path: Path, overrides: dict) -> config.Config:
 def logic_of(cfg: config.Config, annotations_of: config.Config = DEFAULT) -> str:
     """endpoints.rules.yml with the expressions and for: of ``cfg`` and every annotation as ``annotations_of``
     renders it: only the rules' behaviour differs, so only behaviour can fail a test."""
-    doc = yaml.safe_load(render.render_file(endpoints.rule_file(annotations_of), annotations_of))
-    logic = yaml.safe_load(render.render_file(endpoints.rule_file(cfg), cfg))
+    doc = yaml_load(render.render_file(endpoints.rule_file(annotations_of), annotations_of))
+    logic = yaml_load(render.render_file(endpoints.rule_file(cfg), cfg))
     for group, lgroup in zip(doc["groups"], logic["groups"], strict=True):
         for rule, lrule in zip(group["rules"], lgroup["rules"], strict=True):
             rule["expr"] = lrule["expr"]
@@ -119,7 +120,7 @@ def _test_file(path: str, tmp: Path) -> Path:
     test_the_cut_test_files_pass_on_the_default_rules shows the default rules pass the cut files."""
     section, field = path.split(".")
     name = "endpoints.test.yml" if section == "rollout_queue" else "transferqueue.test.yml"
-    doc = yaml.safe_load((TESTS / name).read_text())
+    doc = yaml_load((TESTS / name).read_text())
     doc["tests"] = [t for t in doc["tests"] if any(c.get("exp_alerts") for c in t.get("alert_rule_test", []))]
     if section == "transferqueue":
         leak = field in LEAK_FIELDS
@@ -226,7 +227,7 @@ def test_the_step_share_bar_separates_sync_layouts_from_a_trainer_bound_separate
 
 
 def test_rollout_queue_saturated_waits_for_the_step_and_names_no_algorithm_change():
-    rules = yaml.safe_load(render.render_file(endpoints.rule_file(DEFAULT), DEFAULT))
+    rules = yaml_load(render.render_file(endpoints.rule_file(DEFAULT), DEFAULT))
     alert = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == names.ALERT_ROLLOUT_SATURATED)
     assert f"{endpoints.REC_SERVER_SHARE_MIN} > {DEFAULT.rollout_queue.critical_path_share:g}" in alert["expr"]
     assert "rollout.n" not in alert["annotations"]["description"]

@@ -29,14 +29,15 @@ from omniwatch import rules
 
 from .conftest import REPO, free_port, require_tool, stop_process
 from .relay_support import Receiver
+from omniwatch.yamlio import load as yaml_load
 
 # the run's typical step: info at 3 T = 21 s, warning at 7 T = 49 s, critical at 10 T = 70 s. The critical comes 3 T
 # = 21 s after the warning: more than the warning's group_wait (10 s) + its delivery on a loaded machine (2.5 s seen
 # in CI), so the warning's group has flushed when the critical joins it, the case this test is for (at 4 s steps
 # the 12 s gap left CI's loaded run 0.5 s short of it)
 STEP_S = 7.0
-RULES = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "alerts").glob("*.rules.yml"))]
-AM = yaml.safe_load(rules.alertmanager_config_path().read_text())
+RULES = [yaml_load(p.read_text()) for p in sorted((REPO / "alerts").glob("*.rules.yml"))]
+AM = yaml_load(rules.alertmanager_config_path().read_text())
 
 
 def dur(text: str) -> float:

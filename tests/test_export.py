@@ -12,6 +12,7 @@ import yaml
 from conftest import REPO, require_binary
 from omniwatch import export
 from omniwatch.rules import rule_files
+from omniwatch.yamlio import load as yaml_load
 
 
 def _docs(text: str) -> list[dict]:
@@ -23,7 +24,7 @@ def test_prometheusrule_groups_are_the_rule_files_groups_unchanged():
     assert pr["apiVersion"] == "monitoring.coreos.com/v1" and pr["kind"] == "PrometheusRule"
     assert pr["metadata"]["name"] == "omniwatch" and pr["metadata"]["namespace"] == "mon"
     assert pr["metadata"]["labels"]["release"] == "kps"
-    want = [g for f in rule_files() for g in yaml.safe_load(f.read_text())["groups"]]
+    want = [g for f in rule_files() for g in yaml_load(f.read_text())["groups"]]
     assert pr["spec"]["groups"] == want
 
 
@@ -127,7 +128,7 @@ def test_bad_rules_dir_is_a_clear_error(tmp_path):
 
 def test_byo_scrape_snippet_passes_promtool_check_config(tmp_path):
     promtool = require_binary("promtool")
-    snippet = yaml.safe_load((REPO / "deploy" / "byo" / "scrape.yml").read_text())
+    snippet = yaml_load((REPO / "deploy" / "byo" / "scrape.yml").read_text())
     jobs = {j["job_name"] for j in snippet["scrape_configs"]}
     assert jobs == {"omniwatch", "omniwatch-discovered", "omniwatch-agent"}
     cfg = {"global": {"scrape_interval": "15s", "evaluation_interval": "15s"},

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-import yaml
 
 from .conftest import REPO
+from omniwatch.yamlio import load as yaml_load
 
 HEADER = "| # | source (inhibits) | target (inhibited) | equal labels | why |"
 
@@ -43,7 +43,7 @@ def differences(table: list[dict], rules: list[dict]) -> list[str]:
 
 
 def _rules() -> list[dict]:
-    return yaml.safe_load((REPO / "alerts" / "alertmanager.yml").read_text())["inhibit_rules"]
+    return yaml_load((REPO / "alerts" / "alertmanager.yml").read_text())["inhibit_rules"]
 
 
 def test_the_inhibition_table_matches_alertmanager_yml():

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from omniwatch import names
+from omniwatch.yamlio import load as yaml_load
 
 pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
 
@@ -97,7 +97,7 @@ def test_the_sentinel_config_changes_every_number(sentinel):
 def test_no_default_number_survives_in_the_rules(sentinel):
     found = []
     for fname, text in sentinel["rules"].items():
-        for group in yaml.safe_load(text)["groups"]:
+        for group in yaml_load(text)["groups"]:
             for rule in group["rules"]:
                 name = rule.get("alert") or rule.get("record")
                 for path, (old, _) in sentinel["changed"].items():

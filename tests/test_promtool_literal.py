@@ -21,11 +21,12 @@ from omniwatch.alerting import rulespec as spec
 from omniwatch.alerting.config import DEFAULT
 
 from .conftest import REPO, require_tool as tool
+from omniwatch.yamlio import load as yaml_load
 
 pytestmark = pytest.mark.batch   # CPU-bound, no wall-clock expectation: nice 10 beside live tests (conftest)
 
 TESTS = REPO / "alerts" / "tests"
-DOCS = {p.name: yaml.safe_load(p.read_text()) for p in sorted(TESTS.glob("*.test.yml"))}
+DOCS = {p.name: yaml_load(p.read_text()) for p in sorted(TESTS.glob("*.test.yml"))}
 
 
 def seconds(text: str) -> int:
@@ -145,7 +146,7 @@ def only(rules_text: str, alert: str) -> str:
     """``rules_text`` with only ``alert``'s rules and the recording rules they read (transitively), for a mutation run
     of ``cut(..., alone=True)``: promtool evaluates every rule at every step, so the 64 rules of the file cost three
     times the few an alert reads (TrainingStalled's tests: 13 s -> 5 s of CPU per mutation)."""
-    doc = yaml.safe_load(rules_text)
+    doc = yaml_load(rules_text)
     rules_ = [r for g in doc["groups"] for r in g["rules"]]
     exprs = {r["record"]: r["expr"] for r in rules_ if "record" in r}
     need: set[str] = set()
@@ -206,8 +207,8 @@ def logic_of(overrides: tuple) -> str:
             cfg = cfg.model_copy(update={path: value})
     [default] = [f for f in spec.rule_files(DEFAULT) if f.name == "omniwatch.rules.yml"]
     [tuned] = [f for f in spec.rule_files(cfg) if f.name == "omniwatch.rules.yml"]
-    doc = yaml.safe_load(render.render_file(default, DEFAULT))
-    logic = yaml.safe_load(render.render_file(tuned, cfg))
+    doc = yaml_load(render.render_file(default, DEFAULT))
+    logic = yaml_load(render.render_file(tuned, cfg))
     for group, lgroup in zip(doc["groups"], logic["groups"], strict=True):
         for rule, lrule in zip(group["rules"], lgroup["rules"], strict=True):
             rule["expr"] = lrule["expr"]
@@ -273,7 +274,7 @@ WORDING = [("omniwatch.rules.yml", "RewardBoundRollout", "description"),
 @pytest.mark.parametrize("rule_file, alert, key", WORDING)
 def test_the_literal_tests_catch_a_wording_change(tmp_path, rule_file, alert, key):
     """One word of an alert's annotation changed in the rule file: a literal expectation no longer matches."""
-    doc = yaml.safe_load((REPO / "alerts" / rule_file).read_text())
+    doc = yaml_load((REPO / "alerts" / rule_file).read_text())
     changed = 0
     for g in doc["groups"]:
         for r in g["rules"]:

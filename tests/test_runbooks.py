@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import orjson
-import yaml
 
 from omniwatch import names
 from omniwatch import external
@@ -16,6 +15,7 @@ from omniwatch.model import passthrough_name
 from omniwatch.simulate import Fault, RunSpec, step_dict
 
 from .conftest import FIXTURES, SCENARIOS, fixture_path
+from omniwatch.yamlio import load as yaml_load
 
 REPO = Path(__file__).resolve().parents[1]
 RUNBOOKS = REPO / "docs" / "runbooks.md"
@@ -42,7 +42,7 @@ def verl_keys() -> set[str]:
 def known_series() -> set[str]:
     known = set(names.CATALOGUE)
     for f in (REPO / "alerts").glob("*.rules.yml"):
-        for g in yaml.safe_load(f.read_text())["groups"]:
+        for g in yaml_load(f.read_text())["groups"]:
             known |= {r["record"] for r in g["rules"] if "record" in r}
     known |= {passthrough_name(k) for k in verl_keys()}
     known |= {v for k, v in vars(external).items() if k.isupper() and isinstance(v, str)}

@@ -17,6 +17,7 @@ from omniwatch.rules import rule_files
 from omniwatch.server import BackgroundServer, Exporter
 from omniwatch.settings import Settings
 from scale_support import Prometheus, poll
+from omniwatch.yamlio import load as yaml_load
 
 SCALE = REPO / "deploy" / "scale"
 PROJECT, EXPERIMENT = "scale", "reward_bound"
@@ -28,7 +29,7 @@ def test_scale_configs_pass_promtool(tmp_path):
     for args in (["--agent", str(SCALE / "agent.yml")], [str(SCALE / "central.yml")]):
         res = subprocess.run([promtool, "check", "config", *args], capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, res.stdout + res.stderr
-    fed = yaml.safe_load((SCALE / "federate.yml").read_text())
+    fed = yaml_load((SCALE / "federate.yml").read_text())
     job = fed["scrape_configs"][0]
     assert job["metrics_path"] == "/federate" and job["honor_labels"] is True
     assert '{__name__=~"project_experiment.*:.*"}' in job["params"]["match[]"]
@@ -55,7 +56,7 @@ def exporter():
 
 
 def central_config() -> dict:
-    cfg = yaml.safe_load((SCALE / "central.yml").read_text())
+    cfg = yaml_load((SCALE / "central.yml").read_text())
     cfg["global"].update(evaluation_interval="1s", scrape_interval="1s")
     cfg["rule_files"] = [str(p) for p in rule_files()]
     cfg.pop("alerting")  # no Alertmanager in this test: the alert state is read from /api/v1/alerts
@@ -63,7 +64,7 @@ def central_config() -> dict:
 
 
 def agent_config(exporter: str, central: str) -> dict:
-    cfg = yaml.safe_load((SCALE / "agent.yml").read_text())
+    cfg = yaml_load((SCALE / "agent.yml").read_text())
     cfg["global"].update(scrape_interval="1s", scrape_timeout="1s")
     for job in cfg["scrape_configs"]:
         for sc in job.get("static_configs", []):
@@ -87,7 +88,7 @@ def test_agent_remote_writes_and_central_rules_fire(exporter, tmp_path):
         # central.yml scrapes "itself" at a placeholder address: point it at the real port.
         agent = Prometheus(agent_config(f"{exporter.host}:{exporter.port}", central_addr), tmp_path / "agent",
                            args=("--enable-feature=agent",)).start()
-        cluster = yaml.safe_load((SCALE / "agent.yml").read_text())["global"]["external_labels"]["cluster"]
+        cluster = yaml_load((SCALE / "agent.yml").read_text())["global"]["external_labels"]["cluster"]
         got = poll(lambda: central.query(f'{n.REWARD_BOUND_WINDOW}{{project="{PROJECT}",stat="min"}}'), 60)
         assert got, "remote-written series never reached the central Prometheus"
         assert got[0]["metric"]["cluster"] == cluster and got[0]["metric"]["job"] == "omniwatch"

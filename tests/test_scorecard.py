@@ -9,12 +9,12 @@ import copy
 import json
 
 import pytest
-import yaml
 
 from omniwatch import cli, rules
 from omniwatch.scorecard import amsim, baseline, card, scoring
 
 from .conftest import require_binary
+from omniwatch.yamlio import load as yaml_load
 
 pytestmark = [pytest.mark.integration, pytest.mark.batch]
 
@@ -45,7 +45,7 @@ def test_alertmanagers_inhibitions_and_grouping_are_read_from_the_file(backteste
     """Without the inhibit rules, StepTimeRegression notifies beside the alert of its cause (more notifications per
     fault); with a 1-hour repeat_interval, a fault that lasts hours is re-sent (more). (A longer group_interval
     would absorb flaps, but the rules' hysteresis leaves none to absorb.)"""
-    doc = yaml.safe_load(rules.alertmanager_config_path().read_text())
+    doc = yaml_load(rules.alertmanager_config_path().read_text())
     bare = copy.deepcopy(doc)
     bare["inhibit_rules"] = []
     no_inhibition = scoring.judge(backtested, amsim.parse_config(bare))

@@ -21,6 +21,7 @@ from omniwatch.scorecard import amsim
 
 from . import scorecard_am_scenarios as sc
 from .conftest import free_port, require_tool, stop_process
+from omniwatch.yamlio import load as yaml_load
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TIME_TOLERANCE = 0.5  # seconds between a notification's arrival and the model's flush (scenarios keep 0.5 s margins)
@@ -62,7 +63,7 @@ class _Receiver:
 
 
 def _config_file(tmp_path, url: str) -> tuple[str, dict]:
-    doc = sc.scaled(yaml.safe_load(rules.alertmanager_config_path().read_text()))
+    doc = sc.scaled(yaml_load(rules.alertmanager_config_path().read_text()))
     hook = next(r for r in doc["receivers"] if r["name"] == "omniwatch")["webhook_configs"][0]
     hook["url"] = url
     token = tmp_path / "token"

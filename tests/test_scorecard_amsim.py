@@ -5,16 +5,16 @@ parsing of routes and matchers."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from omniwatch import rules
 from omniwatch.scorecard import amsim
 
 from . import scorecard_am_scenarios as sc
+from omniwatch.yamlio import load as yaml_load
 
 
 def _config() -> amsim.AMConfig:
-    return amsim.parse_config(sc.scaled(yaml.safe_load(rules.alertmanager_config_path().read_text())))
+    return amsim.parse_config(sc.scaled(yaml_load(rules.alertmanager_config_path().read_text())))
 
 
 def _run_model(started: float = -7.0) -> list[tuple]:

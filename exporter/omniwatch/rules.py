@@ -18,6 +18,7 @@ import yaml
 from . import paths
 from .settings import tool
 from .alerting import rulegen as alerting_generate
+from .yamlio import load as yaml_load
 
 RULE_GLOB = "*.rules.yml"
 ALERTMANAGER_FILE = "alertmanager.yml"
@@ -58,7 +59,7 @@ class Alert:
 
 def load_rule_file(path: Path) -> dict:
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = yaml_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise RulesError(f"{path}: cannot read rule file: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):

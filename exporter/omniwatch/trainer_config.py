@@ -511,11 +511,12 @@ _FLOW_NEST = re.compile(r"[\[{]{%d,}" % (MAX_DEPTH + 1))
 
 def parse_yaml_text(text: str) -> dict:
     import yaml
+
+    from . import yamlio
     if _FLOW_NEST.search(re.sub(r"[ \t\r\n]+", "", text[:MAX_BYTES])):
         raise ConfigError("too_deep")  # PyYAML composes recursively: refuse before it recurses
-    loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader   # libyaml when the wheel has it (~10x faster)
     try:
-        obj = yaml.load(text, Loader=loader)   # noqa: S506 (a safe loader)
+        obj = yamlio.load(text)   # libyaml's safe loader when the wheel has it (~10x faster)
     except (yaml.YAMLError, RecursionError, ValueError) as e:
         raise ConfigError("malformed_yaml", str(e)[:120]) from None
     if not isinstance(obj, dict):

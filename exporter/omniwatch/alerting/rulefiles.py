@@ -7,6 +7,7 @@ import yaml
 from .config import Config
 from .prose import STEP, Remedy
 from .rule import Alert, Record, RuleFile
+from ..yamlio import load as yaml_load
 
 
 def _scalar(value: str, indent: int) -> str:
@@ -79,6 +80,6 @@ def render_file(f: RuleFile, cfg: Config) -> str:
             lines += _rule_lines(r, cfg)
         lines.append("")
     text = "\n".join(lines).rstrip("\n") + "\n"
-    if yaml.safe_load(text) != file_dict(f, cfg):
+    if yaml_load(text) != file_dict(f, cfg):
         raise AssertionError(f"{f.name}: rendered YAML does not load back to its rules")
     return text

@@ -35,7 +35,6 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-import yaml
 
 from .. import ledger, names
 from ..alerting import rulespec as spec
@@ -44,6 +43,7 @@ from ..alerting.prose import Ctx
 from ..analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts
 from ..rules import alertmanager_config_path
+from ..yamlio import load as yaml_load
 
 # Regressions priced for every step they lasted against the anchored reference: alert -> the normal steps of
 # the window that made it fire (the episode starts at its first).
@@ -118,7 +118,7 @@ def cause_buckets(cause: str) -> list[str]:
 @lru_cache(maxsize=4)
 def inhibitors(path: str | None = None) -> dict[str, str]:
     """StepTimeRegression cause -> the alert that inhibits it, read from alerts/alertmanager.yml."""
-    doc = yaml.safe_load(open(path or alertmanager_config_path(), encoding="utf-8")) or {}
+    doc = yaml_load(open(path or alertmanager_config_path(), encoding="utf-8")) or {}
     out: dict[str, str] = {}
     for rule in doc.get("inhibit_rules") or []:
         src = _matchers(rule.get("source_matchers"))

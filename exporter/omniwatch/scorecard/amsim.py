@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-import yaml
 
 from ..backtest.timeline import parse_duration
+from ..yamlio import load as yaml_load
 
 # Prometheus 2.42 defaults (cmd/prometheus/main.go, rules/alerting.go)
 RESEND_DELAY = 60.0
@@ -238,7 +238,7 @@ def parse_config(doc: dict, path: str = "") -> AMConfig:
 
 def load_config(path: str | Path) -> AMConfig:
     p = Path(path)
-    return parse_config(yaml.safe_load(p.read_text(encoding="utf-8")), str(p))
+    return parse_config(yaml_load(p.read_text(encoding="utf-8")), str(p))
 
 
 # --- alerts --------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from .. import names as n
 from ..settings import env_override
 from ..simulate import Fault, RunSpec, step_dict
 from .truth import ChangeTruth, FaultTruth, Matcher, RunTruth, dump
+from ..yamlio import load as yaml_load
 
 PROJECT = "scorecard"
 # The trainer config every case's config is derived from: VeRL-Omni's composed config (Hydra, unresolved) and
@@ -345,7 +346,7 @@ def _set(d: dict, dotted: str, value) -> None:
 
 def hydra_config(case: Case, repo: Path) -> str:
     """The case's config as Hydra saves it: VeRL-Omni's composed config (the template) with the case's overrides."""
-    d = yaml.safe_load((repo / CONFIG_TEMPLATE).read_text(encoding="utf-8"))
+    d = yaml_load((repo / CONFIG_TEMPLATE).read_text(encoding="utf-8"))
     for k, v in _config_overrides(case).items():
         _set(d, k, v)
     return yaml.safe_dump(d, sort_keys=False, default_flow_style=False, width=1000)
