@@ -73,13 +73,15 @@ status: install
 demo: install deps
 	$(OW) demo
 
-# Four pytest workers (pytest-xdist) on 2 cores: the slow tests wait on live stacks and Ray scenarios, so more workers
-# than cores overlap them with the CPU-bound ones; with four, both cores stay busy (vmstat: ~0 % idle), and six were
-# no faster and broke the scenarios' timing bounds (OMNIWATCH_TEST_TIMELINE=FILE + tests/timeline.py show where the
-# wall time goes). tests/conftest.py's scheduler keeps the tests that share a module
-# fixture on one worker and starts the longest first. `make check` and `omniwatch rules check` run once, as tests of the suite
-# (tests/test_generated.py::test_the_checkout_has_no_drift, tests/test_rules.py::test_rules_check_command_passes).
-TEST_WORKERS ?= 4
+# Six pytest workers (pytest-xdist) on 2 cores: four take any test (the slow ones wait on live stacks and Ray
+# scenarios, so more workers than cores overlap them), two are batch workers at nice 10 that take only tests with no
+# live stack and no Ray (promtool and backtest runs, unit tests) and use the CPU the waiting ones leave
+# (tests/conftest.py: LIVE_WORKERS, OMNIWATCH_LIVE_WORKERS). Six equal workers broke the scenarios' timing bounds;
+# OMNIWATCH_TEST_TIMELINE=FILE + tests/timeline.py show where the wall time goes. The scheduler keeps the tests that
+# share a module fixture on one worker and starts the longest first. `make check` and `omniwatch rules check` run
+# once, as tests of the suite (tests/test_generated.py::test_the_checkout_has_no_drift,
+# tests/test_rules.py::test_rules_check_command_passes).
+TEST_WORKERS ?= 6
 # Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set (as on our CI machines): without them every
 # pytest worker re-compiles every test module (pytest's assertion rewriting, ~10 s of a core each) and every
 # exporter / CLI subprocess re-compiles the package, and the suite is CPU-bound on 2 cores.

@@ -258,6 +258,38 @@ def _shares_a_fixture(module: str) -> bool:
     return re.search(r"""scope\s*=\s*["'](module|class|package)["']""", text) is not None
 
 
+# Workers past the first LIVE_WORKERS (make test: -n 6, 4 + 2) are batch workers: they run at nice 10 and take only
+# units that start no live stack and no Ray (modules marked ``batch`` -- promtool and backtest runs -- and modules
+# with no ``integration``/``slow``/``ray`` mark, the quick tier's tests). While the live stacks and Ray scenarios
+# at the head of the queue mostly wait on scrape, evaluation and poll intervals, the batch workers use the CPU
+# they leave, and yield it (CFS weight 110 against 1,024) whenever a live one wants it.
+LIVE_WORKERS = int(os.environ.get("OMNIWATCH_LIVE_WORKERS", "4"))
+
+
+def batch_worker(workerid: str) -> bool:
+    return workerid.startswith("gw") and workerid[2:].isdigit() and int(workerid[2:]) >= LIVE_WORKERS
+
+
+@functools.cache
+def _batch_module(module: str) -> bool:
+    try:
+        text = (REPO / module).read_text()
+    except OSError:
+        return False
+    return "pytest.mark.batch" in text or re.search(r"mark\.(integration|slow|ray)\b", text) is None
+
+
+def pytest_configure(config):
+    """A batch worker runs everything at nice BATCH_NICE (its test thread, and so the processes it starts)."""
+    if batch_worker(getattr(config, "workerinput", {}).get("workerid", "")):
+        os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), BATCH_NICE))
+
+
+def batch_unit(unit: str) -> bool:
+    """A unit a batch worker may take: no live stack, no Ray (see LIVE_WORKERS)."""
+    return unit not in LANES.values() and _batch_module(unit.split("::", 1)[0])
+
+
 def unit_of_work(nodeid: str) -> str:
     """The scheduling unit of a test: its lane, its module (a shared fixture), or the test itself."""
     module = nodeid.split("::", 1)[0]
@@ -287,6 +319,16 @@ def pytest_xdist_make_scheduler(config, log):
     class Units(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return unit_of_work(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            """A batch worker takes the first (slowest) batch unit left, and stops when there is none."""
+            if batch_worker(node.workerinput.get("workerid", "")):
+                scope = next((u for u in self.workqueue if batch_unit(u)), None)
+                if scope is None:
+                    node.shutdown()
+                    return
+                self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     config.option.loadscopereorder = False  # keep the collection's slowest-first order
     return Units(config, log)

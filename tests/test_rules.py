@@ -59,6 +59,7 @@ def test_amtool_accepts_alertmanager_config():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.timeout(900)
 def test_rules_check_command_passes(capsys):
     """``omniwatch rules check``: promtool check rules (syntax + lint), every promtool unit test of alerts/tests/
     in one promtool run (the literal tests pass on the shipped rules), amtool check-config. It is the only run of
@@ -68,7 +69,8 @@ def test_rules_check_command_passes(capsys):
     assert len(tests) >= 8, tests
     cmds = rules.check_commands()
     assert [c[3:] for c in cmds if c[1:3] == ["test", "rules"]] == [list(map(str, tests))]
-    assert cli("rules", "check") == 0, capsys.readouterr()
+    # on a batch worker (nice 10, make test) beside the live stacks the suite can take minutes: the test bounds it
+    assert cli("rules", "check", "--timeout", "600") == 0, capsys.readouterr()
     out = capsys.readouterr()
     assert "SUCCESS" in out.out + out.err and "FAILED" not in out.out + out.err
 

@@ -126,7 +126,7 @@ def run_checks(rules_dir: Path | None = None, timeout: float = 120) -> int:
 # --- CLI -----------------------------------------------------------------------------------------
 def _cmd_check(args) -> int:
     try:
-        return run_checks(Path(args.rules_dir) if args.rules_dir else None)
+        return run_checks(Path(args.rules_dir) if args.rules_dir else None, timeout=args.timeout)
     except RulesError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -139,4 +139,7 @@ def add_commands(sub) -> None:
                                                    "thresholds table of docs/alerts.md from exporter/omniwatch/alerting/"))
     c = rsub.add_parser("check", help="promtool check rules + promtool test rules + amtool check-config")
     c.add_argument("--rules-dir", help=f"directory holding {RULE_GLOB} (default: {RULES_DIR})")
+    c.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="give up on one promtool/amtool command after this long (default: 120; the whole promtool "
+                        "suite is ~20 s of a core, minutes on a loaded machine)")
     c.set_defaults(func=_cmd_check)
