@@ -154,7 +154,7 @@ def main(out_path: str, record_dir: str | None = None) -> int:
         release = os.path.join(work, "release")   # the hung step's other ranks return once it exists (hang_trainer.py)
 
         def trainer(mode: str, name: str, steps: int, ranks: int) -> subprocess.Popen:
-            p = subprocess.Popen([PY, os.path.join(TESTS, "hang_trainer.py"), f"127.0.0.1:{gcs_port}", mode, "proj",
+            p = subprocess.Popen([PY, os.path.join(TESTS, "hang_driver.py"), f"127.0.0.1:{gcs_port}", mode, "proj",
                                   name, str(steps), str(ranks)],
                                  stdout=open(os.path.join(work, f"trainer-{name}.log"), "wb"),
                                  stderr=subprocess.STDOUT, env=dict(env, OMNIWATCH_HANG_RELEASE=release))

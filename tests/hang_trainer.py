@@ -3,7 +3,9 @@
 verl's REAL single controller (RayResourcePool(use_gpu=False), create_colocated_worker_cls, RayWorkerGroup, @register)
 with workers named as VeRL-Omni's, logging every step through verl's own ``Tracking`` file logger.
 
-    python tests/hang_trainer.py RAY_GCS_ADDRESS MODE PROJECT EXPERIMENT STEPS [RANKS]
+    python tests/hang_driver.py RAY_GCS_ADDRESS MODE PROJECT EXPERIMENT STEPS [RANKS]
+
+(the driver, tests/hang_driver.py, does not import verl: its TaskRunner process imports this module)
 
 MODE: ``finish`` (STEPS steps, then returns: the driver exits 0), ``fail`` (at step STEPS rank 0's update_actor
 raises: TaskRunner.run fails, the driver raises), ``hang`` (at step STEPS rank 1's update_actor never returns; ``_hold``).
@@ -12,7 +14,6 @@ VERL_FILE_LOGGER_ROOT decides where the JSONL goes (<root>/<project>/<experiment
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import ray
@@ -94,19 +95,3 @@ class TaskRunner:
                         "timing_s/update_actor": update, "timing_s/update_weights": weights,
                         "perf/total_num_images": 16}, step=step)
         return last
-
-
-def main(address: str, mode: str, project: str, experiment: str, steps: str, ranks: str = "4") -> int:
-    tests = os.path.dirname(os.path.abspath(__file__))
-    ray.init(address=address, namespace=f"verl_{experiment}", log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": tests,
-                                       "VERL_FILE_LOGGER_ROOT": os.environ["VERL_FILE_LOGGER_ROOT"],
-                                       "OMNIWATCH_HANG_RELEASE": os.environ.get("OMNIWATCH_HANG_RELEASE", "")}})
-    runner = ray.remote(num_cpus=0)(TaskRunner).remote()
-    print("driver", os.getpid(), flush=True)
-    ray.get(runner.run.remote(mode, project, experiment, int(steps), int(ranks)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:7]))
