@@ -74,7 +74,7 @@ demo: install deps
 	$(OW) demo
 
 # Six pytest workers (pytest-xdist) on 2 cores: four take any test (the slow ones wait on live stacks and Ray
-# scenarios, so more workers than cores overlap them), two are batch workers at nice 10 that take only tests with no
+# scenarios, so more workers than cores overlap them), two are batch workers at nice 19 that take only tests with no
 # live stack and no Ray (promtool and backtest runs, unit tests) and use the CPU the waiting ones leave
 # (tests/conftest.py: LIVE_WORKERS, OMNIWATCH_LIVE_WORKERS). Six equal workers broke the scenarios' timing bounds;
 # OMNIWATCH_TEST_TIMELINE=FILE + tests/timeline.py show where the wall time goes. The scheduler keeps the tests that
