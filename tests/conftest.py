@@ -250,12 +250,15 @@ LANES = {"tests/test_raytasks_live.py": "ray-lane", "tests/test_agents_live.py":
 
 
 @functools.cache
-def _shares_a_fixture(module: str) -> bool:
+def _module_text(module: str) -> str:
     try:
-        text = (REPO / module).read_text()
+        return (REPO / module).read_text()
     except OSError:
-        return False
-    return re.search(r"""scope\s*=\s*["'](module|class|package)["']""", text) is not None
+        return ""
+
+
+def _shares_a_fixture(module: str) -> bool:
+    return re.search(r"""scope\s*=\s*["'](module|class|package)["']""", _module_text(module)) is not None
 
 
 # Workers past the first LIVE_WORKERS (make test: -n 6, 4 + 2) are batch workers: they run at nice 19 and take only
@@ -270,13 +273,9 @@ def batch_worker(workerid: str) -> bool:
     return workerid.startswith("gw") and workerid[2:].isdigit() and int(workerid[2:]) >= LIVE_WORKERS
 
 
-@functools.cache
 def _batch_module(module: str) -> bool:
-    try:
-        text = (REPO / module).read_text()
-    except OSError:
-        return False
-    return "pytest.mark.batch" in text or re.search(r"mark\.(integration|slow|ray)\b", text) is None
+    text = _module_text(module)
+    return bool(text) and ("pytest.mark.batch" in text or re.search(r"mark\.(integration|slow|ray)\b", text) is None)
 
 
 BATCH_WORKER_NICE = 19   # CFS weight 15 against 1,024: a live stack beside it loses ~1.5 % of a core per batch task

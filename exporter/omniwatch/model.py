@@ -449,11 +449,11 @@ class RunStore:
             if key in self.ray_pools or len(self.ray_pools) < 4 * self.max_runs:
                 self.ray_pools[key] = {str(p)[:32]: int(v) for p, v in list(pools.items())[:16]}
             run = self.runs.get(key)
-            # a run that exists takes them now, not at its next step (a hung run gets no next step): the order of
-            # _account -- a --gpus override and the config's pools come before Ray's
-            if run is not None and self.ray_pools.get(key) and not (self.gpus_override and self.gpus) \
-                    and not (run.config is not None and run.config.gpus):
-                run.gpus = ledger.Gpus(sum(self.ray_pools[key].values()), "ray")
+            # a run that exists takes them now, not at its next step (a hung run gets no next step), where they are
+            # what decides its count (_gpus_of: a --gpus override and the config's pools come first)
+            got = self._gpus_of(run, None) if run is not None else None
+            if got is not None and got[1] == "ray":
+                run.gpus = ledger.Gpus(*got)
 
     def pools(self, run: "Run") -> tuple[dict[str, int], str]:
         """The run's GPU pools and where they came from: config | ray | "" (unknown)."""
@@ -869,21 +869,24 @@ class RunStore:
         return ParsedStep(parsed.step, {k: v for k, v in parsed.values.items() if k not in drop}, parsed.dropped,
                           parsed.non_finite)
 
+    def _gpus_of(self, run: Run, n: int | None) -> tuple[int, str] | None:
+        """The run's GPU count and its origin, in order: a --gpus override, the config's pools, Ray's placement
+        groups, the step's own keys (``n``), the --gpus default. None: nothing says."""
+        if self.gpus_override and self.gpus:  # report --gpus N: the user's count
+            return (self.gpus, "flag")
+        if run.config is not None and run.config.gpus:  # every pool the config names (separate_async)
+            return (run.config.gpus, "config")
+        if self.ray_pools.get((run.project, run.experiment)):   # Ray's placement groups (discovery/pools.py)
+            return (sum(self.ray_pools[(run.project, run.experiment)].values()), "ray")
+        if n is not None:
+            return (n, "log")
+        if run.gpus is None and self.gpus:
+            return (self.gpus, "flag")
+        return None
+
     def _account(self, run: Run, rec: StepRecord, arrival: float, backlog: bool) -> None:
         """Add the step's interval to the GPU-hours ledger (ledger.split: the one implementation)."""
-        n = ledger.gpus_from_keys(rec.values)
-        if self.gpus_override and self.gpus:  # report --gpus N: the user's count
-            gpus = (self.gpus, "flag")
-        elif run.config is not None and run.config.gpus:  # every pool the config names (separate_async)
-            gpus = (run.config.gpus, "config")
-        elif self.ray_pools.get((run.project, run.experiment)):   # Ray's placement groups (discovery/pools.py)
-            gpus = (sum(self.ray_pools[(run.project, run.experiment)].values()), "ray")
-        elif n is not None:
-            gpus = (n, "log")
-        elif run.gpus is None and self.gpus:
-            gpus = (self.gpus, "flag")
-        else:
-            gpus = None
+        gpus = self._gpus_of(run, ledger.gpus_from_keys(rec.values))
         if gpus is not None and (run.gpus is None or (run.gpus.count, run.gpus.source) != gpus):
             run.gpus = ledger.Gpus(*gpus)
         interval = None

@@ -35,7 +35,6 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-
 from .. import ledger, names
 from ..alerting import rulespec as spec
 from ..alerting.config import DEFAULT, Config

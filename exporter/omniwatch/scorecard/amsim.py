@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-
 from ..backtest.timeline import parse_duration
 from ..yamlio import load as yaml_load
 
