@@ -12,7 +12,7 @@ import sys
 
 from pydantic import BaseModel
 
-from omniwatch.alerting import config as C
+from omniwatch import config as C
 
 DUR = re.compile(r"^(\d+)([smhd])$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from omniwatch import names
 from omniwatch.alerting import rulespec as spec
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch.stack import PROFILES
 
 from .conftest import REPO

@@ -234,7 +234,7 @@ def test_the_anchored_conditions_stay_false_on_40_jittery_healthy_runs_of_300_st
     hold at any step, and keep a margin (the reference's own error is the larger part of the noise)."""
     import orjson
 
-    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.config import DEFAULT
     from omniwatch.model import RunStore
     from omniwatch.simulate import RunSpec, step_dict, wall_seconds
     layouts = [dict(trainer="legacy", reward="colocated"), dict(trainer="legacy", reward="pool"),

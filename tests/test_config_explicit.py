@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from omniwatch import names
-from omniwatch.alerting import config
+from omniwatch import config
 from omniwatch.model import RunStore
 from omniwatch.parse import parse_jsonl_line
 

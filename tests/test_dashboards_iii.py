@@ -454,7 +454,7 @@ def test_dashboards_generated_with_a_config_draw_its_thresholds(tmp_path):
 
     import yaml
 
-    from omniwatch.alerting import config
+    from omniwatch import config
 
     tuned = {"inter_stage_idle": {"ratio": 0.37}, "gpu_memory": {"ratio": 0.81}, "window": {"k": 4},
              "selectors": {"job": "tuned-exporter"}}

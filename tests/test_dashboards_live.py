@@ -13,7 +13,7 @@ import pytest
 
 from omniwatch.alerting import records
 from omniwatch import names
-from omniwatch.alerting import config
+from omniwatch import config
 from omniwatch.dashboards import verify as v
 from omniwatch.dashboards.catalog import DASHBOARDS
 from omniwatch.promapi import PromAPI
@@ -108,7 +108,7 @@ def test_each_run_is_read_over_its_own_typical_steps(stack):
     """$window (3 typical steps by default) is per run: each run's window is the smallest ladder rung that holds 3
     of its own typical steps, whatever the other runs' steps (issue 26 item 3)."""
     from omniwatch.dashboards import panels as spec
-    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.config import DEFAULT
     assert v.window_choices() == [str(k) for k in spec.window_steps(DEFAULT)] and v.default_window() == "3"
     typical = {(s["metric"]["project"], s["metric"]["experiment"]): float(s["value"][1])
                for s in stack.query(spec.run_max(spec.sel(names.TYPICAL_STEP)).replace("$project", ".*")
@@ -146,7 +146,7 @@ def test_stacks_come_in_the_exporters_order(stack):
     share = spec.ledger_share().replace("$experiment", exp)
     buckets = _range_order(stack, share, names.L_BUCKET)
     assert len(buckets) >= 5 and buckets == ledger.ordered(buckets), buckets
-    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.config import DEFAULT
     [phases_target] = next(p for p in by_uid("omniwatch-run-overview", DEFAULT).panels()
                            if p.title == "Step time by phase: $experiment").targets
     phases = _range_order(stack, phases_target.expr.replace("$experiment", exp), names.L_PHASE)

@@ -17,7 +17,7 @@ import pytest
 
 from omniwatch import ledger, names
 from omniwatch.alerting import records
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch.backtest.tsdb import TempPrometheus, create_blocks_from_openmetrics
 from omniwatch.dashboards import panels as spec
 from omniwatch.dashboards.catalog import DASHBOARDS

@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from omniwatch import names
-from omniwatch.alerting import config, endpoints
+from omniwatch import config
+from omniwatch.alerting import endpoints
 from omniwatch.alerting import rulegen as generate
 from omniwatch.alerting import rulefiles as render
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch.simulate import RunSpec, run_dicts
 
 from .conftest import VERL_FIXTURES, require_tool as tool

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from omniwatch import ledger, names
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch.report.facts import HOUR
 from omniwatch.report.gather import facts_of_runs, load_runs
 from omniwatch.report.index import end_text

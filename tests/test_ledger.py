@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from omniwatch import ledger, names
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch.analytics import analyze_step
 from omniwatch.model import RunStore
 from omniwatch.parse import ParsedStep, parse_jsonl_line

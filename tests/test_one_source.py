@@ -1,4 +1,4 @@
-"""A threshold number lives in one place: the alert configuration (omniwatch/alerting/config.py).
+"""A threshold number lives in one place: the alert configuration (omniwatch/config.py).
 
 Every generated artefact (the rule files, their annotations, the dashboards' queries and descriptions, the
 remedies table) is rendered from a configuration in which every number differs from its default

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from omniwatch import rules
-from omniwatch.alerting import config
+from omniwatch import config
 from omniwatch.alerting import rulefiles as render
 from omniwatch.alerting import rulespec as spec
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 
 from .conftest import REPO, require_tool as tool
 from omniwatch.yamlio import load as yaml_load

@@ -120,7 +120,7 @@ def test_lanes_match_the_workers_own_spans(seen):
 
 def test_slow_rank_named_as_straggler(seen):
     s = {(x["role"], x["phase"]): x for x in seen["streaks"]}[("actor_rollout", "update_actor")]
-    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.config import DEFAULT
     # the slow rank takes (UPDATE_S + SLOW_EXTRA_S) / UPDATE_S = 2.6x the others; ends are known to a poll
     # interval + Ray's report lag, so the measured spread is lower, but above RankStraggler's threshold
     assert s["rank"] == 2 and s["streak"] >= DEFAULT.rank_straggler.dispatches

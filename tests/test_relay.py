@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from omniwatch import names as n
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch import app as app_mod
 from omniwatch.app import create_app
 from omniwatch.exposition import make_registry

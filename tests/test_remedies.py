@@ -12,7 +12,7 @@ import pytest
 from omniwatch import names as n
 from omniwatch.alerting import remedies
 from omniwatch.alerting import rulespec as spec
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch.alerting.prose import Ctx
 
 from conftest import REPO, fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from omniwatch import names, rules
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 
 from .conftest import require_tool as tool
 
@@ -162,7 +162,7 @@ def test_rules_generate_check_reports_no_drift(capsys):
 
 
 def test_a_hand_edit_of_a_generated_file_is_drift(tmp_path, capsys):
-    from omniwatch.alerting import config
+    from omniwatch import config
     from omniwatch.alerting import rulegen as generate
     out = tmp_path / "alerts"
     assert generate.generate(config.DEFAULT, out) != []          # first render writes everything

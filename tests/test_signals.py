@@ -2,7 +2,7 @@
 update), rollout-correction rejection, time outside the step timer, timers that exceed the step.
 
 Per-step values are checked by hand against the raw keys; window statistics over hand-built runs; the
-exposition through the real collector; the thresholds of alerting/config.py against the simulator's faults
+exposition through the real collector; the thresholds of config.py against the simulator's faults
 (each fires at its 3rd faulty normal step, never on the healthy runs of every layout)."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from omniwatch import names
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch.analytics import ARRIVAL_JITTER_SECONDS, RunWindow, analyze_step, time_outside
 from omniwatch.exposition import make_registry
 from omniwatch.model import RunStore

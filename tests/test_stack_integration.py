@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from omniwatch import names
-from omniwatch.alerting.config import DEFAULT
+from omniwatch.config import DEFAULT
 from omniwatch.analytics import phase_of
 from omniwatch.simulate import Fault, RunSpec, step_dict
 from omniwatch.stack import Stack, StackConfig

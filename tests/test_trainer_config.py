@@ -362,7 +362,7 @@ def test_history_at_first_sight_is_counted_in_the_runs_own_steps_not_a_fixed_age
     steps plus its planned allowance is history (info once, never paged) whatever its age: an hour-old hang is
     history (the 6-hour horizon alone paged it critical 37 s after `up`); one a couple of steps old is live (it may
     be mid-step); before a normal step the provisional step counts; a new line makes a history run live again."""
-    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.config import DEFAULT
     root = tmp_path / "root"
     (root / "w").mkdir(parents=True)
     now = time.time()

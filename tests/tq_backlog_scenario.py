@@ -334,7 +334,7 @@ def collect(prom: str, h: dict, b: dict, d: dict) -> None:
 
 def dashboard_failures(prom: str) -> list[dict]:
     """The TransferQueue dashboard's targets that show no data on this real TransferQueue."""
-    from omniwatch.alerting.config import DEFAULT
+    from omniwatch.config import DEFAULT
     from omniwatch.dashboards import verify
     from omniwatch.dashboards.catalog import by_uid
     fails = verify.verify(f"http://{prom}", PROJECT, EXPERIMENT, rate_interval="1m", interval=SCRAPE,

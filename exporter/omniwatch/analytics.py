@@ -60,7 +60,7 @@ OUTSIDE_STEP_PHASES = ("testing", "start_profile", "stop_profile")
 # the lines were written (backlog read at start-up, a batched push, an accelerated replay).
 ARRIVAL_JITTER_SECONDS = 2.0
 # Timers summing to more than timing_s/step by this share of the step are logged once per run (the
-# default tolerance of the TimersExceedStep rule, alerting/config.py timer_overlap.tolerance).
+# default tolerance of the TimersExceedStep rule, config.py timer_overlap.tolerance).
 TIMER_OVERLAP_LOG_SHARE = 0.01
 
 # Where each in-step phase's time goes when the step gets slower (StepTimeRegression's `cause`); the

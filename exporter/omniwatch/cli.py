@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except Exception as e:
-        if type(e).__name__ == "ConfigFileError":  # alerting.config.load (imported lazily)
+        if type(e).__name__ == "ConfigFileError":  # config.load (imported lazily)
             print(f"omniwatch: {e}", file=sys.stderr)
             return 2
         if type(e).__name__ != "ValidationError" or not type(e).__module__.startswith("pydantic"):

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from . import compose, docsgen, export, paths
-from .alerting import config as alert_config
+from . import config as alert_config
 from .alerting import rulegen as alerting_generate
 from .scorecard import card as scorecard_card
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import names
-from .alerting.config import Config
+from .config import Config
 from .analytics import K_TESTING, StepRecord
 
 K_IMAGES = "perf/total_num_images"

@@ -30,7 +30,7 @@ from .analytics import (
     time_outside, PHASE_ORDER,
 )
 from . import ledger
-from .alerting.config import DEFAULT as ALERT_DEFAULT, Config as AlertConfig
+from .config import DEFAULT as ALERT_DEFAULT, Config as AlertConfig
 from .parse import ParsedStep
 from .planned import OPEN, UNKNOWN, PlannedWork
 from .runlabel import fit_label

@@ -27,7 +27,7 @@ and the ``file`` backend never says which step is the last (docs/verl-source.md 
 
 Pure bookkeeping per run (:class:`PlannedWork`, checkpointed by ``state.py``) plus two small pieces of
 I/O: :class:`LogWriterWatch` (the ``/proc`` scan) and :func:`total_steps_in` (the console line).
-Thresholds live in the rules (``alerting/config.py`` ``Stall``); counting stays here.
+Thresholds live in the rules (``config.py`` ``Stall``); counting stays here.
 """
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def variant(action: str, text: str) -> str:
 @lru_cache(maxsize=1)
 def _alerts() -> tuple:
     from .alerting import rulespec as spec
-    from .alerting.config import DEFAULT
+    from .config import DEFAULT
     return tuple(a for a in spec.alerts(DEFAULT) if a.remedy is not None)
 
 

@@ -19,7 +19,7 @@ from . import discovery, httpguard
 from .app import create_app
 from .exposition import make_registry
 from .gpu.loop import gpu_option, settings_extra
-from .alerting import config as alert_config
+from . import config as alert_config
 from .model import RunStore
 from .redact import install_log_redaction
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_listen

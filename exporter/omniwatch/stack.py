@@ -23,7 +23,7 @@ import yaml
 
 from . import cliargs
 from . import extras, headnode, names, notify, paths, ports, proc, upkeep, watching
-from .alerting.config import runbook_rewrite
+from .config import runbook_rewrite
 from .rules import alertmanager_config_path, rule_files
 from .settings import (DEFAULT_ALERTMANAGER_PORT, DEFAULT_EXPORTER_PORT, DEFAULT_GRAFANA_PORT, DEFAULT_HOST,
                        DEFAULT_PROMETHEUS_PORT, DEFAULT_RUN_DIR, Settings, env, process_env, tool)

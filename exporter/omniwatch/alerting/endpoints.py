@@ -29,7 +29,7 @@ import textwrap
 from .. import names as n
 from .. import external as x
 from . import remedies
-from .config import Config
+from ..config import Config
 from .prose import AT_STEP, RUN, Label, LabelSwitch, P, Query, Value, span
 from .rule import Alert, Group, Record, RuleFile, pct, sel
 from .records import (REC_CEILING, REC_QUEUE_PER_SLOT, REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO,
@@ -190,7 +190,7 @@ TransferQueue (V1 trainers). What each series means, from the transferqueue 0.1.
    clear_partition is not counted at all. Their difference is no backlog: shown as rates only.
  - Several gauges end in _total (TQ naming): summed or deriv()-ed, never rate()d.
 
-Thresholds, windows and for: (exporter/omniwatch/alerting/config.py, section transferqueue;
+Thresholds, windows and for: (exporter/omniwatch/config.py, section transferqueue;
 docs/alerts.md says why):"""
 TQ_FIELDS = (  # config field -> what it does here
     ("net_rate_window", "deriv() window of active keys per storage unit"),

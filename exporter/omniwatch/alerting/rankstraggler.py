@@ -6,7 +6,7 @@ thresholds live in config.py (``rank_straggler``); the counting stays in Python.
 from __future__ import annotations
 
 from .. import names as n
-from .config import Config
+from ..config import Config
 from .prose import RUN, Label, P, Query, QueryLabel, Value
 from .rule import Alert, sel
 

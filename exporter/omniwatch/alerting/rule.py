@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..names import RUN_BY
-from .config import Config
+from ..config import Config
 from .prose import Prose
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from .config import Config
+from ..config import Config
 from .prose import STEP, Remedy
 from .rule import Alert, Record, RuleFile
 from ..yamlio import load as yaml_load

@@ -9,12 +9,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .. import names as n, paths
-from . import config as config_mod
+from .. import config as config_mod
 from . import rulefiles as render
 from . import rulespec as spec
 from .prose import Ctx
 from .remedies import STEP_CAUSES
-from .config import Config
+from ..config import Config
 from .rule import Alert
 
 DOC_BEGIN = "<!-- BEGIN GENERATED: thresholds (omniwatch rules generate) -->"
@@ -217,6 +217,6 @@ def cmd_generate(args) -> int:
 
 def add_arguments(p) -> None:
     p.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
-    p.add_argument("--config", help="YAML overrides of the thresholds (see exporter/omniwatch/alerting/config.py)")
+    p.add_argument("--config", help="YAML overrides of the thresholds (see exporter/omniwatch/config.py)")
     p.add_argument("--out", help="directory to write the rule files to (default: the repository's alerts/)")
     p.set_defaults(func=cmd_generate)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .. import names as n
 from . import endpoints, rankstraggler, remedies, stalls
-from .config import Config
+from ..config import Config
 from .rule import RUN_BY, Alert, Group, Record, RuleFile, hysteresis, pct, sel
 from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, ShiftShape, Value
 from .records import REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_MFU_DRIFT, REC_MFU_MEDIAN_VS_BASELINE, REC_STEP_DRIFT, REC_STEP_MEDIAN, REC_STEP_RATIO_MEDIAN, REC_WORKLOAD, REC_PART_GROWTH_MEDIAN, REC_PART_GROWTH_MIN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN

@@ -29,7 +29,7 @@ from __future__ import annotations
 from .. import names as n
 from . import remedies
 from .holder import HOLDER
-from .config import Config
+from ..config import Config
 from .prose import RUN, IfSeries, P, Query, QueryLabel, SeriesValue, Value
 from .rule import Alert, Record, sel
 from .records import (REC_AGE, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_PREFIX, REC_STALL_TYPICAL,
@@ -68,7 +68,7 @@ def records(cfg: Config) -> list:
                        "warning at early_warning x W and critical at early_critical x W (each less the delivery\n"
                        "allowance: min(W / 4, early_delivery_seconds)), plus the planned work, plus\n"
                        "a reserve of W only where the trainer's config says a first checkpoint or validation may\n"
-                       "come. Thresholds: exporter/omniwatch/alerting/config.py (stall)."),
+                       "come. Thresholds: exporter/omniwatch/config.py (stall)."),
         Record(REC_STALL_WARNING,
                f"{s.notice_steps:g} * {t}\n"
                f"  + on ({RUN_BY}) ({allowance} or 0 * {t})\n"

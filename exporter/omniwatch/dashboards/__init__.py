@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 def _config(args):
     """The alert configuration the dashboards are drawn with: ``--config`` (the same YAML overrides ``rules generate
     --config`` reads), else the defaults."""
-    from ..alerting import config as config_mod
+    from .. import config as config_mod
     return config_mod.load(getattr(args, "config", None))
 
 
@@ -44,7 +44,7 @@ def _check(args) -> int:
 
 
 def _select(uids):
-    from ..alerting.config import DEFAULT
+    from ..config import DEFAULT
     from .catalog import by_uid, dashboards
     return tuple(by_uid(u, DEFAULT) for u in uids) if uids else dashboards(DEFAULT)
 

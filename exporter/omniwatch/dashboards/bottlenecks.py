@@ -1,4 +1,4 @@
-"""Bottlenecks: each alert's own recording rule against its threshold (from alerting.config.DEFAULT),
+"""Bottlenecks: each alert's own recording rule against its threshold (from omniwatch.config.DEFAULT),
 then the decompositions that say *why* (reward on the critical path, untracked seconds, timers against the
 step, time outside the step timer, GPU idle time by phase, stragglers, the GPU-hours ledger and its cost per
 day, MFU checks), the pipeline alerts that have no other home (rollout saturation, TransferQueue backlog,
@@ -11,7 +11,7 @@ over ``$window`` (three typical steps by default), never over ``$__rate_interval
 from __future__ import annotations
 
 from .. import names as n, planned
-from ..alerting.config import Config
+from ..config import Config
 from ..alerting.records import (REC_MFU_DRIFT, REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
                                 REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
                                 REC_ROLLOUT_SATURATED, REC_STEP_DRIFT, REC_STEP_VS_BASELINE, REC_WORKLOAD, REC_STRAGGLER_MIN,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ..alerting.config import Config
+from ..config import Config
 from . import bottlenecks, factory, gpus, lanes, overview, rollout, transferqueue
 from .panels import V_EXPERIMENT, Dashboard, Panel, Row, dashboard_ids
 
@@ -87,6 +87,6 @@ def __getattr__(name: str):
     """``DASHBOARDS``: the dashboards as committed (drawn with the default alert config), for code that reads the
     committed JSON's specs; built on first use, never at import."""
     if name == "DASHBOARDS":
-        from ..alerting.config import DEFAULT
+        from ..config import DEFAULT
         return dashboards(DEFAULT)
     raise AttributeError(name)

@@ -46,7 +46,7 @@ from grafana_foundation_sdk.models.dashboard import (
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from .. import names as n
-from ..alerting.config import Config
+from ..config import Config
 from ..stack import PROFILES
 from . import panels as s
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import paths
-from ..alerting.config import DEFAULT, Config
+from ..config import DEFAULT, Config
 from .catalog import dashboards as drawn
 from .factory import to_json
 

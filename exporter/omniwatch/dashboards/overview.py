@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import ledger, palette
 from .. import names as n
-from ..alerting.config import Config
+from ..config import Config
 from ..analytics import CAUSE_MIN_SHARE, K_ZERO_STD
 from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
                                 REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING, REC_STEP_MEDIAN,

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from .. import ledger, palette
 from .. import names as n
-from ..alerting.config import Config
+from ..config import Config
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
 from ..alerting import records as _records

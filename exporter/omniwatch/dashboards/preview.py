@@ -676,7 +676,7 @@ def render_first_screens(prometheus_url: str, out: Path, runs: list[tuple[str, s
     prom = PromAPI(prometheus_url)
     try:
         if dashboard is None:
-            from ..alerting.config import DEFAULT
+            from ..config import DEFAULT
             dashboard = drawn(DEFAULT)[0]
         return [render_dashboard(dashboard, prom, out, minutes, prom_regex_escape(project),
                                  prom_regex_escape(experiment), FIRST_SCREEN, f"first-screen-{fault}.png")
@@ -690,7 +690,7 @@ def render_all(prometheus_url: str, out: Path, minutes: float = 30.0, project: s
     prom = PromAPI(prometheus_url)
     try:
         if dashboards is None:
-            from ..alerting.config import DEFAULT
+            from ..config import DEFAULT
             dashboards = drawn(DEFAULT)
         return [render_dashboard(d, prom, out, minutes, project, experiment) for d in dashboards]
     finally:

@@ -7,7 +7,7 @@ histograms. Controller series of a storage unit and the unit's own series share 
 ``project, experiment``; legends start with ``{{experiment}}``."""
 from __future__ import annotations
 
-from ..alerting.config import Config
+from ..config import Config
 from ..alerting.prose import span
 from ..alerting.records import (REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MID, REC_TQ_FLOOR_SHORT,
                                 REC_TQ_SECONDS_TO_FULL, REC_TQ_UTILIZATION)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from ..promapi import PromAPI, PromError
 from . import panels as s
 from .catalog import dashboards as drawn
-from ..alerting.config import DEFAULT
+from ..config import DEFAULT
 from .factory import annotations, variables
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")

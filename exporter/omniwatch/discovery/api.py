@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 
 from .. import names as n
 from ..runlabel import fit_label
-from ..alerting.config import DEFAULT as ALERTS
+from ..config import DEFAULT as ALERTS
 from ..web import on_lifespan
 from .config import from_settings
 from . import ps

@@ -29,18 +29,21 @@ Memory is bounded: at most ``max_done`` closed calls and ``max_dispatches`` disp
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..redact import redact
 from ..runlabel import strip_control
 from .phases import Call, classify, ranks, worker_name
 
 DEAD_STATES = ("DEAD", "RESTARTING")
+_classify = lru_cache(maxsize=4096)(classify)   # pure; a Call is frozen, so calls of one method share it
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     key: tuple[str, int]
     name: str
@@ -93,7 +96,7 @@ class Dispatch:
         return max(durs) / med if med > 0 else None
 
 
-@dataclass
+@dataclass(slots=True)
 class Actor:
     actor_id: str
     name: str
@@ -204,8 +207,10 @@ class TaskLedger:
         self.tries: dict[tuple[str, int], int] = {}
         self.creating: dict[str, float] = {}              # actor id -> when its creation task was seen
         self.created: dict[str, float] = {}               # actor id -> its creation task's end (0: unknown)
-        self.seq = 0                 # bumped at every change of a call; changes: (seq, key), bounded
-        self.changes: deque[tuple[int, tuple[str, int]]] = deque(maxlen=4 * max_done)
+        # bumped at every change of a call; ``changes`` holds the keys of the last changes, bounded: the newest
+        # has seq ``seq`` and each one before it one less (``change_seqs``), so no seq is stored per change
+        self.seq = 0
+        self.changes: deque[tuple[str, int]] = deque(maxlen=4 * max_done)
         self.finals_exact = 0        # closed calls whose end became Ray's recorded end
         self.finals_estimated = 0    # ... that kept the poll's estimate (no finished row came)
         self.recovered = 0           # calls no poll saw, recovered from finished-task pages
@@ -336,7 +341,22 @@ class TaskLedger:
         """A call opened, closed, got its final end or was recovered: agents mirroring the ledger
         (discovery/taskshare.py) fetch the calls changed since their last look."""
         self.seq += 1
-        self.changes.append((self.seq, key))
+        self.changes.append(key)
+
+    def oldest_change(self) -> int:
+        """The seq of the oldest change still kept (``seq + 1`` when none is)."""
+        return self.seq - len(self.changes) + 1
+
+    def changed_since(self, since: int) -> list[tuple[str, int]]:
+        """The keys changed after seq ``since``, newest first, each once."""
+        keys, seen = [], set()
+        n = min(len(self.changes), max(0, self.seq - since))
+        for i in range(1, n + 1):
+            key = self.changes[-i]
+            if key not in seen:
+                seen.add(key)
+                keys.append(key)
+        return keys
 
     # -- finals: Ray's recorded end of calls that left the RUNNING set ---------------------------------
     def apply_final(self, key: tuple[str, int], row: dict | None) -> bool:
@@ -431,12 +451,15 @@ class TaskLedger:
         if now is not None and start > now + CLOCK_SLACK_S:   # a node's clock ahead: the call started by now
             self.clock_ahead += 1
             start = now
-        name = _text(r.get("name"))
-        aid = _id(r.get("actor_id"), "actor_id")
+        # the strings a call shares with thousands of others (its method, actor, node, job) are kept once, and so
+        # is its classification (a frozen Call): 20,000 calls of 512 workers held ~50 MiB before (issue 35's soak)
+        name = sys.intern(_text(r.get("name")))
+        aid = sys.intern(_id(r.get("actor_id"), "actor_id"))
         actor = self.actors.get(aid)
-        call = classify(name, actor.name if actor else "", actor.class_name if actor else "")
-        return Task((tid, _attempt(r.get("attempt_number"))), name, call, aid, _id(r.get("node_id"), "node_id"),
-                    _pid(r.get("worker_pid")), _id(r.get("job_id"), "job_id"), start)
+        call = _classify(name, actor.name if actor else "", actor.class_name if actor else "")
+        return Task((tid, _attempt(r.get("attempt_number"))), name, call, aid,
+                    sys.intern(_id(r.get("node_id"), "node_id")), _pid(r.get("worker_pid")),
+                    sys.intern(_id(r.get("job_id"), "job_id")), start)
 
     def _row_task(self, r, now: float | None = None) -> Task | None:
         """``_task`` for a row that may be anything: a bad one is counted (``bad_rows``) and gives None."""

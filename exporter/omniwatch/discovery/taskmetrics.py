@@ -17,7 +17,7 @@ PHASE_CODE = {p: i + 1 for i, p in enumerate(PHASES)}   # 0 = idle (no call runn
 def straggler_streaks(ledger: te.TaskLedger, job_id: str | None = None) -> list[dict]:
     """Per (role, phase): the rank that finished last in the most recent finished dispatches, how many
     dispatches in a row it was last, and the smallest spread (last / median duration) over that streak.
-    The alert thresholds both in PromQL (alerting/config.py); the counting is here. ``job_id``: that job's
+    The alert thresholds both in PromQL (config.py); the counting is here. ``job_id``: that job's
     dispatches only (a previous job's streak is not the run's)."""
     by: dict[tuple[str, str], list[te.Dispatch]] = {}
     for d in ledger.dispatches:

@@ -46,18 +46,11 @@ def _row(t: Task) -> list:
 def share(poller, since: int = 0) -> dict:
     """The ledger's calls changed since ``since`` (call under the poller's lock)."""
     led: TaskLedger = poller.ledger
-    oldest = led.changes[0][0] if led.changes else led.seq + 1
-    reset = since <= 0 or since > led.seq or since < oldest - 1
+    reset = since <= 0 or since > led.seq or since < led.oldest_change() - 1
     if reset:
         tasks = list(led.running.values()) + list(led.done)[-RESET_CLOSED:]
     else:
-        keys, seen = [], set()
-        for seq, key in reversed(led.changes):
-            if seq <= since:
-                break
-            if key not in seen:
-                seen.add(key)
-                keys.append(key)
+        keys = led.changed_since(since)
         tasks = [t for t in (led.running.get(k) or led.closed.get(k) for k in reversed(keys)) if t is not None]
     tasks = tasks[-MAX_CALLS:]
     snap = poller.snapshot

@@ -12,7 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from ..alerting.config import runbook_rewrite
+from ..config import runbook_rewrite
 from ..redact import redact_tree
 from ..web import area_state, on_lifespan, require_token
 from . import config as cfg

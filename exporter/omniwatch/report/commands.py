@@ -20,7 +20,7 @@ from .facts import RunFacts
 def alert_config(args):
     """``--config``: the YAML overrides the rules were generated with (``omniwatch rules generate --config``), so
     the ledger's stall tolerance, the verdict's windows and the charts' threshold lines match those rules."""
-    from ..alerting import config
+    from .. import config
     return config.load(getattr(args, "config", None))
 
 DEFAULT_INDEX = "omniwatch-report/index.html"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import ledger, trainer_config
-from ..alerting.config import DEFAULT, Config
+from ..config import DEFAULT, Config
 from ..backtest.backtest import backtest_many
 from ..backtest.runfile import RecordedRun, load_run
 from ..model import MAX_LABEL_CHARS, RunStore

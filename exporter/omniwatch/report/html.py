@@ -21,7 +21,7 @@ from bokeh.plotting import figure
 from bokeh.resources import Resources
 
 from .. import __version__, ledger, palette
-from ..alerting.config import DEFAULT, Config
+from ..config import DEFAULT, Config
 from . import gantt as lanes
 from .facts import HOUR, RunFacts
 from .verdict import Bottleneck

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..sources.tail import inside
 from .facts import HOUR, RunFacts
-from ..alerting.config import DEFAULT, Config
+from ..config import DEFAULT, Config
 from .html import index_page, run_page
 from .verdict import lost_gpu_hours, verdict
 

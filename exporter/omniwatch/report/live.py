@@ -13,7 +13,7 @@ import bisect
 import time
 
 from .. import ledger, names as n
-from ..alerting.config import DEFAULT
+from ..config import DEFAULT
 from ..alerting.records import REC_STALL_TYPICAL
 from ..promapi import PromAPI, PromError
 from . import gantt as lanes

@@ -37,7 +37,7 @@ from functools import lru_cache
 
 from .. import ledger, names
 from ..alerting import rulespec as spec
-from ..alerting.config import DEFAULT, Config
+from ..config import DEFAULT, Config
 from ..alerting.prose import Ctx
 from ..analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, DRIFT_STEPS, REFERENCE_STEPS
+from .analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, DRIFT_STEPS, REFERENCE_STEPS
 
 
 class _Part(BaseModel):
