@@ -324,3 +324,15 @@ def test_what_the_window_reads_of_a_steps_raw_values_is_what_the_checkpoint_keep
     _exposed(store)
     assert _Reads.seen, "nothing read: the probe is not wired"
     assert _Reads.seen <= WINDOW_VALUE_KEYS, sorted(_Reads.seen - WINDOW_VALUE_KEYS)
+
+
+def test_the_checkpointer_takes_at_most_its_duty_of_a_core():
+    """Issue 35's soak: saving 64 runs every 2 s took 8 % of a core. The wait after a save stretches to its CPU time
+    over ``duty``: a cheap save keeps the 2 s interval, a 0.16 s one waits 8 s (2 % of a core)."""
+    from omniwatch.periodic import Periodic
+    cp = Checkpointer(RunStore(), [], "/nonexistent-dir-never-written")
+    assert cp.duty == 0.02
+    assert cp.next_wait(0.001) == cp.interval == 2.0
+    assert cp.next_wait(0.16) == pytest.approx(8.0)
+    assert all(cp.next_wait(c) * cp.duty >= c for c in (0.0, 0.01, 0.04, 0.5, 3.0))
+    assert Periodic(2.0, fn=lambda: None).next_wait(5.0) == 2.0   # unbounded unless asked

@@ -3,11 +3,15 @@ every ``interval`` seconds until ``stop()``. Every plain start/loop/stop thread 
 trainer-config, checkpoint-directory and log-writer watches, the file sources' polls, the state checkpointer,
 the agents' heartbeat and the registry's sweep, the demo endpoints' ticker. A failed scan is logged
 (``scan_failed``) and the next one runs on schedule; ``wait_first`` waits one interval before the first scan
-(for a caller that did one already, or has none due); ``start()`` after ``stop()`` starts it again."""
+(for a caller that did one already, or has none due); ``start()`` after ``stop()`` starts it again. ``duty``
+(a share of one core, None: unbounded) stretches the wait after a scan to ``scan CPU time / duty`` when that is
+longer than ``interval``: a scan whose cost grows with the load (the checkpointer serialising 64 runs) then takes
+at most that share of a core, and runs every ``interval`` while it is cheap."""
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
 
 log = logging.getLogger(__name__)
@@ -18,6 +22,7 @@ class Periodic:
     what = "periodic scan"          # said in the log line of a failed scan
     join_timeout = 5.0
     wait_first = False
+    duty: float | None = None
 
     def __init__(self, interval: float, fn: Callable[[], object] | None = None, *, name: str | None = None,
                  what: str | None = None, wait_first: bool | None = None, join_timeout: float | None = None):
@@ -43,11 +48,16 @@ class Periodic:
         if self.wait_first and self._stop.wait(self.interval):
             return
         while not self._stop.is_set():
+            cpu0 = time.thread_time()
             try:
                 self.scan_once()
             except Exception:
                 self.scan_failed()
-            self._stop.wait(self.interval)
+            self._stop.wait(self.next_wait(time.thread_time() - cpu0))
+
+    def next_wait(self, scan_cpu_s: float) -> float:
+        """The wait after a scan that took ``scan_cpu_s`` of this thread's CPU (see ``duty``)."""
+        return self.interval if not self.duty else max(self.interval, scan_cpu_s / self.duty)
 
     def start(self):
         if self._thread is not None and self._thread.is_alive():
