@@ -14,27 +14,26 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from . import names
+from .phasetable import CAUSES, PHASE, PHASES, TIMING
 from .shift import Shape, Shift, reference_shift, shape
 
 # timing_s/<name> keys that time work *inside* timing_s/step, in the order the legacy and V1 trainers
-# run them (reference: verl_omni_metrics.md §2.1, §4). Unknown single-segment timing_s/<x> keys are
-# treated as in-step phases too; the keys below are outside the step or not phases.
-PHASE_ORDER = (
-    "feed", "gen", "reward", "old_log_prob", "rollout_corr", "ref", "teacher", "adv",
-    "prepare_actor_batch", "update_actor", "save_checkpoint", "update_weights", "dump_rollout_generations",
-)
+# run them (phasetable.PHASES; reference: verl_omni_metrics.md §2.1, §4). Unknown single-segment timing_s/<x>
+# keys are treated as in-step phases too; the keys below are outside the step or not phases.
+PHASE_ORDER = tuple(p.name for p in PHASES if p.timed)
 OUTSIDE_STEP_TIMERS = frozenset({"step", "testing", "start_profile", "stop_profile"})
 
-K_STEP = "timing_s/step"
+K_STEP = TIMING + "step"
 K_TIME_PER_STEP = "perf/time_per_step"
-K_GEN = "timing_s/gen"
-K_REWARD = "timing_s/reward"
-K_GEN_SEQ_MAX = "timing_s/agent_loop/generate_sequences/max"
+K_GEN = PHASE["gen"].key
+K_REWARD = PHASE["reward"].key
+K_GEN_SEQ = TIMING + "agent_loop/generate_sequences/"  # + max / mean / min
+K_GEN_SEQ_MAX = K_GEN_SEQ + "max"
 K_SCORE_MAX = "timing_s/agent_loop/compute_score/max"
 K_SLOWEST_SCORE = "timing_s/agent_loop/slowest/compute_score"
 K_THROUGHPUT = "perf/throughput"
 K_TESTING = "timing_s/testing"
-K_SAVE = "timing_s/save_checkpoint"
+K_SAVE = PHASE["save_checkpoint"].key
 K_ZERO_STD = "critic/rewards/zero_std_ratio"
 # The raw keys of a step (StepRecord.values) that anything computed over the window reads: the window
 # statistics (zero-std), the ledger's split of a step (testing time; the GPU-hours-per-day rate reads the
@@ -42,16 +41,20 @@ K_ZERO_STD = "critic/rewards/zero_std_ratio"
 # reads another key must add it here (tests/test_state.py watches the reads).
 K_IMAGES = "perf/total_num_images"  # train_batch_size x rollout.n: the unit of work a step's time is judged per
 WINDOW_VALUE_KEYS = frozenset({K_ZERO_STD, K_TESTING, K_IMAGES})
-K_FEED = "timing_s/feed"
+K_FEED = PHASE["feed"].key
 K_STALENESS_MAX = "training/off_policy/trajectory_staleness/max"
 K_STALENESS_MEAN = "training/off_policy/trajectory_staleness/mean"
 K_DROPPED = "training/off_policy/dropped_samples"
-K_GEN_SEQ_MEAN = "timing_s/agent_loop/generate_sequences/mean"
+K_GEN_SEQ_MEAN = K_GEN_SEQ + "mean"
 K_GRAD_NORM = "actor/grad_norm"
 # RS sequence-level rejection: decoupled mode logs it once per batch under rollout_corr/, bypass mode per
 # SDE step under actor/rollout_corr/ (VeRL-Omni docs/algo/rollout_correction.md, workers/utils/losses.py)
 K_RS_SEQ_MASKED = "rollout_corr/rollout_rs_seq_masked_fraction"
 K_RS_SEQ_MASKED_BYPASS = "actor/rollout_corr/rollout_rs_seq_masked_fraction"
+# The learning curves the overview plots (dashboards/overview.py; passed through as verl_<key>, label key=<key>).
+K_REWARD_MEAN, K_REWARD_STD_MEAN, K_PPO_KL = "critic/rewards/mean", "critic/rewards/std_mean", "actor/ppo_kl"
+K_CLIPFRAC, K_CLIPFRAC_HIGHER, K_CLIPFRAC_LOWER = "actor/pg_clipfrac", "actor/pg_clipfrac_higher", "actor/pg_clipfrac_lower"
+K_RATIO_MEAN, K_RATIO_STD, K_GLOBAL_STEP = "actor/ratio_mean", "actor/ratio_std", "training/global_step"
 # Timers verl runs outside timing_s/step but inside the wall time between two logged steps.
 OUTSIDE_STEP_PHASES = ("testing", "start_profile", "stop_profile")
 # Arrival stamps carry the source's jitter (files are polled every 0.5 s; console lines pass Ray's log
@@ -63,20 +66,16 @@ ARRIVAL_JITTER_SECONDS = 2.0
 # default tolerance of the TimersExceedStep rule, config.py timer_overlap.tolerance).
 TIMER_OVERLAP_LOG_SHARE = 0.01
 
-# Where each in-step phase's time goes when the step gets slower (StepTimeRegression's `cause`); the
-# streamed reward tail inside `gen` counts as reward. Phases not listed are "other".
-CAUSE_OF_PHASE = {
-    "feed": "rollout", "gen": "rollout", "reward": "reward", "old_log_prob": "actor", "rollout_corr": "actor",
-    "ref": "actor", "teacher": "actor", "adv": "actor", "prepare_actor_batch": "actor", "update_actor": "actor",
-    "update_weights": "weight_sync", names.UNTRACKED_PHASE: "inter_stage_idle",
-}
-CAUSES = ("reward", "inter_stage_idle", "actor", "rollout", "weight_sync", "other")
+# Where each in-step phase's time goes when the step gets slower (StepTimeRegression's `cause`, phasetable.PHASES);
+# the streamed reward tail inside `gen` counts as reward. Phases not listed are "other"; NO_CAUSE's time is none.
+CAUSE_OF_PHASE = {p.name: p.cause for p in PHASES if p.cause not in (None, "other")}
+NO_CAUSE = frozenset(p.name for p in PHASES if p.cause is None)
 # A colocated reward timer shorter than this (and no streamed scoring) says nothing about the layout:
 # the legacy trainer always times extract_reward, ~0 s when reward was streamed.
 COLOCATED_MIN_SECONDS = 0.5
 
 # Keys represented by contract series; everything else numeric is passed through as verl_*.
-CONTRACT_KEYS = frozenset({K_STEP, K_TIME_PER_STEP, K_THROUGHPUT, "training/global_step", *names.MFU_ROLES})
+CONTRACT_KEYS = frozenset({K_STEP, K_TIME_PER_STEP, K_THROUGHPUT, K_GLOBAL_STEP, *names.MFU_ROLES})
 
 DEFAULT_WINDOW_STEPS = 3
 DEFAULT_BASELINE_STEPS = 20
@@ -119,9 +118,9 @@ SHAPE_DEADBAND = 0.05
 def phase_of(key: str) -> str | None:
     """``timing_s/gen`` -> ``gen``; None for keys that are not in-step phase timers. Cached: the same
     keys come every step."""
-    if not key.startswith("timing_s/"):
+    if not key.startswith(TIMING):
         return None
-    name = key[9:]
+    name = key[len(TIMING):]
     if "/" in name or name in OUTSIDE_STEP_TIMERS or not name:
         return None
     return name
@@ -168,7 +167,7 @@ class KeyLayout:
             elif k is _OFF_POLICY:
                 off_policy = True
             elif k:  # (key, phase, its StepTimeRegression cause; none for checkpoint time)
-                phase_keys.append((key, k, None if k == "save_checkpoint" else CAUSE_OF_PHASE.get(k, "other")))
+                phase_keys.append((key, k, None if k in NO_CAUSE else CAUSE_OF_PHASE.get(k, "other")))
         self.phase_keys = tuple(phase_keys)
         self.validation, self.off_policy = validation, off_policy
         self.sorted_keys = tuple(sorted(self.keyset))
@@ -255,7 +254,7 @@ def step_modes(values: dict[str, float], off_policy: bool | None = None) -> dict
 def _causes(phases: dict[str, float], critical: dict[str, float]) -> dict[str, float]:
     out = dict.fromkeys(CAUSES, 0.0)
     for ph, sec in phases.items():
-        if ph != "save_checkpoint":
+        if ph not in NO_CAUSE:
             out[CAUSE_OF_PHASE.get(ph, "other")] += sec
     tail = critical.get("streamed", 0.0)
     if tail:  # the streamed reward tail is inside gen
@@ -335,7 +334,7 @@ def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bo
 
 _NO_FLAGS: frozenset[str] = frozenset()
 _UNTRACKED_CAUSE = CAUSE_OF_PHASE[names.UNTRACKED_PHASE]
-_OUTSIDE_KEYS = tuple("timing_s/" + ph for ph in OUTSIDE_STEP_PHASES)
+_OUTSIDE_KEYS = tuple(TIMING + ph for ph in OUTSIDE_STEP_PHASES)
 
 
 def _signals(rec: StepRecord, values: dict[str, float], non_finite, residual: float | None) -> None:

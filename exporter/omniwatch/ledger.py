@@ -27,23 +27,16 @@ from dataclasses import dataclass
 
 from . import names
 from .config import Config
-from .analytics import K_TESTING, StepRecord
+from .analytics import K_IMAGES, K_TESTING, K_THROUGHPUT, K_TIME_PER_STEP, StepRecord
+from .phasetable import CHECKPOINT, IDLE, PHASES, REWARD
 
-K_IMAGES = "perf/total_num_images"
-K_TIME_PER_STEP = "perf/time_per_step"
-K_THROUGHPUT = "perf/throughput"
-
-REWARD = "reward_critical_path"
-IDLE = "inter_stage_idle"
-CHECKPOINT = "checkpoint"
 VALIDATION = "validation"
 OUTSIDE = "outside_step_timer"
 STALLED = "stalled"
 NON_PHASE = (REWARD, IDLE, CHECKPOINT, VALIDATION, OUTSIDE, STALLED)
-# Phase buckets, in step order (analytics.PHASE_ORDER minus the ones with their own bucket); any other
+# Phase buckets, in step order (phasetable.PHASES less the ones with a bucket of their own); any other
 # timed phase keeps its own name.
-PHASE_BUCKETS = ("feed", "gen", "old_log_prob", "rollout_corr", "ref", "teacher", "adv", "prepare_actor_batch",
-                 "update_actor", "update_weights", "dump_rollout_generations")
+PHASE_BUCKETS = tuple(p.name for p in PHASES if not p.bucket)
 
 
 def stall_tolerance_steps(cfg: Config) -> float:
@@ -52,18 +45,11 @@ def stall_tolerance_steps(cfg: Config) -> float:
     return cfg.stall.notice_steps - 1
 
 
-
-_BUCKET_OF = {"reward": REWARD, "save_checkpoint": CHECKPOINT, names.UNTRACKED_PHASE: IDLE}
+_BUCKET_OF = {p.name: p.bucket for p in PHASES if p.bucket}
 
 
 def bucket_of(phase: str) -> str:
-    if phase == "reward":
-        return REWARD
-    if phase == "save_checkpoint":
-        return CHECKPOINT
-    if phase == names.UNTRACKED_PHASE:
-        return IDLE
-    return phase
+    return _BUCKET_OF.get(phase, phase)
 
 
 @dataclass(frozen=True)

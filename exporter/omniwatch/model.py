@@ -27,7 +27,7 @@ from . import names
 from .analytics import (
     CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, TIMER_OVERLAP_LOG_SHARE,
     WINDOW_VALUE_KEYS, KeyLayout, RunWindow, StepRecord, WindowStats, analyze_step, is_validation_key, key_layout,
-    time_outside, PHASE_ORDER,
+    time_outside, PHASE_ORDER, TIMING,
 )
 from . import ledger
 from .config import DEFAULT as ALERT_DEFAULT, Config as AlertConfig
@@ -865,7 +865,7 @@ class RunStore:
         if not over:
             return None
         self.errors[(source, "phase_cap")] += len(over)
-        drop = {"timing_s/" + ph for ph in over}
+        drop = {TIMING + ph for ph in over}
         return ParsedStep(parsed.step, {k: v for k, v in parsed.values.items() if k not in drop}, parsed.dropped,
                           parsed.non_finite)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from . import analytics as A
+
 # Share of a step per phase on the published Qwen-Image FlowGRPO run (≈250 s/step, gen ≈108 s).
 LEGACY_SHARES = {"gen": 0.43, "reward": 0.12, "old_log_prob": 0.18, "adv": 0.0016, "update_actor": 0.24,
                  "update_weights": 0.024}
@@ -194,17 +196,15 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
         t["save_checkpoint"] = j(spec.pace * spec.checkpoint_factor)
     step_s = sum(t.values()) + untimed
     ordered = {}
-    order = ["feed", "gen", "reward", "old_log_prob", "rollout_corr", "adv", "update_actor", "save_checkpoint",
-             "update_weights"]
-    for ph in order:
+    for ph in A.PHASE_ORDER:
         if ph in t:
             ordered[ph] = t[ph]
 
-    d: dict = {"training/global_step": step, "training/epoch": (step - 1) // 100}
+    d: dict = {A.K_GLOBAL_STEP: step, "training/epoch": (step - 1) // 100}
     rmean = min(0.95, 0.25 + 0.004 * step + rng.uniform(-0.01, 0.01))
     d.update({
-        "critic/rewards/mean": rmean, "critic/rewards/max": min(1.0, rmean + 0.3), "critic/rewards/min": 0.0,
-        "critic/rewards/zero_std_ratio": j(0.1, 0.2), "critic/rewards/std_mean": j(0.11, 0.1),
+        A.K_REWARD_MEAN: rmean, "critic/rewards/max": min(1.0, rmean + 0.3), "critic/rewards/min": 0.0,
+        A.K_ZERO_STD: j(0.1, 0.2), A.K_REWARD_STD_MEAN: j(0.11, 0.1),
         "critic/rewards/group_size": 16.0, "critic/advantages/mean": rng.uniform(-1e-3, 1e-3),
         "critic/advantages/max": j(2.5), "critic/advantages/min": -j(2.4), "critic/returns/mean": rng.uniform(-1e-3, 1e-3),
         "critic/returns/max": 2.4, "critic/returns/min": -2.3, "critic/acc/mean": rmean,
@@ -212,13 +212,13 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     for i in range(spec.extra_keys):
         d[f"critic/extra_{i}/mean"] = rng.random()
     d.update({
-        "actor/loss": rng.uniform(-0.02, 0.02), "actor/ppo_kl": j(2e-4, 0.5), "actor/pg_clipfrac": j(0.012, 0.3),
-        "actor/pg_clipfrac_higher": j(0.006, 0.3), "actor/pg_clipfrac_lower": j(0.005, 0.3),
-        "actor/ratio_mean": 1 + rng.uniform(-1e-3, 1e-3), "actor/ratio_std": j(0.011, 0.2),
-        "actor/grad_norm": j(0.6, 0.2), "actor/lr": 3e-4, "perf/mfu/actor": mfu,
+        "actor/loss": rng.uniform(-0.02, 0.02), A.K_PPO_KL: j(2e-4, 0.5), A.K_CLIPFRAC: j(0.012, 0.3),
+        A.K_CLIPFRAC_HIGHER: j(0.006, 0.3), A.K_CLIPFRAC_LOWER: j(0.005, 0.3),
+        A.K_RATIO_MEAN: 1 + rng.uniform(-1e-3, 1e-3), A.K_RATIO_STD: j(0.011, 0.2),
+        A.K_GRAD_NORM: j(0.6, 0.2), "actor/lr": 3e-4, "perf/mfu/actor": mfu,
     })
     if _fault(spec, "grad_nonfinite", step):
-        d["actor/grad_norm"] = float("nan")  # VeRL-Omni skipped the update; orjson writes NaN as null
+        d[A.K_GRAD_NORM] = float("nan")  # VeRL-Omni skipped the update; orjson writes NaN as null
     if spec.rollout_corr != "off":
         drift = _fault(spec, "rs_drift", step)
         prefix = "actor/rollout_corr/" if spec.rollout_corr == "bypass" else "rollout_corr/"
@@ -227,14 +227,14 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
                   prefix + "rollout_rs_masked_fraction": seq * 0.8, prefix + "rollout_rs_seq_masked_fraction": seq})
     if not legacy:
         stale = 0.0 if spec.async_mode == "separate_async" else -1.0
-        d["training/off_policy/trajectory_staleness/mean"] = stale
+        d[A.K_STALENESS_MEAN] = stale
         if spec.async_mode == "separate_async":
-            d["training/off_policy/trajectory_staleness/max"] = 1.0
+            d[A.K_STALENESS_MAX] = 1.0
             d["training/off_policy/trajectory_staleness/min"] = 0.0
     elif spec.rollout_corr != "bypass":
         d["perf/mfu/actor_infer"] = mfu_infer
     for ph, v in ordered.items():
-        d[f"timing_s/{ph}"] = v
+        d[A.TIMING + ph] = v
         if ph == "gen" and (f := _fault(spec, "nested_timer", step)):
             # a timer added inside gen (around sleep_replicas, say): gen already holds its seconds
             d["timing_s/sleep_replicas"] = spec.pace * f.seconds_share
@@ -242,25 +242,25 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
         cs = score_tail if spec.streamed else 0.0
         d.update({
             "timing_s/agent_loop/generate_sequences/min": gen_seq_min,
-            "timing_s/agent_loop/generate_sequences/max": gen_seq_max,
-            "timing_s/agent_loop/generate_sequences/mean": gen_seq_mean,
-            "timing_s/agent_loop/compute_score/min": cs * 0.6, "timing_s/agent_loop/compute_score/max": cs,
+            A.K_GEN_SEQ_MAX: gen_seq_max,
+            A.K_GEN_SEQ_MEAN: gen_seq_mean,
+            "timing_s/agent_loop/compute_score/min": cs * 0.6, A.K_SCORE_MAX: cs,
             "timing_s/agent_loop/compute_score/mean": cs * 0.83,
             "timing_s/agent_loop/slowest/generate_sequences": gen_seq_max,
-            "timing_s/agent_loop/slowest/compute_score": cs,
+            A.K_SLOWEST_SCORE: cs,
             "timing_s/agent_loop/slowest/prompt_length": 23, "timing_s/agent_loop/slowest/response_length": 0,
         })
-    d["timing_s/step"] = step_s
+    d[A.K_STEP] = step_s
     if legacy:
         d["timing_s/start_profile"] = 3e-6
         d["timing_s/stop_profile"] = 2e-6
     for ph in ("gen", "old_log_prob", "adv", "update_actor"):
         if ph in ordered:
             d[f"timing_per_image_ms/{ph}"] = ordered[ph] * 1000 / images
-    d.update({"perf/total_num_images": images, "perf/time_per_step": step_s,
-              "perf/throughput": images / (step_s * GPUS)})
+    d.update({A.K_IMAGES: images, A.K_TIME_PER_STEP: step_s,
+              A.K_THROUGHPUT: images / (step_s * GPUS)})
     if spec.validation_every and (step % spec.validation_every == 0 or last):
-        d["timing_s/testing"] = j(spec.pace * spec.validation_factor)
+        d[A.K_TESTING] = j(spec.pace * spec.validation_factor)
         d["val-core/ocr/reward/mean@1"] = rmean + 0.02
         d["val-aux/ocr/reward/combined/mean@1"] = rmean
     return d
@@ -289,5 +289,5 @@ def wall_seconds(spec: RunSpec, step: int, d: dict | None = None) -> float:
     """Seconds between the lines of step - 1 and ``step``: the step, validation and profiler timers and
     the time outside them (what a live exporter sees as the arrival gap)."""
     d = step_dict(spec, step) if d is None else d
-    timed = d["timing_s/step"] + sum(d.get(f"timing_s/{k}", 0.0) for k in ("testing", "start_profile", "stop_profile"))
+    timed = d[A.K_STEP] + sum(d.get(A.TIMING + k, 0.0) for k in A.OUTSIDE_STEP_PHASES)
     return timed + outside_seconds(spec, step)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import names as n, planned
 from ..config import Config
+from ..analytics import K_GEN_SEQ
 from ..alerting.records import (REC_MFU_DRIFT, REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
                                 REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
                                 REC_ROLLOUT_SATURATED, REC_STEP_DRIFT, REC_STEP_VS_BASELINE, REC_WORKLOAD, REC_STRAGGLER_MIN,
@@ -221,7 +222,6 @@ def dashboard(cfg: Config) -> Dashboard:
               runbook=n.ALERT_IDLE),
     ))
 
-    K_GEN_SEQ = "timing_s/agent_loop/generate_sequences/"
     STRAGGLERS = Row("Stragglers", (
         Panel("Rollout straggler ratio (window min)",
               lambda C: ("The series RolloutStraggler thresholds: the slowest sample's generation time over the mean sample's "

@@ -11,23 +11,14 @@ from __future__ import annotations
 from .. import ledger, palette
 from .. import names as n
 from ..config import Config
-from ..analytics import CAUSE_MIN_SHARE, K_ZERO_STD
+from ..analytics import (CAUSE_MIN_SHARE, K_CLIPFRAC, K_CLIPFRAC_HIGHER, K_CLIPFRAC_LOWER, K_GRAD_NORM, K_PPO_KL,
+                         K_RATIO_MEAN, K_RATIO_STD, K_REWARD_MEAN, K_REWARD_STD_MEAN, K_ZERO_STD)
 from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
                                 REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING, REC_STEP_MEDIAN,
                                 REC_STAGE_SHARE, REC_STEP_VS_BASELINE,
                                 REC_ZERO_STD_MIN)
 from .panels import window_default, by_run, AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step, STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags, firing_by_run, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, per_typical_step, phase_colors, run_max, sel, stage_colors, stall_stage, verl
 
-# verl keys the overview plots; the exporter passes each through as verl_<key> with label key=<key>.
-K_REWARD_MEAN = "critic/rewards/mean"
-K_REWARD_STD_MEAN = "critic/rewards/std_mean"
-K_CLIPFRAC = "actor/pg_clipfrac"
-K_CLIPFRAC_HIGHER = "actor/pg_clipfrac_higher"
-K_CLIPFRAC_LOWER = "actor/pg_clipfrac_lower"
-K_RATIO_MEAN = "actor/ratio_mean"
-K_RATIO_STD = "actor/ratio_std"
-K_PPO_KL = "actor/ppo_kl"
-K_GRAD_NORM = "actor/grad_norm"
 # Validation metrics: verl logs val-core/<data_source>/<var>/mean@N (and val-aux/...) on test_freq steps.
 VAL_REWARD_KEYS = "val-(core|aux)/.*reward.*"
 

@@ -28,25 +28,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..phasetable import METHODS
+
 # str(Role.X) for every verl Role (verl/trainer/ppo/utils.py Role._get_role_string)
 ROLES = ("actor_rollout_ref", "actor_rollout", "actor", "rollout", "critic", "ref", "rm", "env")
 # Exported roles: the worker-group roles above plus the fleets outside the worker groups.
 FLEET_ROLES = ("rollout_server", "reward_server", "teacher_server", "agent_loop", "reward_loop", "fused", "driver")
 ALL_ROLES = ROLES + FLEET_ROLES + ("other",)
 
-# Method names seen in verl / VeRL-Omni workers (each cited in docs/verl-source.md §R); the phase label
-# is the method name itself when it is one of these, else "other".
-PHASES = (
-    # VeRL-Omni engine_workers.py (legacy diffusion trainer and V1) and verl fsdp_workers.py
-    "update_actor", "infer_actor_batch", "infer_ref_batch", "infer_teacher_batch", "compute_log_prob",
-    "compute_ref_log_prob", "compute_values", "update_critic", "compute_rm_score", "generate_sequences",
-    "update_weights", "save_checkpoint", "load_checkpoint", "init_model", "copy_adapter", "ema_update_adapter",
-    "execute_checkpoint_engine", "async_calls_finalize_fn_exec", "start_profile", "stop_profile",
-    "train_batch", "train_mini_batch", "infer_batch",
-    # servers, agent loop, reward loop
-    "generate", "wake_up", "sleep", "compute_score", "compute_score_batch", "compute_score_disrm",
-    "other",
-)
+# Method names seen in verl / VeRL-Omni workers (phasetable.METHODS, each cited in docs/verl-source.md §R); the
+# phase label is the method name itself when it is one of these, else "other".
+PHASES = (*(m.name for m in METHODS), "other")
 _PHASE_SET = frozenset(PHASES)
 
 WORKER_NAME = re.compile(r"^(?P<prefix>.*?)(?P<cls>[A-Za-z_][A-Za-z0-9_]*)_(?P<pg>\d+):(?P<local>\d+)$")

@@ -55,6 +55,7 @@ from prometheus_client.registry import Collector
 from .. import names as n
 from ..discovery.phases import PHASES, SERVER_NAME, classify, worker_name
 from ..discovery.taskevents import FINAL_WAIT_S
+from ..phasetable import METHODS, PHASE
 from .accounting import overlap_seconds
 
 log = logging.getLogger(__name__)
@@ -64,11 +65,9 @@ FLEETS = ("actor", "rollout", "reward", "other")
 BUCKETS = ("productive", "overhead", "idle", "unmeasured")   # unmeasured: a node whose agent was down
 MAPPINGS = ("nvml_pid", "placement", "node", "unmapped", "agent_down")
 NO_CALL = "none"
-OVERHEAD_PHASES = frozenset({
-    "update_weights", "save_checkpoint", "load_checkpoint", "init_model", "wake_up", "sleep", "copy_adapter",
-    "ema_update_adapter", "execute_checkpoint_engine", "async_calls_finalize_fn_exec", "start_profile",
-    "stop_profile"})
-ROLLOUT_PHASES = frozenset({"generate_sequences", "generate", "wake_up", "sleep"})
+# Ray methods (phasetable.METHODS) whose GPU time is overhead; those a colocated actor+rollout worker runs as rollout
+OVERHEAD_PHASES = frozenset(m.name for m in METHODS if m.overhead or m.phase and PHASE[m.phase].overhead)
+ROLLOUT_PHASES = frozenset(m.name for m in METHODS if m.fleet == "rollout")
 SERVER_ROLES = ("rollout_server", "reward_server", "teacher_server")
 CPU_ROLES = ("agent_loop", "reward_loop")   # orchestration actors: they hold no GPU
 REPORT_LAG_S = 2.0        # Ray workers report task events every 1 s (RAY_task_events_report_interval_ms)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ..analytics import analyze_step
+from ..analytics import K_STEP, TIMING, analyze_step
 from .attribution import INTER_STAGE, Attributor
 from .devices import TraceBackend, TraceDevice, chunked
 from .sampler import GpuSampler
@@ -47,10 +47,10 @@ def _steps_from_spans(spans):
         st = out.setdefault(s["step"], {"step": s["step"], "start": s["start"], "arrival": s["end"], "timing": {}})
         st["arrival"] = max(st["arrival"], s["end"])
         if not s["phase"].startswith("idle:"):
-            k = f"timing_s/{s['phase']}"
+            k = TIMING + s["phase"]
             st["timing"][k] = st["timing"].get(k, 0.0) + s["end"] - s["start"]
     for st in out.values():
-        st["timing"]["timing_s/step"] = st["arrival"] - st.pop("start")
+        st["timing"][K_STEP] = st["arrival"] - st.pop("start")
     return [out[k] for k in sorted(out)]
 
 

@@ -62,7 +62,7 @@ def _facts(prom, url, project, experiment, sel, until, since, res) -> RunFacts:
     one = {k: rng(f"max({m}{{{sel}}})").get("", {}) for k, m in (
         ("duration", n.STEP_DURATION), ("rb", n.REWARD_BOUND_RATIO), ("idle", n.INTER_STAGE_IDLE_RATIO),
         ("base", n.STEP_DURATION_BASELINE), ("thr", n.THROUGHPUT))}
-    one["images"] = rng(f'max(verl_perf_total_num_images{{{sel},key="perf/total_num_images"}})').get("", {})
+    one["images"] = rng(f'max(verl_perf_total_num_images{{{sel},key="{ledger.K_IMAGES}"}})').get("", {})
     one["rb_min"] = rng(f'max({n.REWARD_BOUND_WINDOW}{{{sel},stat="min"}})').get("", {})
     one["idle_min"] = rng(f'max({n.IDLE_WINDOW}{{{sel},stat="min"}})').get("", {})
     ledger_s = rng(f"max by (bucket) ({n.GPU_SECONDS_TOTAL}{{{sel}}})", "bucket")

@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from .. import names as n
+from ..analytics import CAUSE_OF_PHASE, K_STEP
 from ..settings import env_override
 from ..simulate import Fault, RunSpec, step_dict
 from .truth import ChangeTruth, FaultTruth, Matcher, RunTruth, dump
@@ -61,8 +62,6 @@ def _m(alertname: str, **labels) -> Matcher:
 
 
 STR = n.ALERT_STEP_REGRESSION
-CAUSE_OF = {"gen": "rollout", "feed": "rollout", "reward": "reward", "update_actor": "actor",
-            "old_log_prob": "actor", "update_weights": "weight_sync"}
 
 
 def named_by(kind: str, spec: RunSpec, phase: str = "", creep: bool = False) -> list[Matcher]:
@@ -79,7 +78,7 @@ def named_by(kind: str, spec: RunSpec, phase: str = "", creep: bool = False) -> 
     elif kind == "idle_gap":
         out = [_m(n.ALERT_IDLE), _m(STR, cause="inter_stage_idle")]
     elif kind == "phase_slow":
-        out = [_m(STR, cause=CAUSE_OF.get(phase, "other"))]
+        out = [_m(STR, cause=CAUSE_OF_PHASE.get(phase, "other"))]
     elif kind == "straggler":
         out = [_m(n.ALERT_STRAGGLER), _m(STR, cause="rollout")]
     elif kind == "grad_nonfinite":
@@ -408,7 +407,7 @@ def write_case(case: Case, root: Path, repo: Path, tracking_cls) -> RunTruth:
         config = f"{case.name}.hydra/config.yaml"
     warmup = None
     if any(i.fault.kind == "hang" and i.fault.start == 2 for i in case.faults):
-        warmup = _compact(step_dict(case.spec, 1))["timing_s/step"]
+        warmup = _compact(step_dict(case.spec, 1))[K_STEP]
     truth = RunTruth(PROJECT, case.name, _layout(case), lines, replay, config, case.silence_s,
                      [i.truth(case) for i in case.faults],
                      [ChangeTruth(f.kind, f.start, f.end or case.steps, {"factor": f.factor}) for f in case.changes],

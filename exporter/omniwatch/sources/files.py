@@ -20,6 +20,7 @@ from pathlib import Path
 from prometheus_client.registry import Collector
 
 from .. import names
+from ..analytics import K_STEP
 from ..model import RunStore
 from ..periodic import Periodic
 from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
@@ -437,7 +438,7 @@ class FileSource(Periodic):
         book = self.book.file(path)
         self.book.read(path, book)
         if backlog:
-            v = parsed.values.get("timing_s/step")
+            v = parsed.values.get(K_STEP)
             if isinstance(v, (int, float)) and 0 < v < 86_400 * 7:
                 self._span += v
         rec = self.store.ingest(project, experiment, parsed, self.kind, arrival=arrival,
