@@ -718,3 +718,12 @@ def test_a_serial_engine_with_step_execution_on_is_not_told_to_turn_it_on():
             n.ALERT_ROLLOUT_SATURATED, cfg, LEGACY_COLOCATED, role="rollout", engine="serial", action=True)
         assert "set `actor_rollout_ref.rollout.step_execution=True`" in _r(
             n.ALERT_ROLLOUT_SATURATED, cfg, LEGACY_COLOCATED, role="rollout", engine="serial")
+
+
+def test_the_served_remedy_data_is_a_fresh_render():
+    """remedy_texts.json, which the exporter loads instead of importing rule authoring (issue 34 item 2), is what
+    `omniwatch generate` renders from alerting/remedies.py now (the drift check says the same)."""
+    from omniwatch import remedy_info
+    from omniwatch.alerting import rulegen
+    from omniwatch.config import DEFAULT
+    assert remedy_info.DATA.read_text(encoding="utf-8") == rulegen.remedy_data(DEFAULT)

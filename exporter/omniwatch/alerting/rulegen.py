@@ -3,16 +3,17 @@
 ``alerts/tests/`` are written by hand (literal expected text) and are not rendered here."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from .. import names as n, paths
+from .. import names as n, paths, remedy_info
 from .. import config as config_mod
 from . import rulefiles as render
 from . import rulespec as spec
-from .prose import Ctx
+from .prose import Ctx, data
 from .remedies import STEP_CAUSES
 from ..config import Config
 from .rule import Alert
@@ -183,7 +184,28 @@ def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path,
         if CONFIG_BEGIN in text and fixtures.is_dir():
             text = _replace_section(text, CONFIG_BEGIN, CONFIG_END, config_table(cfg, fixtures), docs_file)
         out[docs_file] = text
+        out[remedy_info.DATA] = remedy_data(cfg)  # the repository's generation (not a --config/--out render)
     return out
+
+
+def remedy_data(cfg: Config) -> str:
+    """remedy_texts.json, the remedies the exporter serves (remedy_info.py): ``rows``, one per alert with a remedy,
+    severity and alert-label case it branches on (the case's labels and the index of its remedy), and ``remedies``,
+    each distinct [text, action] once as prose data (prose.data), which the exporter renders per run with
+    prosetext.render, importing no rule authoring."""
+    from .remedies import LABEL_CASES
+    rows, remedies, seen = [], {}, set()
+    for a in spec.alerts(cfg):
+        if a.remedy is None:
+            continue
+        act = getattr(a.remedy, "action", None)
+        pair = json.dumps([data(a.remedy), None if act is None else data(act)], sort_keys=True)
+        for case in ({},) + LABEL_CASES.get(a.name, ()):
+            ident = (a.name, a.severity, *(case.get(k, "") for k in remedy_info.CASE_LABELS))
+            if ident not in seen:
+                seen.add(ident)
+                rows.append(json.dumps([a.name, a.severity, dict(case), remedies.setdefault(pair, len(remedies))]))
+    return "{\"rows\": [\n" + ",\n".join(rows) + "\n],\n\"remedies\": [\n" + ",\n".join(remedies) + "\n]}\n"
 
 
 def generate(cfg: Config = config_mod.DEFAULT, alerts_dir: Path | None = None, docs_file: Path | None = None,
