@@ -104,6 +104,25 @@ def init(app) -> None:
     app.state.gpu = collector
 
 
+def init_fleet(app) -> None:
+    """Per-fleet GPU time (issue 24 item 6; every node: issue 33 item 3): this exporter's GPUs and the agents', over
+    the Ray task ledger the discovery area mounted (``app.state.ray_tasks``). app.py calls it after every area, so
+    gpu reads discovery and discovery imports nothing of gpu."""
+    poller = getattr(app.state, "ray_tasks", None)
+    if poller is None:
+        return
+    from .fleet import FleetAccountant, FleetCollector
+    from .fleetnodes import NodeTotals
+    app.state.fleet_nodes = NodeTotals(app.state.store)
+    gpu = getattr(app.state, "gpu", None)
+    if gpu is not None and gpu.sampler is not None:
+        observe = getattr(app.state.settings, "extra", {}).get("gpu_call_watch", True)
+        app.state.gpu_fleet = FleetAccountant(gpu.sampler, poller, poller.run_labels, app.state.store,
+                                              observe=observe)
+        on_lifespan(app, lambda: None, app.state.gpu_fleet.close)
+    app.state.registry.register(FleetCollector(app.state.gpu_fleet, app.state.fleet_nodes))
+
+
 def _tie_to_lifespan(app, sampler: GpuSampler) -> None:
     """Sample while the server runs."""
     on_lifespan(app, sampler.start, sampler.stop)
