@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, fields
 from typing import Mapping, Sequence
 
 from .. import names
-from ..prosetext import CONFIG_READ, INFO_LABELS, NO_CONFIG_INFO, PLAIN, Ctx, info_series, key_of, render, setting_series
+from ..prosetext import (CONFIG_READ, INFO_LABELS, NO_CONFIG_INFO, PLAIN, Ctx, info_series, key_of, render,
+                         setting_series)
 from ..prosetext import setting_key as _setting_key
 
 __all__ = ["CONFIG_READ", "INFO_LABELS", "NO_CONFIG_INFO", "Ctx", "info_series", "key_of", "setting_series"]

@@ -12,11 +12,11 @@ from pydantic import BaseModel
 from .. import names as n, paths, remedy_info
 from .. import config as config_mod
 from . import rulefiles as render
-from . import rulespec as spec
+from . import rulespec
 from .prose import Ctx, data
 from .remedies import STEP_CAUSES
 from ..config import Config
-from .rule import Alert
+from .rule import AlertSpec
 
 DOC_BEGIN = "<!-- BEGIN GENERATED: thresholds (omniwatch rules generate) -->"
 DOC_END = "<!-- END GENERATED: thresholds -->"
@@ -74,10 +74,10 @@ def index_table(cfg: Config) -> str:
     ``for:``, summary and runbook) without a hand-written row; why its numbers are what they are is the config
     field's description (the thresholds table below)."""
     rows = ["| Alert | Severity | `for:` | Rule file | Summary |", "|---|---|---|---|---|"]
-    for f in spec.rule_files(cfg):
+    for f in rulespec.rule_files(cfg):
         for g in f.groups:
             for a in g.rules:
-                if isinstance(a, Alert):
+                if isinstance(a, AlertSpec):
                     summary = a.summary.replace("|", "/")
                     row = (f"| [`{a.name}`](runbooks.md#{a.name.lower()}) | {a.severity} | {a.for_ or '—'} | "
                            f"`{f.name}` ({g.name}) | {summary} |")
@@ -104,7 +104,7 @@ def remedies_table(cfg: Config) -> str:
     out = [REMEDY_BEGIN, ""]
     remedies: dict[str, dict[str, list[str]]] = {}  # alert -> remedy template -> severities
     first: dict[tuple[str, str], object] = {}
-    for a in spec.alerts(cfg):
+    for a in rulespec.alerts(cfg):
         if a.remedy is not None:
             remedies.setdefault(a.name, {}).setdefault(a.remedy.go(), []).append(a.severity)
             first.setdefault((a.name, a.remedy.go()), a)
@@ -149,7 +149,7 @@ def config_table(cfg: Config, fixtures: Path) -> str:
     head = "| alert | " + " | ".join(["no config read (legacy, colocated)"] + [w for w, _, _ in examples]) + " |"
     rows = [CONFIG_BEGIN, "", head, "|" + "---|" * (2 + len(examples))]
     seen = set()
-    for a in spec.alerts(cfg):
+    for a in rulespec.alerts(cfg):
         if a.remedy is None or (a.name, a.severity) in seen:
             continue
         seen.add((a.name, a.severity))
@@ -175,7 +175,7 @@ def _replace_section(text: str, begin: str, end: str, body: str, where: Path) ->
 
 
 def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path, str]:
-    out = {alerts_dir / f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)}
+    out = {alerts_dir / f.name: render.render_file(f, cfg) for f in rulespec.rule_files(cfg)}
     if docs_file is not None:
         text = _replace_section(docs_file.read_text(), DOC_BEGIN, DOC_END, thresholds_table(cfg), docs_file)
         text = _replace_section(text, INDEX_BEGIN, INDEX_END, index_table(cfg), docs_file)
@@ -195,7 +195,7 @@ def remedy_data(cfg: Config) -> str:
     prosetext.render, importing no rule authoring."""
     from .remedies import LABEL_CASES
     rows, remedies, seen = [], {}, set()
-    for a in spec.alerts(cfg):
+    for a in rulespec.alerts(cfg):
         if a.remedy is None:
             continue
         act = getattr(a.remedy, "action", None)
