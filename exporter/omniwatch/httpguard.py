@@ -264,7 +264,6 @@ class BackgroundServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 10.0) -> "BackgroundServer":
-        import time
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:

@@ -1,11 +1,6 @@
-"""Alert prose as plain text, from its data (issue 34 item 2, the floors): the one renderer of ``Prose.expect``.
-
-``alerting/prose.py`` authors alert text (parts, ``go()``: the Go template); :func:`data` of a part there is a JSON
-tree of ``{"t": <part class>, <field>: ...}`` nodes (a prose: a list of nodes), and :func:`render` fills one with a
-:class:`Ctx` here, on the ground floor, so the exporter serves remedy texts from the data file ``omniwatch
-generate`` writes (remedy_info.py) without importing rule authoring. The run-context helpers (``setting_series``:
-a run's trainer config as the series a remedy queries) live here for the same reason.
-"""
+"""Alert prose as plain text from its data (``prose.data``: ``{"t": part class, field: ...}`` nodes): the one renderer
+of ``Prose.expect``, and the run context it reads (``Ctx``, ``setting_series``), on the ground floor, so the exporter
+serves remedies from the data ``omniwatch generate`` writes (remedy_info.py) without importing rule authoring."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,9 +44,7 @@ NO_CONFIG_INFO = {"source": "none", "engine": "unknown", "trainer": "unknown", "
 
 
 def info_series(info: Mapping[str, str]) -> dict:
-    """``Ctx.series`` entries for omniwatch_trainer_config_info as the exporter writes it (``info``: its labels,
-    trainer_config.TrainerConfig.info_labels): a remedy part that queries it with one fixed label
-    (``remedies._config("engine", "veomni", ...)``) renders as Prometheus renders it."""
+    """``Ctx.series`` entries for omniwatch_trainer_config_info as the exporter writes it (``info``: its labels)."""
     return {key_of(names.TRAINER_CONFIG_INFO, f'{k}="{v}"'): 1.0 for k, v in info.items()}
 
 
@@ -81,34 +74,22 @@ def setting_series(settings: Mapping[str, object] | None, info: Mapping[str, str
     return out
 
 
-# --- the renderer: one function per part class of alerting/prose.py ---------------------------------------------
+# --- the renderer: one entry per part class of alerting/prose.py ------------------------------------------------
 def render(prose: list, ctx: Ctx) -> str:
     return "".join(_PART[p["t"]](p, ctx) for p in prose)
 
 
-def _value(p, v) -> str:  # prefix + value + suffix, or default (Query, SeriesValue)
-    return p["default"] if v is None else p["prefix"] + (PLAIN[p["fmt"]](v) if p["show"] else "") + p["suffix"]
+def _value(p, v) -> str:  # prefix + value + suffix, or default (Query, SeriesValue, SettingValue)
+    return p["default"] if v is None else p["prefix"] + (PLAIN[p["fmt"]](v) if p.get("show", True) else "") + p["suffix"]
 
 
-def _value_part(p, ctx):
-    assert ctx.value is not None, "the test context needs the alert's value"
-    return PLAIN[p["fmt"]](ctx.value)
+def _cond(p, v):  # SeriesValue: the value while it meets ``cond`` (e.g. "> 0")
+    op, _, ref = p["cond"].partition(" ")
+    return v if v is None or not op or OPS[op](v, float(ref)) else None
 
 
-def _series_value(p, ctx):
-    v = ctx.series.get(key_of(p["metric"], ",".join(f'{k}="{v}"' for k, v in p["fixed"])))
-    if v is not None and p["cond"]:
-        op, _, ref = p["cond"].partition(" ")
-        v = v if OPS[op](v, float(ref)) else None
-    return _value(p, v)
-
-
-def _switch(p, ctx):
-    if ctx.modes is not None:
-        for cond, prose in p["cases"]:
-            if all(ctx.modes.get(lab) == val for lab, val in cond):
-                return render(prose, ctx)
-    return render(p["default"], ctx)
+def _first(cases, ok, default, ctx) -> str:  # the first case whose condition holds, else ``default``
+    return render(next((prose for *cond, prose in cases if ok(*cond)), default), ctx)
 
 
 def _shift_shape(p, ctx):
@@ -121,56 +102,29 @@ def _shift_shape(p, ctx):
     return ""
 
 
-def _setting_switch(p, ctx):
-    for conds, prose in p["cases"]:
-        if all(ctx.series.get(setting_key(s, v)) is not None for s, v in conds):
-            return render(prose, ctx)
-    return render(p["default"] if ctx.series.get(CONFIG_READ) is not None else p["unknown"], ctx)
-
-
-def _value_switch(p, ctx):
-    v = ctx.series.get(p["metric"])
-    if v is not None:
-        for op, ref, prose in p["cases"]:
-            if OPS[op](v, ref):
-                return render(prose, ctx)
-    return render(p["default"], ctx)
-
-
-def _label_if(p, ctx):
-    v = ctx.labels.get(p["name"])
-    return f"{p['prefix']}{v}{p['suffix']}" if v else ""
-
-
-def _query_label(p, ctx):
-    v = ctx.series.get(f"{p['metric']}:{p['label']}")
-    return "" if v is None else f"{p['prefix']}{v}{p['suffix']}"
-
-
-def _setting_value(p, ctx):
-    v = ctx.series.get(setting_key(p["setting"]))
-    return p["default"] if v is None else p["prefix"] + PLAIN[p["fmt"]](v) + p["suffix"]
-
-
-def _setting_word(p, ctx):
-    v = ctx.series.get(setting_key(p["setting"]) + ":value")
-    return p["default"] if v is None else f"{p['prefix']}{v}{p['suffix']}"
+def _wrap(p, v) -> str:  # prefix + word + suffix, or the default (nothing)
+    return p.get("default", "") if v is None else f"{p['prefix']}{v}{p['suffix']}"
 
 
 _PART = {
     "Text": lambda p, ctx: p["text"],
     "Label": lambda p, ctx: ctx.labels.get(p["name"], ""),
-    "Value": _value_part,
+    "Value": lambda p, ctx: PLAIN[p["fmt"]](ctx.value),   # a TypeError where the context has no alert value
     "Query": lambda p, ctx: _value(p, ctx.series.get(f"{p['pre']}{p['metric']}{p['post']}")),
-    "SeriesValue": _series_value,
-    "QueryLabel": _query_label,
+    "SeriesValue": lambda p, ctx: _value(p, _cond(p, ctx.series.get(
+        key_of(p["metric"], ",".join(f'{k}="{v}"' for k, v in p["fixed"]))))),
+    "QueryLabel": lambda p, ctx: _wrap(p, ctx.series.get(f"{p['metric']}:{p['label']}")),
     "IfSeries": lambda p, ctx: render(p["then"] if ctx.series.get(p["metric"]) is not None else p["otherwise"], ctx),
-    "LabelIf": _label_if,
-    "Switch": _switch,
+    "LabelIf": lambda p, ctx: _wrap(p, ctx.labels.get(p["name"]) or None),
+    "Switch": lambda p, ctx: _first(p["cases"], lambda cond: ctx.modes is not None and all(
+        ctx.modes.get(lab) == val for lab, val in cond), p["default"], ctx),
     "LabelSwitch": lambda p, ctx: render(dict(p["cases"]).get(ctx.labels.get(p["name"]), p["default"]), ctx),
     "ShiftShape": _shift_shape,
-    "SettingSwitch": _setting_switch,
-    "SettingValue": _setting_value,
-    "SettingWord": _setting_word,
-    "ValueSwitch": _value_switch,
+    "SettingSwitch": lambda p, ctx: _first(p["cases"], lambda conds: all(
+        ctx.series.get(setting_key(s, v)) is not None for s, v in conds),
+        p["default"] if ctx.series.get(CONFIG_READ) is not None else p["unknown"], ctx),
+    "SettingValue": lambda p, ctx: _value(p, ctx.series.get(setting_key(p["setting"]))),
+    "SettingWord": lambda p, ctx: _wrap(p, ctx.series.get(setting_key(p["setting"]) + ":value")),
+    "ValueSwitch": lambda p, ctx: _first(p["cases"], lambda op, ref: (v := ctx.series.get(p["metric"])) is not None
+                                         and OPS[op](v, ref), p["default"], ctx),
 }

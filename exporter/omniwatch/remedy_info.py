@@ -11,9 +11,8 @@
 
 Prometheus keeps an alert's annotations out of PromQL (ALERTS has no annotations), so the overview's "Why slow" row
 joins a firing alert to its action through these. The text is rendered as Prometheus renders the annotation
-(``Prose.expect`` over the run's modes, its config settings and break-even) from remedy_texts.json, the remedies of
-alerting/remedies.py as prose data that ``omniwatch generate`` writes (the default config's, as the rule files;
-prosetext.render fills it, so the exporter imports no rule authoring: issue 34 item 2); values a remedy
+(``Prose.expect`` over the run's modes, its config settings and break-even) from remedy_texts.json, which ``omniwatch
+generate`` writes (the exporter imports no rule authoring: docs/architecture.md, Floors); values a remedy
 quotes from other live series (the device peak, reward-server latency) are left at the layout default here — the
 alert notification carries the run's full text. Rendering is cached per distinct input, so a scrape of many runs of
 a few layouts and configs renders each text once.

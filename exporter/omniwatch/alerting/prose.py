@@ -14,11 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Mapping, Sequence
 
 from .. import names
-from ..prosetext import (CONFIG_READ, INFO_LABELS, NO_CONFIG_INFO, PLAIN, Ctx, info_series, key_of, render,
-                         setting_series)
-from ..prosetext import setting_key as _setting_key
-
-__all__ = ["CONFIG_READ", "INFO_LABELS", "NO_CONFIG_INFO", "Ctx", "info_series", "key_of", "setting_series"]
+from ..prosetext import CONFIG_READ, Ctx, key_of, render, setting_series  # noqa: F401 (their home before)
 
 
 def span(d: str) -> str:
@@ -27,14 +23,12 @@ def span(d: str) -> str:
     return unit if number == 1 else f"{number:g} {unit}s"
 
 
-# fmt name -> (Go pipeline suffix, plain Python formatter for ``expect``: prosetext.PLAIN)
-FORMATS = {k: (go, PLAIN[k]) for k, go in (("pct", "humanizePercentage"), ("dur", "humanizeDuration"),
-                                           ("f0", 'printf "%.0f"'), ("f1", 'printf "%.1f"'), ("f2", 'printf "%.2f"'))}
+FORMATS = {"pct": "humanizePercentage", "dur": "humanizeDuration", "f0": 'printf "%.0f"', "f1": 'printf "%.1f"',
+           "f2": 'printf "%.2f"'}  # fmt name -> Go pipeline suffix (the plain ones: prosetext.PLAIN)
 
 
 def data(x):
-    """A part or prose as the JSON tree prosetext.render reads: a prose -> its parts' list, a part ->
-    ``{"t": its class, field: data(value)}``."""
+    """The JSON tree prosetext.render reads: a prose -> its parts' list, a part -> {"t": class, field: data}."""
     if isinstance(x, Prose):
         return [data(p) for p in x.parts]
     if isinstance(x, Part):
@@ -74,7 +68,7 @@ class Value(Part):
     fmt: str
 
     def go(self) -> str:
-        return f"{{{{ $value | {FORMATS[self.fmt][0]} }}}}"
+        return f"{{{{ $value | {FORMATS[self.fmt]} }}}}"
 
 
 def _run_selector(metric: str, extra: str) -> str:
@@ -102,11 +96,6 @@ class Query(Part):
     post: str = ""
     show: bool = True
 
-    @property
-    def key(self) -> str:
-        """The ``Ctx.series`` key of this query: the metric, or the whole expression when wrapped."""
-        return f"{self.pre}{self.metric}{self.post}"
-
     def go(self) -> str:
         m = f",{self.matchers}" if self.matchers else ""
         args = " ".join(f"$labels.{a}" for a in self.label_args)
@@ -118,7 +107,7 @@ class Query(Part):
         for part in (self.prefix, self.suffix, self.default):
             Text(part).go()
         other = f"{{{{ else }}}}{self.default}" if self.default else ""
-        body = f"{{{{ . | first | value | {FORMATS[self.fmt][0]} }}}}" if self.show else ""
+        body = f"{{{{ . | first | value | {FORMATS[self.fmt]} }}}}" if self.show else ""
         return f"{{{{ with {sel} | query }}}}{self.prefix}{body}{self.suffix}{other}{{{{ end }}}}"
 
 
@@ -136,10 +125,6 @@ class SeriesValue(Part):
     cond: str = ""
     show: bool = True
 
-    @property
-    def key(self) -> str:
-        return key_of(self.metric, ",".join(f'{k}="{v}"' for k, v in self.fixed))
-
     def go(self) -> str:
         for part in (self.prefix, self.suffix, self.default):
             Text(part).go()
@@ -147,7 +132,7 @@ class SeriesValue(Part):
         args = "".join(f' "{v}"' for _, v in self.fixed)
         cond = f" {self.cond}" if self.cond else ""
         sel = f'printf "{self.metric}{{project=%q,experiment=%q{m}}}{cond}" $labels.project $labels.experiment{args}'
-        body = f"{{{{ . | first | value | {FORMATS[self.fmt][0]} }}}}" if self.show else ""
+        body = f"{{{{ . | first | value | {FORMATS[self.fmt]} }}}}" if self.show else ""
         other = f"{{{{ else }}}}{self.default}" if self.default else ""
         return f"{{{{ with {sel} | query }}}}{self.prefix}{body}{self.suffix}{other}{{{{ end }}}}"
 

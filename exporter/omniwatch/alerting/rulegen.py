@@ -189,15 +189,11 @@ def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path,
 
 
 def remedy_data(cfg: Config) -> str:
-    """remedy_texts.json, the remedies the exporter serves (remedy_info.py): ``rows``, one per alert with a remedy,
-    severity and alert-label case it branches on (the case's labels and the index of its remedy), and ``remedies``,
-    each distinct [text, action] once as prose data (prose.data), which the exporter renders per run with
-    prosetext.render, importing no rule authoring."""
+    """remedy_texts.json, the remedies the exporter serves (remedy_info.py): ``rows`` [alert, severity, label case,
+    index], one per alert, severity and case, and ``remedies``, each [text, action] once as prose data."""
     from .remedies import LABEL_CASES
     rows, remedies, seen = [], {}, set()
-    for a in rulespec.alerts(cfg):
-        if a.remedy is None:
-            continue
+    for a in (a for a in rulespec.alerts(cfg) if a.remedy is not None):
         act = getattr(a.remedy, "action", None)
         pair = json.dumps([data(a.remedy), None if act is None else data(act)], sort_keys=True)
         for case in ({},) + LABEL_CASES.get(a.name, ()):

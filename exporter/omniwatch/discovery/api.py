@@ -210,7 +210,6 @@ def init(app) -> None:
         app.state.ray_tasks = poller
         app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))
         # the hang, end to end (issue 31): the stack of a held call and the run's Ray job, beside the ledger
-        store = app.state.store
         watch = StackWatch(StackDumper(poller.api, native=cfg.ray_stack_native), disc._run_labels, store.stalled,
                            straggler_dispatches=ALERTS.rank_straggler.dispatches)
         app.state.ray_stacks = watch

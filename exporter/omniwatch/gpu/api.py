@@ -105,11 +105,9 @@ def init(app) -> None:
 
 
 def init_fleet(app) -> None:
-    """Per-fleet GPU time (issue 24 item 6; every node: issue 33 item 3): this exporter's GPUs and the agents', over
-    the Ray task ledger the discovery area mounted (``app.state.ray_tasks``). app.py calls it after every area, so
-    gpu reads discovery and discovery imports nothing of gpu."""
-    poller = getattr(app.state, "ray_tasks", None)
-    if poller is None:
+    """Per-fleet GPU time (issue 24 item 6; issue 33 item 3) over discovery's Ray task ledger (app.py calls it after
+    every area: gpu reads discovery, discovery imports nothing of gpu)."""
+    if (poller := getattr(app.state, "ray_tasks", None)) is None:
         return
     from .fleet import FleetAccountant, FleetCollector
     from .fleetnodes import NodeTotals
