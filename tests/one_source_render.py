@@ -67,7 +67,7 @@ def main() -> None:
         C.DEFAULT = cfg  # before anything that reads the default configuration is imported
     from omniwatch.alerting import rulegen as generate
     from omniwatch.alerting import rulefiles as render
-    from omniwatch.alerting import rulespec as spec
+    from omniwatch.alerting import rulespec
     from omniwatch.dashboards.catalog import dashboards
     from omniwatch.dashboards.jsonfiles import rendered
     panels = [{"dashboard": d.uid, "title": p.title, "description": p.full_description(cfg),
@@ -75,7 +75,7 @@ def main() -> None:
               for d in dashboards(cfg) for p in d.panels()]
     json.dump({"changed": changed, "job": [C.DEFAULT.selectors.job, SENTINEL_JOB],
                "runbook_base": [C.DEFAULT.runbook_base, SENTINEL_RUNBOOKS],
-               "rules": {f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)},
+               "rules": {f.name: render.render_file(f, cfg) for f in rulespec.rule_files(cfg)},
                "dashboards": rendered(config=cfg), "panels": panels,
                "remedies": generate.remedies_table(cfg)}, sys.stdout)
 

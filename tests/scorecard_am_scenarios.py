@@ -91,11 +91,11 @@ DURATION = {S1: 7.0, S2: 11.0, S3: 5.0, S4: 17.0, S5: 38.0}
 
 def model_alerts(post: Post, t0: float, t: float):
     """The alerts of ``post`` (made at ``t``, its scenario started at ``t0``) as the model's input."""
-    from omniwatch.scorecard.amsim import Alert
+    from omniwatch.scorecard.amsim import AmAlert
     out = []
     for labels, state, starts in post.alerts:
         s = t if starts is None else t0 + starts
-        out.append(Alert(dict(labels), s, t + FIRING_FOR if state == "firing" else t))
+        out.append(AmAlert(dict(labels), s, t + FIRING_FOR if state == "firing" else t))
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 from omniwatch import names
-from omniwatch.alerting import rulespec as spec
+from omniwatch.alerting import rulespec
 from omniwatch.config import DEFAULT
 from omniwatch.stack import PROFILES
 
@@ -45,7 +45,7 @@ def _group_wait(matchers: list[str]) -> int:
 def test_the_worst_case_latency_of_a_step_alert_is_within_60_s():
     prof = PROFILES["default"]
     assert prof["group_wait"] is None  # the default profile ships alertmanager.yml's group_wait
-    step_for = max(dur(a.for_) for a in spec.alerts(DEFAULT)
+    step_for = max(dur(a.for_) for a in rulespec.alerts(DEFAULT)
                    if a.name in (names.ALERT_REWARD_BOUND, names.ALERT_IDLE, names.ALERT_MFU_DROP,
                                  names.ALERT_MFU_IMPOSSIBLE, names.ALERT_STEP_REGRESSION) and a.for_)
     worst = dur(prof["scrape_interval"]) + dur(prof["evaluation_interval"]) + step_for + dur(AM["route"]["group_wait"])

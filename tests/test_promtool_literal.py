@@ -17,7 +17,7 @@ import yaml
 from omniwatch import rules
 from omniwatch import config
 from omniwatch.alerting import rulefiles as render
-from omniwatch.alerting import rulespec as spec
+from omniwatch.alerting import rulespec
 from omniwatch.config import DEFAULT
 
 from .conftest import REPO, require_tool as tool
@@ -205,8 +205,8 @@ def logic_of(overrides: tuple) -> str:
             cfg = cfg.model_copy(update={section: part.model_copy(update={name: value})})
         else:
             cfg = cfg.model_copy(update={path: value})
-    [default] = [f for f in spec.rule_files(DEFAULT) if f.name == "omniwatch.rules.yml"]
-    [tuned] = [f for f in spec.rule_files(cfg) if f.name == "omniwatch.rules.yml"]
+    [default] = [f for f in rulespec.rule_files(DEFAULT) if f.name == "omniwatch.rules.yml"]
+    [tuned] = [f for f in rulespec.rule_files(cfg) if f.name == "omniwatch.rules.yml"]
     doc = yaml_load(render.render_file(default, DEFAULT))
     logic = yaml_load(render.render_file(tuned, cfg))
     for group, lgroup in zip(doc["groups"], logic["groups"], strict=True):

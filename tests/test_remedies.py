@@ -11,7 +11,7 @@ import pytest
 
 from omniwatch import names as n
 from omniwatch.alerting import remedies
-from omniwatch.alerting import rulespec as spec
+from omniwatch.alerting import rulespec
 from omniwatch.config import DEFAULT
 from omniwatch.alerting.prose import Ctx
 
@@ -56,7 +56,7 @@ def _remedy_texts() -> list[str]:  # noqa: C901
     out = []
     mode_sets = [{"trainer": t, "reward": r, "async_mode": a} for t in ("legacy", "v1", "unknown")
                  for r in ("colocated", "streamed", "unknown") for a in ("sync", "separate_async")] + [None]
-    for a in spec.alerts(DEFAULT):
+    for a in rulespec.alerts(DEFAULT):
         if a.remedy is None:
             continue
         for modes in mode_sets:
@@ -91,7 +91,7 @@ def test_every_config_path_in_the_runbooks_and_alert_docs_exists():
 
 
 def _remedy(alert: str, modes: dict | None, severity: str | None = None, **labels) -> str:
-    a = next(a for a in spec.alerts(DEFAULT) if a.name == alert and severity in (None, a.severity))
+    a = next(a for a in rulespec.alerts(DEFAULT) if a.name == alert and severity in (None, a.severity))
     return a.remedy.expect(Ctx({"project": "p", "experiment": "e", **labels}, 1.0, {}, modes))
 
 
@@ -119,7 +119,7 @@ def test_inter_stage_idle_advice_fits_the_trainer_and_never_prescribes_separate_
 
 
 def test_mfu_impossible_names_the_silicon_peak_and_how_it_reaches_the_workers():
-    a = next(a for a in spec.alerts(DEFAULT) if a.name == n.ALERT_MFU_IMPOSSIBLE)
+    a = next(a for a in rulespec.alerts(DEFAULT) if a.name == n.ALERT_MFU_IMPOSSIBLE)
     with_peak = a.remedy.expect(Ctx({"project": "p", "experiment": "e", "role": "actor"}, 2.6, {n.MFU_DEVICE_PEAK: 989}))
     assert 'VERL_OMNI_DEVICE_FLOPS_TFLOPS="989"' in with_peak and "runtime_env.env_vars" in with_peak
     other = a.remedy.expect(Ctx({"project": "p", "experiment": "e", "role": "actor"}, 2.6, {n.MFU_DEVICE_PEAK: 312}))
@@ -206,7 +206,7 @@ def test_one_complete_layout_aware_profile_line_per_alert(trainer):
     the profiled step; on V1 the statement that it has no per-step profiling lifecycle."""
     modes = {"trainer": trainer, "reward": "colocated", "async_mode": "sync"} if trainer else None
     seen = set()
-    for a in spec.alerts(DEFAULT):
+    for a in rulespec.alerts(DEFAULT):
         if a.name not in PROFILED or a.remedy is None:
             continue
         seen.add(a.name)
@@ -285,7 +285,7 @@ def test_every_remedy_has_a_one_line_action_of_at_most_120_characters_in_every_b
     from omniwatch.alerting.rulegen import LAYOUTS
     modes_all = [m for _, m in LAYOUTS] + [{"trainer": "unknown", "reward": "unknown", "async_mode": "unknown"}]
     seen = 0
-    for a in spec.alerts(DEFAULT):
+    for a in rulespec.alerts(DEFAULT):
         if a.remedy is None:
             continue
         assert isinstance(a.remedy, Remedy) and a.remedy.action.parts, a.name
@@ -329,7 +329,7 @@ def _already_had(cfg, raw: dict) -> set:
     bypass = _config_value(raw, "algorithm.rollout_correction.bypass_mode") is True
     cases_ok = [c for c in CASES if c.get("mode") != "bypass" or bypass]
     bad = set()
-    for a in spec.alerts(DEFAULT):
+    for a in rulespec.alerts(DEFAULT):
         if a.remedy is None:
             continue
         for modes, labels, extra in itertools.product(modes_ok, cases_ok, EXTRAS):
@@ -380,7 +380,7 @@ def test_no_remedy_proposes_a_setting_of_a_config_with_every_default_turned(name
 
 
 def _r(alert: str, cfg, modes=None, severity=None, extra=None, action=False, **labels) -> str:
-    a = next(a for a in spec.alerts(DEFAULT) if a.name == alert and severity in (None, a.severity))
+    a = next(a for a in rulespec.alerts(DEFAULT) if a.name == alert and severity in (None, a.severity))
     ctx = ctx_for(cfg, modes, extra, **labels)
     return a.remedy.action.expect(ctx) if action else a.remedy.expect(ctx)
 
@@ -646,7 +646,7 @@ def _setting_switches():
             for y in x:
                 yield from walk(y)
     found: dict = {}
-    for a in spec.alerts(DEFAULT):
+    for a in rulespec.alerts(DEFAULT):
         if a.remedy is not None:
             for node in walk(a.remedy):
                 found.setdefault(node, a.name)
@@ -718,3 +718,12 @@ def test_a_serial_engine_with_step_execution_on_is_not_told_to_turn_it_on():
             n.ALERT_ROLLOUT_SATURATED, cfg, LEGACY_COLOCATED, role="rollout", engine="serial", action=True)
         assert "set `actor_rollout_ref.rollout.step_execution=True`" in _r(
             n.ALERT_ROLLOUT_SATURATED, cfg, LEGACY_COLOCATED, role="rollout", engine="serial")
+
+
+def test_the_served_remedy_data_is_a_fresh_render():
+    """remedy_texts.json, which the exporter loads instead of importing rule authoring (issue 34 item 2), is what
+    `omniwatch generate` renders from alerting/remedies.py now (the drift check says the same)."""
+    from omniwatch import remedy_info
+    from omniwatch.alerting import rulegen
+    from omniwatch.config import DEFAULT
+    assert remedy_info.DATA.read_text(encoding="utf-8") == rulegen.remedy_data(DEFAULT)

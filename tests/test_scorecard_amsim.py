@@ -103,8 +103,8 @@ def test_an_integration_without_send_resolved_sends_only_firing_alerts():
                                         "group_interval": "10s"},
                               "receivers": [{"name": "r", "slack_configs": [{"channel": "#x"}]}]})
     am = amsim.Alertmanager(cfg, started=-7.0)
-    am.post(0.0, [amsim.Alert({"alertname": "A", "i": "1"}, 0.0, 100.0), amsim.Alert({"alertname": "A", "i": "2"}, 0.0, 100.0)])
-    am.post(5.0, [amsim.Alert({"alertname": "A", "i": "1"}, 0.0, 5.0)])
-    am.post(15.0, [amsim.Alert({"alertname": "A", "i": "2"}, 0.0, 15.0)])
+    am.post(0.0, [amsim.AmAlert({"alertname": "A", "i": "1"}, 0.0, 100.0), amsim.AmAlert({"alertname": "A", "i": "2"}, 0.0, 100.0)])
+    am.post(5.0, [amsim.AmAlert({"alertname": "A", "i": "1"}, 0.0, 5.0)])
+    am.post(15.0, [amsim.AmAlert({"alertname": "A", "i": "2"}, 0.0, 15.0)])
     am.advance(40.0)
     assert [(x.t, x.status, len(x.firing), len(x.resolved)) for x in am.notifications] == [(1.0, "firing", 2, 0)]

@@ -49,5 +49,6 @@ def create_app(store: RunStore, registry: CollectorRegistry, settings: Settings)
         return JSONResponse(out)
 
     mount(app, *AREAS)
+    gpu.init_fleet(app)   # the GPU area over discovery's Ray task ledger
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

@@ -3,8 +3,9 @@
 ==========================  ==========================================================================
 generated file              source
 ==========================  ==========================================================================
-alerts/*.rules.yml          omniwatch/alerting/ (config.py: the numbers; spec, stalls, endpoints: the rules)
+alerts/*.rules.yml          omniwatch/alerting/ (rulespec, stalls, endpoints: the rules; ../config.py: the numbers)
 docs/alerts.md (2 tables)   omniwatch/alerting/rulegen.py (thresholds, remedies)
+omniwatch/remedy_texts.json omniwatch/alerting/rulegen.py (the remedies the exporter serves, as prose data)
 dashboards/*.json           omniwatch/dashboards/ (specs, one factory)
 docs/metrics.md             omniwatch/names.py (the metric catalogue)
 deploy/compose/*.yml        omniwatch/stack.py (the native stack's configs, relocated for containers)

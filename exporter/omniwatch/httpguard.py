@@ -30,16 +30,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import resource
 import time
 from collections import defaultdict
 
 import h11
+import uvicorn
 from prometheus_client.registry import Collector
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from . import names as n
 from .ratelog import LOG_EVERY, RateLimitedLog
+from .settings import DEFAULT_HOST, Settings
 
 log = logging.getLogger(__name__)
 
@@ -209,3 +212,67 @@ def descriptor_budget(max_connections: int, max_open_files: int, sources: int) -
         log.warning("descriptor limit %d: serving at most %d connections (asked %d; %d per file source held "
                     "for files); raise `ulimit -n` for more", soft, cap, max_connections, max_open_files)
     return cap
+
+
+# --- uvicorn with the guard: ``omniwatch serve`` (server.py) and every in-process server (node agents, tests) ---
+class GuardedServer(uvicorn.Server):
+    """uvicorn's server with accept() failures handled by :class:`AcceptErrorHandler`."""
+
+    def __init__(self, config: uvicorn.Config, stats: GuardStats):
+        super().__init__(config)
+        self.accept_errors = AcceptErrorHandler(stats)
+
+    async def startup(self, sockets=None) -> None:
+        asyncio.get_running_loop().set_exception_handler(self.accept_errors)
+        await super().startup(sockets=sockets)
+
+
+def server_config(app, settings: Settings, stats: GuardStats, sources: int = 0) -> uvicorn.Config:
+    """The uvicorn settings that bound connections and descriptors (see httpguard's docstring for why
+    each is set and what uvicorn cannot do alone)."""
+    cap = descriptor_budget(settings.max_connections, settings.max_open_files, sources)
+    proto = protocol_class(stats, cap, settings.header_timeout, settings.body_timeout)
+    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                          http=proto, backlog=BACKLOG, limit_concurrency=2 * cap + BACKLOG,
+                          h11_max_incomplete_event_size=MAX_HEAD_BYTES, timeout_keep_alive=5,
+                          timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
+
+
+SHUTDOWN_GRACE_SECONDS = 1  # requests in flight at SIGTERM get this long; the whole exit stays under 2 s
+
+
+class BackgroundServer:
+    """Run an ASGI app with uvicorn in a thread (node agents, tests, demo helpers), with the same
+    connection guard as ``omniwatch serve`` (a node agent's port is as reachable as the exporter's)."""
+
+    def __init__(self, app, host: str = DEFAULT_HOST, port: int = 0):
+        import socket
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = host, self.sock.getsockname()[1]
+        stats = GuardStats()
+        registry = getattr(getattr(app, "state", None), "registry", None)
+        if registry is not None:
+            registry.register(GuardCollector(stats))
+        settings = getattr(getattr(app, "state", None), "settings", None) or Settings()
+        self.server = GuardedServer(server_config(app, settings, stats), stats)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> "BackgroundServer":
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()

@@ -11,7 +11,8 @@
 
 Prometheus keeps an alert's annotations out of PromQL (ALERTS has no annotations), so the overview's "Why slow" row
 joins a firing alert to its action through these. The text is rendered as Prometheus renders the annotation
-(``Prose.expect`` over the run's modes, its config settings and break-even: alerting/remedies.py); values a remedy
+(``Prose.expect`` over the run's modes, its config settings and break-even) from remedy_texts.json, which ``omniwatch
+generate`` writes (the exporter imports no rule authoring: docs/architecture.md, Floors); values a remedy
 quotes from other live series (the device peak, reward-server latency) are left at the layout default here — the
 alert notification carries the run's full text. Rendering is cached per distinct input, so a scrape of many runs of
 a few layouts and configs renders each text once.
@@ -19,8 +20,10 @@ a few layouts and configs renders each text once.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from functools import lru_cache
+from pathlib import Path
 
 LAYOUT = ("trainer", "reward", "async_mode")
 CASE_LABELS = ("cause", "role", "engine", "mode")  # the alert labels a remedy may branch on (remedies.LABEL_CASES)
@@ -60,11 +63,12 @@ def variant(action: str, text: str) -> str:
     return hashlib.blake2b(f"{action}\0{text}".encode(), digest_size=4).hexdigest()
 
 
+DATA = Path(__file__).with_name("remedy_texts.json")  # written by `omniwatch generate` (alerting/rulegen.py)
+
+
 @lru_cache(maxsize=1)
-def _alerts() -> tuple:
-    from .alerting import rulespec as spec
-    from .config import DEFAULT
-    return tuple(a for a in spec.alerts(DEFAULT) if a.remedy is not None)
+def _remedies() -> dict:
+    return json.loads(DATA.read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=256)
@@ -72,8 +76,7 @@ def rows(key: tuple) -> tuple[tuple[tuple[str, ...], str, str, str], ...]:
     """((alertname, severity, cause, role, engine, mode), variant, action, remedy) of every alert's remedy for one
     run input (layout, config settings, break-even): one row per alert, severity and label case."""
     from . import names as n
-    from .alerting import remedies as rem
-    from .alerting.prose import Ctx, setting_series
+    from .prosetext import Ctx, render, setting_series
     modes_t, settings, be = key
     modes = {k: v for k, v in zip(LAYOUT, modes_t) if v != "unknown"} or None
     # the config's settings and its info series as the exporter writes them (a VeOmni run's keys, LoRA unknown
@@ -81,18 +84,13 @@ def rows(key: tuple) -> tuple[tuple[tuple[str, ...], str, str, str], ...]:
     series = setting_series(dict(settings[0]), dict(settings[1])) if settings is not None else setting_series(None)
     if be is not None:
         series[n.REWARD_POOL_BREAK_EVEN] = float(be)
-    out, seen = [], set()
-    for a in _alerts():
-        for case in ({},) + rem.LABEL_CASES.get(a.name, ()):
-            ident = (a.name, a.severity, *(case.get(k, "") for k in CASE_LABELS))
-            if ident in seen:
-                continue
-            seen.add(ident)
-            ctx = Ctx({"project": "", "experiment": "", **case}, None, series, modes)
-            text = " ".join(a.remedy.expect(ctx).split())
-            act = getattr(a.remedy, "action", None)
-            action = " ".join(act.expect(ctx).split()) if act is not None else ""
-            out.append((ident, variant(action, text), action, text))
+    out, data = [], _remedies()
+    for alert, severity, case, k in data["rows"]:
+        ctx = Ctx({"project": "", "experiment": "", **case}, None, series, modes)
+        text, act = data["remedies"][k]
+        text = " ".join(render(text, ctx).split())
+        action = " ".join(render(act, ctx).split()) if act is not None else ""
+        out.append(((alert, severity, *(case.get(c, "") for c in CASE_LABELS)), variant(action, text), action, text))
     return tuple(out)
 
 

@@ -47,7 +47,7 @@ def rule_test_files(rules_dir: Path | None = None) -> list[Path]:
 
 
 @dataclass
-class Alert:
+class LoadedAlert:
     name: str
     expr: str
     file: Path
@@ -67,16 +67,16 @@ def load_rule_file(path: Path) -> dict:
     return doc
 
 
-def load_alerts(rules_dir: Path | None = None) -> list[Alert]:
+def load_alerts(rules_dir: Path | None = None) -> list[LoadedAlert]:
     """The alerting rules of every rule file, in file order (recording rules left out)."""
     out = []
     for path in rule_files(rules_dir):
         for group in load_rule_file(path)["groups"]:
             for rule in (group or {}).get("rules") or []:
                 if isinstance(rule, dict) and "alert" in rule:
-                    out.append(Alert(str(rule["alert"]), str(rule.get("expr", "")), path, str(group.get("name")),
-                                     rule.get("for"), dict(rule.get("labels") or {}),
-                                     dict(rule.get("annotations") or {})))
+                    out.append(LoadedAlert(str(rule["alert"]), str(rule.get("expr", "")), path, str(group.get("name")),
+                                           rule.get("for"), dict(rule.get("labels") or {}),
+                                           dict(rule.get("annotations") or {})))
     return out
 
 

@@ -4,20 +4,18 @@ Areas with background work (relay delivery, GPU sampling, Ray discovery) start w
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
 import sys
-import threading
 from dataclasses import dataclass, field
 
-import uvicorn
 
 from . import cliargs
 from . import discovery, httpguard
 from .app import create_app
 from .exposition import make_registry
+from .httpguard import BackgroundServer, GuardedServer, server_config  # noqa: F401 (tests import it here)
 from .gpu.loop import gpu_option, settings_extra
 from . import config as alert_config
 from .model import RunStore
@@ -196,32 +194,6 @@ def settings_from_args(args) -> Settings:
                              body_timeout=getattr(args, "body_timeout", None))
 
 
-class GuardedServer(uvicorn.Server):
-    """uvicorn's server with accept() failures handled by :class:`httpguard.AcceptErrorHandler`."""
-
-    def __init__(self, config: uvicorn.Config, stats: httpguard.GuardStats):
-        super().__init__(config)
-        self.accept_errors = httpguard.AcceptErrorHandler(stats)
-
-    async def startup(self, sockets=None) -> None:
-        asyncio.get_running_loop().set_exception_handler(self.accept_errors)
-        await super().startup(sockets=sockets)
-
-
-def server_config(app, settings: Settings, stats: httpguard.GuardStats, sources: int = 0) -> uvicorn.Config:
-    """The uvicorn settings that bound connections and descriptors (see httpguard's docstring for why
-    each is set and what uvicorn cannot do alone)."""
-    cap = httpguard.descriptor_budget(settings.max_connections, settings.max_open_files, sources)
-    proto = httpguard.protocol_class(stats, cap, settings.header_timeout, settings.body_timeout)
-    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                          http=proto, backlog=httpguard.BACKLOG, limit_concurrency=2 * cap + httpguard.BACKLOG,
-                          h11_max_incomplete_event_size=httpguard.MAX_HEAD_BYTES, timeout_keep_alive=5,
-                          timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
-
-
-SHUTDOWN_GRACE_SECONDS = 1  # requests in flight at SIGTERM get this long; the whole exit stays under 2 s
-
-
 def serve(args) -> int:
     settings = settings_from_args(args)
     try:
@@ -265,41 +237,3 @@ def add_commands(sub) -> None:
     add_exporter_args(p)
     discovery.add_arguments(p)
     p.set_defaults(func=serve)
-
-
-class BackgroundServer:
-    """Run an ASGI app with uvicorn in a thread (node agents, tests, demo helpers), with the same
-    connection guard as ``omniwatch serve`` (a node agent's port is as reachable as the exporter's)."""
-
-    def __init__(self, app, host: str = DEFAULT_HOST, port: int = 0):
-        import socket
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.host, self.port = host, self.sock.getsockname()[1]
-        stats = httpguard.GuardStats()
-        registry = getattr(getattr(app, "state", None), "registry", None)
-        if registry is not None:
-            registry.register(httpguard.GuardCollector(stats))
-        settings = getattr(getattr(app, "state", None), "settings", None) or Settings()
-        self.server = GuardedServer(server_config(app, settings, stats), stats)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 10.0) -> "BackgroundServer":
-        import time
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()

@@ -129,7 +129,7 @@ class NodeAgent:
         return f"[{h}]:{self.port}" if ":" in h else f"{h}:{self.port}"
 
     def start(self) -> "NodeAgent":
-        from ..server import BackgroundServer
+        from ..httpguard import BackgroundServer
         self.server = BackgroundServer(self.app, self.host, self.want_port).start()
         self.started_at = time.time()
         if self.exporter_url:

@@ -31,7 +31,7 @@ from .. import external as x
 from . import remedies
 from ..config import Config
 from .prose import AT_STEP, RUN, Label, LabelSwitch, P, Query, Value, span
-from .rule import Alert, Group, Record, RuleFile, pct, sel
+from .rule import AlertSpec, Group, Record, RuleFile, pct, sel
 from .records import (REC_CEILING, REC_QUEUE_PER_SLOT, REC_REWARD_LATENCY, REC_REWARD_QUEUE_RATIO,
                       REC_REWARD_QUEUE_SECONDS, REC_REWARD_QUEUE_SHARE, REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED,
                       REC_ROLLOUT_SATURATED_GEN, REC_SERVER_SHARE_AVG,
@@ -147,10 +147,10 @@ def rollout_group(cfg: Config) -> Group:
                comment=wrap(f"Share of the time the server's phase ran (gen; gen + reward for reward servers) over the "
                             f"last {q.window} that the replica was saturated: its wall-time share over the phase's "
                             "share of wall time, at most 1 (scrapes are not aligned with steps).")),
-        Alert(n.ALERT_ROLLOUT_SATURATED, cond,
-              "warning", "A rollout or reward server replica is saturated while the training step waits on it.",
-              rollout_saturated_description(cfg), q.for_, remedy=remedies.rollout_saturated(), step=True,
-              comment=alert_comment),
+        AlertSpec(n.ALERT_ROLLOUT_SATURATED, cond,
+                  "warning", "A rollout or reward server replica is saturated while the training step waits on it.",
+                  rollout_saturated_description(cfg), q.for_, remedy=remedies.rollout_saturated(), step=True,
+                  comment=alert_comment),
     ]
     return Group("omniwatch-endpoints-rollout", rules,
                  "vLLM-Omni rollout and vLLM reward servers, per replica (config: rollout_queue).")
@@ -295,32 +295,32 @@ def transferqueue_group(cfg: Config) -> Group:
                             f"- once the alert fires - until it has drained to within {t.min_utilization:g} of its "
                             f"{t.floor_long} floor (the level it drains to between steps). So it resolves once "
                             "drained, not at the first sample where the net rate turns.")),
-        Alert(n.ALERT_TQ_BACKLOG, REC_TQ_BACKLOG, "warning", "TransferQueue storage is filling up.",
-              tq_backlog_description(cfg), t.for_, remedy=remedies.tq_backlog(), step=True),
-        Alert(n.ALERT_TQ_BACKLOG,
-              f"max by ({RUN_BY}) (\n"
-              f"  timestamp({sel(cfg, n.LAST_STEP_TS)}) - {sel(cfg, n.LAST_STEP_TS)}\n)\n"
-              f"  > {t.stall_factor:g} * max by ({RUN_BY}) ({sel(cfg, n.TYPICAL_STEP)})\n"
-              f"and on ({RUN_BY}) {REC_TQ_BACKLOG}\n",
-              "critical", "TransferQueue storage is filling up and training has stopped stepping.",
-              tq_critical_description(cfg), t.for_, remedy=remedies.tq_backlog_critical(), step=True,
-              comment=wrap(f"The same backlog while the run has not stepped for {t.stall_factor:g} typical steps "
-                           "(transferqueue.stall_factor): the backlog now stalls training (Alertmanager lets this "
-                           "critical one inhibit the warning). The step age is taken at the exporter's last scrape "
-                           "(sample timestamp - last step), not at time(): with steps shorter than two scrape "
-                           "intervals, time() - last step would read a stall between scrapes.")),
-        Alert(n.ALERT_TQ_SLOW_LEAK,
-              f"{REC_TQ_FLOOR_SHORT} > {REC_TQ_FLOOR_MID} + {t.leak_min_rise:g}\n"
-              f"and on ({RUN_BY})\n"
-              f"{REC_TQ_FLOOR_MID} > {REC_TQ_FLOOR_LONG} + {t.leak_min_rise:g}\n",
-              "warning", "TransferQueue storage keeps samples that are never cleared (slow leak).",
-              tq_leak_description(cfg), t.leak_for, remedy=remedies.tq_slow_leak(), step=True,
-              comment=wrap(f"Slow leak: the storage floor rises across the nested windows (floor_short above floor_mid "
-                           f"above floor_long, each by {t.leak_min_rise:g} of capacity: transferqueue.leak_min_rise), "
-                           "i.e. samples accumulate that no step clears. Needs no history from before a fresh start: "
-                           "it can fire once it has seen a rising floor in every window. A one-time rise (the first "
-                           "steps filling a healthy run's in-flight level) lifts only one of the two comparisons at a "
-                           "time and never fires.")),
+        AlertSpec(n.ALERT_TQ_BACKLOG, REC_TQ_BACKLOG, "warning", "TransferQueue storage is filling up.",
+                  tq_backlog_description(cfg), t.for_, remedy=remedies.tq_backlog(), step=True),
+        AlertSpec(n.ALERT_TQ_BACKLOG,
+                  f"max by ({RUN_BY}) (\n"
+                  f"  timestamp({sel(cfg, n.LAST_STEP_TS)}) - {sel(cfg, n.LAST_STEP_TS)}\n)\n"
+                  f"  > {t.stall_factor:g} * max by ({RUN_BY}) ({sel(cfg, n.TYPICAL_STEP)})\n"
+                  f"and on ({RUN_BY}) {REC_TQ_BACKLOG}\n",
+                  "critical", "TransferQueue storage is filling up and training has stopped stepping.",
+                  tq_critical_description(cfg), t.for_, remedy=remedies.tq_backlog_critical(), step=True,
+                  comment=wrap(f"The same backlog while the run has not stepped for {t.stall_factor:g} typical steps "
+                               "(transferqueue.stall_factor): the backlog now stalls training (Alertmanager lets this "
+                               "critical one inhibit the warning). The step age is taken at the exporter's last scrape "
+                               "(sample timestamp - last step), not at time(): with steps shorter than two scrape "
+                               "intervals, time() - last step would read a stall between scrapes.")),
+        AlertSpec(n.ALERT_TQ_SLOW_LEAK,
+                  f"{REC_TQ_FLOOR_SHORT} > {REC_TQ_FLOOR_MID} + {t.leak_min_rise:g}\n"
+                  f"and on ({RUN_BY})\n"
+                  f"{REC_TQ_FLOOR_MID} > {REC_TQ_FLOOR_LONG} + {t.leak_min_rise:g}\n",
+                  "warning", "TransferQueue storage keeps samples that are never cleared (slow leak).",
+                  tq_leak_description(cfg), t.leak_for, remedy=remedies.tq_slow_leak(), step=True,
+                  comment=wrap(f"Slow leak: the storage floor rises across the nested windows (floor_short above floor_mid "
+                               f"above floor_long, each by {t.leak_min_rise:g} of capacity: transferqueue.leak_min_rise), "
+                               "i.e. samples accumulate that no step clears. Needs no history from before a fresh start: "
+                               "it can fire once it has seen a rising floor in every window. A one-time rise (the first "
+                               "steps filling a healthy run's in-flight level) lifts only one of the two comparisons at a "
+                               "time and never fires.")),
     ]
     return Group("omniwatch-endpoints-transferqueue", rules, _tq_comment(cfg))
 

@@ -10,18 +10,11 @@ Prometheus' template functions, and no test predicts an annotation with it. The 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Mapping, Sequence
 
 from .. import names
-
-
-@dataclass(frozen=True)
-class Ctx:
-    labels: Mapping[str, str]
-    value: float | None = None
-    series: Mapping[str, float] = field(default_factory=dict)   # run series name -> value
-    modes: Mapping[str, str] | None = None                         # omniwatch_run_info labels; None = absent
+from ..prosetext import CONFIG_READ, Ctx, key_of, render, setting_series  # noqa: F401 (their home before)
 
 
 def span(d: str) -> str:
@@ -30,14 +23,17 @@ def span(d: str) -> str:
     return unit if number == 1 else f"{number:g} {unit}s"
 
 
-# fmt name -> (Go pipeline suffix, plain Python formatter for ``expect``)
-FORMATS = {
-    "pct": ("humanizePercentage", lambda v: f"{v * 100:.4g}%"),
-    "dur": ("humanizeDuration", lambda v: f"{v:.0f}s"),
-    "f0": ('printf "%.0f"', lambda v: f"{v:.0f}"),
-    "f1": ('printf "%.1f"', lambda v: f"{v:.1f}"),
-    "f2": ('printf "%.2f"', lambda v: f"{v:.2f}"),
-}
+FORMATS = {"pct": "humanizePercentage", "dur": "humanizeDuration", "f0": 'printf "%.0f"', "f1": 'printf "%.1f"',
+           "f2": 'printf "%.2f"'}  # fmt name -> Go pipeline suffix (the plain ones: prosetext.PLAIN)
+
+
+def data(x):
+    """The JSON tree prosetext.render reads: a prose -> its parts' list, a part -> {"t": class, field: data}."""
+    if isinstance(x, Prose):
+        return [data(p) for p in x.parts]
+    if isinstance(x, Part):
+        return {"t": type(x).__name__, **{f.name: data(getattr(x, f.name)) for f in fields(x)}}
+    return [data(v) for v in x] if isinstance(x, tuple) else x
 
 
 # --- parts ----------------------------------------------------------------------------------------------
@@ -46,7 +42,7 @@ class Part:
         raise NotImplementedError
 
     def expect(self, ctx: Ctx) -> str:
-        raise NotImplementedError
+        return render([data(self)], ctx)
 
 
 @dataclass(frozen=True)
@@ -58,9 +54,6 @@ class Text(Part):
             raise ValueError(f"literal alert text may not contain template braces: {self.text!r}")
         return self.text
 
-    def expect(self, ctx: Ctx) -> str:
-        return self.text
-
 
 @dataclass(frozen=True)
 class Label(Part):
@@ -69,20 +62,13 @@ class Label(Part):
     def go(self) -> str:
         return f"{{{{ $labels.{self.name} }}}}"
 
-    def expect(self, ctx: Ctx) -> str:
-        return ctx.labels.get(self.name, "")
-
 
 @dataclass(frozen=True)
 class Value(Part):
     fmt: str
 
     def go(self) -> str:
-        return f"{{{{ $value | {FORMATS[self.fmt][0]} }}}}"
-
-    def expect(self, ctx: Ctx) -> str:
-        assert ctx.value is not None, "the test context needs the alert's value"
-        return FORMATS[self.fmt][1](ctx.value)
+        return f"{{{{ $value | {FORMATS[self.fmt]} }}}}"
 
 
 def _run_selector(metric: str, extra: str) -> str:
@@ -110,11 +96,6 @@ class Query(Part):
     post: str = ""
     show: bool = True
 
-    @property
-    def key(self) -> str:
-        """The ``Ctx.series`` key of this query: the metric, or the whole expression when wrapped."""
-        return f"{self.pre}{self.metric}{self.post}"
-
     def go(self) -> str:
         m = f",{self.matchers}" if self.matchers else ""
         args = " ".join(f"$labels.{a}" for a in self.label_args)
@@ -126,19 +107,8 @@ class Query(Part):
         for part in (self.prefix, self.suffix, self.default):
             Text(part).go()
         other = f"{{{{ else }}}}{self.default}" if self.default else ""
-        body = f"{{{{ . | first | value | {FORMATS[self.fmt][0]} }}}}" if self.show else ""
+        body = f"{{{{ . | first | value | {FORMATS[self.fmt]} }}}}" if self.show else ""
         return f"{{{{ with {sel} | query }}}}{self.prefix}{body}{self.suffix}{other}{{{{ end }}}}"
-
-    def expect(self, ctx: Ctx) -> str:
-        v = ctx.series.get(self.key)
-        if v is None:
-            return self.default
-        return self.prefix + (FORMATS[self.fmt][1](v) if self.show else "") + self.suffix
-
-
-def key_of(metric: str, matchers: str = "") -> str:
-    """The ``Ctx.series`` key of a series queried with fixed matchers (``kind="checkpoint"``)."""
-    return f"{metric}{{{matchers}}}" if matchers else metric
 
 
 @dataclass(frozen=True)
@@ -155,10 +125,6 @@ class SeriesValue(Part):
     cond: str = ""
     show: bool = True
 
-    @property
-    def key(self) -> str:
-        return key_of(self.metric, ",".join(f'{k}="{v}"' for k, v in self.fixed))
-
     def go(self) -> str:
         for part in (self.prefix, self.suffix, self.default):
             Text(part).go()
@@ -166,18 +132,9 @@ class SeriesValue(Part):
         args = "".join(f' "{v}"' for _, v in self.fixed)
         cond = f" {self.cond}" if self.cond else ""
         sel = f'printf "{self.metric}{{project=%q,experiment=%q{m}}}{cond}" $labels.project $labels.experiment{args}'
-        body = f"{{{{ . | first | value | {FORMATS[self.fmt][0]} }}}}" if self.show else ""
+        body = f"{{{{ . | first | value | {FORMATS[self.fmt]} }}}}" if self.show else ""
         other = f"{{{{ else }}}}{self.default}" if self.default else ""
         return f"{{{{ with {sel} | query }}}}{self.prefix}{body}{self.suffix}{other}{{{{ end }}}}"
-
-    def expect(self, ctx: Ctx) -> str:
-        v = ctx.series.get(self.key)
-        if v is not None and self.cond:
-            op, _, ref = self.cond.partition(" ")
-            v = v if {">": v > float(ref), ">=": v >= float(ref), "==": v == float(ref)}[op] else None
-        if v is None:
-            return self.default
-        return self.prefix + (FORMATS[self.fmt][1](v) if self.show else "") + self.suffix
 
 
 @dataclass(frozen=True)
@@ -197,10 +154,6 @@ class QueryLabel(Part):
         Text(self.prefix).go(), Text(self.suffix).go()
         return f'{{{{ with {sel} | query }}}}{self.prefix}{{{{ . | first | label "{self.label}" }}}}{self.suffix}{{{{ end }}}}'
 
-    def expect(self, ctx: Ctx) -> str:
-        v = ctx.series.get(f"{self.metric}:{self.label}")
-        return "" if v is None else f"{self.prefix}{v}{self.suffix}"
-
 
 @dataclass(frozen=True)
 class IfSeries(Part):
@@ -213,9 +166,6 @@ class IfSeries(Part):
         sel = _run_selector(self.metric, "")
         return f"{{{{ if {sel} | query }}}}{self.then.go()}{{{{ else }}}}{self.otherwise.go()}{{{{ end }}}}"
 
-    def expect(self, ctx: Ctx) -> str:
-        return (self.then if ctx.series.get(self.metric) is not None else self.otherwise).expect(ctx)
-
 
 @dataclass(frozen=True)
 class LabelIf(Part):
@@ -227,10 +177,6 @@ class LabelIf(Part):
     def go(self) -> str:
         Text(self.prefix).go(), Text(self.suffix).go()
         return f"{{{{ with $labels.{self.name} }}}}{self.prefix}{{{{ . }}}}{self.suffix}{{{{ end }}}}"
-
-    def expect(self, ctx: Ctx) -> str:
-        v = ctx.labels.get(self.name)
-        return f"{self.prefix}{v}{self.suffix}" if v else ""
 
 
 @dataclass(frozen=True)
@@ -251,13 +197,6 @@ class Switch(Part):
         out.append(f"{{{{ else }}}}{self.default.go()}{{{{ end }}}}{{{{ else }}}}{self.default.go()}{{{{ end }}}}")
         return "".join(out)
 
-    def expect(self, ctx: Ctx) -> str:
-        if ctx.modes is not None:
-            for cond, prose in self.cases:
-                if all(ctx.modes.get(lab) == val for lab, val in cond):
-                    return prose.expect(ctx)
-        return self.default.expect(ctx)
-
 
 @dataclass(frozen=True)
 class LabelSwitch(Part):
@@ -270,9 +209,6 @@ class LabelSwitch(Part):
         out = [f'{{{{ {"if" if k == 0 else "else if"} eq $labels.{self.name} "{val}" }}}}{prose.go()}'
                for k, (val, prose) in enumerate(self.cases)]
         return "".join(out) + f"{{{{ else }}}}{self.default.go()}{{{{ end }}}}"
-
-    def expect(self, ctx: Ctx) -> str:
-        return dict(self.cases).get(ctx.labels.get(self.name), self.default).expect(ctx)
 
 
 @dataclass(frozen=True)
@@ -304,15 +240,6 @@ class ShiftShape(Part):
                  f"{self.creep} of {size} over {steps} steps (from step {onset}){{{{ end }}}}{{{{ end }}}}")
         return step + creep
 
-    def expect(self, ctx: Ctx) -> str:
-        kind = ctx.labels.get(f"shape:{self.signal}")
-        if kind == "step":
-            return f"{self.prefix}a step change at step {ctx.series.get(names.SHIFT_ONSET_STEP, 0):.0f}"
-        if kind == "creep":
-            return (f"{self.prefix}a {self.creep} of {ctx.series.get(names.SHIFT_SIZE, 0) * 100:.4g}% over "
-                    f"{ctx.series.get(names.SHIFT_STEPS, 0):.0f} steps (from step {ctx.series.get(names.SHIFT_ONSET_STEP, 0):.0f})")
-        return ""
-
 
 @dataclass(frozen=True)
 class Prose:
@@ -322,7 +249,7 @@ class Prose:
         return "".join(p.go() for p in self.parts)
 
     def expect(self, ctx: Ctx) -> str:
-        return "".join(p.expect(ctx) for p in self.parts)
+        return render(data(self), ctx)
 
     def __add__(self, other: "Prose | str") -> "Prose":
         return Prose(self.parts + P(other).parts)
@@ -361,55 +288,7 @@ STEP = Query(names.STEP, "f0")
 # --- the run's trainer configuration (issue 32: remedies from the run's own config) ---------------------------
 # omniwatch_trainer_config_setting{project, experiment, setting, value} (trainer_config.SETTINGS): one series per
 # setting the run's config states; value = its word, the sample = its number. A remedy branches on it with
-# SettingSwitch and quotes it with SettingValue / SettingWord. ``Ctx.series`` carries the same facts for ``expect``
-# (``setting_series``): ``<metric>{setting="x"}`` -> number, ``<metric>{setting="x",value="w"}`` -> 1,
-# ``<metric>{setting="x"}:value`` -> word, and CONFIG_READ -> 1 when a config was read.
-CONFIG_READ = f'{names.TRAINER_CONFIG_INFO}{{source!="none"}}'
-
-
-def _setting_key(setting: str, value: str | None = None) -> str:
-    m = f'setting="{setting}"' + (f',value="{value}"' if value is not None else "")
-    return key_of(names.TRAINER_CONFIG_SETTING, m)
-
-
-INFO_LABELS = ("source", "engine", "trainer", "async_mode", "lora")  # omniwatch_trainer_config_info's own labels
-NO_CONFIG_INFO = {"source": "none", "engine": "unknown", "trainer": "unknown", "async_mode": "unknown",
-                  "lora": "unknown"}  # what the exporter says of a run without a trainer config
-
-
-def info_series(info: Mapping[str, str]) -> dict:
-    """``Ctx.series`` entries for omniwatch_trainer_config_info as the exporter writes it (``info``: its labels,
-    trainer_config.TrainerConfig.info_labels): a remedy part that queries it with one fixed label
-    (``remedies._config("engine", "veomni", ...)``) renders as Prometheus renders it."""
-    return {key_of(names.TRAINER_CONFIG_INFO, f'{k}="{v}"'): 1.0 for k, v in info.items()}
-
-
-def _derived_info(settings: Mapping[str, object]) -> dict[str, str]:
-    """The info labels the settings imply (engine; LoRA by its rank), where no info labels were passed."""
-    out = {}
-    if isinstance(settings.get("engine"), str):
-        out["engine"] = str(settings["engine"])
-    rank = settings.get("lora_rank")
-    if isinstance(rank, (int, float)) and not isinstance(rank, bool):
-        out["lora"] = "true" if rank > 0 else "false"
-    return out
-
-
-def setting_series(settings: Mapping[str, object] | None, info: Mapping[str, str] | None = None) -> dict:
-    """``Ctx.series`` entries for a run's trainer-config settings and its config info series (None: no config read:
-    the info series the exporter writes then, source="none" and every fact unknown). ``info``: the run's
-    omniwatch_trainer_config_info labels; without it, what the settings imply."""
-    if settings is None:
-        return info_series(NO_CONFIG_INFO)
-    out: dict = {CONFIG_READ: 1.0, **info_series(info if info is not None else _derived_info(settings))}
-    for name, v in settings.items():
-        word = ("true" if v else "false") if isinstance(v, bool) else str(v)
-        out[_setting_key(name)] = 1.0 if isinstance(v, str) else float(v)
-        out[_setting_key(name, word)] = 1.0
-        out[_setting_key(name) + ":value"] = word
-    return out
-
-
+# SettingSwitch and quotes it with SettingValue / SettingWord (``Ctx.series`` carries them: prosetext.setting_series).
 def _setting_query(conds: tuple[tuple[str, str], ...]) -> str:
     """printf + args of the PromQL that returns a sample when the run's config states every (setting, value)."""
     m = names.TRAINER_CONFIG_SETTING
@@ -436,12 +315,6 @@ class SettingSwitch(Part):
             tail = f"{{{{ with {_setting_query(conds)} | query }}}}{prose.go()}{{{{ else }}}}{tail}{{{{ end }}}}"
         return tail
 
-    def expect(self, ctx: Ctx) -> str:
-        for conds, prose in self.cases:
-            if all(ctx.series.get(_setting_key(s, v)) is not None for s, v in conds):
-                return prose.expect(ctx)
-        return (self.default if ctx.series.get(CONFIG_READ) is not None else self.unknown).expect(ctx)
-
 
 def settings(cases: Sequence[tuple[Mapping[str, str], "Prose | str"]], default: "Prose | str",
              unknown: "Prose | str") -> Prose:
@@ -462,10 +335,6 @@ class SettingValue(Part):
         return SeriesValue(names.TRAINER_CONFIG_SETTING, self.fmt, self.prefix, self.suffix, self.default,
                            fixed=((names.L_SETTING, self.setting),)).go()
 
-    def expect(self, ctx: Ctx) -> str:
-        v = ctx.series.get(_setting_key(self.setting))
-        return self.default if v is None else self.prefix + FORMATS[self.fmt][1](v) + self.suffix
-
 
 @dataclass(frozen=True)
 class SettingWord(Part):
@@ -484,10 +353,6 @@ class SettingWord(Part):
         return (f'{{{{ with {sel} | query }}}}{self.prefix}{{{{ . | first | label "{names.L_VALUE}" }}}}'
                 f'{self.suffix}{other}{{{{ end }}}}')
 
-    def expect(self, ctx: Ctx) -> str:
-        v = ctx.series.get(_setting_key(self.setting) + ":value")
-        return self.default if v is None else f"{self.prefix}{v}{self.suffix}"
-
 
 @dataclass(frozen=True)
 class Remedy(Prose):
@@ -504,9 +369,6 @@ def remedy(text: "Prose | str", action: "Prose | str") -> Remedy:
     return Remedy(P(text).parts, P(action))
 
 
-_OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "<": lambda a, b: a < b}
-
-
 @dataclass(frozen=True)
 class ValueSwitch(Part):
     """Branch on the value of one of the run's series: the first ``(op, number, prose)`` case it satisfies wins;
@@ -521,14 +383,6 @@ class ValueSwitch(Part):
             sel = f'printf "{self.metric}{{project=%q,experiment=%q}} {op} {ref:g}" $labels.project $labels.experiment'
             tail = f"{{{{ with {sel} | query }}}}{prose.go()}{{{{ else }}}}{tail}{{{{ end }}}}"
         return tail
-
-    def expect(self, ctx: Ctx) -> str:
-        v = ctx.series.get(self.metric)
-        if v is not None:
-            for op, ref, prose in self.cases:
-                if _OPS[op](v, ref):
-                    return prose.expect(ctx)
-        return self.default.expect(ctx)
 
 
 def by_value(metric: str, cases: Sequence[tuple[str, float, "Prose | str"]], default: "Prose | str") -> Prose:

@@ -2,13 +2,13 @@
 margin — from Ray's task events (discovery/taskmetrics.py counts, per role and phase, how many finished
 dispatches in a row the same rank was last, and the smallest slowest/median spread over them). Both
 thresholds live in config.py (``rank_straggler``); the counting stays in Python. Kept in its own module
-(rule, prose, remedy; its promtool case is in alerts/tests/signals.test.yml) so stalls.py / spec.py carry one line each."""
+(rule, prose, remedy; its promtool case is in alerts/tests/signals.test.yml) so stalls.py / rulespec.py carry one line each."""
 from __future__ import annotations
 
 from .. import names as n
 from ..config import Config
 from .prose import RUN, Label, P, Query, QueryLabel, Value
-from .rule import Alert, sel
+from .rule import AlertSpec, sel
 
 BY = "project, experiment, role, phase, rank, node"
 STREAK = Query(n.RAY_STRAGGLER_STREAK, "f0", matchers="role=%q,phase=%q,rank=%q", label_args=("role", "phase", "rank"))
@@ -24,7 +24,7 @@ def remedy():
 
 def rules(cfg: Config) -> list:
     c = cfg.rank_straggler
-    return [Alert(
+    return [AlertSpec(
         n.ALERT_RANK_STRAGGLER,
         f"max by ({BY}) ({sel(cfg, n.RAY_STRAGGLER_SPREAD_MIN)}) >= {c.spread:g}\n"
         f"and on ({BY}) max by ({BY}) ({sel(cfg, n.RAY_STRAGGLER_STREAK)}) >= {c.dispatches:d}",

@@ -1,4 +1,4 @@
-"""Every recording rule's name, once: the rule generator (spec.py, endpoints.py, stalls.py) writes
+"""Every recording rule's name, once: the rule generator (rulespec.py, endpoints.py, stalls.py) writes
 them, dashboards and tests read them (the metric catalogue is names.py; these are the rules' own series)."""
 
 REC_AGE = "project_experiment:omniwatch_last_step_timestamp_seconds:age"

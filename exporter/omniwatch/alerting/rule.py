@@ -1,5 +1,5 @@
 """What a rule file is made of (recording rules, alerts, groups, files) and the selector every rule uses: the
-types the rule modules (spec.py, stalls.py, endpoints.py), and the renderer share."""
+types the rule modules (rulespec.py, stalls.py, endpoints.py), and the renderer share."""
 from __future__ import annotations
 
 import re
@@ -20,7 +20,7 @@ class Record:
 
 
 @dataclass
-class Alert:
+class AlertSpec:
     name: str
     expr: str
     severity: str

@@ -6,7 +6,7 @@ import yaml
 
 from ..config import Config
 from .prose import STEP, Remedy
-from .rule import Alert, Record, RuleFile
+from .rule import AlertSpec, Record, RuleFile
 from ..yamlio import load as yaml_load
 
 
@@ -23,7 +23,7 @@ def _comment(text: str, pad: str) -> list[str]:
     return [f"{pad}# {line}".rstrip() for line in text.split("\n")] if text else []
 
 
-def annotations(alert: Alert, cfg: Config) -> dict[str, str]:
+def annotations(alert: AlertSpec, cfg: Config) -> dict[str, str]:
     out = {"summary": alert.summary, "description": alert.description.go()}
     if alert.step:
         out["step"] = STEP.go()

@@ -3,19 +3,20 @@
 ``alerts/tests/`` are written by hand (literal expected text) and are not rendered here."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from .. import names as n, paths
+from .. import names as n, paths, remedy_info
 from .. import config as config_mod
 from . import rulefiles as render
-from . import rulespec as spec
-from .prose import Ctx
+from . import rulespec
+from .prose import Ctx, data
 from .remedies import STEP_CAUSES
 from ..config import Config
-from .rule import Alert
+from .rule import AlertSpec
 
 DOC_BEGIN = "<!-- BEGIN GENERATED: thresholds (omniwatch rules generate) -->"
 DOC_END = "<!-- END GENERATED: thresholds -->"
@@ -73,10 +74,10 @@ def index_table(cfg: Config) -> str:
     ``for:``, summary and runbook) without a hand-written row; why its numbers are what they are is the config
     field's description (the thresholds table below)."""
     rows = ["| Alert | Severity | `for:` | Rule file | Summary |", "|---|---|---|---|---|"]
-    for f in spec.rule_files(cfg):
+    for f in rulespec.rule_files(cfg):
         for g in f.groups:
             for a in g.rules:
-                if isinstance(a, Alert):
+                if isinstance(a, AlertSpec):
                     summary = a.summary.replace("|", "/")
                     row = (f"| [`{a.name}`](runbooks.md#{a.name.lower()}) | {a.severity} | {a.for_ or '—'} | "
                            f"`{f.name}` ({g.name}) | {summary} |")
@@ -103,7 +104,7 @@ def remedies_table(cfg: Config) -> str:
     out = [REMEDY_BEGIN, ""]
     remedies: dict[str, dict[str, list[str]]] = {}  # alert -> remedy template -> severities
     first: dict[tuple[str, str], object] = {}
-    for a in spec.alerts(cfg):
+    for a in rulespec.alerts(cfg):
         if a.remedy is not None:
             remedies.setdefault(a.name, {}).setdefault(a.remedy.go(), []).append(a.severity)
             first.setdefault((a.name, a.remedy.go()), a)
@@ -148,7 +149,7 @@ def config_table(cfg: Config, fixtures: Path) -> str:
     head = "| alert | " + " | ".join(["no config read (legacy, colocated)"] + [w for w, _, _ in examples]) + " |"
     rows = [CONFIG_BEGIN, "", head, "|" + "---|" * (2 + len(examples))]
     seen = set()
-    for a in spec.alerts(cfg):
+    for a in rulespec.alerts(cfg):
         if a.remedy is None or (a.name, a.severity) in seen:
             continue
         seen.add((a.name, a.severity))
@@ -174,7 +175,7 @@ def _replace_section(text: str, begin: str, end: str, body: str, where: Path) ->
 
 
 def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path, str]:
-    out = {alerts_dir / f.name: render.render_file(f, cfg) for f in spec.rule_files(cfg)}
+    out = {alerts_dir / f.name: render.render_file(f, cfg) for f in rulespec.rule_files(cfg)}
     if docs_file is not None:
         text = _replace_section(docs_file.read_text(), DOC_BEGIN, DOC_END, thresholds_table(cfg), docs_file)
         text = _replace_section(text, INDEX_BEGIN, INDEX_END, index_table(cfg), docs_file)
@@ -183,7 +184,24 @@ def outputs(cfg: Config, alerts_dir: Path, docs_file: Path | None) -> dict[Path,
         if CONFIG_BEGIN in text and fixtures.is_dir():
             text = _replace_section(text, CONFIG_BEGIN, CONFIG_END, config_table(cfg, fixtures), docs_file)
         out[docs_file] = text
+        out[remedy_info.DATA] = remedy_data(cfg)  # the repository's generation (not a --config/--out render)
     return out
+
+
+def remedy_data(cfg: Config) -> str:
+    """remedy_texts.json, the remedies the exporter serves (remedy_info.py): ``rows`` [alert, severity, label case,
+    index], one per alert, severity and case, and ``remedies``, each [text, action] once as prose data."""
+    from .remedies import LABEL_CASES
+    rows, remedies, seen = [], {}, set()
+    for a in (a for a in rulespec.alerts(cfg) if a.remedy is not None):
+        act = getattr(a.remedy, "action", None)
+        pair = json.dumps([data(a.remedy), None if act is None else data(act)], sort_keys=True)
+        for case in ({},) + LABEL_CASES.get(a.name, ()):
+            ident = (a.name, a.severity, *(case.get(k, "") for k in remedy_info.CASE_LABELS))
+            if ident not in seen:
+                seen.add(ident)
+                rows.append(json.dumps([a.name, a.severity, dict(case), remedies.setdefault(pair, len(remedies))]))
+    return "{\"rows\": [\n" + ",\n".join(rows) + "\n],\n\"remedies\": [\n" + ",\n".join(remedies) + "\n]}\n"
 
 
 def generate(cfg: Config = config_mod.DEFAULT, alerts_dir: Path | None = None, docs_file: Path | None = None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from .. import names as n
 from . import endpoints, rankstraggler, remedies, stalls
 from ..config import Config
-from .rule import RUN_BY, Alert, Group, Record, RuleFile, hysteresis, pct, sel
+from .rule import RUN_BY, AlertSpec, Group, Record, RuleFile, hysteresis, pct, sel
 from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, ShiftShape, Value
 from .records import REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_MFU_DRIFT, REC_MFU_MEDIAN_VS_BASELINE, REC_STEP_DRIFT, REC_STEP_MEDIAN, REC_STEP_RATIO_MEDIAN, REC_WORKLOAD, REC_PART_GROWTH_MEDIAN, REC_PART_GROWTH_MIN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN
 
@@ -95,14 +95,14 @@ def steps(cfg: Config) -> Group:
                comment="Reward scoring's share of the generation window, lowest over the window."))
     add(Record(REC_REWARD_STEP_SHARE_MIN, _window(c, n.REWARD_STEP_SHARE_WINDOW, "min"),
                comment="Reward seconds on the critical path / step seconds, lowest over the window."))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_REWARD_BOUND,
         _held(n.ALERT_REWARD_BOUND,
-              f"{REC_REWARD_BOUND_MIN} > {c.reward_bound.ratio:g}\n"
-              f"  and on ({RUN_BY}) {REC_REWARD_STEP_SHARE_MIN} > {c.reward_bound.step_share:g}",
-              f"{_median(c, n.REWARD_BOUND_WINDOW)} > {c.reward_bound.resolve_ratio:g}\n"
-              f"  and on ({RUN_BY}) {_median(c, n.REWARD_STEP_SHARE_WINDOW)} > {c.reward_bound.resolve_step_share:g}",
-              REC_REWARD_BOUND_MIN),
+                  f"{REC_REWARD_BOUND_MIN} > {c.reward_bound.ratio:g}\n"
+                  f"  and on ({RUN_BY}) {REC_REWARD_STEP_SHARE_MIN} > {c.reward_bound.step_share:g}",
+                  f"{_median(c, n.REWARD_BOUND_WINDOW)} > {c.reward_bound.resolve_ratio:g}\n"
+                  f"  and on ({RUN_BY}) {_median(c, n.REWARD_STEP_SHARE_WINDOW)} > {c.reward_bound.resolve_step_share:g}",
+                  REC_REWARD_BOUND_MIN),
         "warning", "Reward scoring is on the critical path of rollout.",
         P(RUN, ": reward scoring held at least ", Value("pct"), " of the generation window (gen + reward) in every one "
           "of the last ", K, f" normal steps (threshold {pct(c.reward_bound.ratio)}) and at least "
@@ -111,7 +111,7 @@ def steps(cfg: Config) -> Group:
           f" It resolves when the window median is back under {pct(c.reward_bound.resolve_ratio)}."),
         c.step_for, {"persistence": "steps"}, remedies.reward_bound(), step=True,
         comment="Reward must both hold the generation window and matter to the step (actor-dominated steps "
-                "gain little from a reward pool). Held while the window medians stay above the resolve thresholds.",
+                    "gain little from a reward pool). Held while the window medians stay above the resolve thresholds.",
         resolve=f"window medians > {c.reward_bound.resolve_ratio:g} and > {c.reward_bound.resolve_step_share:g}"))
 
     # InterStageIdleGPU ---------------------------------------------------------------------------------
@@ -123,26 +123,26 @@ def steps(cfg: Config) -> Group:
     idle_tail = P(AT_STEP, ".", cost("inter_stage_idle", "the time between phases"),
                   f" It resolves when the window median is back under {pct(c.inter_stage_idle.resolve_ratio)}.")
     idle_resolve = f"window median > {c.inter_stage_idle.resolve_ratio:g}"
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_IDLE,
         _held(n.ALERT_IDLE, f"{REC_GPU_IDLE_MIN} > {c.inter_stage_idle.ratio:g}",
-              f"{_median(c, n.GPU_INTER_STAGE_IDLE_WINDOW)} > {c.inter_stage_idle.resolve_ratio:g}",
-              REC_GPU_IDLE_MIN, static={"evidence": "gpu"}),
+                  f"{_median(c, n.GPU_INTER_STAGE_IDLE_WINDOW)} > {c.inter_stage_idle.resolve_ratio:g}",
+                  REC_GPU_IDLE_MIN, static={"evidence": "gpu"}),
         "warning", "GPUs idle between training stages.",
         P(RUN, ": the GPUs were idle between timed phases for at least ", Value("pct"), " of every one of the last ", K,
           f" normal steps, as measured by omniwatch's GPU sampler (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
         c.step_for, {"persistence": "steps", "evidence": "gpu"}, remedies.inter_stage_idle(), step=True,
         comment="Two rules: GPU evidence where the sampler measured the run's GPUs, the timer residual only where it\n"
-                "did not (untimed is not idle: GPUs busy during the untimed work silence the timer rule).",
+                    "did not (untimed is not idle: GPUs busy during the untimed work silence the timer rule).",
         resolve=idle_resolve))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_IDLE,
         _held(n.ALERT_IDLE,
-              f"{REC_IDLE_MIN} > {c.inter_stage_idle.ratio:g}\n"
-              f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
-              f"{_median(c, n.IDLE_WINDOW)} > {c.inter_stage_idle.resolve_ratio:g}\n"
-              f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
-              REC_IDLE_MIN, static={"evidence": "timers"}),
+                  f"{REC_IDLE_MIN} > {c.inter_stage_idle.ratio:g}\n"
+                  f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
+                  f"{_median(c, n.IDLE_WINDOW)} > {c.inter_stage_idle.resolve_ratio:g}\n"
+                  f"  unless on ({RUN_BY}) {REC_GPU_IDLE_MIN}",
+                  REC_IDLE_MIN, static={"evidence": "timers"}),
         "warning", "GPUs idle between training stages.",
         P(RUN, ": at least ", Value("pct"), " of every one of the last ", K,
           f" normal steps was spent outside any timed phase (threshold {pct(c.inter_stage_idle.ratio)})", idle_tail),
@@ -173,25 +173,25 @@ def steps(cfg: Config) -> Group:
                        "without a config SP=1 is assumed and the annotation says so)."))
     per_gpu_median = (f"{_median(c, n.MFU_WINDOW, role_by)}\n  / on ({RUN_BY}) group_left ()\n"
                       f"max by ({RUN_BY}) ({sel(c, n.TRAINER_CONFIG_SP)} > 0)\nor\n{_median(c, n.MFU_WINDOW, role_by)}")
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_MFU_IMPOSSIBLE,
         _held(n.ALERT_MFU_IMPOSSIBLE, f"{REC_MFU_MIN_PER_GPU} > {c.mfu.impossible:g}",
-              f"({per_gpu_median}) > {c.mfu.impossible_resolve:g}", REC_MFU_MIN_PER_GPU, role_by, {"evidence": "value"}),
+                  f"({per_gpu_median}) > {c.mfu.impossible_resolve:g}", REC_MFU_MIN_PER_GPU, role_by, {"evidence": "value"}),
         "warning", "Reported MFU is above 1.0, which no hardware can reach.",
         P(RUN, ": ", mfu_role, " per GPU was at least ", Value("f2"), " in every one of the last ", K, " normal steps",
           AT_STEP,
           SeriesValue(n.TRAINER_CONFIG_SP, "f0", " (reported MFU / Ulysses SP=", " from the trainer config: VeRL-Omni "
-                      "reports SP x the per-GPU MFU)", cond="> 1"),
+                          "reports SP x the per-GPU MFU)", cond="> 1"),
           ": the device peak is mis-identified or a FLOPs metadata field misses the DP gather; MFU comparisons for "
           "this run are meaningless.",
           SeriesValue(n.TRAINER_CONFIG_INFO, "f0", " No trainer configuration was read for this run: omniwatch "
-                      "assumed Ulysses SP=1 (with sequence parallelism VeRL-Omni reports SP x the per-GPU MFU; give "
-                      "it the config to judge MFU per GPU).", fixed=(("source", "none"),), show=False),
+                          "assumed Ulysses SP=1 (with sequence parallelism VeRL-Omni reports SP x the per-GPU MFU; give "
+                          "it the config to judge MFU per GPU).", fixed=(("source", "none"),), show=False),
           QueryLabel(n.MFU_SUSPECTED_CAUSE, "cause", prefix=" Suspected cause: ", suffix=".",
-                     matchers="role=%q", label_args=("role",))),
+                         matchers="role=%q", label_args=("role",))),
         c.step_for, {"persistence": "steps", "evidence": "value"}, remedies.mfu_impossible(), step=True,
         resolve=f"window median per GPU > {c.mfu.impossible_resolve:g}"))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_MFU_IMPOSSIBLE,
         f"max by ({role_by}) ({sel(c, n.MFU_SUSPECTED_CAUSE, RELABELED)} == 1)\n"
         f"  unless on ({role_by}) {REC_MFU_MIN_PER_GPU} > {c.mfu.impossible:g}",
@@ -201,33 +201,33 @@ def steps(cfg: Config) -> Group:
           "whatever its value."),
         c.step_for, {"persistence": "steps", "evidence": "device"}, remedies.mfu_impossible(), step=True,
         comment="The relabeled-GPU check (NVML name + memory) runs whatever the MFU value: an inflated MFU below 1.0\n"
-                "is still wrong."))
-    add(Alert(
+                    "is still wrong."))
+    add(AlertSpec(
         n.ALERT_MFU_LOW,
         _held(n.ALERT_MFU_LOW, f"{REC_MFU_MAX} < {c.mfu.floor:g}",
-              f"{_median(c, n.MFU_WINDOW, role_by)} < {c.mfu.floor_resolve:g}", REC_MFU_MAX, role_by),
+                  f"{_median(c, n.MFU_WINDOW, role_by)} < {c.mfu.floor_resolve:g}", REC_MFU_MAX, role_by),
         "warning", "Reported MFU is implausibly low.",
         P(RUN, ": the best ", mfu_role, " of the last ", K, " normal steps is ", Value("f2"),
           f", below any plausible value for a diffusion actor update (floor {c.mfu.floor:g}; healthy offloaded "
           "full fine-tuning on H200 reports ~0.17)", AT_STEP, "."),
         c.step_for, {"persistence": "steps"}, remedies.mfu_low(), step=True,
         resolve=f"window median < {c.mfu.floor_resolve:g}"))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_MFU_UNSUPPORTED, f"max by ({role_by}) ({sel(c, n.MFU_UNSUPPORTED)} == 1)",
         "info", "MFU is not estimated for this run.",
         P(RUN, ": ", mfu_role, " was exactly 0 in each of the last ", K, " normal steps", AT_STEP,
           ": VeRL-Omni's estimator does not support this pipeline or GPU, so MFU alerts cannot judge it."),
         c.step_for, {"persistence": "steps"}, remedies.mfu_unsupported(), step=True))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_MFU_DROP,
         _held(n.ALERT_MFU_DROP,
-              f"{REC_MFU_VS_BASELINE} < {c.mfu.drop_ratio:g}\n"
-              f"or on ({role_by})\n"
-              f"(\n  {REC_MFU_DRIFT} < {c.mfu.drift_ratio:g}\n"
-              f"    and on ({role_by}) {REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drift_ratio:g}\n)",
-              f"{REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drop_resolve:g}", REC_MFU_MEDIAN_VS_BASELINE, role_by),
+                  f"{REC_MFU_VS_BASELINE} < {c.mfu.drop_ratio:g}\n"
+                  f"or on ({role_by})\n"
+                  f"(\n  {REC_MFU_DRIFT} < {c.mfu.drift_ratio:g}\n"
+                  f"    and on ({role_by}) {REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drift_ratio:g}\n)",
+                  f"{REC_MFU_MEDIAN_VS_BASELINE} < {c.mfu.drop_resolve:g}", REC_MFU_MEDIAN_VS_BASELINE, role_by),
         "warning", f"MFU dropped by more than {pct(1 - c.mfu.drop_ratio)} against the run's own baseline, or slid "
-                   f"more than {pct(1 - c.mfu.drift_ratio)} below it.",
+                       f"more than {pct(1 - c.mfu.drift_ratio)} below it.",
         P(RUN, ": ", n_label("role"), " MFU is at ", Value("pct"), " of the run's reference (median of the first ",
           f"{c.window.reference} normal steps of this trainer incarnation", REFERENCE_NOTE,
           f"; thresholds: the best of the last k steps under {pct(c.mfu.drop_ratio)}, or the median of the last "
@@ -237,8 +237,8 @@ def steps(cfg: Config) -> Group:
           regression_cost("actor")),
         c.step_for, {"persistence": "steps"}, remedies.mfu_drop(), step=True,
         comment="A drop (the best of the last k steps under drop_ratio) or a slide (the median of the last 10 steps\n"
-                "after the reference and of the window under drift_ratio): one alert for the MFU lost, held while the\n"
-                "window median stays under drop_resolve.",
+                    "after the reference and of the window under drift_ratio): one alert for the MFU lost, held while the\n"
+                    "window median stays under drop_resolve.",
         resolve=f"window median / reference < {c.mfu.drop_resolve:g}"))
 
     # StepTimeRegression: a step change or a creep, one alert ----------------------------------------------
@@ -282,14 +282,14 @@ def steps(cfg: Config) -> Group:
     # part an alert of its own names (RewardBoundRollout, InterStageIdleGPU, MFUDrop judge those: one voice each)
     part = (f"(topk by ({RUN_BY}) (1, {REC_PART_GROWTH_MIN}{{cause!~\"{'|'.join(OWNED_CAUSES)}\"}} > {c.step_time.part_share:g}) * 0 + 1)\n"
             f"  * on ({RUN_BY}) group_left () {REC_STEP_VS_BASELINE}")
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_STEP_REGRESSION,
         _held(n.ALERT_STEP_REGRESSION, f"{with_cause(fire)}\nor on ({RUN_BY})\n{part}",
-              f"{REC_STEP_RATIO_MEDIAN} > {c.step_time.resolve_ratio:g}\n"
-              f"  or on ({RUN_BY}) {REC_PART_GROWTH_MEDIAN} > {c.step_time.part_resolve:g}",
-              REC_STEP_VS_BASELINE, sticky=("cause",), unheld={"cause": "|".join(OWNED_CAUSES)}),
+                  f"{REC_STEP_RATIO_MEDIAN} > {c.step_time.resolve_ratio:g}\n"
+                  f"  or on ({RUN_BY}) {REC_PART_GROWTH_MEDIAN} > {c.step_time.part_resolve:g}",
+                  REC_STEP_VS_BASELINE, sticky=("cause",), unheld={"cause": "|".join(OWNED_CAUSES)}),
         "warning", f"Steps take more than {pct(c.step_time.regression_ratio - 1)} longer than the run's own reference, "
-                   f"or have crept more than {pct(c.step_drift.ratio - 1)} over it.",
+                       f"or have crept more than {pct(c.step_drift.ratio - 1)} over it.",
         P(RUN, ": steps take ", Value("f2"), "x the run's reference step time per unit of work (median of the first "
           f"{c.window.reference} normal steps of this trainer incarnation", REFERENCE_NOTE,
           f"; thresholds: the fastest of the last k steps over {c.step_time.regression_ratio:g}x, their median over "
@@ -300,15 +300,15 @@ def steps(cfg: Config) -> Group:
           f" It holds until the window median is back under {c.step_time.resolve_ratio:g}x."),
         c.step_for, {"persistence": "steps"}, remedies.step_regression(), step=True,
         comment="One alert for the step time lost, whatever its shape: a step change (the fastest of the last k steps\n"
-                "over regression_ratio) or a creep (the median of the last 10 steps after the reference and of the\n"
-                "window over step_drift.ratio); held while the window median stays over resolve_ratio. Alertmanager\n"
-                "silences it while the alert of its cause fires for the run.",
+                    "over regression_ratio) or a creep (the median of the last 10 steps after the reference and of the\n"
+                    "window over step_drift.ratio); held while the window median stays over resolve_ratio. Alertmanager\n"
+                    "silences it while the alert of its cause fires for the run.",
         resolve=f"window median / reference > {c.step_time.resolve_ratio:g}"))
 
     # WorkloadChanged ----------------------------------------------------------------------------------------
     add(Record(REC_WORKLOAD, f"max by ({RUN_BY}) ({sel(c, n.WORKLOAD_RATIO)})",
                comment="Images per step now / in the reference (absent where the run does not log perf/total_num_images)."))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_WORKLOAD_CHANGED,
         f"{REC_WORKLOAD} > {1 + c.workload.change:g}\nor\n{REC_WORKLOAD} < {1 - c.workload.change:g}",
         "info", "The run does a different amount of work per step.",
@@ -316,7 +316,7 @@ def steps(cfg: Config) -> Group:
           ": the step does more (or less) work, so it takes longer (or shorter). omniwatch judges step time per image,"
           " so this is not a regression",
           SeriesValue(n.SHIFT_SIZE, "pct", "; the cost per image has moved ", " from the reference",
-                      fixed=(("signal", "step_time"),)),
+                          fixed=(("signal", "step_time"),)),
           "."),
         c.step_for, {"persistence": "steps"}, remedies.workload_changed(), step=True,
         comment="A curriculum or batch-size change: a notice, never a page (step time is judged per image)."))
@@ -324,10 +324,10 @@ def steps(cfg: Config) -> Group:
     # RewardSaturation -----------------------------------------------------------------------------------
     add(Record(REC_ZERO_STD_MIN, _window(c, n.ZERO_STD_WINDOW, "min"),
                comment="Share of GRPO groups whose samples all got the same reward, lowest over the window."))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_REWARD_SATURATION,
         _held(n.ALERT_REWARD_SATURATION, f"{REC_ZERO_STD_MIN} > {c.reward_saturation.zero_std_ratio:g}",
-              f"{_median(c, n.ZERO_STD_WINDOW)} > {c.reward_saturation.resolve:g}", REC_ZERO_STD_MIN),
+                  f"{_median(c, n.ZERO_STD_WINDOW)} > {c.reward_saturation.resolve:g}", REC_ZERO_STD_MIN),
         "warning", "Most GRPO groups get identical rewards; the learning signal is vanishing.",
         P(RUN, ": critic/rewards/zero_std_ratio was at least ", Value("pct"), " in every one of the last ", K,
           f" normal steps (threshold {pct(c.reward_saturation.zero_std_ratio)})", AT_STEP,
@@ -349,10 +349,10 @@ def signals(cfg: Config) -> Group:
     # RolloutStraggler ---------------------------------------------------------------------------------------
     add(Record(REC_STRAGGLER_MIN, _window(c, n.ROLLOUT_STRAGGLER_WINDOW, "min"),
                comment="Slowest sample's generation time / the mean sample's (legacy agent-loop keys), lowest over the window."))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_STRAGGLER,
         _held(n.ALERT_STRAGGLER, f"{REC_STRAGGLER_MIN} > {c.straggler.ratio:g}",
-              f"{_median(c, n.ROLLOUT_STRAGGLER_WINDOW)} > {c.straggler.resolve:g}", REC_STRAGGLER_MIN),
+                  f"{_median(c, n.ROLLOUT_STRAGGLER_WINDOW)} > {c.straggler.resolve:g}", REC_STRAGGLER_MIN),
         "warning", "A straggler sample holds up rollout.",
         P(RUN, ": in every one of the last ", K, " normal steps the slowest sample took at least ", Value("f2"),
           "x the mean sample's generation time (threshold ", f"{c.straggler.ratio:g}", "x; queueing behind equal "
@@ -365,7 +365,7 @@ def signals(cfg: Config) -> Group:
     add(Record(REC_GRAD_NONFINITE,
                f"max by ({RUN_BY}) ({sel(c, n.GRAD_NORM_NONFINITE_RECENT)})",
                comment="Skipped actor updates (actor/grad_norm non-finite) among the run's recent normal steps."))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_GRAD_NONFINITE,
         f"{REC_GRAD_NONFINITE} >= {c.grad_norm.nonfinite_steps:d}",
         "warning", "Actor updates are skipped: the gradient norm is not finite.",
@@ -380,11 +380,11 @@ def signals(cfg: Config) -> Group:
                _window(c, n.RS_SEQ_MASKED_WINDOW, "min", RUN_BY + ", mode"),
                comment="Share of samples rejection sampling masked (sequence level), lowest over the window; mode =\n"
                        "decoupled (rollout_corr/*) or bypass (actor/rollout_corr/*)."))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_RS_REJECTION,
         _held(n.ALERT_RS_REJECTION, f"{REC_RS_MASKED_MIN} > {c.rollout_rejection.seq_masked_fraction:g}",
-              f"{_median(c, n.RS_SEQ_MASKED_WINDOW, RUN_BY + ', mode')} > {c.rollout_rejection.resolve:g}",
-              REC_RS_MASKED_MIN, RUN_BY + ", mode"),
+                  f"{_median(c, n.RS_SEQ_MASKED_WINDOW, RUN_BY + ', mode')} > {c.rollout_rejection.resolve:g}",
+                  REC_RS_MASKED_MIN, RUN_BY + ", mode"),
         "warning", "Rollout correction rejects many samples: the rollout backend drifts from the trainer.",
         P(RUN, ": rejection sampling masked at least ", Value("pct"), " of the samples (sequence level, ",
           n_label("mode"), " mode) in every one of the last ", K, " normal steps (VeRL-Omni's warning level: "
@@ -397,10 +397,10 @@ def signals(cfg: Config) -> Group:
     add(Record(REC_OUTSIDE_MIN, _window(c, n.OUTSIDE_STEP_WINDOW, "min"),
                comment="Wall time between consecutive steps outside every verl timer / the gap, lowest over the window\n"
                        "(live arrivals only: absent for backlog reads, batched pushes, replays and backfills)."))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_OUTSIDE_STEP,
         _held(n.ALERT_OUTSIDE_STEP, f"{REC_OUTSIDE_MIN} > {c.outside_step.ratio:g}",
-              f"{_median(c, n.OUTSIDE_STEP_WINDOW)} > {c.outside_step.resolve:g}", REC_OUTSIDE_MIN),
+                  f"{_median(c, n.OUTSIDE_STEP_WINDOW)} > {c.outside_step.resolve:g}", REC_OUTSIDE_MIN),
         "warning", "Time between steps goes outside every trainer timer.",
         P(RUN, ": at least ", Value("pct"), " of the wall time between consecutive steps was outside timing_s/step, "
           "validation and the profiler in every one of the last ", K,
@@ -413,10 +413,10 @@ def signals(cfg: Config) -> Group:
     # TimersExceedStep -----------------------------------------------------------------------------------------
     add(Record(REC_TIMER_RESIDUAL_MAX, _window(c, n.TIMER_RESIDUAL_WINDOW, "max"),
                comment="(timing_s/step - sum of in-step timers) / step, unclamped, highest over the window."))
-    add(Alert(
+    add(AlertSpec(
         n.ALERT_TIMERS_EXCEED,
         _held(n.ALERT_TIMERS_EXCEED, f"{REC_TIMER_RESIDUAL_MAX} < -{c.timer_overlap.tolerance:g}",
-              f"{_median(c, n.TIMER_RESIDUAL_WINDOW)} < -{c.timer_overlap.resolve:g}", REC_TIMER_RESIDUAL_MAX),
+                  f"{_median(c, n.TIMER_RESIDUAL_WINDOW)} < -{c.timer_overlap.resolve:g}", REC_TIMER_RESIDUAL_MAX),
         "info", "The trainer's timers add up to more than the step.",
         P(RUN, ": in every one of the last ", K, " normal steps the in-step timers summed to more than timing_s/step "
           "(residual ", Value("pct"), " of the step at best; tolerance ", pct(c.timer_overlap.tolerance), ")", AT_STEP,
@@ -452,35 +452,35 @@ def health(cfg: Config) -> Group:
                'max by (node, gpu) (\n  label_replace(label_replace(\n    ray_node_gram_used / ((ray_node_gram_used + ray_node_gram_available) > 0),\n'
                '    "node", "$1", "ip", "(.*)"), "gpu", "$1", "GpuIndex", "(.*)")\n)', {"source": "ray"}),
         *stalls.rules(c),  # TrainingStalled: info, warning, critical (alerting/stalls.py)
-        Alert("GPUMemoryNearFull", f"{REC_GPU_MEMORY} > {c.gpu_memory.ratio:g}", "warning",
-              f"GPU memory has stayed above {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}.",
-              P("GPU ", n_label("gpu"), " on ", n_label("node"), " (", n_label("source"), ") uses ", Value("pct"),
-                f" of its memory and has not dropped below {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}; the next "
-                "larger batch, longer video or weight sync is likely to OOM."), c.gpu_memory.for_),
-        Alert(n.ALERT_SOURCE_DOWN, f"{sel(c, n.SOURCE_UP)} == 0", "warning", "An omniwatch source stopped working.",
-              P("Source ", n_label("source"), " (", n_label("target"), ") on ", n_label("instance"),
-                f" has been failing for {c.source_down.for_}; alerts that depend on it cannot fire."), c.source_down.for_),
-        Alert(n.ALERT_SOURCE_DOWN, f'up{{job="{c.selectors.job}"}} == 0 or absent(up{{job="{c.selectors.job}"}})',
-              "critical", "Prometheus cannot scrape the omniwatch exporter.",
-              P("The omniwatch exporter ", LabelIf("instance", "at ", " "), f"has been down or missing from Prometheus' targets for {c.source_down.for_}; "
-                "no training alert can fire until it is back."), c.source_down.for_),
-        Alert(n.ALERT_RUN_CAP, f"increase({sel(c, n.RUNS_EVICTED_TOTAL)}[{c.run_cap.window}]) > 0", "warning",
-              "The exporter dropped a run at its run cap (--max-runs).",
-              P("The omniwatch exporter ", LabelIf("instance", "at ", " "), "holds as many runs as --max-runs allows and "
-                f"dropped the least recently active run to make room for a new one within the last {c.run_cap.window}; "
-                "the dropped run's series ended and its alerts resolved. Raise --max-runs or watch fewer runs.")),
-        Alert(n.ALERT_RAY_TASK_EVENTS_LOST, f"max by (job, instance) ({sel(c, n.RAY_TASK_EVENTS_LOSSY)}) == 1", "info",
-              "The Ray task-event source is losing events: worker lanes are incomplete.",
-              P("The Ray task-event source of the omniwatch exporter ", LabelIf("instance", "at ", " "),
-                f"lost events at every evaluation for {c.ray_task_events.for_} (Ray's GCS dropped task events, or a "
-                "poll's answer was cut at the page size): the worker lanes, who holds the step and RankStraggler miss "
-                "calls while this holds."), c.ray_task_events.for_,
-              remedy=remedies.ray_events_lost(),
-              comment="From Ray's task events (--ray-tasks): the source's own loss flag, held for "
-                      "ray_task_events.for (a monitoring finding, not a training fault)."),
-        Alert("Watchdog", "vector(1)", "none", "The alerting pipeline is alive.",
-              P("Always firing. If its notifications stop arriving, Prometheus, Alertmanager or the route to the "
-                "omniwatch receiver is broken.")),
+        AlertSpec("GPUMemoryNearFull", f"{REC_GPU_MEMORY} > {c.gpu_memory.ratio:g}", "warning",
+                  f"GPU memory has stayed above {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}.",
+                  P("GPU ", n_label("gpu"), " on ", n_label("node"), " (", n_label("source"), ") uses ", Value("pct"),
+                    f" of its memory and has not dropped below {pct(c.gpu_memory.ratio)} for {c.gpu_memory.for_}; the next "
+                    "larger batch, longer video or weight sync is likely to OOM."), c.gpu_memory.for_),
+        AlertSpec(n.ALERT_SOURCE_DOWN, f"{sel(c, n.SOURCE_UP)} == 0", "warning", "An omniwatch source stopped working.",
+                  P("Source ", n_label("source"), " (", n_label("target"), ") on ", n_label("instance"),
+                    f" has been failing for {c.source_down.for_}; alerts that depend on it cannot fire."), c.source_down.for_),
+        AlertSpec(n.ALERT_SOURCE_DOWN, f'up{{job="{c.selectors.job}"}} == 0 or absent(up{{job="{c.selectors.job}"}})',
+                  "critical", "Prometheus cannot scrape the omniwatch exporter.",
+                  P("The omniwatch exporter ", LabelIf("instance", "at ", " "), f"has been down or missing from Prometheus' targets for {c.source_down.for_}; "
+                    "no training alert can fire until it is back."), c.source_down.for_),
+        AlertSpec(n.ALERT_RUN_CAP, f"increase({sel(c, n.RUNS_EVICTED_TOTAL)}[{c.run_cap.window}]) > 0", "warning",
+                  "The exporter dropped a run at its run cap (--max-runs).",
+                  P("The omniwatch exporter ", LabelIf("instance", "at ", " "), "holds as many runs as --max-runs allows and "
+                    f"dropped the least recently active run to make room for a new one within the last {c.run_cap.window}; "
+                    "the dropped run's series ended and its alerts resolved. Raise --max-runs or watch fewer runs.")),
+        AlertSpec(n.ALERT_RAY_TASK_EVENTS_LOST, f"max by (job, instance) ({sel(c, n.RAY_TASK_EVENTS_LOSSY)}) == 1", "info",
+                  "The Ray task-event source is losing events: worker lanes are incomplete.",
+                  P("The Ray task-event source of the omniwatch exporter ", LabelIf("instance", "at ", " "),
+                    f"lost events at every evaluation for {c.ray_task_events.for_} (Ray's GCS dropped task events, or a "
+                    "poll's answer was cut at the page size): the worker lanes, who holds the step and RankStraggler miss "
+                    "calls while this holds."), c.ray_task_events.for_,
+                  remedy=remedies.ray_events_lost(),
+                  comment="From Ray's task events (--ray-tasks): the source's own loss flag, held for "
+                          "ray_task_events.for (a monitoring finding, not a training fault)."),
+        AlertSpec("Watchdog", "vector(1)", "none", "The alerting pipeline is alive.",
+                  P("Always firing. If its notifications stop arriving, Prometheus, Alertmanager or the route to the "
+                    "omniwatch receiver is broken.")),
     ]
     return Group("omniwatch.health", rules, "Liveness, resources and the monitoring pipeline itself.")
 
@@ -488,8 +488,8 @@ def health(cfg: Config) -> Group:
 OMNIWATCH_HEADER = """\
 omniwatch alert and recording rules for VeRL-Omni diffusion RL training.
 
-GENERATED by `omniwatch rules generate` from exporter/omniwatch/alerting/ (spec.py: expressions and prose,
-config.py: every threshold and `for:`, remedies.py: the fix per run layout). Do not edit: change the
+GENERATED by `omniwatch rules generate` from exporter/omniwatch/alerting/ (rulespec.py: expressions and prose,
+omniwatch/config.py: every threshold and `for:`, remedies.py: the fix per run layout). Do not edit: change the
 config (or render your own copy with `omniwatch rules generate --config my.yml --out DIR`); `make check`
 fails when this file and its generator disagree.
 
@@ -508,5 +508,5 @@ def rule_files(cfg: Config) -> list[RuleFile]:
             endpoints.rule_file(cfg)]
 
 
-def alerts(cfg: Config) -> list[Alert]:
-    return [r for f in rule_files(cfg) for g in f.groups for r in g.rules if isinstance(r, Alert)]
+def alerts(cfg: Config) -> list[AlertSpec]:
+    return [r for f in rule_files(cfg) for g in f.groups for r in g.rules if isinstance(r, AlertSpec)]

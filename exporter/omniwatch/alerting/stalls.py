@@ -31,7 +31,7 @@ from . import remedies
 from .holder import HOLDER
 from ..config import Config
 from .prose import RUN, IfSeries, P, Query, QueryLabel, SeriesValue, Value
-from .rule import Alert, Record, sel
+from .rule import AlertSpec, Record, sel
 from .records import (REC_AGE, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_PREFIX, REC_STALL_TYPICAL,
                       REC_STALL_WARNING)
 
@@ -196,7 +196,7 @@ def alerts(cfg: Config) -> list:
     desc = {sev: text + HOLDER for sev, text in descriptions(cfg).items()}  # + who holds the step (holder.py)
     out = []
     for sev in SEVERITIES:
-        out.append(Alert(
+        out.append(AlertSpec(
             n.ALERT_STALLED, _expr(cfg, sev), sev, SUMMARIES[sev], desc[sev], cfg.step_for, {},
             remedies.stalled_notice() if sev == "info" else remedies.stalled(), step=True,
             comment=("TrainingStalled in stages (info, warning, critical): the thresholds above; a finished run (its\n"
@@ -209,10 +209,10 @@ CRASH_JOB = QueryLabel(n.RAY_JOB_INFO, n.L_JOB, prefix=" (Ray job ", suffix=")")
 CRASH_ERROR = QueryLabel(n.RAY_JOB_INFO, n.L_ERROR, prefix=": ")
 
 
-def crashed(cfg: Config) -> Alert:
+def crashed(cfg: Config) -> AlertSpec:
     """TrainingCrashed: the run's Ray job failed (discovery/jobs.py). Pages at once (no for:): a failed job is a
     fact Ray recorded, not a reading that jitters; TrainingStalled stays quiet for the run meanwhile."""
-    return Alert(
+    return AlertSpec(
         n.ALERT_CRASHED, f"max by ({RUN_BY}) ({sel(cfg, n.RUN_CRASHED)}) == 1", "critical",
         "Training crashed: its Ray job failed.",
         P(RUN, ": the trainer's Ray job failed", CRASH_JOB, LAST, CRASH_ERROR,

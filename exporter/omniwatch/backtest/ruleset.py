@@ -3,7 +3,7 @@ recording rules ordered by dependency level.
 
 An alert reads a recorded series of its own group at the very evaluation that recorded it (rules of a
 group run in order at one timestamp), so the backtest evaluates the alert with those earlier
-same-group recording rules inlined (``AlertRule.eval_expr``): that is what live computes. Reading
+same-group recording rules inlined (``ReplayRule.eval_expr``): that is what live computes. Reading
 them from backfilled blocks instead would lag by up to one evaluation per rule level, because promtool
 evaluates each backfilled group at its own hash offset. Recorded series of other groups (which lag
 live too) and references with matchers, ranges, ``offset`` or ``@`` are read from the backfill.
@@ -53,7 +53,7 @@ _REF = re.compile(r"(?<![\w:])([a-zA-Z_:][\w:]*)(?![\w:])(?!\s*[{\[@])(?!\s+offs
 
 
 @dataclass
-class AlertRule:
+class ReplayRule:
     name: str
     expr: str
     hold: float            # for:, seconds
@@ -87,7 +87,7 @@ class RecordingRule:
 
 @dataclass
 class RuleSet:
-    alerts: list[AlertRule] = field(default_factory=list)
+    alerts: list[ReplayRule] = field(default_factory=list)
     recordings: list[RecordingRule] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the rule files loaded (promtool renders annotations with them)
     live_only: dict[str, str] = field(default_factory=dict)  # alerts of the files not loaded -> why
@@ -102,11 +102,11 @@ class RuleSet:
                 out[a.name] = "heartbeat: always firing by design"
         return out
 
-    def evaluated(self) -> list[AlertRule]:
+    def evaluated(self) -> list[ReplayRule]:
         skip = self.skipped()
         return [a for a in self.alerts if a.name not in skip]
 
-    def needed_recordings(self, alerts: list[AlertRule] | None = None, inlined: bool = False) -> list[RecordingRule]:
+    def needed_recordings(self, alerts: list[ReplayRule] | None = None, inlined: bool = False) -> list[RecordingRule]:
         """Recording rules the given alerts read, directly or through other recording rules
         (``inlined``: as the backtest evaluates them, with same-group recordings inlined)."""
         by_name: dict[str, list[RecordingRule]] = {}
@@ -215,7 +215,7 @@ def load(rules_dir: str | Path | None = None) -> RuleSet:
                 labels = {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
                 if "alert" in rule:
                     name = str(rule["alert"])
-                    rs.alerts.append(AlertRule(
+                    rs.alerts.append(ReplayRule(
                         name, str(rule["expr"]), _seconds(rule.get("for"), f"{name} for", path),
                         _seconds(rule.get("keep_firing_for"), f"{name} keep_firing_for", path),
                         labels, str(path), gname))

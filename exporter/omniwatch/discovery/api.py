@@ -210,7 +210,6 @@ def init(app) -> None:
         app.state.ray_tasks = poller
         app.state.registry.register(TaskCollector(poller, disc._run_labels, cfg.ray_lanes_max))
         # the hang, end to end (issue 31): the stack of a held call and the run's Ray job, beside the ledger
-        store = app.state.store
         watch = StackWatch(StackDumper(poller.api, native=cfg.ray_stack_native), disc._run_labels, store.stalled,
                            straggler_dispatches=ALERTS.rank_straggler.dispatches)
         app.state.ray_stacks = watch
@@ -218,14 +217,4 @@ def init(app) -> None:
                                          interval=max(poller.interval, JOBS_INTERVAL_S))]
         app.state.registry.register(StackCollector(watch, disc._run_labels))
         on_lifespan(app, poller.start, poller.stop)
-        # per-fleet GPU time (issue 24 item 6; every node: issue 33 item 3): this exporter's GPUs and the agents'
-        from ..gpu.fleet import FleetAccountant, FleetCollector   # gpu.fleet imports discovery.phases
-        from ..gpu.fleetnodes import NodeTotals
-        app.state.fleet_nodes = NodeTotals(app.state.store)
-        gpu = getattr(app.state, "gpu", None)   # the GPU area is mounted first (app.AREAS)
-        if gpu is not None and gpu.sampler is not None:
-            observe = getattr(app.state.settings, "extra", {}).get("gpu_call_watch", True)
-            app.state.gpu_fleet = FleetAccountant(gpu.sampler, poller, disc._run_labels, app.state.store,
-                                                  observe=observe)
-            on_lifespan(app, lambda: None, app.state.gpu_fleet.close)
-        app.state.registry.register(FleetCollector(app.state.gpu_fleet, app.state.fleet_nodes))
+        # per-fleet GPU time over this ledger: gpu/api.init_fleet, after this area (app.py; gpu reads discovery)

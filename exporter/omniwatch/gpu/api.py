@@ -104,6 +104,23 @@ def init(app) -> None:
     app.state.gpu = collector
 
 
+def init_fleet(app) -> None:
+    """Per-fleet GPU time (issue 24 item 6; issue 33 item 3) over discovery's Ray task ledger (app.py calls it after
+    every area: gpu reads discovery, discovery imports nothing of gpu)."""
+    if (poller := getattr(app.state, "ray_tasks", None)) is None:
+        return
+    from .fleet import FleetAccountant, FleetCollector
+    from .fleetnodes import NodeTotals
+    app.state.fleet_nodes = NodeTotals(app.state.store)
+    gpu = getattr(app.state, "gpu", None)
+    if gpu is not None and gpu.sampler is not None:
+        observe = getattr(app.state.settings, "extra", {}).get("gpu_call_watch", True)
+        app.state.gpu_fleet = FleetAccountant(gpu.sampler, poller, poller.run_labels, app.state.store,
+                                              observe=observe)
+        on_lifespan(app, lambda: None, app.state.gpu_fleet.close)
+    app.state.registry.register(FleetCollector(app.state.gpu_fleet, app.state.fleet_nodes))
+
+
 def _tie_to_lifespan(app, sampler: GpuSampler) -> None:
     """Sample while the server runs."""
     on_lifespan(app, sampler.start, sampler.stop)

@@ -36,7 +36,7 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class Alert(_Lenient):
+class WebhookAlert(_Lenient):
     status: str
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -59,7 +59,7 @@ class Notification(_Lenient):
     groupKey: str
     status: str
     receiver: str = ""
-    alerts: list[Alert] = Field(min_length=1)
+    alerts: list[WebhookAlert] = Field(min_length=1)
     groupLabels: dict[str, str] = Field(default_factory=dict)
     commonLabels: dict[str, str] = Field(default_factory=dict)
     commonAnnotations: dict[str, str] = Field(default_factory=dict)

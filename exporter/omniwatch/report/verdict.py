@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .. import ledger, names
-from ..alerting import rulespec as spec
+from ..alerting import rulespec
 from ..config import DEFAULT, Config
 from ..alerting.prose import Ctx
 from ..analytics import CAUSE_OF_PHASE
@@ -141,7 +141,7 @@ SEVERITY_RANK = {"critical": 3, "warning": 2, "info": 1}
 
 def _spec(alertname: str, labels: dict[str, str], cfg: Config, severity: str | None = None):
     """The alert spec whose severity and static labels the alert carries (TrainingStalled: its stage)."""
-    cands = [a for a in spec.alerts(cfg) if a.name == alertname and a.remedy is not None]
+    cands = [a for a in rulespec.alerts(cfg) if a.name == alertname and a.remedy is not None]
     sev = severity or labels.get("severity")
     if sev:
         cands = [a for a in cands if a.severity == sev] or cands

@@ -242,7 +242,7 @@ def load_config(path: str | Path) -> AMConfig:
 
 # --- alerts --------------------------------------------------------------------------------------------------
 @dataclass
-class Alert:
+class AmAlert:
     labels: dict[str, str]
     starts: float
     ends: float
@@ -256,9 +256,9 @@ class Alert:
         return not self.ends > t
 
 
-def merge(old: Alert, new: Alert) -> Alert:
+def merge(old: AmAlert, new: AmAlert) -> AmAlert:
     """types.Alert.Merge (``new`` is the younger one)."""
-    res = Alert(dict(new.labels), min(old.starts, new.starts), new.ends, new.updated)
+    res = AmAlert(dict(new.labels), min(old.starts, new.starts), new.ends, new.updated)
     if new.resolved_at(new.updated):
         if old.resolved_at(new.updated) and old.ends > new.ends:
             res.ends = old.ends
@@ -321,8 +321,8 @@ class Alertmanager:
     def __init__(self, config: AMConfig, started: float = 0.0, cleanup_interval: float = CLEANUP_INTERVAL):
         self.cfg = config
         self.now = started
-        self.alerts: dict[tuple, Alert] = {}
-        self.scache: list[dict[tuple, Alert]] = [{} for _ in config.inhibit_rules]
+        self.alerts: dict[tuple, AmAlert] = {}
+        self.scache: list[dict[tuple, AmAlert]] = [{} for _ in config.inhibit_rules]
         self.groups: dict[tuple, _Group] = {}
         self.nflog: dict[tuple, _Entry] = {}
         self.notifications: list[Notification] = []
@@ -352,11 +352,11 @@ class Alertmanager:
         self.now = max(self.now, t)
 
     # -- API
-    def post(self, t: float, alerts: Iterable[Alert]) -> None:
+    def post(self, t: float, alerts: Iterable[AmAlert]) -> None:
         self.advance(t - 1e-9)
         self.now = max(self.now, t)
         for a in alerts:
-            a = Alert(dict(a.labels), a.starts, a.ends, t)
+            a = AmAlert(dict(a.labels), a.starts, a.ends, t)
             old = self.alerts.get(a.fp)
             if old is not None and ((old.starts < a.ends < old.ends) or (old.starts < a.starts < old.ends)):
                 a = merge(old, a)
@@ -367,7 +367,7 @@ class Alertmanager:
             for route in self.cfg.route.match(a.labels):
                 self._insert(route, a, t)
 
-    def _insert(self, route: Route, a: Alert, t: float) -> None:
+    def _insert(self, route: Route, a: AmAlert, t: float) -> None:
         key = (route.key, route.group_labels(a.labels))
         g = self.groups.get(key)
         if g is None:
@@ -451,11 +451,11 @@ class Firing:
 
 
 def prometheus_posts(firings: list[Firing], eval_interval: float, resend_delay: float = RESEND_DELAY,
-                     hold_open: float = 0.0) -> list[tuple[float, Alert]]:
+                     hold_open: float = 0.0) -> list[tuple[float, AmAlert]]:
     """Every alert Prometheus sends to Alertmanager for these firing intervals, as (time, alert). An alert still
     firing at its run's last evaluation keeps being sent ``hold_open`` seconds longer (live, the exporter keeps
     serving a finished run's last values, so its alerts stay firing; a backtest stops evaluating there)."""
-    out: list[tuple[float, Alert]] = []
+    out: list[tuple[float, AmAlert]] = []
     valid = 4 * max(resend_delay, eval_interval)
     by_labels: dict[tuple, list[Firing]] = {}
     for f in firings:
@@ -467,7 +467,7 @@ def prometheus_posts(firings: list[Firing], eval_interval: float, resend_delay: 
             last = f.last_t + (hold_open if f.resolved_t is None else 0.0)
             while t <= last + 1e-6:
                 if last_sent is None or last_sent + resend_delay < t - 1e-6:
-                    out.append((t, Alert(dict(f.labels), f.first_t, t + valid)))
+                    out.append((t, AmAlert(dict(f.labels), f.first_t, t + valid)))
                     last_sent = t
                 t += eval_interval
             if f.resolved_t is None:
@@ -476,14 +476,14 @@ def prometheus_posts(firings: list[Firing], eval_interval: float, resend_delay: 
             t, last_sent = f.resolved_t, None
             while t < stop - 1e-6 and t <= f.end_t + 1e-6 and t - f.resolved_t <= RESOLVED_RETENTION + 1e-6:
                 if last_sent is None or last_sent + resend_delay < t - 1e-6:
-                    out.append((t, Alert(dict(f.labels), f.first_t, f.resolved_t)))
+                    out.append((t, AmAlert(dict(f.labels), f.first_t, f.resolved_t)))
                     last_sent = t
                 t += eval_interval
     out.sort(key=lambda p: (p[0], sorted(p[1].labels.items())))
     return out
 
 
-def simulate(config: AMConfig, posts: list[tuple[float, Alert]], until: float, started: float | None = None
+def simulate(config: AMConfig, posts: list[tuple[float, AmAlert]], until: float, started: float | None = None
              ) -> list[Notification]:
     """Run Alertmanager over ``posts`` (time-ordered) up to ``until``; the notifications it sent."""
     if not posts:
