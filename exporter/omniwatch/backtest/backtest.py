@@ -142,16 +142,8 @@ def annotation_families(rules: RuleSet) -> set[str]:
     for a in rules.evaluated():
         for v in a.annotations.values():
             names_.update(_PRINTF_METRIC.findall(str(v)))
-    # a recording rule an annotation queries needs the families it reads
-    by_name: dict[str, list] = {}
-    for rec in rules.recordings:
-        by_name.setdefault(rec.record, []).append(rec)
-    todo = list(names_)
-    while todo:
-        for rec in by_name.get(todo.pop(), []):
-            new = set(_IDENT.findall(rec.expr)) - names_
-            names_ |= new
-            todo.extend(new)
+    for rec in rules.recordings_read(names_):  # a recording rule an annotation queries needs the families it reads
+        names_.update(_IDENT.findall(rec.expr))
     return names_
 
 

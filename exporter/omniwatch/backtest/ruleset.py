@@ -75,12 +75,15 @@ class RuleSet:
     def needed_recordings(self, alerts: list[Alert] | None = None, inlined: bool = False) -> list[Record]:
         """Recording rules the given alerts read, directly or through other recording rules
         (``inlined``: as the backtest evaluates them, with same-group recordings inlined)."""
+        return self.recordings_read(tok for a in (self.alerts if alerts is None else alerts)
+                                    for tok in _IDENT.findall(a.eval_expr if inlined else a.expr))
+
+    def recordings_read(self, tokens) -> list[Record]:
+        """Recording rules named by ``tokens``, and those they read, recursively."""
         by_name: dict[str, list[Record]] = {}
         for r in self.recordings:
             by_name.setdefault(r.record, []).append(r)
-        todo = [tok for a in (self.alerts if alerts is None else alerts)
-                for tok in _IDENT.findall(a.eval_expr if inlined else a.expr)]
-        seen: set[str] = set()
+        todo, seen = list(tokens), set()
         while todo:
             tok = todo.pop()
             if tok in by_name and tok not in seen:
