@@ -96,7 +96,7 @@ def test_no_import_cycle_between_the_live_areas():
 
 def test_alert_and_rule_classes_have_one_name_each():
     """A rule spec (alerting.rule.AlertSpec), a rule loaded from a rule file (rules.LoadedAlert), the backtest's rule
-    (backtest.ruleset.ReplayRule), a webhook's alert (relay.payload.WebhookAlert) and the Alertmanager model's
+    (backtest.ruleset.AlertRule, now rules.LoadedAlert too), a webhook's alert (relay.payload.WebhookAlert) and the Alertmanager model's
     (scorecard.amsim.AmAlert) were three ``Alert``s and an ``AlertRule``; and no name left from spec.py's rename."""
     import ast
     where = defaultdict(list)

@@ -55,6 +55,26 @@ class LoadedAlert:
     for_: str | None = None
     labels: dict = field(default_factory=dict)
     annotations: dict = field(default_factory=dict)
+    hold: float = 0.0             # for:, seconds
+    keep_firing_for: float = 0.0  # seconds
+    eval_expr: str = ""           # expr as the backtest evaluates it (backtest.ruleset: same-group recordings inlined)
+
+    def __post_init__(self) -> None:
+        self.eval_expr = self.eval_expr or self.expr
+
+    @property
+    def severity(self) -> str:
+        return str(self.labels.get("severity", ""))
+
+
+@dataclass
+class Record:
+    record: str
+    expr: str
+    labels: dict
+    group: str
+    file: Path | None = None
+    level: int = 1  # dependency level (backtest.ruleset.levels)
 
 
 def load_rule_file(path: Path) -> dict:
@@ -67,17 +87,40 @@ def load_rule_file(path: Path) -> dict:
     return doc
 
 
+def _seconds(v, what: str, path: Path) -> float:
+    from .backtest.timeline import parse_duration
+    if v in (None, "", 0, "0", "0s"):
+        return 0.0
+    try:
+        return parse_duration(str(v))
+    except ValueError as e:
+        raise RulesError(f"{path}: {what}: {e}") from None
+
+
+def load_rules(files: list[Path]) -> list[LoadedAlert | Record]:
+    """The one parsed model of rule files: every alerting and recording rule (those with an expression), in
+    file and group order."""
+    out: list[LoadedAlert | Record] = []
+    for path in files:
+        for group in load_rule_file(path)["groups"]:
+            gname = str((group or {}).get("name", ""))
+            for rule in (group or {}).get("rules") or []:
+                if not isinstance(rule, dict) or not isinstance(rule.get("expr"), (str, int, float)):
+                    continue
+                labels = {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
+                if "alert" in rule:
+                    name = str(rule["alert"])
+                    out.append(LoadedAlert(name, str(rule["expr"]), path, gname, rule.get("for"), labels,
+                                     dict(rule.get("annotations") or {}), _seconds(rule.get("for"), f"{name} for", path),
+                                     _seconds(rule.get("keep_firing_for"), f"{name} keep_firing_for", path)))
+                elif "record" in rule:
+                    out.append(Record(str(rule["record"]), str(rule["expr"]), labels, gname, path))
+    return out
+
+
 def load_alerts(rules_dir: Path | None = None) -> list[LoadedAlert]:
     """The alerting rules of every rule file, in file order (recording rules left out)."""
-    out = []
-    for path in rule_files(rules_dir):
-        for group in load_rule_file(path)["groups"]:
-            for rule in (group or {}).get("rules") or []:
-                if isinstance(rule, dict) and "alert" in rule:
-                    out.append(LoadedAlert(str(rule["alert"]), str(rule.get("expr", "")), path, str(group.get("name")),
-                                           rule.get("for"), dict(rule.get("labels") or {}),
-                                           dict(rule.get("annotations") or {})))
-    return out
+    return [r for r in load_rules(rule_files(rules_dir)) if isinstance(r, LoadedAlert)]
 
 
 # --- promtool / amtool ---------------------------------------------------------------------------

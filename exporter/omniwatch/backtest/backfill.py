@@ -19,7 +19,8 @@ from pathlib import Path
 from .. import names
 from ..model import RunStore
 from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, FamilyRender, SampleGrid
-from .ruleset import RecordingRule, levels, write_rule_file
+from ..rules import Record
+from .ruleset import levels, write_rule_file
 from .runfile import RecordedRun
 from .timeline import Timeline
 from .tsdb import TempPrometheus, create_blocks_from_openmetrics, create_blocks_from_rules
@@ -70,32 +71,52 @@ def scrape_grid(timeline: Timeline, interval: float, tail: float) -> list[int]:
 LIVE_ONLY_FAMILIES = frozenset({names.OUTSIDE_STEP_SECONDS, names.OUTSIDE_STEP_WINDOW})
 
 
-def render_run(run: RecordedRun, timeline: Timeline, times_ms: list[int], *, job: str = DEFAULT_JOB,
-               instance: str = DEFAULT_INSTANCE, progress=None, store_kwargs: dict | None = None) -> SampleGrid:
-    """Feed the run to a RunStore in simulated time; what each scrape of the grid would have seen."""
+def replay(run: RecordedRun, timeline: Timeline, grid: SampleGrid | None, *, lo: int = 0, hi: int | None = None,
+           families: set[str] | None = None, observe=None, store_kwargs: dict | None = None, progress=None) -> None:
+    """The one replay loop (backfill and backtest): feed the run to its own RunStore in simulated time,
+    line by line at its reconstructed arrival (calling ``trainer_restarted`` before each line of
+    ``run.truncated_before``, as the file source does), and add to ``grid`` what each scrape of
+    ``grid.times_ms[lo:hi]`` would have seen, ``LIVE_ONLY_FAMILIES`` left out. ``families``: only those
+    (None: all); ``observe(i, store, record)`` after every line; ``grid`` None: the replay only."""
     progress = progress or NullProgress()
     now = [timeline.arrivals[0]]
     store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
     store.set_source_up(run.kind, run.path, True)  # as the live file source reports its watch spec
+    truncated = set(run.truncated_before)
     if run.trainer_config is not None:
         store.set_trainer_config(run.trainer_config, labels=(run.project, run.experiment))
-    render = FamilyRender(store)  # the registry's text, without prometheus_client's per-character escaping
-    grid = SampleGrid(times_ms, job, instance)
+    render = FamilyRender(store, families)  # the registry's text, without prometheus_client's per-character escaping
+    times = grid.times_ms if grid is not None else []
+    hi = len(times) if hi is None else hi
     arrivals_ms = [round(a * 1000) for a in timeline.arrivals]
-    progress.phase("ingest + render", len(run.entries))
+    n = len(run.entries)
     for i, entry in enumerate(run.entries):
         now[0] = timeline.arrivals[i]
-        store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
-        lo = bisect.bisect_left(times_ms, arrivals_ms[i])
-        hi = bisect.bisect_left(times_ms, arrivals_ms[i + 1]) if i + 1 < len(run.entries) else len(times_ms)
-        if hi > lo:  # a step overtaken before the next scrape is never seen
-            grid.add_families([f for f in render.families() if f[0] not in LIVE_ONLY_FAMILIES], lo, hi)
+        if i in truncated:  # the file source saw the log truncated here: verl reopened it ("wb") on a resume
+            store.trainer_restarted(run.project, run.experiment, run.kind)
+        rec = store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
+        if observe is not None:
+            observe(i, store, rec)
+        if grid is not None:
+            a = max(lo, bisect.bisect_left(times, arrivals_ms[i]))
+            b = min(hi, bisect.bisect_left(times, arrivals_ms[i + 1])) if i + 1 < n else hi
+            if b > a:  # a step overtaken before the next scrape is never seen
+                grid.add_families([f for f in render.families() if f[0] not in LIVE_ONLY_FAMILIES], a, b)
         progress.advance()
+
+
+def render_run(run: RecordedRun, timeline: Timeline, times_ms: list[int], *, job: str = DEFAULT_JOB,
+               instance: str = DEFAULT_INSTANCE, progress=None, store_kwargs: dict | None = None) -> SampleGrid:
+    """What each scrape of the grid would have seen of the run (``replay``)."""
+    progress = progress or NullProgress()
+    grid = SampleGrid(times_ms, job, instance)
+    progress.phase("ingest + render", len(run.entries))
+    replay(run, timeline, grid, store_kwargs=store_kwargs, progress=progress)
     return grid
 
 
 def backfill(run: RecordedRun, timeline: Timeline, data_dir: str, *, scrape_interval: float = DEFAULT_SCRAPE_INTERVAL,
-             tail: float = DEFAULT_TAIL, recordings: list[RecordingRule] | None = None,
+             tail: float = DEFAULT_TAIL, recordings: list[Record] | None = None,
              eval_interval: float = DEFAULT_SCRAPE_INTERVAL, om_file: str | None = None, job: str = DEFAULT_JOB,
              instance: str = DEFAULT_INSTANCE, progress=None) -> Backfill:
     """Blocks are built in a private staging directory (the temporary Prometheus writes its WAL there,
@@ -141,7 +162,7 @@ def _move_blocks(src: str, dst: str) -> None:
             os.rename(tmp, Path(dst) / d.name)
 
 
-def backfill_recordings(bf: Backfill, recordings: list[RecordingRule], eval_interval: float, progress=None) -> None:
+def backfill_recordings(bf: Backfill, recordings: list[Record], eval_interval: float, progress=None) -> None:
     """Recording rules over the backfilled range, one dependency level per temporary Prometheus."""
     progress = progress or NullProgress()
     lv = levels(recordings)

@@ -43,14 +43,13 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..model import RunStore
-from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, _move_blocks, _staging
+from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, replay, _move_blocks, _staging
 from .evaluate import Firing, firing_intervals, hysteresis_by, hysteresis_intervals, true_at
-from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, FamilyRender, SampleGrid, label_value, stale_points
+from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, SampleGrid, label_value, stale_points
 from .ruleset import GAPS_ONLY, RuleSet, _IDENT, load
 from .runfile import RecordedRun
 from .timeline import Timeline
 from .tsdb import TempPrometheus, create_blocks_from_openmetrics
-from ..rules import load_rule_file
 from .annotations import Request, answers, build_tests, run_tests
 
 @dataclass
@@ -140,23 +139,11 @@ _PRINTF_METRIC = re.compile(r'printf\s+\\?"([a-zA-Z_:][\w:]*)\{')
 def annotation_families(rules: RuleSet) -> set[str]:
     """Metric names the evaluated alerts' annotation templates query (``printf "metric{...}" | query``)."""
     names_: set[str] = set()
-    wanted = {a.name for a in rules.evaluated()}
-    for f in rules.files:
-        for g in load_rule_file(Path(f)).get("groups") or []:
-            for r in (g or {}).get("rules") or []:
-                if isinstance(r, dict) and r.get("alert") in wanted:
-                    for v in (r.get("annotations") or {}).values():
-                        names_.update(_PRINTF_METRIC.findall(str(v)))
-    # a recording rule an annotation queries needs the families it reads
-    by_name: dict[str, list] = {}
-    for rec in rules.recordings:
-        by_name.setdefault(rec.record, []).append(rec)
-    todo = list(names_)
-    while todo:
-        for rec in by_name.get(todo.pop(), []):
-            new = set(_IDENT.findall(rec.expr)) - names_
-            names_ |= new
-            todo.extend(new)
+    for a in rules.evaluated():
+        for v in a.annotations.values():
+            names_.update(_PRINTF_METRIC.findall(str(v)))
+    for rec in rules.recordings_read(names_):  # a recording rule an annotation queries needs the families it reads
+        names_.update(_IDENT.findall(rec.expr))
     return names_
 
 
@@ -352,7 +339,7 @@ def _render_all(plans, grid, times, families, observe, store_kwargs, progress, w
                 and (observe is None or hasattr(observe, "state")))
     if not parallel:
         for ri, p in enumerate(plans):
-            _render(ri, p, grid, times, families, observe, store_kwargs, progress)
+            _render(ri, p, grid, families, observe, store_kwargs, progress)
         return
     _WORK = (plans, times, families, observe, store_kwargs, grid.job, grid.instance)
     try:
@@ -377,7 +364,7 @@ def _render_group(group: list[int]):
     plans, times, families, observe, store_kwargs, job, instance = _WORK
     grid = SampleGrid(times, job, instance)
     for ri in group:
-        _render(ri, plans[ri], grid, times, families, observe, store_kwargs, NullProgress())
+        _render(ri, plans[ri], grid, families, observe, store_kwargs, NullProgress())
     states = {ri: observe.state(ri) for ri in group} if observe is not None else {}
     return grid.families, states, sum(len(plans[ri].run.entries) for ri in group)
 
@@ -390,40 +377,17 @@ def _replay_only(runs, starts, pace, observe, store_kwargs, progress) -> list[Ba
     progress.phase(f"replay {len(runs)} run(s)", sum(len(r.entries) for r in runs))
     for ri, (r, s) in enumerate(zip(runs, starts or [None] * len(runs))):
         p = RunPlan(r, Timeline.of(r, s, pace))
-        _render(ri, p, None, [], None, observe, store_kwargs, progress)
+        _render(ri, p, None, None, observe, store_kwargs, progress)
         out.append(BacktestResult(r, p.timeline, [], {"*": NOT_EVALUATED}, [], 0, 0))
     return out
 
 
-def _render(ri: int, p: RunPlan, grid: SampleGrid | None, times: list[int], families, observe, store_kwargs,
+def _render(ri: int, p: RunPlan, grid: SampleGrid | None, families, observe, store_kwargs,
             progress) -> None:
-    """Feed one run to its own RunStore in simulated time (as ``backfill.render_run``), rendering what
-    each scrape of its stretch of the grid would have seen."""
-    run, tl = p.run, p.timeline
-    now = [tl.arrivals[0]]
-    store = RunStore(clock=lambda: now[0], **(store_kwargs or {}))
-    store.set_source_up(run.kind, run.path, True)
-    truncated = set(run.truncated_before)
-    if run.trainer_config is not None:
-        store.set_trainer_config(run.trainer_config, labels=(run.project, run.experiment))
-    render = FamilyRender(store, families)
-    arrivals_ms = [round(a * 1000) for a in tl.arrivals]
-    n = len(run.entries)
-    for i, entry in enumerate(run.entries):
-        now[0] = tl.arrivals[i]
-        if i in truncated:  # the file source saw the log truncated here: verl reopened it ("wb") on a resume
-            store.trainer_restarted(run.project, run.experiment, run.kind)
-        rec = store.ingest(run.project, run.experiment, entry.parsed, run.kind, arrival=now[0], feed=run.feed)
-        if observe is not None:
-            observe(ri, i, store, rec)
-        if grid is None:
-            progress.advance()
-            continue
-        lo = max(p.lo, bisect.bisect_left(times, arrivals_ms[i]))
-        hi = min(p.hi, bisect.bisect_left(times, arrivals_ms[i + 1])) if i + 1 < n else p.hi
-        if hi > lo:  # a step overtaken before the next scrape is never seen
-            grid.add_families(render.families(), lo, hi)
-        progress.advance()
+    """One run through ``backfill.replay`` over its stretch of the grid."""
+    seen = None if observe is None else (lambda i, store, rec: observe(ri, i, store, rec))
+    replay(p.run, p.timeline, grid, lo=p.lo, hi=p.hi, families=families, observe=seen, store_kwargs=store_kwargs,
+           progress=progress)
 
 
 def _owner(labels: dict[str, str], plans: list[RunPlan], by_key: dict) -> list[int]:
@@ -450,7 +414,7 @@ def _evaluate(prom, rule, etimes: list[float], plans: list[RunPlan]) -> Iterable
     for ri, series in per_run.items():
         p = plans[ri]
         k0 = bisect.bisect_left(etimes, p.first_ms / 1000 - 1e-6)
-        if rule.gaps_only:  # judged up to the run's last step (+ silence): a finished file is no stall after it
+        if rule.name in GAPS_ONLY:  # judged up to the run's last step (+ silence): a finished file is no stall after it
             k1 = min(bisect.bisect_right(etimes, p.last_ms / 1000 + 1e-6),
                      bisect.bisect_right(etimes, p.timeline.end + p.silence))
         else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..alerting.rule import matches, split_hysteresis
-from .ruleset import ReplayRule
+from ..rules import LoadedAlert
 
 
 @dataclass
@@ -62,7 +62,7 @@ def firing_intervals(true_at: list[bool], times: list[float], hold: float,
     return out
 
 
-def alert_labels(rule: ReplayRule, metric: dict[str, str]) -> dict[str, str]:
+def alert_labels(rule: LoadedAlert, metric: dict[str, str]) -> dict[str, str]:
     """The alert's label set: the sample's labels without ``__name__``, then the rule's labels (static
     values; a templated label value is kept as written), then ``alertname``."""
     labels = {k: v for k, v in metric.items() if k != "__name__"}
@@ -73,14 +73,14 @@ def alert_labels(rule: ReplayRule, metric: dict[str, str]) -> dict[str, str]:
 
 @dataclass
 class Firing:
-    rule: ReplayRule
+    rule: LoadedAlert
     labels: dict[str, str]
     first_t: float
     last_t: float
     resolved_t: float | None = None  # the first evaluation without it after last_t (None: firing to the end)
 
 
-def _truth(prom, rule: ReplayRule, expr: str, times: list[float]) -> dict[tuple, tuple[dict, list[bool]]]:
+def _truth(prom, rule: LoadedAlert, expr: str, times: list[float]) -> dict[tuple, tuple[dict, list[bool]]]:
     step = times[1] - times[0] if len(times) > 1 else 15.0
     index = {round(t * 1000): k for k, t in enumerate(times)}
     truth: dict[tuple, tuple[dict, list[bool]]] = {}
@@ -95,7 +95,7 @@ def _truth(prom, rule: ReplayRule, expr: str, times: list[float]) -> dict[tuple,
     return truth
 
 
-def true_at(prom, rule: ReplayRule, times: list[float]) -> list[tuple[dict, list[bool], list[bool] | None]]:
+def true_at(prom, rule: LoadedAlert, times: list[float]) -> list[tuple[dict, list[bool], list[bool] | None]]:
     """One range query of the rule's condition over ``times`` (an even grid): per alert label set, whether
     it held at each timestamp. An alert with hysteresis: the label sets of its firing condition, and (third item) for
     each the truth of its hold condition at the same ``by`` labels; the hold condition's own ``by`` label sets that
@@ -117,7 +117,7 @@ def true_at(prom, rule: ReplayRule, times: list[float]) -> list[tuple[dict, list
     return out + [({b: v for b, v in zip(h.by, key)}, [False] * len(times), flags) for key, flags in held.items()]
 
 
-def hysteresis_by(rule: ReplayRule) -> tuple[tuple[str, ...], str]:
+def hysteresis_by(rule: LoadedAlert) -> tuple[tuple[str, ...], str]:
     """The ``by`` labels of a rule with hysteresis and the matchers of the instances it holds (else ``()``)."""
     h = split_hysteresis(rule.eval_expr)
     return (h.by, h.matchers) if h is not None else ((), "")

@@ -3,7 +3,7 @@ recording rules ordered by dependency level.
 
 An alert reads a recorded series of its own group at the very evaluation that recorded it (rules of a
 group run in order at one timestamp), so the backtest evaluates the alert with those earlier
-same-group recording rules inlined (``ReplayRule.eval_expr``): that is what live computes. Reading
+same-group recording rules inlined (``LoadedAlert.eval_expr``): that is what live computes. Reading
 them from backfilled blocks instead would lag by up to one evaluation per rule level, because promtool
 evaluates each backfilled group at its own hash offset. Recorded series of other groups (which lag
 live too) and references with matchers, ranges, ``offset`` or ``@`` are read from the backfill.
@@ -23,8 +23,7 @@ from pathlib import Path
 import yaml
 
 from .. import names
-from ..rules import RULES_DIR, RulesError, load_rule_file, rule_files
-from .timeline import parse_duration
+from ..rules import RULES_DIR, LoadedAlert, Record, RulesError, load_rules, rule_files
 
 # Alerts a backtest cannot judge, and why (printed in the report instead of a verdict).
 LIVE_ONLY = {
@@ -53,42 +52,9 @@ _REF = re.compile(r"(?<![\w:])([a-zA-Z_:][\w:]*)(?![\w:])(?!\s*[{\[@])(?!\s+offs
 
 
 @dataclass
-class ReplayRule:
-    name: str
-    expr: str
-    hold: float            # for:, seconds
-    keep_firing_for: float
-    labels: dict[str, str]
-    file: str
-    group: str
-    eval_expr: str = ""    # expr with its group's earlier recording rules inlined (see module doc)
-
-    def __post_init__(self) -> None:
-        self.eval_expr = self.eval_expr or self.expr
-
-    @property
-    def severity(self) -> str:
-        return str(self.labels.get("severity", ""))
-
-    @property
-    def gaps_only(self) -> bool:
-        """Judged between the run's first and last step only (``GAPS_ONLY``)."""
-        return self.name in GAPS_ONLY
-
-
-@dataclass
-class RecordingRule:
-    record: str
-    expr: str
-    labels: dict[str, str]
-    group: str
-    level: int = 1
-
-
-@dataclass
 class RuleSet:
-    alerts: list[ReplayRule] = field(default_factory=list)
-    recordings: list[RecordingRule] = field(default_factory=list)
+    alerts: list[LoadedAlert] = field(default_factory=list)
+    recordings: list[Record] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the rule files loaded (promtool renders annotations with them)
     live_only: dict[str, str] = field(default_factory=dict)  # alerts of the files not loaded -> why
 
@@ -102,19 +68,22 @@ class RuleSet:
                 out[a.name] = "heartbeat: always firing by design"
         return out
 
-    def evaluated(self) -> list[ReplayRule]:
+    def evaluated(self) -> list[LoadedAlert]:
         skip = self.skipped()
         return [a for a in self.alerts if a.name not in skip]
 
-    def needed_recordings(self, alerts: list[ReplayRule] | None = None, inlined: bool = False) -> list[RecordingRule]:
+    def needed_recordings(self, alerts: list[LoadedAlert] | None = None, inlined: bool = False) -> list[Record]:
         """Recording rules the given alerts read, directly or through other recording rules
         (``inlined``: as the backtest evaluates them, with same-group recordings inlined)."""
-        by_name: dict[str, list[RecordingRule]] = {}
+        return self.recordings_read(tok for a in (self.alerts if alerts is None else alerts)
+                                    for tok in _IDENT.findall(a.eval_expr if inlined else a.expr))
+
+    def recordings_read(self, tokens) -> list[Record]:
+        """Recording rules named by ``tokens``, and those they read, recursively."""
+        by_name: dict[str, list[Record]] = {}
         for r in self.recordings:
             by_name.setdefault(r.record, []).append(r)
-        todo = [tok for a in (self.alerts if alerts is None else alerts)
-                for tok in _IDENT.findall(a.eval_expr if inlined else a.expr)]
-        seen: set[str] = set()
+        todo, seen = list(tokens), set()
         while todo:
             tok = todo.pop()
             if tok in by_name and tok not in seen:
@@ -123,15 +92,15 @@ class RuleSet:
         return [r for r in self.recordings if r.record in seen]
 
 
-def levels(recordings: list[RecordingRule]) -> list[list[RecordingRule]]:
+def levels(recordings: list[Record]) -> list[list[Record]]:
     """Group recording rules so that each level reads only series recorded by earlier levels."""
     recorded = {r.record for r in recordings}
-    by_name: dict[str, list[RecordingRule]] = {}
+    by_name: dict[str, list[Record]] = {}
     for r in recordings:
         by_name.setdefault(r.record, []).append(r)
     memo: dict[str, int] = {}
 
-    def deps(r: RecordingRule) -> set[str]:
+    def deps(r: Record) -> set[str]:
         return {t for t in _IDENT.findall(r.expr) if t in recorded and t != r.record}
 
     def level_of(name: str, path: tuple[str, ...]) -> int:
@@ -142,7 +111,7 @@ def levels(recordings: list[RecordingRule]) -> list[list[RecordingRule]]:
                              for r in by_name[name])
         return memo[name]
 
-    out: dict[int, list[RecordingRule]] = {}
+    out: dict[int, list[Record]] = {}
     for r in recordings:
         r.level = 1 + max((level_of(d, (r.record,)) for d in deps(r)), default=0)
         out.setdefault(r.level, []).append(r)
@@ -164,28 +133,19 @@ def inline(expr: str, defs: dict[str, str]) -> str:
     return "".join(out) + code(expr[pos:])
 
 
-def _inline_groups(rs: RuleSet, ordered: list[tuple[str, str, object]]) -> None:
+def _inline_groups(rs: RuleSet, ordered: list[LoadedAlert | Record]) -> None:
     """Set each alert's ``eval_expr``: recording rules defined earlier in its group (once in the whole
     rule set, without extra labels, and named level:metric:ops — a colon no label or function name
     has) are inlined, themselves inlined the same way."""
     once = {k for k, n in Counter(r.record for r in rs.recordings).items() if n == 1}
     defs: dict[tuple[str, str], dict[str, str]] = {}
-    for file, group, rule in ordered:
-        d = defs.setdefault((file, group), {})
-        if isinstance(rule, RecordingRule):
+    for rule in ordered:
+        d = defs.setdefault((str(rule.file), rule.group), {})
+        if isinstance(rule, Record):
             if rule.record in once and not rule.labels and ":" in rule.record:
                 d[rule.record] = inline(rule.expr, d).strip()
         else:
             rule.eval_expr = inline(rule.expr, d)
-
-
-def _seconds(v, what: str, path: Path) -> float:
-    if v in (None, "", 0, "0", "0s"):
-        return 0.0
-    try:
-        return parse_duration(str(v))
-    except ValueError as e:
-        raise RulesError(f"{path}: {what}: {e}") from None
 
 
 def load(rules_dir: str | Path | None = None) -> RuleSet:
@@ -198,36 +158,19 @@ def load(rules_dir: str | Path | None = None) -> RuleSet:
     if not files:
         raise RulesError(f"no *.rules.yml in {d}")
     rs = RuleSet(files=[str(f) for f in files if f.name not in LIVE_ONLY_FILES])
-    ordered: list[tuple[str, str, object]] = []
-    for path in files:
-        doc = load_rule_file(path)
-        if path.name in LIVE_ONLY_FILES:
-            for group in doc["groups"]:
-                for rule in (group or {}).get("rules") or []:
-                    if isinstance(rule, dict) and "alert" in rule:
-                        rs.live_only[str(rule["alert"])] = LIVE_ONLY_FILES[path.name]
-            continue
-        for group in doc["groups"]:
-            gname = str((group or {}).get("name", ""))
-            for rule in (group or {}).get("rules") or []:
-                if not isinstance(rule, dict) or not isinstance(rule.get("expr"), (str, int, float)):
-                    continue
-                labels = {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
-                if "alert" in rule:
-                    name = str(rule["alert"])
-                    rs.alerts.append(ReplayRule(
-                        name, str(rule["expr"]), _seconds(rule.get("for"), f"{name} for", path),
-                        _seconds(rule.get("keep_firing_for"), f"{name} keep_firing_for", path),
-                        labels, str(path), gname))
-                    ordered.append((str(path), gname, rs.alerts[-1]))
-                elif "record" in rule:
-                    rs.recordings.append(RecordingRule(str(rule["record"]), str(rule["expr"]), labels, gname))
-                    ordered.append((str(path), gname, rs.recordings[-1]))
+    ordered: list[LoadedAlert | Record] = []
+    for rule in load_rules(files):
+        if rule.file.name in LIVE_ONLY_FILES:
+            if isinstance(rule, LoadedAlert):
+                rs.live_only[rule.name] = LIVE_ONLY_FILES[rule.file.name]
+        else:
+            (rs.alerts if isinstance(rule, LoadedAlert) else rs.recordings).append(rule)
+            ordered.append(rule)
     _inline_groups(rs, ordered)
     return rs
 
 
-def write_rule_file(recordings: list[RecordingRule], path: str | Path) -> None:
+def write_rule_file(recordings: list[Record], path: str | Path) -> None:
     """A temporary rule file holding one level of recording rules, for promtool (run-time only)."""
     groups: dict[str, list] = {}
     for r in recordings:
