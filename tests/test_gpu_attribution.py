@@ -170,11 +170,15 @@ def test_client_pushes_spans_to_a_real_server_and_survives_a_dead_one():
     finally:
         server.should_exit = True
         th.join(10)
+    # never blocks the trainer: the phase ends while its delivery is still held (the sender's POST waits on a gate
+    # the test opens only afterwards), then the POST to a dead exporter fails and the span is dropped, counted
     dead = Client(url=f"http://127.0.0.1:{free_port()}", token=TOKEN, timeout=0.5)
-    t0 = time.monotonic()
+    gate, posting, post = threading.Event(), threading.Event(), dead._post
+    dead._post = lambda spans: (posting.set(), gate.wait(30), post(spans))[-1]
     with dead.phase("gen", project="p", experiment="e"):
         pass
-    assert time.monotonic() - t0 < 0.2          # never blocks the trainer
+    assert posting.wait(10) and dead.q.unfinished_tasks == 1 and dead.sent == dead.dropped == 0
+    gate.set()
     assert dead.flush(10) and dead.dropped == 1
 
 

@@ -4,7 +4,8 @@
 generated file              source
 ==========================  ==========================================================================
 alerts/*.rules.yml          omniwatch/alerting/ (rulespec, stalls, endpoints: the rules; ../config.py: the numbers)
-docs/alerts.md (2 tables)   omniwatch/alerting/rulegen.py (thresholds, remedies)
+docs/alerts.md (tables)     omniwatch/alerting/rulegen.py (thresholds, remedies); tests/doc_tables.py (the
+                            configurations tests/test_matrix.py proves, alertmanager.yml's inhibit rules)
 omniwatch/remedy_texts.json omniwatch/alerting/rulegen.py (the remedies the exporter serves, as prose data)
 dashboards/*.json           omniwatch/dashboards/ (specs, one factory)
 docs/metrics.md             omniwatch/names.py (the metric catalogue)
@@ -25,6 +26,7 @@ when any differ (``make check``, run by ``make test``). The per-area commands (`
 """
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +42,9 @@ def expected(k8s: bool = True) -> dict[Path, str]:
     deploy/k8s/ manifests are rendered from the rule files and dashboards *on disk*: without ``k8s`` they are
     left out, so a writer can sync the rest first (:func:`k8s_expected`)."""
     from .dashboards import jsonfiles as dashboards_generate  # the grafana SDK: loaded only when generating
-    out = alerting_generate.outputs(alert_config.DEFAULT, paths.alerts_dir(), paths.repo_dir() / "docs" / "alerts.md")
+    doc = paths.repo_dir() / "docs" / "alerts.md"
+    out = alerting_generate.outputs(alert_config.DEFAULT, paths.alerts_dir(), doc)
+    out[doc] = checkout_tables(out[doc])
     out.update({dashboards_generate.default_dir() / n: t for n, t in dashboards_generate.rendered(config=alert_config.DEFAULT).items()})
     out[docsgen.docs_path()] = docsgen.render()
     out.update({compose.default_out() / n: t for n, t in compose.rendered().items()})
@@ -48,6 +52,16 @@ def expected(k8s: bool = True) -> dict[Path, str]:
     if k8s:
         out.update(k8s_expected())
     return out
+
+
+def checkout_tables(alerts_md: str) -> str:
+    """docs/alerts.md's tables of the checkout's tests and alertmanager.yml (tests/doc_tables.py; in a checkout only)."""
+    script = paths.repo_dir() / "tests" / "doc_tables.py"
+    if not script.is_file():
+        return alerts_md
+    spec = importlib.util.spec_from_file_location("omniwatch_doc_tables", script)
+    spec.loader.exec_module(mod := importlib.util.module_from_spec(spec))
+    return mod.alerts_md(alerts_md)
 
 
 def k8s_expected() -> dict[Path, str]:
