@@ -35,6 +35,7 @@ from .. import names as n
 from ..config import Config
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
+from ..signals import SIGNALS
 from ..alerting import records as _records
 from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO,
                                 REC_STALL_TYPICAL, REC_STALL_WARNING)
@@ -230,7 +231,6 @@ THRESHOLD_ALERT = {
     "step_time.regression_ratio": n.ALERT_STEP_REGRESSION,
     "step_drift.ratio": n.ALERT_STEP_REGRESSION,
     "mfu.drift_ratio": n.ALERT_MFU_DROP,
-    "reward_saturation.zero_std_ratio": n.ALERT_REWARD_SATURATION,
     "stall.notice_steps": n.ALERT_STALLED,
     "straggler.ratio": n.ALERT_STRAGGLER,
     "rank_straggler.spread": n.ALERT_RANK_STRAGGLER,
@@ -243,6 +243,7 @@ THRESHOLD_ALERT = {
     "rollout_queue.saturated_share": ALERT_ROLLOUT_SATURATED,
     "transferqueue.ttf_seconds": ALERT_TQ_BACKLOG,
     "transferqueue.full_utilization": ALERT_TQ_BACKLOG,
+    **{path: sig.alert for sig in SIGNALS for path in sig.thresholds},  # declared once: signals.py
 }
 
 # Thresholds that differ per run (TrainingStalled's warning and critical stages add the run's planned work
