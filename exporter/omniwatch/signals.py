@@ -13,15 +13,43 @@ STATS = ("min", "median", "max")
 
 
 @dataclass(frozen=True)
+class SignalAlert:
+    """An alert on one declared signal, as data (alerting/rulespec.py renders it in the omniwatch.steps group: signal_rules). It fires when the
+    window statistic ``fire[0]`` compares ``fire[1]`` with the number at config path ``fire[2]`` (times the run's
+    reference of the signal when ``of_reference``) and stays, once firing, while the window median compares
+    ``hold[0]`` with the number at ``hold[1]``. ``description``: text with the slots {run} {value} {k} {threshold}
+    {at_step}; ``remedy``: a remedies.py function's name, or (text, one-line action)."""
+    name: str
+    severity: str
+    summary: str
+    description: str
+    fire: tuple[str, str, str]     # (stat, op, config path)
+    hold: tuple[str, str]          # (op, config path): the window median's
+    remedy: str | tuple[str, str]
+    of_reference: bool = False
+    fmt: str = "pct"               # how {value} and {threshold} are written (pct | g)
+    for_: str = "step_for"         # config path of `for:`
+    record_comment: str = ""
+
+
+@dataclass(frozen=True)
 class Signal:
     name: str                      # WindowStats.signals key, the state file's name for it
     key: str                       # the verl key a step logs
     family: str                    # the exported min/median/max family (names.py catalogue)
     cite: str                      # where verl logs it (docs/verl-source.md)
-    alert: str | None = None       # the alert that thresholds it
-    thresholds: tuple[str, ...] = ()  # config paths ("section.field") the alert thresholds: dashboards draw them
+    rule: SignalAlert | None = None  # the alert that thresholds it
     reference: str | None = None   # family of the median over the run's reference steps, when an alert judges by it
     stats: tuple[str, ...] = STATS
+
+    @property
+    def alert(self) -> str | None:
+        return self.rule.name if self.rule else None
+
+    @property
+    def thresholds(self) -> tuple[str, ...]:
+        """The config paths the alert fires at (dashboards draw them: THRESHOLD_ALERT)."""
+        return (self.rule.fire[2],) if self.rule else ()
 
     def record(self, stat: str) -> str:
         """The recording rule of one window statistic: project_experiment:<family without _window>:<stat>_k."""
@@ -38,8 +66,13 @@ def signal(name: str, key: str, cite: str, *, family: str | None = None, help: s
     return Signal(name, key, family, cite, reference=ref, **kw)
 
 
-ZERO_STD = signal("zero_std", "critic/rewards/zero_std_ratio", "verl_omni_metrics.md (critic/rewards/*); tests/fixtures logs it",
-                  family=n.ZERO_STD_WINDOW, alert=n.ALERT_REWARD_SATURATION,
-                  thresholds=("reward_saturation.zero_std_ratio",))
+ZERO_STD = signal(
+    "zero_std", "critic/rewards/zero_std_ratio", "verl_omni_metrics.md (critic/rewards/*); tests/fixtures logs it",
+    family=n.ZERO_STD_WINDOW, rule=SignalAlert(
+        n.ALERT_REWARD_SATURATION, "warning", "Most GRPO groups get identical rewards; the learning signal is vanishing.",
+        "{run}: critic/rewards/zero_std_ratio was at least {value} in every one of the last {k} normal steps "
+        "(threshold {threshold}){at_step}. Those groups have zero advantage and do not train the policy.",
+        ("min", ">", "reward_saturation.zero_std_ratio"), (">", "reward_saturation.resolve"), "reward_saturation",
+        record_comment="Share of GRPO groups whose samples all got the same reward, lowest over the window."))
 
 SIGNALS: tuple[Signal, ...] = (ZERO_STD,)
