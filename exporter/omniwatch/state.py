@@ -133,16 +133,14 @@ def restore_store(store: RunStore, data: dict) -> None:
             log.info("the kept steps of %d restored run(s) (%s) do not carry perf/total_num_images (an older "
                      "state): step time is judged per step, not per image, and WorkloadChanged waits, until the "
                      "window holds k new steps", len(missing), ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
-        for sig in signals.SIGNALS:  # a state from before a signal existed: its reference is rebuilt from the kept
-            if not sig.reference:  # reference steps (stats() above) where they carry its key; else say so, once
-                continue
-            lost = [f"{r.project}/{r.experiment}" for r in store.runs.values() if sig.key in r.keys
-                    and r.window.reference and sig.name not in r.stats.signal_reference]
-            if lost:
-                log.warning("the kept reference steps of %d restored run(s) (%s) do not carry %s (a state from before "
-                            "the %s signal): its reference cannot be rebuilt; %s is absent until the trainer's next "
-                            "incarnation takes a new reference", len(lost), ", ".join(lost[:3]) +
-                            (" ..." if len(lost) > 3 else ""), sig.key, sig.name, sig.reference)
+        for sig in signals.SIGNALS:  # a state from before a signal existed: none of its kept steps carry the key
+            lost = [f"{r.project}/{r.experiment}" for r in store.runs.values() if sig.key in r.keys and r.window.normal
+                    and all(sig.key not in x.values for x in r.window.normal)]
+            if lost:  # (a reference whose kept steps do carry it is rebuilt from them by stats() above)
+                log.warning("the kept steps of %d restored run(s) (%s) do not carry %s (a state from before the %s "
+                            "signal): its window statistics wait for k new steps%s", len(lost), ", ".join(lost[:3]) +
+                            (" ..." if len(lost) > 3 else ""), sig.key, sig.name, "; its reference cannot be rebuilt "
+                            "from them and stays absent until the trainer's next incarnation" if sig.reference else "")
         for s, r, n in data.get("errors", []):
             store.errors[(s, r)] = n
         for status, n in data.get("notifications", {}).items():
