@@ -1,24 +1,17 @@
-"""Every window signal, declared once (issue 34 item 1): the verl key, the exported family, the window statistics,
-whether the run's reference of it is kept, the citation, and the alert that thresholds it with the config paths it
-reads. Pure data on the ground floor (imports names only). Derived from SIGNALS: analytics.WINDOW_VALUE_KEYS and
-WindowStats.signals / .signal_reference, exposition's OWNED and emit loop, the recording-rule names (Signal.record)
-and dashboards' THRESHOLD_ALERT. A new signal's family is registered here (``help=``) rather than in names.py."""
+"""Every window signal declared once (issue 34 item 1: key, families, reference, citation, its alert); pure data
+(imports names only). Derived from SIGNALS: analytics.WINDOW_VALUE_KEYS, WindowStats.signals/.signal_reference,
+exposition's OWNED and emit loop, the rules (rulespec.signal_rules), record names, dashboards' THRESHOLD_ALERT."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from . import names as n
 
-STATS = ("min", "median", "max")
-
-
 @dataclass(frozen=True)
 class SignalAlert:
-    """An alert on one declared signal, as data (alerting/rulespec.py renders it in the omniwatch.steps group: signal_rules). It fires when the
-    window statistic ``fire[0]`` compares ``fire[1]`` with the number at config path ``fire[2]`` (times the run's
-    reference of the signal when ``of_reference``) and stays, once firing, while the window median compares
-    ``hold[0]`` with the number at ``hold[1]``. ``description``: text with the slots {run} {value} {k} {threshold}
-    {at_step}; ``remedy``: a remedies.py function's name, or (text, one-line action)."""
+    """Fires when window stat ``fire[0]`` compares ``fire[1]`` with config path ``fire[2]`` (x the run's reference
+    when ``of_reference``); held while the window median compares ``hold[0]`` with ``hold[1]``. ``description``
+    slots: {run} {value} {k} {threshold} {at_step}; ``remedy``: a remedies.py function's name or (text, action)."""
     name: str
     severity: str
     summary: str
@@ -27,7 +20,7 @@ class SignalAlert:
     hold: tuple[str, str]          # (op, config path): the window median's
     remedy: str | tuple[str, str]
     of_reference: bool = False
-    fmt: str = "pct"               # how {value} and {threshold} are written (pct | g)
+    fmt: str = "pct"               # {value}'s prose.FORMATS (and {threshold}'s, as a percentage, when "pct")
     for_: str = "step_for"         # config path of `for:`
     record_comment: str = ""
 
@@ -37,24 +30,13 @@ class Signal:
     name: str                      # WindowStats.signals key, the state file's name for it
     key: str                       # the verl key a step logs
     family: str                    # the exported min/median/max family (names.py catalogue)
-    cite: str                      # where verl logs it (docs/verl-source.md)
+    cite: str                      # where verl logs it
     rule: SignalAlert | None = None  # the alert that thresholds it
     reference: str | None = None   # family of the median over the run's reference steps, when an alert judges by it
-    stats: tuple[str, ...] = STATS
-
-    @property
-    def alert(self) -> str | None:
-        return self.rule.name if self.rule else None
-
-    @property
-    def thresholds(self) -> tuple[str, ...]:
-        """The config paths the alert fires at (dashboards draw them: THRESHOLD_ALERT)."""
-        return (self.rule.fire[2],) if self.rule else ()
 
     def record(self, stat: str) -> str:
         """The recording rule of one window statistic: project_experiment:<family without _window>:<stat>_k."""
-        base = self.family.removesuffix("_window")
-        return f"project_experiment:{base}:{stat}_k"
+        return f"project_experiment:{self.family.removesuffix('_window')}:{stat}_k"
 
 
 def signal(name: str, key: str, cite: str, *, family: str | None = None, help: str = "", unit: str = "ratio",

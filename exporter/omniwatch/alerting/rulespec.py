@@ -15,6 +15,7 @@ inhibits them while TrainingStalled fires for the run).
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 
 from .. import names as n
 from ..signals import SIGNALS, Signal
@@ -332,13 +333,6 @@ def steps(cfg: Config) -> Group:
                  "steps); each resolves below a lower threshold than it fires at (hysteresis, held in steps).")
 
 
-def _cfg(cfg: Config, path: str):
-    obj = cfg
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 _SLOTS = {"run": RUN, "k": K, "at_step": AT_STEP}
 
 
@@ -347,7 +341,7 @@ def signal_rules(c: Config, sig: Signal) -> list:
     a = sig.rule
     stat, op, path = a.fire
     hold_op, hold_path = a.hold
-    rec, thr, hold_v = sig.record(stat), _cfg(c, path), _cfg(c, hold_path)
+    rec, thr, hold_v = sig.record(stat), attrgetter(path)(c), attrgetter(hold_path)(c)
     write = pct if a.fmt == "pct" and not a.of_reference else (lambda x: f"{x:g}")
     fire, hold = f"{rec} {op} {thr:g}", f"{_median(c, sig.family)} {hold_op} {hold_v:g}"
     if a.of_reference:  # a factor of the run's reference of the signal
@@ -364,7 +358,7 @@ def signal_rules(c: Config, sig: Signal) -> list:
             text.append(part)
     rem = getattr(remedies, a.remedy)() if isinstance(a.remedy, str) else remedy(*a.remedy)
     return [Record(rec, _window(c, sig.family, stat), comment=a.record_comment),
-            Alert(a.name, _held(a.name, fire, hold, rec), a.severity, a.summary, P(*text), _cfg(c, a.for_),
+            Alert(a.name, _held(a.name, fire, hold, rec), a.severity, a.summary, P(*text), attrgetter(a.for_)(c),
                   {"persistence": "steps"}, rem, step=True, resolve=f"window median {hold_op} {hold_v:g}")]
 
 

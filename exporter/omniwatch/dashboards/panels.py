@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from .. import ledger, palette
 from .. import names as n
@@ -214,10 +215,7 @@ WINDOW_FALLBACK = 900  # a run without a typical step yet (its first steps)
 
 def cfg_value(path: str, config: Config) -> float:
     """A number of the alert configuration ``config`` by dotted path (``reward_bound.ratio``)."""
-    obj = config
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return float(obj)
+    return float(attrgetter(path)(config))
 
 
 # Which alert each configured threshold belongs to (the alert whose rule compares with that number).
@@ -243,7 +241,7 @@ THRESHOLD_ALERT = {
     "rollout_queue.saturated_share": ALERT_ROLLOUT_SATURATED,
     "transferqueue.ttf_seconds": ALERT_TQ_BACKLOG,
     "transferqueue.full_utilization": ALERT_TQ_BACKLOG,
-    **{path: sig.alert for sig in SIGNALS for path in sig.thresholds},  # declared once: signals.py
+    **{sig.rule.fire[2]: sig.rule.name for sig in SIGNALS if sig.rule},  # declared once: signals.py
 }
 
 # Thresholds that differ per run (TrainingStalled's warning and critical stages add the run's planned work
