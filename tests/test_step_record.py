@@ -10,6 +10,7 @@ import pytest
 from omniwatch import statefile
 from omniwatch.analytics import WINDOW_VALUE_KEYS, StepRecord
 from omniwatch.model import RunStore
+from omniwatch.signals import SIGNALS
 from omniwatch.parse import parse_jsonl_line
 from omniwatch.state import VERSION, Checkpointer, snapshot_store
 
@@ -63,10 +64,18 @@ def test_a_state_file_of_the_previous_version_loads_upgraded_and_says_so(tmp_pat
     assert run.steps_total == 20 and run.restarts_total == 0 and len(run.window.normal) == 18
     # every series the restored model renders equals what this version renders after the same lines, but the
     # images per step, which format 2 did not keep with each step: said once, judged again from k new steps
+    # (and a declared signal's series the file's steps do not carry: a signal added since, said once)
     before, after = _exposed(fresh), _exposed(store)
-    assert {k for k in before.keys() - after.keys()} == {("omniwatch_workload_ratio", (("experiment", "exp"), ("project", "proj")))}
+    later = [sig for sig in SIGNALS if not any(sig.key in x.values for x in run.window.normal)]
+    missing = {"omniwatch_workload_ratio", *(f for sig in later for f in (sig.family, sig.reference) if f)}
+    assert {name for name, _ in before.keys() - after.keys()} <= missing
+    assert ("omniwatch_workload_ratio", (("experiment", "exp"), ("project", "proj"))) in before.keys() - after.keys()
     assert any("do not carry perf/total_num_images" in r.getMessage() for r in caplog.records)
-    before.pop(("omniwatch_workload_ratio", (("experiment", "exp"), ("project", "proj"))))
+    for sig in later:
+        said = sum(f"(a state from before the {sig.name} signal)" in r.getMessage() for r in caplog.records)
+        assert said == (sig.key in run.keys), (sig.name, said)
+    for k in before.keys() - after.keys():
+        before.pop(k)
     assert len(before) > 100 and before.keys() == after.keys()
     changed = {k: (before[k], after[k]) for k in before if before[k] != pytest.approx(after[k], rel=1e-12)}
     assert not changed, sorted(changed.items())[:5]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from . import names
 from .phasetable import CAUSES, PHASE, PHASES, TIMING
 from .shift import Shape, Shift, reference_shift, shape
+from . import signals
 
 # timing_s/<name> keys that time work *inside* timing_s/step, in the order the legacy and V1 trainers
 # run them (phasetable.PHASES; reference: verl_omni_metrics.md §2.1, §4). Unknown single-segment timing_s/<x>
@@ -34,13 +35,12 @@ K_SLOWEST_SCORE = "timing_s/agent_loop/slowest/compute_score"
 K_THROUGHPUT = "perf/throughput"
 K_TESTING = "timing_s/testing"
 K_SAVE = PHASE["save_checkpoint"].key
-K_ZERO_STD = "critic/rewards/zero_std_ratio"
-# The raw keys of a step (StepRecord.values) that anything computed over the window reads: the window
-# statistics (zero-std), the ledger's split of a step (testing time; the GPU-hours-per-day rate reads the
+# The raw keys of a step (StepRecord.values) that anything computed over the window reads: the declared window
+# signals (signals.SIGNALS), the ledger's split of a step (testing time; the GPU-hours-per-day rate reads the
 # window). The exporter's checkpoint keeps exactly these of each window step (state.py); a statistic that
 # reads another key must add it here (tests/test_state.py watches the reads).
 K_IMAGES = "perf/total_num_images"  # train_batch_size x rollout.n: the unit of work a step's time is judged per
-WINDOW_VALUE_KEYS = frozenset({K_ZERO_STD, K_TESTING, K_IMAGES})
+WINDOW_VALUE_KEYS = frozenset({K_TESTING, K_IMAGES, *(sig.key for sig in signals.SIGNALS)})
 K_FEED = PHASE["feed"].key
 K_STALENESS_MAX = "training/off_policy/trajectory_staleness/max"
 K_STALENESS_MEAN = "training/off_policy/trajectory_staleness/mean"
@@ -419,7 +419,8 @@ class WindowStats:
     idle: dict[str, float] | None = None
     mfu: dict[str, dict[str, float]] = field(default_factory=dict)
     duration: dict[str, float] | None = None
-    zero_std: dict[str, float] | None = None
+    signals: dict[str, dict[str, float]] = field(default_factory=dict)  # signals.SIGNALS' name -> window stats
+    signal_reference: dict[str, float] = field(default_factory=dict)  # name -> median over the reference steps
     reward_step_share: dict[str, float] | None = None
     mfu_unsupported: list[str] = field(default_factory=list)   # roles that reported exactly 0 in every window step
     regression: dict[str, float] = field(default_factory=dict)  # cause -> window median - baseline median (s)
@@ -695,9 +696,13 @@ class RunWindow:
         idle = [r.idle_ratio for r in win if r.idle_ratio is not None]
         if len(idle) == self.k:
             out.idle = _stats(idle)
-        zs = [r.values[K_ZERO_STD] for r in win if K_ZERO_STD in r.values]
-        if len(zs) == self.k:
-            out.zero_std = _stats(zs)
+        for sig in signals.SIGNALS:
+            xs = [r.values[sig.key] for r in win if sig.key in r.values]
+            if len(xs) == self.k:
+                out.signals[sig.name] = _stats(xs)
+            bs = [r.values[sig.key] for r in base if sig.key in r.values] if sig.reference else []
+            if len(bs) >= MIN_BASELINE_STEPS:
+                out.signal_reference[sig.name] = statistics.median(bs)
         durs = [r.duration for r in win if r.duration is not None]
         if len(durs) == self.k:
             out.duration = _stats(durs)

@@ -13,6 +13,7 @@ from .analytics import CONTRACT_KEYS, is_validation_key
 from .model import RunStore, passthrough_name
 from .planned import PlannedCollector
 from .remedy_info import RemedyCollector
+from .signals import SIGNALS
 from .trainer_config import ConfigCollector
 
 
@@ -22,7 +23,8 @@ OWNED = (
     n.STEPS_REPLAYED_TOTAL, n.TRAINER_RESTARTS_TOTAL, n.STAGE_SECONDS_TOTAL, n.FLAGGED_STEPS_TOTAL,
     n.PASSTHROUGH_KEYS, n.STEP, n.LAST_STEP_TS, n.STEP_DURATION, n.STAGE_DURATION, n.REWARD_BOUND_RATIO,
     n.REWARD_CRITICAL_PATH, n.INTER_STAGE_IDLE_RATIO, n.MFU, n.THROUGHPUT, n.STEP_FLAG, n.WINDOW_STEPS,
-    n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW, n.ZERO_STD_WINDOW,
+    n.TYPICAL_STEP, n.REWARD_BOUND_WINDOW, n.IDLE_WINDOW, n.STEP_DURATION_WINDOW,
+    *(sig.family for sig in SIGNALS), *(sig.reference for sig in SIGNALS if sig.reference),
     n.MFU_WINDOW, n.MFU_BASELINE, n.STEP_DURATION_BASELINE, n.SCRAPE_DURATION, n.RUN_INFO,
     n.REWARD_STEP_SHARE_WINDOW, n.STEP_REGRESSION, n.STEP_REGRESSION_TOP, n.MFU_UNSUPPORTED, n.GPU_SECONDS_TOTAL, n.RUN_GPUS, n.RUN_POOL_GPUS, n.GPU_HOURS_PER_DAY,
     n.STEP_REGRESSION_GPU_HOURS_PER_DAY, n.BASELINE_FIRST_STEP, n.BASELINE_LAST_STEP, n.STEP_DURATION_DRIFT, n.STEP_DRIFT,
@@ -106,11 +108,15 @@ class RunCollector(Collector):
                 if st.typical_step is not None:
                     fams[n.TYPICAL_STEP].add_metric(rl, st.typical_step)
                 for fam, stats in ((n.REWARD_BOUND_WINDOW, st.reward_bound), (n.IDLE_WINDOW, st.idle),
-                                   (n.STEP_DURATION_WINDOW, st.duration), (n.ZERO_STD_WINDOW, st.zero_std),
+                                   (n.STEP_DURATION_WINDOW, st.duration),
+                                   *((sig.family, st.signals.get(sig.name)) for sig in SIGNALS),
                                    (n.REWARD_STEP_SHARE_WINDOW, st.reward_step_share)):
                     if stats:
                         for stat, v in stats.items():
                             fams[fam].add_metric(rl + [stat], v)
+                for sig in SIGNALS:
+                    if sig.reference and sig.name in st.signal_reference:
+                        fams[sig.reference].add_metric(rl, st.signal_reference[sig.name])
                 for role, stats in st.mfu.items():
                     for stat, v in stats.items():
                         fams[n.MFU_WINDOW].add_metric(rl + [role, stat], v)

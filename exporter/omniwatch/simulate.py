@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 
 from . import analytics as A
+from .signals import ZERO_STD
 
 # Share of a step per phase on the published Qwen-Image FlowGRPO run (≈250 s/step, gen ≈108 s).
 LEGACY_SHARES = {"gen": 0.43, "reward": 0.12, "old_log_prob": 0.18, "adv": 0.0016, "update_actor": 0.24,
@@ -204,7 +205,7 @@ def step_dict(spec: RunSpec, step: int, rng: random.Random | None = None) -> dic
     rmean = min(0.95, 0.25 + 0.004 * step + rng.uniform(-0.01, 0.01))
     d.update({
         A.K_REWARD_MEAN: rmean, "critic/rewards/max": min(1.0, rmean + 0.3), "critic/rewards/min": 0.0,
-        A.K_ZERO_STD: j(0.1, 0.2), A.K_REWARD_STD_MEAN: j(0.11, 0.1),
+        ZERO_STD.key: j(0.1, 0.2), A.K_REWARD_STD_MEAN: j(0.11, 0.1),
         "critic/rewards/group_size": 16.0, "critic/advantages/mean": rng.uniform(-1e-3, 1e-3),
         "critic/advantages/max": j(2.5), "critic/advantages/min": -j(2.4), "critic/returns/mean": rng.uniform(-1e-3, 1e-3),
         "critic/returns/max": 2.4, "critic/returns/min": -2.3, "critic/acc/mean": rmean,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from . import statefile
+from . import signals, statefile
 from .analytics import CAUSES, K_IMAGES, REFERENCE_REASONS
 from .ledger import Gpus
 from .statelock import Checkpoint
@@ -133,6 +133,14 @@ def restore_store(store: RunStore, data: dict) -> None:
             log.info("the kept steps of %d restored run(s) (%s) do not carry perf/total_num_images (an older "
                      "state): step time is judged per step, not per image, and WorkloadChanged waits, until the "
                      "window holds k new steps", len(missing), ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
+        for sig in signals.SIGNALS:  # a state from before a signal existed: none of its kept steps carry the key
+            lost = [f"{r.project}/{r.experiment}" for r in store.runs.values() if sig.key in r.keys and r.window.normal
+                    and all(sig.key not in x.values for x in r.window.normal)]
+            if lost:  # (a reference whose kept steps do carry it is rebuilt from them by stats() above)
+                log.warning("the kept steps of %d restored run(s) (%s) do not carry %s (a state from before the %s "
+                            "signal): its window statistics wait for k new steps%s", len(lost), ", ".join(lost[:3]) +
+                            (" ..." if len(lost) > 3 else ""), sig.key, sig.name, "; its reference cannot be rebuilt "
+                            "from them and stays absent until the trainer's next incarnation" if sig.reference else "")
         for s, r, n in data.get("errors", []):
             store.errors[(s, r)] = n
         for status, n in data.get("notifications", {}).items():

@@ -1,5 +1,7 @@
 """Every recording rule's name, once: the rule generator (rulespec.py, endpoints.py, stalls.py) writes
-them, dashboards and tests read them (the metric catalogue is names.py; these are the rules' own series)."""
+them, dashboards and tests read them (the metric catalogue is names.py; these are the rules' own series). A declared window signal's are derived from
+its declaration (signals.Signal.record)."""
+from ..signals import ZERO_STD
 
 REC_AGE = "project_experiment:omniwatch_last_step_timestamp_seconds:age"
 REC_CEILING = "replica:omniwatch_rollout_running_ceiling:max"
@@ -63,4 +65,4 @@ REC_TQ_UNIT_DERIV = "storage_unit:tq_storage_active_keys:deriv"
 REC_TQ_UNIT_TTF = "storage_unit:tq_storage_seconds_to_full:estimate"
 REC_TQ_UTILIZATION = "run:tq_storage_utilization:max"
 REC_TQ_WRITES = "run:tq_sample_writes:rate"
-REC_ZERO_STD_MIN = "project_experiment:omniwatch_reward_zero_std_ratio:min_k"
+REC_ZERO_STD_MIN = ZERO_STD.record("min")

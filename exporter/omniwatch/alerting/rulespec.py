@@ -14,12 +14,16 @@ inhibits them while TrainingStalled fires for the run).
 """
 from __future__ import annotations
 
+import re
+from operator import attrgetter
+
 from .. import names as n
+from ..signals import SIGNALS, Signal
 from . import endpoints, rankstraggler, remedies, stalls
 from ..config import Config
 from .rule import RUN_BY, AlertSpec, Group, Record, RuleFile, hysteresis, pct, sel
-from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, ShiftShape, Value
-from .records import REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_MFU_DRIFT, REC_MFU_MEDIAN_VS_BASELINE, REC_STEP_DRIFT, REC_STEP_MEDIAN, REC_STEP_RATIO_MEDIAN, REC_WORKLOAD, REC_PART_GROWTH_MEDIAN, REC_PART_GROWTH_MIN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX, REC_ZERO_STD_MIN
+from .prose import AT_STEP, K, RUN, Label, LabelIf, P, Part, Query, QueryLabel, SeriesValue, ShiftShape, Value, remedy
+from .records import REC_AGE, REC_GPU_IDLE_MIN, REC_GPU_MEMORY, REC_GRAD_NONFINITE, REC_IDLE_MEDIAN, REC_IDLE_MIN, REC_MFU_MAX, REC_MFU_MEDIAN, REC_MFU_MIN, REC_MFU_MIN_PER_GPU, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN, REC_REGRESSION_CAUSE_TOP, REC_REWARD_BOUND_MEDIAN, REC_REWARD_BOUND_MIN, REC_REWARD_STEP_SHARE_MIN, REC_RS_MASKED_MIN, REC_STAGE_SHARE, REC_MFU_DRIFT, REC_MFU_MEDIAN_VS_BASELINE, REC_STEP_DRIFT, REC_STEP_MEDIAN, REC_STEP_RATIO_MEDIAN, REC_WORKLOAD, REC_PART_GROWTH_MEDIAN, REC_PART_GROWTH_MIN, REC_STEP_MIN, REC_STEP_VS_BASELINE, REC_STRAGGLER_MIN, REC_TIMER_RESIDUAL_MAX
 
 RELABELED = 'cause="relabeled_sku"'
 
@@ -321,21 +325,41 @@ def steps(cfg: Config) -> Group:
         c.step_for, {"persistence": "steps"}, remedies.workload_changed(), step=True,
         comment="A curriculum or batch-size change: a notice, never a page (step time is judged per image)."))
 
-    # RewardSaturation -----------------------------------------------------------------------------------
-    add(Record(REC_ZERO_STD_MIN, _window(c, n.ZERO_STD_WINDOW, "min"),
-               comment="Share of GRPO groups whose samples all got the same reward, lowest over the window."))
-    add(AlertSpec(
-        n.ALERT_REWARD_SATURATION,
-        _held(n.ALERT_REWARD_SATURATION, f"{REC_ZERO_STD_MIN} > {c.reward_saturation.zero_std_ratio:g}",
-                  f"{_median(c, n.ZERO_STD_WINDOW)} > {c.reward_saturation.resolve:g}", REC_ZERO_STD_MIN),
-        "warning", "Most GRPO groups get identical rewards; the learning signal is vanishing.",
-        P(RUN, ": critic/rewards/zero_std_ratio was at least ", Value("pct"), " in every one of the last ", K,
-          f" normal steps (threshold {pct(c.reward_saturation.zero_std_ratio)})", AT_STEP,
-          ". Those groups have zero advantage and do not train the policy."),
-        c.step_for, {"persistence": "steps"}, remedies.reward_saturation(), step=True,
-        resolve=f"window median > {c.reward_saturation.resolve:g}"))
+    # Declared signals' alerts (signals.py: RewardSaturation, ...) --------------------------------------------------
+    for sig in SIGNALS:
+        if sig.rule is not None:
+            rules.extend(signal_rules(c, sig))
     return Group("omniwatch.steps", rules, "Step-based alerts: thresholds on step-window series (persistence counted in\n"
                  "steps); each resolves below a lower threshold than it fires at (hysteresis, held in steps).")
+
+
+_SLOTS = {"run": RUN, "k": K, "at_step": AT_STEP}
+
+
+def signal_rules(c: Config, sig: Signal) -> list:
+    """A declared signal's alert (signals.SignalAlert) and the recording rule it reads."""
+    a = sig.rule
+    stat, op, path = a.fire
+    hold_op, hold_path = a.hold
+    rec, thr, hold_v = sig.record(stat), attrgetter(path)(c), attrgetter(hold_path)(c)
+    write = pct if a.fmt == "pct" and not a.of_reference else (lambda x: f"{x:g}")
+    fire, hold = f"{rec} {op} {thr:g}", f"{_median(c, sig.family)} {hold_op} {hold_v:g}"
+    if a.of_reference:  # a factor of the run's reference of the signal
+        ref = f"max by ({RUN_BY}) ({sel(c, sig.reference)})"
+        fire, hold = (f"{rec} {op} on ({RUN_BY}) ({thr:g} * {ref})",
+                      f"{_median(c, sig.family)} {hold_op} on ({RUN_BY}) ({hold_v:g} * {ref})")
+    slots = {**_SLOTS, "value": Value(a.fmt), "threshold": write(thr)}
+    text: list = []
+    for i, piece in enumerate(re.split(r"\{(\w+)\}", a.description)):
+        part = slots[piece] if i % 2 else piece
+        if isinstance(part, str) and text and isinstance(text[-1], str):
+            text[-1] += part
+        elif part:
+            text.append(part)
+    rem = getattr(remedies, a.remedy)() if isinstance(a.remedy, str) else remedy(*a.remedy)
+    return [Record(rec, _window(c, sig.family, stat), comment=a.record_comment),
+            AlertSpec(a.name, _held(a.name, fire, hold, rec), a.severity, a.summary, P(*text), attrgetter(a.for_)(c),
+                  {"persistence": "steps"}, rem, step=True, resolve=f"window median {hold_op} {hold_v:g}")]
 
 
 def signals(cfg: Config) -> Group:

@@ -12,7 +12,8 @@ from .. import ledger, palette
 from .. import names as n
 from ..config import Config
 from ..analytics import (CAUSE_MIN_SHARE, K_CLIPFRAC, K_CLIPFRAC_HIGHER, K_CLIPFRAC_LOWER, K_GRAD_NORM, K_PPO_KL,
-                         K_RATIO_MEAN, K_RATIO_STD, K_REWARD_MEAN, K_REWARD_STD_MEAN, K_ZERO_STD)
+                         K_RATIO_MEAN, K_RATIO_STD, K_REWARD_MEAN, K_REWARD_STD_MEAN)
+from ..signals import ZERO_STD
 from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
                                 REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING, REC_STEP_MEDIAN,
                                 REC_STAGE_SHARE, REC_STEP_VS_BASELINE,
@@ -434,7 +435,7 @@ def dashboard(cfg: Config) -> Dashboard:
         step_xy("Zero-std groups", lambda CONFIG: ("critic/rewards/zero_std_ratio: share of prompt groups whose rewards are all equal (no "
                 f"learning signal). RewardSaturation fires when the window minimum stays above "
                 f"{CONFIG.reward_saturation.zero_std_ratio:g} (see 'Zero-std groups, window min')."),
-                key_y(K_ZERO_STD, f"{EXP} zero-std ratio"), unit="percentunit", minimum=0, maximum=1,
+                key_y(ZERO_STD.key, f"{EXP} zero-std ratio"), unit="percentunit", minimum=0, maximum=1,
                 thresholds=(Step(None, "green"), cfg_step(cfg, "reward_saturation.zero_std_ratio", "red")),
                 runbook=n.ALERT_REWARD_SATURATION),
         step_xy("Validation reward", "Validation rewards (val-core/<data source>/reward/mean@N and val-aux keys), logged on "
@@ -447,7 +448,7 @@ def dashboard(cfg: Config) -> Dashboard:
               f"them above {CONFIG.reward_saturation.zero_std_ratio:g} fires), with the latest step's value dashed."),
               (Target(sel(REC_ZERO_STD_MIN),
                       EXP + " window min"),
-               Target(run_max(verl(K_ZERO_STD)), EXP + " latest step", dashed=True)),
+               Target(run_max(verl(ZERO_STD.key)), EXP + " latest step", dashed=True)),
               unit="percentunit", min=0, max=1,
               thresholds=(Step(None, "green"), cfg_step(cfg, "reward_saturation.zero_std_ratio", "red")),
               show_thresholds="dashed+area", w=16, runbook=n.ALERT_REWARD_SATURATION),

@@ -29,12 +29,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from .. import ledger, palette
 from .. import names as n
 from ..config import Config
 from ..analytics import PHASE_ORDER
 from ..model import passthrough_name
+from ..signals import SIGNALS
 from ..alerting import records as _records
 from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO,
                                 REC_STALL_TYPICAL, REC_STALL_WARNING)
@@ -213,10 +215,7 @@ WINDOW_FALLBACK = 900  # a run without a typical step yet (its first steps)
 
 def cfg_value(path: str, config: Config) -> float:
     """A number of the alert configuration ``config`` by dotted path (``reward_bound.ratio``)."""
-    obj = config
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return float(obj)
+    return float(attrgetter(path)(config))
 
 
 # Which alert each configured threshold belongs to (the alert whose rule compares with that number).
@@ -230,7 +229,6 @@ THRESHOLD_ALERT = {
     "step_time.regression_ratio": n.ALERT_STEP_REGRESSION,
     "step_drift.ratio": n.ALERT_STEP_REGRESSION,
     "mfu.drift_ratio": n.ALERT_MFU_DROP,
-    "reward_saturation.zero_std_ratio": n.ALERT_REWARD_SATURATION,
     "stall.notice_steps": n.ALERT_STALLED,
     "straggler.ratio": n.ALERT_STRAGGLER,
     "rank_straggler.spread": n.ALERT_RANK_STRAGGLER,
@@ -243,6 +241,7 @@ THRESHOLD_ALERT = {
     "rollout_queue.saturated_share": ALERT_ROLLOUT_SATURATED,
     "transferqueue.ttf_seconds": ALERT_TQ_BACKLOG,
     "transferqueue.full_utilization": ALERT_TQ_BACKLOG,
+    **{sig.rule.fire[2]: sig.rule.name for sig in SIGNALS if sig.rule},  # declared once: signals.py
 }
 
 # Thresholds that differ per run (TrainingStalled's warning and critical stages add the run's planned work
