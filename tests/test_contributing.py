@@ -16,7 +16,8 @@ import pytest
 
 from .conftest import REPO, require_binary
 
-pytestmark = [pytest.mark.slow]
+# ~300 s of CPU (generate twice, promtool on every rule test, eight test modules in the clone): `make test-long`
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 SIGNAL = '''
 
