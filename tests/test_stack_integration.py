@@ -203,7 +203,12 @@ def test_a_hung_run_alerts_past_run_expiry_an_ended_or_finished_one_does_not(sta
         raise AssertionError(f"the hung run stopped alerting: firing {seen.get('severities')}") from None
     assert prom(stack, names.RUN_LOG_OPEN + '{experiment="stalled"}') == {("sim", "stalled", None, None): 1.0}
     assert stalled("stalled", "firing", "critical")
-    wait_for(lambda: stalled("ended", "resolved"), 120, interval=1.0, what="the ended run's stall resolved by expiry")
+    try:
+        wait_for(lambda: stalled("ended", "resolved"), 180, interval=1.0, what="the ended run's stall resolved by expiry")
+    except TimeoutError:
+        on_metrics = prom(stack, names.STEP + '{experiment="ended"}')
+        raise AssertionError(f"the ended run's stall never resolved at the webhook: fired {stalled('ended', 'firing')}; "
+                             f"on /metrics {on_metrics}") from None
     assert stalled("ended", "firing", "critical"), "a run whose process exited is a stall until it expires"
     assert not prom(stack, names.STEP + '{experiment="ended"}')  # left /metrics
     # the finished run said so while it was on /metrics (it may have expired since: --run-expiry)
