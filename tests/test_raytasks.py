@@ -321,3 +321,13 @@ def test_a_second_call_on_a_worker_opens_the_next_dispatch():
     srv.apply([dict(row, name="vLLMOmniHttpServer.generate", task_id=f"g{i}", actor_id="s", worker_pid=7,
                     start_time_ms=1000_000 + i) for i in range(6)], [], 1001.0)
     assert len(srv.dispatches) == 1 and len(srv.dispatches[0].tasks) == 6
+
+
+def test_the_change_log_gives_the_keys_changed_since_a_seq_newest_first_each_once():
+    led = te.TaskLedger(max_done=2)   # a change log of 8 keys
+    for k in ["a", "b", "a", "c", "d", "e", "f", "g", "h", "c"]:
+        led.touch((k, 0))
+    assert led.seq == 10 and led.oldest_change() == 3 and len(led.changes) == 8
+    assert [k for k, _ in led.changed_since(7)] == ["c", "h", "g"]
+    assert [k for k, _ in led.changed_since(2)] == ["c", "h", "g", "f", "e", "d", "a"]
+    assert led.changed_since(10) == [] and led.changed_since(11) == []

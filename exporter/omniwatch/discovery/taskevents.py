@@ -34,6 +34,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 
 from ..redact import redact
 from ..runlabel import strip_control
@@ -350,9 +351,8 @@ class TaskLedger:
     def changed_since(self, since: int) -> list[tuple[str, int]]:
         """The keys changed after seq ``since``, newest first, each once."""
         keys, seen = [], set()
-        n = min(len(self.changes), max(0, self.seq - since))
-        for i in range(1, n + 1):
-            key = self.changes[-i]
+        # one pass from the newest end (indexing a deque near its middle walks it: quadratic over 80,000 changes)
+        for key in islice(reversed(self.changes), min(len(self.changes), max(0, self.seq - since))):
             if key not in seen:
                 seen.add(key)
                 keys.append(key)
