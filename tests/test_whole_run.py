@@ -20,6 +20,7 @@ from omniwatch.report.verdict import verdict
 from omniwatch.simulate import Fault, RunSpec, step_dict
 
 from .conftest import fixture, require_binary
+from .matrix_cases import LAYOUTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.batch]
 
@@ -31,14 +32,7 @@ FLAGGED = {s for s in range(1, STEPS + 1) if s % 10 == 0 or s % 8 == 0 or s == S
 # 8-10 % from step to step: coefficient of variation ~5.5 %, range +-13 %).
 SOAK_JITTER = dict(jitter=0.10, step_jitter=0.08)
 SOAK_STEPS = 300
-SOAK = {
-    "soak-legacy-colocated": dict(trainer="legacy", reward="colocated"),
-    "soak-legacy-pool": dict(trainer="legacy", reward="pool"),
-    "soak-legacy-function": dict(trainer="legacy", reward="function"),
-    "soak-v1-colocated": dict(trainer="v1", reward="colocated"),
-    "soak-v1-function": dict(trainer="v1", reward="function"),
-    "soak-v1-separate-async": dict(trainer="v1", reward="function", async_mode="separate_async"),
-}
+SOAK = {f"soak-{name}": layout for name, layout in LAYOUTS.items()}   # every layout the matrix tests
 # Episodes that end (a fault from step 12 to 30 of a 60-step run) and slowdowns that last to the end.
 EPISODES = {
     "episode-actor": (dict(trainer="legacy", reward="colocated"), Fault("actor_slow", 12, factor=2.0, end=30)),
