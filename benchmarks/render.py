@@ -110,7 +110,7 @@ def _http(store, iterations: int) -> dict:
     its own collector (here without a sampler: the MFU families only), so it gets a registry of the run
     collector alone; its series count is reported with the latency."""
     from omniwatch.app import create_app
-    from omniwatch.server import BackgroundServer
+    from omniwatch.httpguard import BackgroundServer
     from omniwatch.settings import Settings
     srv = BackgroundServer(create_app(store, make_registry(store), Settings(gpu="off"))).start()
     lat = []

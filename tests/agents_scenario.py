@@ -68,7 +68,8 @@ def main(out_path: str) -> int:
     from ray.cluster_utils import Cluster
 
     from omniwatch import agents
-    from omniwatch.server import BackgroundServer, Exporter
+    from omniwatch.httpguard import BackgroundServer
+    from omniwatch.server import Exporter
     from omniwatch.settings import Settings
 
     cluster = srv = prom = None

@@ -125,7 +125,8 @@ def main(out_path: str) -> int:
         from omniwatch.agents.node import NodeAgent
         from omniwatch.discovery.config import DiscoveryConfig
         from omniwatch.proc import free_port
-        from omniwatch.server import BackgroundServer, Exporter
+        from omniwatch.httpguard import BackgroundServer
+        from omniwatch.server import Exporter
         from omniwatch.settings import Settings
 
         step("ray cluster: 2 nodes x 3 GPUs")

@@ -17,7 +17,8 @@ from omniwatch.agents import placement
 from omniwatch.agents.node import NodeAgent
 from omniwatch.agents.registry import SOURCE, AgentRegistry, RegistryFull, check_registration
 from omniwatch.model import RunStore
-from omniwatch.server import BackgroundServer, Exporter
+from omniwatch.httpguard import BackgroundServer
+from omniwatch.server import Exporter
 from omniwatch.settings import Settings
 
 TOKEN = "test-agent-token"

@@ -51,7 +51,7 @@ def test_the_promtool_cases_of_gen_with_scoring_pass():
 
 
 def test_only_v1_streamed_gets_the_scoring_note():
-    from omniwatch.alerting.prose import Ctx
+    from omniwatch.prosetext import Ctx
     note = remedies.gen_includes_scoring()
     lab = {"project": "p", "experiment": "e", "cause": "rollout"}
     assert "includes reward scoring" in note.expect(Ctx(lab, 1.0, {}, {"trainer": "v1", "reward": "streamed"}))

@@ -5,7 +5,12 @@ import json
 import pytest
 
 from omniwatch.gpu.accounting import SampleAccountant, overlap_seconds
-from omniwatch.gpu.trace import replay, within
+from omniwatch.gpu.attribution import INTER_STAGE, Attributor
+from omniwatch.gpu.devices import TraceBackend, TraceDevice
+from omniwatch.gpu.sampler import GpuSampler
+from omniwatch.gpu.trace import EXPERIMENT, PROJECT, _chunks, normalize, replay, within
+from omniwatch.model import RunStore
+from omniwatch.parse import ParsedStep
 from tests.conftest import fixture
 
 S = 1_000_000
@@ -109,7 +114,6 @@ def test_inter_stage_window_matches_the_true_gaps(name, mode):
     """Steps arrive between the sampler's drains through a real RunStore: warm-up steps stay out, the
     window appears at the k-th normal step, and every per-step GPU ratio and the published window sit
     within 0.005 of the workload's own gap share (its sleeps / step seconds, 0.13-0.41 here)."""
-    from omniwatch.gpu.trace import replay_steps
     r = replay_steps(_load(name), mode)
     rows = r["rows"]
     assert [x["step"] for x in rows if not x["normal"]] == [1, 2]
@@ -145,7 +149,6 @@ def test_busy_untimed_work_gives_low_gpu_evidence_while_timers_stay_high(mode):
     """What lets the rule silence the timer path: untimed seconds unchanged (timer window min 0.13),
     GPUs busy in them. Pushed spans measure ~0; the timing layout's bound min(untracked, GPU idle over
     the step) is left with the CPU-reward steps' idle, and the window min falls under 0.10."""
-    from omniwatch.gpu.trace import replay_steps
     r = replay_steps(_gaps_busy(_load(H200_RUNS[0])), mode)
     normal = [x for x in r["rows"] if x["normal"]]
     assert min(x["timer_ratio"] for x in normal[-3:]) > 0.10
@@ -156,3 +159,82 @@ def test_busy_untimed_work_gives_low_gpu_evidence_while_timers_stay_high(mode):
         assert win["min"] < 0.05
         for x in normal:
             assert x["gpu_ratio"] < 0.04 if x["step"] % 2 == 0 else x["gpu_ratio"] <= x["timer_ratio"] + 1e-9
+
+
+# --- the live path step by step over a recorded trace (test_inter_stage_window_matches_the_true_gaps) --------
+def _idle_truth(spans: list[dict]) -> list[tuple[float, float]]:
+    """The workload's own GPU-idle intervals (sleeps and spans it marks ``gpu_idle``), merged."""
+    out: list[list[float]] = []
+    for a, b in sorted((s["start"], s["end"]) for s in spans if s["gpu_idle"]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _overlap(ivs: list[tuple[float, float]], a: float, b: float) -> float:
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in ivs)
+
+
+def replay_steps(fx: dict, mode: str = "pushed", threshold: float = 50.0, window: int = 3) -> dict:
+    """Replay a trace as a live exporter sees it and follow the GPU inter-stage window step by step.
+
+    Steps go through a real ``RunStore`` (so warm-up and the other flags apply) at their arrival
+    time, interleaved with the sampler's drains (a drain is polled once its newest sample is older
+    than the arrival), with the workload's spans pushed first (``mode="pushed"``) or not at all
+    (``mode="timing"``: the attributor lays the step out from its timings). Returns ``{"rows": [...],
+    "attributor", "store"}``; one row per step: ``step``, ``normal``, ``gpu_ratio`` (the GPU
+    inter-stage idle ratio the attributor computed, ``StepWindow.inter_stage_ratio``), ``truth_ratio``
+    (the same quantity from the workload's own idle intervals instead of the samples), ``gap_ratio``
+    (the step's sleeps / step seconds: what the trainer really lost), ``timer_ratio`` (the exporter's
+    untracked ratio) and ``window`` (the GPU min/median/max published once the step was attributed,
+    or None).
+    """
+    if mode not in ("pushed", "timing"):
+        raise ValueError("mode is pushed or timing")
+    data = normalize(fx)
+    chunks = _chunks(data["samples"], data["drains"])
+    dev = TraceDevice(0, "GPU-replay", fx.get("gpu") or "NVIDIA H200", chunks,
+                      memory_total=fx.get("memory_total_bytes") or 0)
+    store = RunStore(window=window)
+    sampler = GpuSampler(TraceBackend([dev]), store, node="replay", threshold=threshold)
+    attr = Attributor(sampler, store)
+    store.listeners.append(attr.on_step)
+    idle = _idle_truth(data["spans"])
+    by_step: dict[int, list] = {}
+    for s in data["spans"]:
+        by_step.setdefault(s["step"], []).append(s)
+
+    def drain_until(t: float) -> None:
+        while dev.chunks and (not dev.chunks[0] or dev.chunks[0][-1][0] <= t * 1e6):
+            sampler.poll_once()
+
+    closed: dict[int, dict] = {}
+    attr.inter_stage.listeners.append(
+        lambda run, step, ratio: closed.__setitem__(step, {"gpu_ratio": ratio, "window": attr.inter_stage.stats(run)}))
+    rows = []
+    for st in data["steps"]:
+        drain_until(st["arrival"])
+        if mode == "pushed":
+            for s in by_step.get(st["step"], []):
+                if not s["phase"].startswith("idle:"):
+                    attr.add_span(PROJECT, EXPERIMENT, s["phase"], s["start"], s["end"])
+        rec = store.ingest(PROJECT, EXPERIMENT, ParsedStep(st["step"], dict(st["timing"])), "replay",
+                           arrival=st["arrival"])
+        with attr.lock:
+            w = attr.windows[-1] if attr.windows and attr.windows[-1].step == st["step"] else None
+            spans = [(s.start, s.end, s.phase) for s in (w.spans if w else [])]
+        sleeps = sum(s["end"] - s["start"] for s in by_step.get(st["step"], []) if s["phase"].startswith("idle:"))
+        dur = rec.duration or 0.0
+        if mode == "pushed":  # the workload's idle inside the inter_stage gaps
+            truth = sum(_overlap(idle, a, b) for a, b, ph in spans if ph == INTER_STAGE)
+        else:  # the untimed seconds, capped by the workload's idle over the laid-out step
+            truth = min(w.untracked or 0.0, sum(_overlap(idle, a, b) for a, b, _ in spans)) if w else 0.0
+        rows.append({"step": st["step"], "normal": rec.normal, "timer_ratio": rec.idle_ratio,
+                     "gap_ratio": sleeps / dur if dur else None, "truth_ratio": truth / dur if dur else None})
+    drain_until(float("inf"))
+    sampler.poll_once()
+    for row in rows:
+        row.update(closed.get(row["step"], {"gpu_ratio": None, "window": None}))
+    return {"rows": rows, "attributor": attr, "store": store}

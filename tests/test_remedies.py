@@ -13,7 +13,7 @@ from omniwatch import names as n
 from omniwatch.alerting import remedies
 from omniwatch.alerting import rulespec
 from omniwatch.config import DEFAULT
-from omniwatch.alerting.prose import Ctx
+from omniwatch.prosetext import Ctx
 
 from conftest import REPO, fixture
 
@@ -248,7 +248,8 @@ def test_the_reward_pool_advice_states_the_break_even_and_the_example_settings()
 import itertools  # noqa: E402
 
 from omniwatch import trainer_config as tc  # noqa: E402
-from omniwatch.alerting.prose import ACTION_MAX, CONFIG_READ, Remedy, setting_series  # noqa: E402
+from omniwatch.alerting.prose import ACTION_MAX, Remedy  # noqa: E402
+from omniwatch.prosetext import setting_series  # noqa: E402
 
 
 CONFIGS = {name: tc.read_file(str(fixture(f"trainer_config/{name}.pprint.log")))

@@ -18,7 +18,7 @@ from prometheus_client.openmetrics.exposition import generate_latest
 
 from omniwatch import ledger
 from omniwatch.alerting import remedies
-from omniwatch.alerting.prose import Ctx
+from omniwatch.prosetext import Ctx
 from omniwatch.backtest.backtest import backtest, write_sparse
 from omniwatch.backtest.openmetrics import FamilyRender, SampleGrid
 from omniwatch.backtest.runfile import load_run

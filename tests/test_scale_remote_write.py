@@ -14,7 +14,8 @@ from conftest import REPO, fixture_path, require_binary
 from omniwatch import names as n
 from omniwatch.parse import parse_jsonl_line
 from omniwatch.rules import rule_files
-from omniwatch.server import BackgroundServer, Exporter
+from omniwatch.httpguard import BackgroundServer
+from omniwatch.server import Exporter
 from omniwatch.settings import Settings
 from scale_support import Prometheus, poll
 from omniwatch.yamlio import load as yaml_load

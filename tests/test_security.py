@@ -21,7 +21,8 @@ from omniwatch.app import create_app
 from omniwatch.exposition import make_registry
 from omniwatch.model import RunStore
 from omniwatch.parse import parse_jsonl_line
-from omniwatch.server import BackgroundServer, add_exporter_args, parse_listen
+from omniwatch.httpguard import BackgroundServer
+from omniwatch.server import add_exporter_args, parse_listen
 from omniwatch.settings import DEFAULT_HOST, Settings
 from omniwatch.simulate import RunSpec, step_dict
 from omniwatch.stack import Stack, StackConfig

@@ -393,15 +393,16 @@ def test_history_at_first_sight_is_counted_in_the_runs_own_steps_not_a_fixed_age
         f.write(json.dumps({"step": 13, "data": recs[-1]["data"]}) + "\n")
     _polls_until_read(src, store, ("w", "hour_old"), 13)
     assert value(store, names.RUN_STALE, project="w", experiment="hour_old") == 0
-    # live evidence from Ray (the run's job still runs) also clears it
-    store.not_history("w", "early_old")
+    # live evidence from Ray (the run's job still runs: discovery/jobs.py) also clears it
+    from omniwatch.planned import JobState
+    assert store.set_ray_job("w", "early_old", JobState("03000000", "DRIVER", "RUNNING"))
     assert value(store, names.RUN_STALE, project="w", experiment="early_old") == 0
 
 
 # --- remedies that fit the run's engine and LoRA (from its config) --------------------------------------------
 def test_remedies_name_the_engine_keys_and_layered_summon_only_for_lora():
     from omniwatch.alerting import remedies
-    from omniwatch.alerting.prose import Ctx, key_of, setting_series
+    from omniwatch.prosetext import Ctx, key_of, setting_series
 
     def actor(settings=None, **info):
         series = {key_of(names.TRAINER_CONFIG_INFO, f'{k}="{v}"'): 1 for k, v in info.items()}

@@ -251,18 +251,6 @@ def step_modes(values: dict[str, float], off_policy: bool | None = None) -> dict
     return modes
 
 
-def _causes(phases: dict[str, float], critical: dict[str, float]) -> dict[str, float]:
-    out = dict.fromkeys(CAUSES, 0.0)
-    for ph, sec in phases.items():
-        if ph not in NO_CAUSE:
-            out[CAUSE_OF_PHASE.get(ph, "other")] += sec
-    tail = critical.get("streamed", 0.0)
-    if tail:  # the streamed reward tail is inside gen
-        out["rollout"] -= tail
-        out["reward"] += tail
-    return out
-
-
 def analyze_step(step: int, values: dict[str, float], arrival: float, warmup: bool = False,
                  non_finite: tuple[str, ...] | frozenset[str] = (), layout: KeyLayout | None = None) -> StepRecord:
     """``layout``: the layout of ``values``' keys when the caller has it (``key_layout``), else worked out here."""

@@ -586,13 +586,6 @@ class RunStore:
                 run.stale, run.first_sight, run.copied = False, None, False
             return True
 
-    def not_history(self, project: str, experiment: str) -> None:
-        """Live evidence that the run is not history (its Ray job still runs): a stop is a hang."""
-        with self.lock:
-            run = self.runs.get((fit_label(project), fit_label(experiment)))
-            if run is not None:
-                run.stale, run.first_sight, run.copied = False, None, False
-
     def copied_log(self, project: str, experiment: str) -> bool:
         """The run's log, first read whole, was written faster than its own steps ran (sources/files.py: its steps'
         timers against the file's birth): a copy or a restore, whose modification time is not its last step's. It is

@@ -38,7 +38,6 @@ def setting_key(setting: str, value: str | None = None) -> str:
     return key_of(names.TRAINER_CONFIG_SETTING, m)
 
 
-INFO_LABELS = ("source", "engine", "trainer", "async_mode", "lora")  # omniwatch_trainer_config_info's own labels
 NO_CONFIG_INFO = {"source": "none", "engine": "unknown", "trainer": "unknown", "async_mode": "unknown",
                   "lora": "unknown"}  # what the exporter says of a run without a trainer config
 

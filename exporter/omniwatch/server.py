@@ -15,7 +15,7 @@ from . import cliargs
 from . import discovery, httpguard
 from .app import create_app
 from .exposition import make_registry
-from .httpguard import BackgroundServer, GuardedServer, server_config  # noqa: F401 (tests import it here)
+from .httpguard import GuardedServer, server_config
 from .gpu.loop import gpu_option, settings_extra
 from . import config as alert_config
 from .model import RunStore

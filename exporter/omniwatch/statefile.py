@@ -23,7 +23,6 @@ from .analytics import WINDOW_VALUE_KEYS, StepRecord
 from .redact import is_secret_key, looks_like_credential
 
 VERSION = 3  # 3: a step record is stored under StepRecord's own field names (2: renamed keys, read and upgraded)
-READABLE_VERSIONS = (2, 3)
 
 MAX_STEP = 10**12
 MAX_COUNT = 10**15

@@ -61,13 +61,6 @@ class ConfigError(Exception):
         self.reason = reason
 
 
-def strip_prefix(line: str) -> str:
-    """A console line without Ray's actor prefix and colour codes."""
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    return _RAY_PREFIX.sub("", line, count=1)
-
-
 @dataclass(frozen=True)
 class TrainerConfig:
     """What omniwatch reads from a trainer config (None: the config does not say)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 
 import httpx
 from fastapi import FastAPI
@@ -117,7 +116,6 @@ class NodeAgent:
         self.server = None
         self.heartbeat: Heartbeat | None = None
         self.fleet = None   # agents/fleetagent.AgentFleet: this node's per-fleet GPU time, reported to the exporter
-        self.started_at = 0.0
 
     @property
     def port(self) -> int:
@@ -131,7 +129,6 @@ class NodeAgent:
     def start(self) -> "NodeAgent":
         from ..httpguard import BackgroundServer
         self.server = BackgroundServer(self.app, self.host, self.want_port).start()
-        self.started_at = time.time()
         if self.exporter_url:
             self.heartbeat = Heartbeat(self.exporter_url, self.node, self.address, self.settings.push_token,
                                        self.heartbeat_s, self.node_id).start()

@@ -15,5 +15,4 @@ from .prose import P, Query, QueryLabel
 
 HOLDER = P(QueryLabel(n.STEP_HOLDER_INFO, n.L_HOLDER, prefix=" Ray task events: "),
            Query(n.STEP_HOLDER_SECONDS, "dur", prefix=" (for ", suffix=")."))
-HANG_TEXT = "update_actor: 31/32 ranks done in 4 min, rank 7 on node-3 still running"
 

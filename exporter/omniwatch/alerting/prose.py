@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Mapping, Sequence
 
 from .. import names
-from ..prosetext import CONFIG_READ, Ctx, key_of, render, setting_series  # noqa: F401 (their home before)
+from ..prosetext import Ctx, render
 
 
 def span(d: str) -> str:
@@ -224,7 +224,7 @@ class ShiftShape(Part):
     def _sel(self, metric: str, extra: str = "", cond: str = "") -> str:
         role = ",role=%q" if self.role else ""
         arg = " $labels.role" if self.role else ""
-        m = f",shape=%q" if extra else ""
+        m = ",shape=%q" if extra else ""
         a = f' "{extra}"' if extra else ""
         return (f'printf "{metric}{{project=%q,experiment=%q,signal=%q{role}{m}}}{cond}" $labels.project '
                 f'$labels.experiment "{self.signal}"{arg}{a}')

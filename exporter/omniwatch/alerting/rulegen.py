@@ -13,7 +13,8 @@ from .. import names as n, paths, remedy_info
 from .. import config as config_mod
 from . import rulefiles as render
 from . import rulespec
-from .prose import Ctx, data
+from ..prosetext import Ctx
+from .prose import data
 from .remedies import STEP_CAUSES
 from ..config import Config
 from .rule import AlertSpec
@@ -144,7 +145,7 @@ def config_table(cfg: Config, fixtures: Path) -> str:
     """What each alert's one-line action says for trainer configs rendered from VeRL-Omni's examples (and with none):
     a config-aware action never proposes a setting the config already has and quotes the run's own values."""
     from .. import trainer_config as tc
-    from .prose import setting_series
+    from ..prosetext import setting_series
     examples = [(what, tc.read_file(str(fixtures / f)).settings, modes) for f, what, modes in CONFIG_EXAMPLES]
     head = "| alert | " + " | ".join(["no config read (legacy, colocated)"] + [w for w, _, _ in examples]) + " |"
     rows = [CONFIG_BEGIN, "", head, "|" + "---|" * (2 + len(examples))]

@@ -47,7 +47,6 @@ def planned(kind: str, prefix: str) -> SeriesValue:
 
 def records(cfg: Config) -> list:
     s = cfg.stall
-    typ = REC_STALL_TYPICAL
     t = f"max by ({RUN_BY}) ({sel(cfg, n.TYPICAL_STEP)})"
     w = f"max by ({RUN_BY}) ({sel(cfg, n.WARMUP_STEP)})"
     allowance = f"max by ({RUN_BY}) ({sel(cfg, n.PLANNED_ALLOWANCE)})"

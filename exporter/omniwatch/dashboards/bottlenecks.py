@@ -33,7 +33,7 @@ GPU_SECONDS = (f"sum by ({RUN_BY}) ({increase_w(sel(n.GPU_PHASE_IDLE_SECONDS_TOT
 
 def dashboard(cfg: Config) -> Dashboard:
     """This dashboard drawn with ``cfg`` (thresholds, windows, selectors, the words of its descriptions)."""
-    C = CONFIG = cfg  # noqa: F841  (the descriptions' lambdas name it C / CONFIG)
+    C = cfg
     WINDOW_DEFAULT = window_default(cfg)  # noqa: F841
     SIGNALS = Row("Signals vs alert thresholds", (
         Panel("Reward-bound ratio (window min)",

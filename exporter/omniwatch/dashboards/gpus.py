@@ -9,9 +9,10 @@ rate over $__rate_interval is the busy share of that interval."""
 from __future__ import annotations
 
 from .. import names as n
+from ..config import Config
 from ..alerting.records import (REC_GPU_MEMORY)
 from .. import external as x
-from .panels import window_default, RATE_INTERVAL, Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, first_of, gsel, rate
+from .panels import RATE_INTERVAL, Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, first_of, gsel, rate
 
 LEG = "{{node}} gpu{{gpu}}"
 NODE = "{{node}}"
@@ -59,8 +60,6 @@ def bottom_over_range() -> str:
 
 def dashboard(cfg: Config) -> Dashboard:
     """This dashboard drawn with ``cfg`` (thresholds, windows, selectors, the words of its descriptions)."""
-    C = CONFIG = cfg  # noqa: F841  (the descriptions' lambdas name it C / CONFIG)
-    WINDOW_DEFAULT = window_default(cfg)  # noqa: F841
     SUMMARY = Row("Busy share", (
         Panel("Busy share by node (min / mean / max over its GPUs)",
               "Per node: the least busy, the mean and the busiest of its GPUs. Busy = share of time a kernel ran "

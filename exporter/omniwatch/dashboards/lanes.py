@@ -5,8 +5,9 @@ phase, GPU time by fleet (gpu/fleet.py), and what the source itself costs and lo
 from __future__ import annotations
 
 from .. import names as n, palette
+from ..config import Config
 from ..discovery.phases import PHASES
-from .panels import window_default, EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, rate, run_max, sel
+from .panels import EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, rate, run_max, sel
 
 ROLE, PHASE, RANK = n.L_ROLE_T, n.L_PHASE_T, n.L_RANK
 # omniwatch_ray_worker_phase's codes (discovery/taskmetrics.PHASE_CODE): 0 idle, then PHASES in order, each method
@@ -17,8 +18,6 @@ LANE_EXPR = run_max(sel(n.RAY_WORKER_PHASE), ROLE, RANK)
 
 def dashboard(cfg: Config) -> Dashboard:
     """This dashboard drawn with ``cfg`` (thresholds, windows, selectors, the words of its descriptions)."""
-    C = CONFIG = cfg  # noqa: F841  (the descriptions' lambdas name it C / CONFIG)
-    WINDOW_DEFAULT = window_default(cfg)  # noqa: F841
     NOW = Row("Who holds the step", (
         Panel("Holder now",
               "The one-line answer from Ray's task events (what TrainingStalled's description and `omniwatch ps` say): "

@@ -18,7 +18,7 @@ from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC
                                 REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING, REC_STEP_MEDIAN,
                                 REC_STAGE_SHARE, REC_STEP_VS_BASELINE,
                                 REC_ZERO_STD_MIN)
-from .panels import window_default, by_run, AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step, STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags, firing_by_run, gpu_hours_panel, gpu_hours_per_day, idle_evidence, in_order, per_typical_step, phase_colors, run_max, sel, stage_colors, stall_stage, verl
+from .panels import by_run, AGE_STEPS, ALERT_STATE_MAPPINGS, alerts_sel, Dashboard, EXP, PHASES, Panel, RUN_BY, RUN_LEGEND, Row, Step, STALL_STAGE_MAPPINGS, Target, age_steps_by_stage, alert_states_by_run, cfg_step, default_tags, firing_by_run, gpu_hours_panel, idle_evidence, in_order, per_typical_step, phase_colors, run_max, sel, stage_colors, stall_stage, verl
 
 # Validation metrics: verl logs val-core/<data_source>/<var>/mean@N (and val-aux/...) on test_freq steps.
 VAL_REWARD_KEYS = "val-(core|aux)/.*reward.*"
@@ -272,7 +272,7 @@ def why_slow_row(cfg: Config) -> Row:
                        ("action", "what to do", "wrap"), ("severity", "severity", None),
                        (n.L_PHASE, "largest phase", None), ("Value #B", "its share", None)),
               hide_columns=("project", "variant", ANCHOR, *CASE), sort_desc="GPU-h/day now",
-              row_links=((f"Runbook: ${{__data.fields.alertname}}", f"{cfg.runbook_base}#${{__data.fields.{ANCHOR}}}"),)),
+              row_links=(("Runbook: ${__data.fields.alertname}", f"{cfg.runbook_base}#${{__data.fields.{ANCHOR}}}"),)),
     ))
 
 
@@ -289,14 +289,12 @@ def remedy_row(cfg: Config) -> Row:
               columns=(("alertname", "alert", None), (PART, "cost of", None), ("Value", "GPU-h/day now", None),
                        ("action", "what to do", "wrap"), ("remedy", "the full remedy", "wrap")),
               hide_columns=("project", "experiment", "variant", ANCHOR, "severity", *CASE), sort_desc="GPU-h/day now",
-              row_links=((f"Runbook: ${{__data.fields.alertname}}", f"{cfg.runbook_base}#${{__data.fields.{ANCHOR}}}"),)),
+              row_links=(("Runbook: ${__data.fields.alertname}", f"{cfg.runbook_base}#${{__data.fields.{ANCHOR}}}"),)),
     ), collapsed=True)
 
 
 def dashboard(cfg: Config) -> Dashboard:
     """This dashboard drawn with ``cfg`` (thresholds, windows, selectors, the words of its descriptions)."""
-    C = CONFIG = cfg  # noqa: F841  (the descriptions' lambdas name it C / CONFIG)
-    WINDOW_DEFAULT = window_default(cfg)  # noqa: F841
     STALL_STEPS = stall_steps(cfg)
     NOW = Row("Now", (
         Panel("Time since last step (typical steps)",
@@ -311,7 +309,7 @@ def dashboard(cfg: Config) -> Dashboard:
               "Is data reaching Prometheus at all? 'exporter' is up{job=\"" + cfg.selectors.job + "\"} (Prometheus scrapes the exporter; "
               "DOWN pages as OmniwatchSourceDown); each source is omniwatch_source_up (a log tail, the GPU sampler, "
               "discovery). A stalled run with every source up is a real stall; a source down explains missing steps.",
-              (Target(f'min(up{{job="{CONFIG.selectors.job}"}}) or on () vector(0)', "exporter"),
+              (Target(f'min(up{{job="{cfg.selectors.job}"}}) or on () vector(0)', "exporter"),
                Target(f"min by ({n.L_SOURCE}) ({n.SOURCE_UP})", "{{source}}")),
               unit="none", kind="stat", w=3, h=8, scope="global", runbook=n.ALERT_SOURCE_DOWN,
               mappings=((1, "up", "green"), (0, "DOWN", "red"))),
@@ -402,8 +400,8 @@ def dashboard(cfg: Config) -> Dashboard:
               "is StepTimeRegression; a single spike above it is a validation or checkpoint step (annotated)."),
               (Target(run_max(sel(n.STEP_DURATION)), EXP + " latest step"),
                Target(run_max(sel(n.STEP_DURATION_WINDOW, stat="min")), EXP + " window min"),
-               Target(f"{CONFIG.step_time.regression_ratio:g} * {run_max(sel(n.STEP_DURATION_BASELINE))}",
-                      EXP + f" {CONFIG.step_time.regression_ratio:g} x baseline", dashed=True)),
+               Target(f"{cfg.step_time.regression_ratio:g} * {run_max(sel(n.STEP_DURATION_BASELINE))}",
+                      EXP + f" {cfg.step_time.regression_ratio:g} x baseline", dashed=True)),
               unit="s", w=24, h=8, runbook=n.ALERT_STEP_REGRESSION),
         Panel("Step time by phase: $experiment",
               "Seconds of the latest step per timed phase, stacked in step order (the exporter's phase list: "
@@ -466,7 +464,7 @@ def dashboard(cfg: Config) -> Dashboard:
               f"{CONFIG.window.baseline} normal steps logged actor/grad_norm non-finite (VeRL-Omni zeroed the gradients "
               f"and skipped the optimizer step). {CONFIG.grad_norm.nonfinite_steps} or more fires; one is a bad batch."),
               (Target(sel(REC_GRAD_NONFINITE), EXP + " skipped updates"),),
-              unit="none", min=0, max=CONFIG.window.baseline, decimals=0,
+              unit="none", min=0, max=cfg.window.baseline, decimals=0,
               thresholds=(Step(None, "green"), cfg_step(cfg, "grad_norm.nonfinite_steps", "red")),
               show_thresholds="dashed+area", w=6, runbook=n.ALERT_GRAD_NONFINITE),
         step_xy("Clip fraction", "actor/pg_clipfrac (+ higher/lower). A jump means the update moved the policy far from "

@@ -9,10 +9,11 @@ the scheduler panels through the rules' own replica:* recording rules."""
 from __future__ import annotations
 
 from .. import names as n
+from ..config import Config
 from ..alerting.records import (REC_ROLLOUT_RUNNING, REC_ROLLOUT_SATURATED, REC_ROLLOUT_SLOTS_USED,
                                 REC_ROLLOUT_WAITING)
 from .. import external as x
-from .panels import window_default, saturation_rule, ALERT_ROLLOUT_SATURATED, EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, first_of, hist_mean, hist_quantile, rate, run_max, sel
+from .panels import saturation_rule, ALERT_ROLLOUT_SATURATED, EXP, Dashboard, Panel, Row, Step, Target, by_run, cfg_step, default_tags, first_of, hist_mean, hist_quantile, rate, run_max, sel
 
 R = x.L_REPLICA
 ROLLOUT = {x.L_ROLE: x.ROLE_ROLLOUT}
@@ -41,8 +42,6 @@ def successes(**extra: str) -> str:
 
 def dashboard(cfg: Config) -> Dashboard:
     """This dashboard drawn with ``cfg`` (thresholds, windows, selectors, the words of its descriptions)."""
-    C = CONFIG = cfg  # noqa: F841  (the descriptions' lambdas name it C / CONFIG)
-    WINDOW_DEFAULT = window_default(cfg)  # noqa: F841
     SERVERS = Row("Rollout and reward replicas", (
         Panel("Slots used",
               "Requests running / the replica's slot ceiling (max_num_seqs when omniwatch knows it, else the replica's "

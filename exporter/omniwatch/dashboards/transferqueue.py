@@ -13,7 +13,7 @@ from ..alerting.records import (REC_TQ_DERIV, REC_TQ_FLOOR_LONG, REC_TQ_FLOOR_MI
                                 REC_TQ_SECONDS_TO_FULL, REC_TQ_UTILIZATION)
 from .. import external as x
 from .. import names as n
-from .panels import window_default, Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate, sel
+from .panels import Dashboard, Panel, Row, Step, Target, cfg_step, default_tags, hist_mean, hist_quantile, rate, sel
 
 TQ_BAND = "TransferQueue's own guidance (its bundled dashboard), not an omniwatch alert threshold"
 
@@ -27,8 +27,6 @@ CAP_S = 3600  # the time-to-full panel's ceiling: "an hour or more", also while 
 
 def dashboard(cfg: Config) -> Dashboard:
     """This dashboard drawn with ``cfg`` (thresholds, windows, selectors, the words of its descriptions)."""
-    C = CONFIG = cfg  # noqa: F841  (the descriptions' lambdas name it C / CONFIG)
-    WINDOW_DEFAULT = window_default(cfg)  # noqa: F841
     TQ = cfg.transferqueue
     BACKLOG = Row("Backlog: live samples", (
         Panel("Live samples", "What TransferQueue holds now: the backlog measure. Active keys = keys holding data in "

@@ -37,7 +37,6 @@ live again (a resumed run is a new job, matched anew).
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 

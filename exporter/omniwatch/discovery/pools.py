@@ -19,7 +19,6 @@ import re
 REFRESH_S = 60.0
 OWED_S = 5.0      # after new worker actors appeared: their pools were just reserved (at most this often)
 MAX_GROUPS = 4096
-POOLS = ("trainer", "reward", "rollout", "teacher", "other")
 _RULES = ((re.compile(r"^rollout_pool_reward_"), "reward"), (re.compile(r"^rollout_pool_teacher_"), "teacher"),
           (re.compile(r"^rollout_pool_"), "rollout"), (re.compile(r"^global_pool"), "trainer"),
           (re.compile(r"^reward_pool"), "reward"), (re.compile(r"^teacher_pool"), "teacher"))

@@ -44,7 +44,7 @@ def snapshot_json(snap: TaskSnapshot, project: str | None = None, experiment: st
 
 
 def look_once_with_stack(address: str | None, job_id: str | None = None, timeout: float = 10.0):
-    """``look_once`` and, when a worker call holds the step, one stack dump of it (Ray's /task/traceback): a person
+    """One look (``_look``) and, when a worker call holds the step, one stack dump of it (Ray's /task/traceback): a person
     asked, so it is asked now (traceback.py says what a refusal means)."""
     from .traceback import StackDumper, StackWatch
     p = TaskPoller(address, interval=1.0, timeout=timeout, page=10000, job_id=job_id, actor_refresh_s=0)
@@ -58,14 +58,6 @@ def look_once_with_stack(address: str | None, job_id: str | None = None, timeout
         if task is not None:
             dump = watch.dumper.dump(task, "holder", rank, (g.get("slowest") or {}).get("node", ""))
         return snap, dump
-    finally:
-        p.api.close()
-
-
-def look_once(address: str | None, job_id: str | None = None, timeout: float = 10.0) -> TaskSnapshot:
-    p = TaskPoller(address, interval=1.0, timeout=timeout, page=10000, job_id=job_id, actor_refresh_s=0)
-    try:
-        return _look(p)
     finally:
         p.api.close()
 

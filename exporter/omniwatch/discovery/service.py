@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import backoff, proc
+from ..periodic import Periodic
 from ..settings import env as settings_env
 from .config import DiscoveryConfig
 from .targets import KINDS, Target, dedupe, read_ray_sd_file, read_rollout_prometheus_file
@@ -183,15 +184,16 @@ class RayProbe:
             self._kill()
 
 
-class Discovery:
-    """Periodic discovery of TQ, rollout, reward and Ray targets; feeds ``store`` source_up."""
+class Discovery(Periodic):
+    """Periodic discovery of TQ, rollout, reward and Ray targets; feeds ``store`` source_up. A failed round is
+    logged and the next runs on schedule (periodic.py): discovery keeps running whatever one round hits."""
+    thread_name, what, join_timeout = "omniwatch-discovery", "discovery round", 10.0
 
     def __init__(self, cfg: DiscoveryConfig, store=None):
+        super().__init__(cfg.interval)
         self.cfg = cfg
         self.store = store
         self.snapshot = Snapshot()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._said: dict[str, str] = {}
         self.probe: RayProbe | None = None
         self.ray_off_reason: str | None = None
@@ -205,26 +207,18 @@ class Discovery:
             log.warning("ignoring server address %r: not host:port", bad)
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="omniwatch-discovery", daemon=True)
-            self._thread.start()
-
     def stop(self) -> None:
         self._stop.set()
         if self.probe:
             self.probe.stop()
-        if self._thread:
-            self._thread.join(timeout=10)
+        super().stop()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.round()
-            except Exception:  # discovery must keep running whatever one round hits
-                log.exception("discovery round failed")
-            connecting = self.probe is not None and self.snapshot.status.get("ray", {}).get("up") is None
-            self._stop.wait(min(1.0, self.cfg.interval) if connecting else self.cfg.interval)
+    def scan_once(self) -> None:
+        self.round()
+
+    def next_wait(self, scan_cpu_s: float) -> float:
+        connecting = self.probe is not None and self.snapshot.status.get("ray", {}).get("up") is None
+        return min(1.0, self.cfg.interval) if connecting else self.cfg.interval
 
     # -- one round ---------------------------------------------------------------------------------
     def _say(self, source: str, up: bool | None, why: str) -> None:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 
 import httpx
 
+from ..periodic import Periodic
 from .phases import ALL_ROLES, PHASES, Call
 from .taskevents import Actor, Task, TaskLedger
 from .taskfinal import Recovery
@@ -94,13 +94,15 @@ def _task(x) -> Task:
     return t
 
 
-class TaskMirror:
-    """An agent's copy of the exporter's ledger, refreshed every ``interval`` s from ``exporter_url``."""
+class TaskMirror(Periodic):
+    """An agent's copy of the exporter's ledger, refreshed every ``interval`` s from ``exporter_url`` (its thread:
+    periodic.py), with backoff while the exporter does not answer."""
+    thread_name, what = "omniwatch-task-mirror", "task mirror fetch"
 
     def __init__(self, exporter_url: str, token: str | None = None, interval: float = 2.0, timeout: float = 5.0,
                  max_done: int = 20000):
+        super().__init__(interval)
         self.url = exporter_url.rstrip("/")
-        self.interval = interval
         self.ledger = TaskLedger(max_done=max_done)
         self.lock = threading.Lock()
         self.recovery = Recovery()
@@ -113,8 +115,7 @@ class TaskMirror:
         self.why = "not fetched yet"
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(timeout=timeout, trust_env=False)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._said: str | None = None
 
     # the poller interface the accountant reads
     def run_labels(self) -> tuple[str, str]:
@@ -215,34 +216,24 @@ class TaskMirror:
             for k, wins in taken:
                 rec.put_back(k, wins)
 
-    def start(self) -> "TaskMirror":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="omniwatch-task-mirror", daemon=True)
-            self._thread.start()
-        return self
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        super().stop()
         self._client.close()
 
-    def _loop(self) -> None:
+    def scan_once(self) -> None:
+        try:
+            self.fetch_once()
+            self.failures, self.up, self.why = 0, True, "mirroring the exporter's Ray task ledger"
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+            self.failures += 1
+            self.up, self.why = False, f"{type(e).__name__}: {str(e)[:160]}"
+        if self.why != self._said:
+            (log.info if self.up else log.warning)("task mirror of %s: %s", self.url, self.why)
+            self._said = self.why
+
+    def next_wait(self, scan_cpu_s: float) -> float:
         from .. import backoff
-        said = None
-        while not self._stop.is_set():
-            wait = self.interval
-            try:
-                self.fetch_once()
-                self.failures, self.up, self.why = 0, True, "mirroring the exporter's Ray task ledger"
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-                self.failures += 1
-                self.up, self.why = False, f"{type(e).__name__}: {str(e)[:160]}"
-                wait = backoff.delay(self.failures, self.interval, 60.0)
-            if self.why != said:
-                (log.info if self.up else log.warning)("task mirror of %s: %s", self.url, self.why)
-                said = self.why
-            self._stop.wait(wait)
+        return backoff.delay(self.failures, self.interval, 60.0) if self.failures else self.interval
 
 
 def check_wants(body) -> tuple[list[tuple[str, str, float, float]], bool]:

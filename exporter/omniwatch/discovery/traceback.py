@@ -268,7 +268,6 @@ class StackWatch:
         self.dumper, self.run_labels, self.stalled = dumper, run_labels, stalled
         self.straggler_dispatches = straggler_dispatches
         self.holder_key: tuple[str, int] | None = None      # the call holding the step now
-        self.holder_node_id = ""
         self.straggler_key: tuple[str, int] | None = None
         self.meta: dict = {}
         self._laggard_at = 0.0
@@ -302,7 +301,6 @@ class StackWatch:
                         if (t.call.role, t.call.phase) == (s["role"], s["phase"]) and led.rank(t) == s["rank"]:
                             strag = (t, s["rank"], s["node"])
         self.holder_key = task.key if task is not None else None
-        self.holder_node_id = task.node_id if task is not None else ""
         self.straggler_key = strag[0].key if strag else None
         self.meta = {"holder": (task, rank, node) if task is not None else None, "straggler": strag}
         now = self.dumper.clock()

@@ -26,6 +26,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from ..periodic import Periodic
+
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.05
@@ -58,17 +60,19 @@ def title_call(raw: bytes) -> str | None:
     return rest[:200]
 
 
-class CallObserver:
+class CallObserver(Periodic):
     """Samples the process titles of ``pids()`` (pid -> actor id: the workers mapped to this node's GPUs) and of
     the Ray actor workers a scan of ``/proc`` finds (every ``scan_s``; a worker the actor table does not name
     yet -- just created -- is watched from its first call) every ``interval`` s in its own thread, or when
     ``sample()`` is called (tests, replays)."""
+    thread_name, what = "omniwatch-callwatch", "call observer sample"
 
     def __init__(self, pids: Callable[[], dict[int, str]], interval: float = DEFAULT_INTERVAL_S,
                  read: Callable[[int], bytes] | None = None, clock: Callable[[], float] = time.time,
                  max_calls: int = 8192, on_sample: Callable[[float, dict], None] | None = None,
                  scan: Callable[[], list[int]] | None = None, scan_s: float = SCAN_S):
-        self.pids, self.interval, self.clock = pids, max(0.005, float(interval)), clock
+        super().__init__(max(0.005, float(interval)))
+        self.pids, self.clock = pids, clock
         self.read = read or _read_title
         self.scan = scan if scan is not None else (_proc_pids if read is None else None)
         self.scan_s = scan_s
@@ -81,8 +85,6 @@ class CallObserver:
         self.unreadable = 0
         self.samples = 0
         self.on_sample = on_sample        # (time, {pid: name or None}): a recorder for replay fixtures
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def _scan(self) -> None:
         """Find this node's Ray actor workers: new pids are read once; a worker still ``ray::IDLE`` (Ray hands
@@ -174,27 +176,8 @@ class CallObserver:
     def watermark(self) -> float:
         return self.last_sample
 
-    # -- thread ------------------------------------------------------------------------------------
-    def start(self) -> "CallObserver":
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="omniwatch-callwatch", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception:   # the observer must keep running
-                log.exception("call observer sample failed")
-            self._stop.wait(self.interval)
+    def scan_once(self) -> None:   # the thread (periodic.py): one sample every ``interval``
+        self.sample()
 
 
 def _proc_pids() -> list[int]:

@@ -69,7 +69,6 @@ NO_CALL = "none"
 OVERHEAD_PHASES = frozenset(m.name for m in METHODS if m.overhead or m.phase and PHASE[m.phase].overhead)
 ROLLOUT_PHASES = frozenset(m.name for m in METHODS if m.fleet == "rollout")
 SERVER_ROLES = ("rollout_server", "reward_server", "teacher_server")
-CPU_ROLES = ("agent_loop", "reward_loop")   # orchestration actors: they hold no GPU
 REPORT_LAG_S = 2.0        # Ray workers report task events every 1 s (RAY_task_events_report_interval_ms)
 MAX_CATCHUP_S = 900.0     # at most this much of one GPU's past per pass (the ring holds ~300 s)
 RECOVER_WAIT_S = 15.0     # at least this long for the finished-task page of a call only the observer saw
@@ -389,14 +388,6 @@ class FleetAccountant:
     def series(self) -> tuple[list[tuple[tuple[str, ...], float]], list[tuple[tuple[str, str], int]]]:
         with self.lock:
             return sorted(self.totals.items()), sorted(self.gpus_by.items())
-
-    def by_fleet(self) -> dict[tuple[str, str], float]:
-        """(fleet, bucket) -> seconds (tests, reports)."""
-        out: dict[tuple[str, str], float] = defaultdict(float)
-        with self.lock:
-            for (_p, _e, _node, fleet, _ph, bucket, _how), s in self.totals.items():
-                out[(fleet, bucket)] += s
-        return dict(out)
 
 
 def _with_actor(o, actor_id: str):

@@ -44,7 +44,6 @@ class NodeFleet:
     last: dict = field(default_factory=dict)      # the agent's last cumulative totals (label set -> seconds)
     totals: dict = field(default_factory=lambda: defaultdict(float))   # ours: label set -> seconds
     gpus_by: dict = field(default_factory=dict)   # (fleet, mapping) -> GPUs
-    reported_at: float = 0.0
     reported_until: float = 0.0  # the ``until`` of the agent's last report
     down: bool = False
 
@@ -137,7 +136,6 @@ class NodeTotals:
             nf.node_id, nf.gpus, nf.gpus_by, nf.down = node_id[:128], gpus, by, False
             if run != ("", ""):
                 nf.run = run
-            nf.reported_at = self.clock()
         return len(new)
 
     def _unmeasured(self, nf: NodeFleet, seconds: float) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import backoff
+from ..periodic import Periodic
 from .accounting import DEFAULT_MAX_GAP_S, DEFAULT_THRESHOLD, Interval, SampleAccountant
 from .devices import Backend, Device, GpuError, GpuUnavailable, NvmlBackend, Sample
 
@@ -71,7 +72,9 @@ class GpuState:
         return self.ring[-1].end if self.ring else None
 
 
-class GpuSampler:
+class GpuSampler(Periodic):
+    thread_name, what = "omniwatch-nvml", "GPU sampler poll"
+
     def __init__(self, backend: Backend | None = None, store=None, *, node: str | None = None,
                  threshold: float = DEFAULT_THRESHOLD, interval_s: float = DEFAULT_INTERVAL_S,
                  ring_seconds: float = DEFAULT_RING_S, max_gap_s: float = DEFAULT_MAX_GAP_S,
@@ -96,8 +99,7 @@ class GpuSampler:
         self.next_open_at = 0.0
         self.polls = 0
         self.cpu_s = 0.0  # thread CPU seconds spent in poll_once (the sampler's own cost)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(interval_s)
 
     # -- source_up bookkeeping ----------------------------------------------------------------------
     def _up(self, target: str, up: bool) -> None:
@@ -248,36 +250,23 @@ class GpuSampler:
             while ring and ring[0].end < horizon:
                 ring.popleft()
 
-    # -- thread ------------------------------------------------------------------------------------
-    def start(self) -> "GpuSampler":
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="omniwatch-nvml", daemon=True)
-            self._thread.start()
-        return self
+    # -- thread (periodic.py: a failed poll is logged, the exporter keeps serving) --------------------------
+    scan_once = poll_once
+
+    def next_wait(self, scan_cpu_s: float) -> float:
+        self.cpu_s += scan_cpu_s
+        if self.absent is not None:   # sampling is off for good: the thread ends
+            self._stop.set()
+        return self.interval_s
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self.join_timeout = timeout
+        super().stop()
         self.devices = []
         try:
             self.backend.close()
         except Exception:
             pass
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            c0 = time.thread_time()
-            try:
-                self.poll_once()
-            except Exception:  # never let the thread die: the exporter keeps serving
-                log.exception("GPU sampler poll failed")
-            self.cpu_s += time.thread_time() - c0
-            if self.absent is not None:
-                return
-            self._stop.wait(self.interval_s)
 
     # -- reads for collector and attribution ---------------------------------------------------------
     def snapshot(self) -> list[GpuState]:

@@ -15,8 +15,6 @@ from ..analytics import K_STEP, TIMING, analyze_step
 from .attribution import INTER_STAGE, Attributor
 from .devices import TraceBackend, TraceDevice, chunked
 from .sampler import GpuSampler
-from ..model import RunStore
-from ..parse import ParsedStep
 
 PROJECT, EXPERIMENT = "replay", "trace"
 
@@ -147,82 +145,3 @@ def score(spans, gaps, pushed: Attributor, timing: Attributor | None = None,
             "all_gaps_ge_0.5_detected": big_ok,
             "pass": big_ok and all(v["within_target"] for v in per_phase.values())
             and all(v["within_target"] for v in per_kind.values())}
-
-
-
-def _idle_truth(spans: list[dict]) -> list[tuple[float, float]]:
-    """The workload's own GPU-idle intervals (sleeps and spans it marks ``gpu_idle``), merged."""
-    out: list[list[float]] = []
-    for a, b in sorted((s["start"], s["end"]) for s in spans if s["gpu_idle"]):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _overlap(ivs: list[tuple[float, float]], a: float, b: float) -> float:
-    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in ivs)
-
-
-def replay_steps(fx: dict, mode: str = "pushed", threshold: float = 50.0, window: int = 3) -> dict:
-    """Replay a trace as a live exporter sees it and follow the GPU inter-stage window step by step.
-
-    Steps go through a real ``RunStore`` (so warm-up and the other flags apply) at their arrival
-    time, interleaved with the sampler's drains (a drain is polled once its newest sample is older
-    than the arrival), with the workload's spans pushed first (``mode="pushed"``) or not at all
-    (``mode="timing"``: the attributor lays the step out from its timings). Returns ``{"rows": [...],
-    "attributor", "store"}``; one row per step: ``step``, ``normal``, ``gpu_ratio`` (the GPU
-    inter-stage idle ratio the attributor computed, ``StepWindow.inter_stage_ratio``), ``truth_ratio``
-    (the same quantity from the workload's own idle intervals instead of the samples), ``gap_ratio``
-    (the step's sleeps / step seconds: what the trainer really lost), ``timer_ratio`` (the exporter's
-    untracked ratio) and ``window`` (the GPU min/median/max published once the step was attributed,
-    or None).
-    """
-    if mode not in ("pushed", "timing"):
-        raise ValueError("mode is pushed or timing")
-    data = normalize(fx)
-    chunks = _chunks(data["samples"], data["drains"])
-    dev = TraceDevice(0, "GPU-replay", fx.get("gpu") or "NVIDIA H200", chunks,
-                      memory_total=fx.get("memory_total_bytes") or 0)
-    store = RunStore(window=window)
-    sampler = GpuSampler(TraceBackend([dev]), store, node="replay", threshold=threshold)
-    attr = Attributor(sampler, store)
-    store.listeners.append(attr.on_step)
-    idle = _idle_truth(data["spans"])
-    by_step: dict[int, list] = {}
-    for s in data["spans"]:
-        by_step.setdefault(s["step"], []).append(s)
-
-    def drain_until(t: float) -> None:
-        while dev.chunks and (not dev.chunks[0] or dev.chunks[0][-1][0] <= t * 1e6):
-            sampler.poll_once()
-
-    closed: dict[int, dict] = {}
-    attr.inter_stage.listeners.append(
-        lambda run, step, ratio: closed.__setitem__(step, {"gpu_ratio": ratio, "window": attr.inter_stage.stats(run)}))
-    rows = []
-    for st in data["steps"]:
-        drain_until(st["arrival"])
-        if mode == "pushed":
-            for s in by_step.get(st["step"], []):
-                if not s["phase"].startswith("idle:"):
-                    attr.add_span(PROJECT, EXPERIMENT, s["phase"], s["start"], s["end"])
-        rec = store.ingest(PROJECT, EXPERIMENT, ParsedStep(st["step"], dict(st["timing"])), "replay",
-                           arrival=st["arrival"])
-        with attr.lock:
-            w = attr.windows[-1] if attr.windows and attr.windows[-1].step == st["step"] else None
-            spans = [(s.start, s.end, s.phase) for s in (w.spans if w else [])]
-        sleeps = sum(s["end"] - s["start"] for s in by_step.get(st["step"], []) if s["phase"].startswith("idle:"))
-        dur = rec.duration or 0.0
-        if mode == "pushed":  # the workload's idle inside the inter_stage gaps
-            truth = sum(_overlap(idle, a, b) for a, b, ph in spans if ph == INTER_STAGE)
-        else:  # the untimed seconds, capped by the workload's idle over the laid-out step
-            truth = min(w.untracked or 0.0, sum(_overlap(idle, a, b) for a, b, _ in spans)) if w else 0.0
-        rows.append({"step": st["step"], "normal": rec.normal, "timer_ratio": rec.idle_ratio,
-                     "gap_ratio": sleeps / dur if dur else None, "truth_ratio": truth / dur if dur else None})
-    drain_until(float("inf"))
-    sampler.poll_once()
-    for row in rows:
-        row.update(closed.get(row["step"], {"gpu_ratio": None, "window": None}))
-    return {"rows": rows, "attributor": attr, "store": store}

@@ -38,7 +38,7 @@ from functools import lru_cache
 from .. import ledger, names
 from ..alerting import rulespec
 from ..config import DEFAULT, Config
-from ..alerting.prose import Ctx
+from ..prosetext import Ctx
 from ..analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts
 from ..rules import alertmanager_config_path
@@ -151,7 +151,7 @@ def _spec(alertname: str, labels: dict[str, str], cfg: Config, severity: str | N
 
 def _ctx(labels: dict[str, str], modes: dict[str, str] | None, series: dict[str, float] | None,
          trainer_config: dict | None) -> Ctx:
-    from ..alerting.prose import setting_series
+    from ..prosetext import setting_series
     from ..trainer_config import info_labels
     extra = dict(series or {})
     if trainer_config is not None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import paths
+from ..backtest.commands import _guarded
 
 
 def _write(card: dict, err: Console) -> None:
@@ -22,28 +22,15 @@ def _write(card: dict, err: Console) -> None:
               + "".join(f", {p.relative_to(paths.repo_dir())}" for p in drift), highlight=False)
 
 
+@_guarded
 def cmd_scorecard(args) -> int:
     from ..backtest.report import progress_for
-    from ..backtest.tsdb import ToolError
-    from ..promapi import PromError
-    from ..rules import RulesError
     from . import baseline as baseline_mod, card as card_mod
-    from .amsim import ConfigError
     from .scoring import run_scorecard
     err, out = Console(stderr=True, soft_wrap=True), Console(soft_wrap=True)
-    old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        with progress_for(err, args.quiet or args.json) as prog:
-            card = run_scorecard(args.corpus or card_mod.corpus_dir(), rules_dir=args.rules,
-                                 alertmanager=args.alertmanager, progress=prog)
-    except (RulesError, ToolError, PromError, ConfigError, ValueError, OSError) as e:
-        err.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
-        return 1
-    except KeyboardInterrupt:
-        err.print("interrupted; cleaned up")
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    with progress_for(err, args.quiet or args.json) as prog:
+        card = run_scorecard(args.corpus or card_mod.corpus_dir(), rules_dir=args.rules,
+                             alertmanager=args.alertmanager, progress=prog)
     if args.json:
         sys.stdout.write(json.dumps(card) + "\n")
     else:

@@ -31,7 +31,7 @@ import math
 import pprint
 import shutil
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
