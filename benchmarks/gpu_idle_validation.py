@@ -43,7 +43,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "exporter"))
 
-from omniwatch.analytics import analyze_step  # noqa: E402
+from omniwatch.core.analytics import analyze_step  # noqa: E402
 from omniwatch.gpu.attribution import Attributor  # noqa: E402
 from omniwatch.gpu.devices import NvmlBackend, TraceBackend  # noqa: E402
 from omniwatch.gpu.peaks import H200_PEAK, identify  # noqa: E402

@@ -28,7 +28,7 @@ POLL_S = 0.5
 
 
 def measure(n: int) -> dict:
-    from omniwatch.model import RunStore
+    from omniwatch.core.model import RunStore
     from omniwatch.sources import files as F
     long_after = getattr(F, "LONG_IDLE_AFTER_POLLS", None)
     with tempfile.TemporaryDirectory() as d:
@@ -74,7 +74,7 @@ def timeline(n: int, age_s: float = 0.0) -> dict:
     86,400: a log root of old runs), passes back to back on a simulated clock at the 0.5 s poll. CPU seconds over
     simulated seconds per window, and the first pass (everything read once)."""
     import os
-    from omniwatch.model import RunStore
+    from omniwatch.core.model import RunStore
     from omniwatch.sources import files as F
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)

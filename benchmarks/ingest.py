@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_jsonl_line
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_jsonl_line
 from omniwatch.sources.files import FileSource
 
 from common import verl_lines

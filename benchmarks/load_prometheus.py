@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from prometheus_client import generate_latest  # noqa: E402
 
 from omniwatch import names as n  # noqa: E402
-from omniwatch.exposition import make_registry  # noqa: E402
-from omniwatch.model import RunStore  # noqa: E402
-from omniwatch.parse import parse_jsonl_line  # noqa: E402
+from omniwatch.core.exposition import make_registry  # noqa: E402
+from omniwatch.core.model import RunStore  # noqa: E402
+from omniwatch.core.parse import parse_jsonl_line  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "verl" / "flowgrpo_healthy.jsonl"
 PHASES = ("gen", "reward", "old_log_prob", "update_actor", "inter_stage")

@@ -15,8 +15,8 @@ from common import rss_bytes, verl_lines
 def _steps(total: int, trace: bool) -> dict:
     """A pool of 1,000 real lines (100 per run) is parsed again and again with rising step numbers, so
     the input costs almost nothing and what grows is the model."""
-    from omniwatch.model import RunStore
-    from omniwatch.parse import parse_jsonl_line
+    from omniwatch.core.model import RunStore
+    from omniwatch.core.parse import parse_jsonl_line
     runs = 10
     pool = verl_lines(1_000, runs, seed=3)
     base = rss_bytes()
@@ -40,8 +40,8 @@ def _steps(total: int, trace: bool) -> dict:
 
 
 def _keys(total: int) -> dict:
-    from omniwatch.model import RunStore
-    from omniwatch.parse import parse_record
+    from omniwatch.core.model import RunStore
+    from omniwatch.core.parse import parse_record
     per_step = 100
     base = rss_bytes()
     tracemalloc.start()

@@ -12,12 +12,12 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from omniwatch.exposition import make_registry
+from omniwatch.core.exposition import make_registry
 from omniwatch.gpu.collector import GpuCollector
 from omniwatch.gpu.devices import TraceBackend, TraceDevice
 from omniwatch.gpu.sampler import GpuSampler
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_record
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_record
 from omniwatch.simulate import RunSpec, step_dict
 
 from common import median, pct

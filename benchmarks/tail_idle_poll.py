@@ -27,7 +27,7 @@ BEFORE_REV = "fbb338a"  # the last commit before issue 14's descriptor pool
 
 
 def measure(n: int = 5000) -> dict:
-    from omniwatch.model import RunStore
+    from omniwatch.core.model import RunStore
     from omniwatch.sources.files import FileSource
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)

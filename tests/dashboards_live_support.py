@@ -32,12 +32,12 @@ from omniwatch import names, proc
 from omniwatch.demo import standins as demo_endpoints
 from omniwatch.app import create_app
 from omniwatch.discovery import config as disc_config
-from omniwatch.exposition import make_registry
+from omniwatch.core.exposition import make_registry
 from omniwatch.gpu import loop
 from omniwatch.proc import free_port
 from omniwatch.promapi import PromAPI, PromError
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_jsonl_line
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_jsonl_line
 from omniwatch.settings import Settings
 from omniwatch.simulate import Fault, RunSpec, step_dict
 

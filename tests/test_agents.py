@@ -16,7 +16,7 @@ from conftest import wait_for
 from omniwatch.agents import placement
 from omniwatch.agents.node import NodeAgent
 from omniwatch.agents.registry import SOURCE, AgentRegistry, RegistryFull, check_registration
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 from omniwatch.httpguard import BackgroundServer
 from omniwatch.server import Exporter
 from omniwatch.settings import Settings

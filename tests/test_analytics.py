@@ -5,8 +5,8 @@ import statistics
 import orjson
 import pytest
 
-from omniwatch.analytics import RunWindow, analyze_step, phase_of
-from omniwatch.parse import parse_jsonl_line
+from omniwatch.core.analytics import RunWindow, analyze_step, phase_of
+from omniwatch.core.parse import parse_jsonl_line
 
 from .conftest import fixture_path, truth
 
@@ -159,7 +159,7 @@ def synthetic(step, seconds, actor_share=0.3, mfu=0.3, flags=()):
 
 
 def test_reference_is_the_median_of_the_first_normal_steps_and_stays_there():
-    from omniwatch.analytics import REFERENCE_STEPS
+    from omniwatch.core.analytics import REFERENCE_STEPS
     w = RunWindow(3, 20)
     durations = {s: 100.0 + (s % 5) for s in range(1, 101)}  # 100..104, median 102
     for s in range(1, 101):
@@ -208,7 +208,7 @@ def test_late_lower_step_and_rerun_enter_the_reference_by_step_number():
 
 
 def test_drift_is_the_median_of_the_last_steps_after_the_reference_over_it():
-    from omniwatch.analytics import DRIFT_AFTER, DRIFT_STEPS
+    from omniwatch.core.analytics import DRIFT_AFTER, DRIFT_STEPS
     w = RunWindow(3, 20)
     first_over = None
     for s in range(1, 80):
@@ -235,7 +235,7 @@ def test_the_anchored_conditions_stay_false_on_40_jittery_healthy_runs_of_300_st
     import orjson
 
     from omniwatch.config import DEFAULT
-    from omniwatch.model import RunStore
+    from omniwatch.core.model import RunStore
     from omniwatch.simulate import RunSpec, step_dict, wall_seconds
     layouts = [dict(trainer="legacy", reward="colocated"), dict(trainer="legacy", reward="pool"),
                dict(trainer="v1", reward="function"), dict(trainer="v1", reward="colocated"),

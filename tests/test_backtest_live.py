@@ -17,10 +17,10 @@ from omniwatch.backtest.feed import replay_to_file, replay_to_push, target_file
 from omniwatch.backtest.runfile import load_run
 from omniwatch.backtest.timeline import Timeline
 from omniwatch.backtest.tsdb import TempPrometheus
-from omniwatch.exposition import OWNED, make_registry
-from omniwatch.model import RunStore
+from omniwatch.core.exposition import OWNED, make_registry
+from omniwatch.core.model import RunStore
 from omniwatch.names import CATALOGUE, SCRAPE_DURATION
-from omniwatch.planned import owned as planned_owned
+from omniwatch.core.planned import owned as planned_owned
 from omniwatch.settings import Settings
 from omniwatch.sources.files import FileSource
 

@@ -6,9 +6,9 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from omniwatch import docsgen, names
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_jsonl_line
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_jsonl_line
 
 from .conftest import fixture_path
 

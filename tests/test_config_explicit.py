@@ -9,8 +9,8 @@ import pytest
 
 from omniwatch import names
 from omniwatch import config
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_jsonl_line
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_jsonl_line
 
 from .conftest import fixture_path
 

@@ -1,6 +1,6 @@
 """docs/contributing.md's "Add a signal and its alert", followed from a clean checkout (issue 34 item 5): a clone of
 this commit gets a throwaway window signal and its alert ("reward mean fell below 0.7 x the run's reference") through
-the public declaration (signals.py), exactly in the files the walkthrough's table names; then `omniwatch generate`,
+the public declaration (core/signals.py), exactly in the files the walkthrough's table names; then `omniwatch generate`,
 promtool on the literal tests and the quick-tier tests that police rules, dashboards, names and the state file run
 in the clone. The hand-edited files are counted (git) and must be the table's, at most five."""
 from __future__ import annotations
@@ -118,7 +118,7 @@ def test_add_a_signal_and_its_alert_as_contributing_md_says(tmp_path):
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", head], check=True)
     ex = repo / "exporter" / "omniwatch"
     # the walkthrough's five files, through the public declarations
-    (ex / "signals.py").write_text((ex / "signals.py").read_text() + SIGNAL)
+    (ex / "core" / "signals.py").write_text((ex / "core" / "signals.py").read_text() + SIGNAL)
     _insert(ex / "config.py", "class Config(_Part):", CONFIG_SECTION, after=False)
     _insert(ex / "config.py", "    reward_saturation: RewardSaturation = RewardSaturation()\n",
             "    reward_mean: RewardMean = RewardMean()\n")
@@ -126,7 +126,7 @@ def test_add_a_signal_and_its_alert_as_contributing_md_says(tmp_path):
     steps.write_text(steps.read_text() + PROMTOOL_CASE)
     runbooks = repo / "docs" / "runbooks.md"
     runbooks.write_text(runbooks.read_text() + RUNBOOK)
-    _insert(ex / "dashboards" / "overview.py", "from ..signals import ZERO_STD", ", REWARD_MEAN")
+    _insert(ex / "dashboards" / "overview.py", "from ..core.signals import ZERO_STD", ", REWARD_MEAN")
     _insert(ex / "dashboards" / "overview.py", 'show_thresholds="dashed+area", w=16, runbook=n.ALERT_REWARD_SATURATION),',
             PANEL)
 

@@ -517,7 +517,7 @@ def test_demo_endpoints_attach_to_two_runs_each_with_its_own_endpoints():
 def test_the_stacked_phases_are_the_exporters_phase_list_in_step_order():
     """One phase list: the stacked step-time chart and the per-step XY columns take analytics.PHASE_ORDER (+ the
     untimed rest), so a phase the exporter times (teacher, rollout_corr, save_checkpoint, ...) is never left out."""
-    from omniwatch.analytics import PHASE_ORDER
+    from omniwatch.core.analytics import PHASE_ORDER
     from omniwatch.dashboards import overview
     assert spec.PHASES == (*PHASE_ORDER, names.UNTRACKED_PHASE)
     assert {"teacher", "rollout_corr"} <= set(spec.PHASES)
@@ -534,7 +534,7 @@ def test_the_stacked_phases_are_the_exporters_phase_list_in_step_order():
 def test_ledger_buckets_sort_in_ledger_order():
     """The ledger panels label each bucket so that Prometheus' sorted range result (and so Grafana's stack) is
     ledger.ordered(): phases in step order, any other timed phase alphabetically, then the non-phase buckets."""
-    from omniwatch import ledger
+    from omniwatch.core import ledger
     buckets = [*ledger.NON_PHASE, *ledger.PHASE_BUCKETS, "sleep_replicas", "aaa_custom_timer"]
     key = lambda b: spec.order_key(b, spec.LEDGER_HEAD, spec.LEDGER_TAIL)  # noqa: E731
     assert sorted(buckets, key=key) == ledger.ordered(buckets)

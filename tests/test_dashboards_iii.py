@@ -60,7 +60,7 @@ def test_validation_reward_keeps_val_core_and_val_aux(tmp_path):
     """Item 6: the step target carries the y target's ``key``, so merge pairs each key's row with its own step
     (a step row without ``key`` joins one key only); groupBy and partitionByValues keep ``key``. promtool
     evaluates the generated panel's own queries: both keys have the step and their own value."""
-    from omniwatch.model import passthrough_name
+    from omniwatch.core.model import passthrough_name
     from omniwatch.dashboards.verify import substitute
     p = by_title(load(DASHBOARDS[0]))["Validation reward"]
     x, y = (substitute(t["expr"]) for t in p["targets"])
@@ -223,7 +223,7 @@ def test_a_stall_still_going_on_fills_the_stalled_bucket(tmp_path):
     run's GPUs as stalled (it was 0/0 -> no data); a finished run is not stalled; a running run is unchanged.
     promtool evaluates the generated panel query with $window = 3 typical steps of 60 s (read over 180 s), the
     ledger counter flat for 10 minutes."""
-    from omniwatch import ledger
+    from omniwatch.core import ledger
     from omniwatch.dashboards.verify import substitute
     p = by_title(load(DASHBOARDS[0]))["Where the GPU-hours went: $experiment"]
     q = substitute(p["targets"][0]["expr"], window="3")
@@ -307,9 +307,9 @@ def test_the_exporter_serves_each_runs_remedies_for_its_layout_and_config():
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
     from omniwatch import trainer_config as tc
-    from omniwatch.exposition import make_registry
-    from omniwatch.model import RunStore
-    from omniwatch.parse import parse_jsonl_line
+    from omniwatch.core.exposition import make_registry
+    from omniwatch.core.model import RunStore
+    from omniwatch.core.parse import parse_jsonl_line
     from omniwatch.report.verdict import action, remedy
     from .conftest import fixture, fixture_path
     store = RunStore()
@@ -515,7 +515,8 @@ def test_one_phase_palette_on_every_dashboard_and_the_report():
     """Item 10: every panel split by phase or ledger bucket colours each phase with palette.PHASE_COLORS (Grafana
     fixed-colour overrides in the generated JSON), and the report's ledger charts and worker lanes use the same
     colours; the previews draw the panels' fixed colours."""
-    from omniwatch import ledger, palette
+    from omniwatch import palette
+    from omniwatch.core import ledger
     from omniwatch.report import html
 
     split = 0
@@ -545,7 +546,7 @@ def test_gpu_hours_per_day_count_a_stalls_idle_gpus_while_it_lasts(tmp_path):
     show the run's GPUs x 24 as 'stalled' instead, and nothing else; a running and a finished run keep the
     exporter's figures. promtool evaluates the bottlenecks bar gauge ('Why slow' prices a stall as TrainingStalled:
     test_why_slow_shows_a_regressions_own_cause_and_a_stall_costs_every_gpu)."""
-    from omniwatch import ledger
+    from omniwatch.core import ledger
     from omniwatch.dashboards.verify import substitute
     series = {}
     for exp, age, fin in (("hung", 3600, 0), ("running", 30, 0), ("done", 3600, 1)):
@@ -573,8 +574,8 @@ def test_a_backfill_does_not_export_the_time_outside_the_step_timer():
     from omniwatch.backtest.backfill import LIVE_ONLY_FAMILIES, render_run
     from omniwatch.backtest.runfile import load_run
     from omniwatch.backtest.timeline import Timeline
-    from omniwatch.exposition import make_registry
-    from omniwatch.model import RunStore
+    from omniwatch.core.exposition import make_registry
+    from omniwatch.core.model import RunStore
     from .conftest import fixture_path
 
     run = load_run(str(fixture_path("flowgrpo_healthy")))

@@ -139,7 +139,7 @@ def _range_order(stack, expr: str, label: str) -> list[str]:
 def test_stacks_come_in_the_exporters_order(stack):
     """Prometheus returns the stacked series in reading order: the ledger's buckets as ledger.ordered() puts
     them, the step's phases as analytics.PHASE_ORDER (untracked last)."""
-    from omniwatch import ledger
+    from omniwatch.core import ledger
     from omniwatch.dashboards import panels as spec
     from omniwatch.dashboards.catalog import by_uid
     exp = v.prom_regex_escape(DEMO_RUN[1])

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from omniwatch import ledger, names
+from omniwatch import names
+from omniwatch.core import ledger
 from omniwatch.alerting import records
 from omniwatch.config import DEFAULT
 from omniwatch.backtest.tsdb import TempPrometheus, create_blocks_from_openmetrics

@@ -12,8 +12,8 @@ import pytest
 from omniwatch.gpu import loop
 from omniwatch.gpu.attribution import INTER_STAGE, Attributor
 from omniwatch.gpu.sampler import GpuSampler
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_jsonl_line
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_jsonl_line
 
 TRACE = loop.DEFAULT_TRACE
 RUN = ("replay", "h200")

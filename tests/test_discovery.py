@@ -22,8 +22,8 @@ from omniwatch.discovery.service import Discovery
 from omniwatch.discovery.targets import (
     Target, dedupe, http_sd, normalize_address, parse_address_list, read_ray_sd_file, read_rollout_prometheus_file,
 )
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
 from omniwatch.settings import Settings
 
 STANDIN = Path(__file__).parent / "standins" / "vllm_omni_server.py"
@@ -174,7 +174,7 @@ def test_sd_endpoint_and_collector_without_ray(tmp_path):
                           reward=["127.0.0.1:7003"], max_num_seqs={"rollout": 8}, ray_sd_file=None,
                           rollout_prometheus_file=str(tmp_path / "absent.yml"))
     app, store = _app(cfg)
-    store.ingest("proj", "exp", __import__("omniwatch.parse", fromlist=["ParsedStep"]).ParsedStep(1, {}), "test")
+    store.ingest("proj", "exp", __import__("omniwatch.core.parse", fromlist=["ParsedStep"]).ParsedStep(1, {}), "test")
     with TestClient(app) as c:
         body = _wait(lambda: c.get("/api/v1/sd").json())
         assert {g["targets"][0]: (g["labels"]["role"], g["labels"]["replica"]) for g in body} == {

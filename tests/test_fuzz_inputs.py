@@ -10,8 +10,8 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from omniwatch.model import RunStore
-from omniwatch.parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line, parse_record
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line, parse_record
 from omniwatch.relay.payload import Notification, PayloadError, parse as parse_webhook
 from omniwatch.sources.tail import FileTail
 
@@ -146,7 +146,7 @@ def test_push_endpoint_random_bodies_are_4xx_never_500():
     from hypothesis import given as g
 
     from omniwatch.app import create_app
-    from omniwatch.exposition import make_registry
+    from omniwatch.core.exposition import make_registry
     from omniwatch.settings import Settings
 
     store = RunStore()

@@ -9,8 +9,8 @@ from omniwatch.gpu.attribution import INTER_STAGE, Attributor
 from omniwatch.gpu.devices import TraceBackend, TraceDevice
 from omniwatch.gpu.sampler import GpuSampler
 from omniwatch.gpu.trace import EXPERIMENT, PROJECT, _chunks, normalize, replay, within
-from omniwatch.model import RunStore
-from omniwatch.parse import ParsedStep
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import ParsedStep
 from tests.conftest import fixture
 
 S = 1_000_000

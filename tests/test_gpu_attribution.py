@@ -9,15 +9,15 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from omniwatch.analytics import analyze_step
+from omniwatch.core.analytics import analyze_step
 from omniwatch.app import create_app
 from omniwatch.client import Client
-from omniwatch.exposition import make_registry
+from omniwatch.core.exposition import make_registry
 from omniwatch.gpu.attribution import INTER_STAGE, MAX_OPEN_SPANS_PER_RUN, Attributor
 from omniwatch.gpu.devices import TraceBackend, TraceDevice
 from omniwatch.gpu.sampler import GpuSampler
-from omniwatch.model import RunStore
-from omniwatch.parse import ParsedStep
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import ParsedStep
 from omniwatch.settings import Settings
 from tests.conftest import free_port, wait_for
 

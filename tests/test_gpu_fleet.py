@@ -26,7 +26,7 @@ from omniwatch.gpu import fleet as fl
 from omniwatch.gpu.callwatch import CallObserver
 from omniwatch.gpu.devices import TraceBackend, TraceDevice
 from omniwatch.gpu.sampler import GpuSampler
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 
 POLL_S, SAMPLE_S = 0.5, 0.2
 # a normal (not held) step starts here: k % HANG_EVERY == 1

@@ -16,8 +16,8 @@ from omniwatch.gpu.collector import GpuCollector
 from omniwatch.gpu.devices import GpuError, GpuUnavailable, TraceBackend, TraceDevice
 from omniwatch.gpu.peaks import check_mfu, identify, verl_match
 from omniwatch.gpu.sampler import GpuSampler
-from omniwatch.model import RunStore
-from omniwatch.parse import ParsedStep
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import ParsedStep
 
 S = 1_000_000
 

@@ -17,9 +17,9 @@ from omniwatch.discovery import jobs as jb
 from omniwatch.discovery import traceback as tb
 from omniwatch.discovery.phases import classify
 from omniwatch.discovery.rayapi import StateAPI
-from omniwatch.model import RunStore
-from omniwatch.parse import ParsedStep
-from omniwatch.planned import JobState
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import ParsedStep
+from omniwatch.core.planned import JobState
 
 from .test_model import value
 
@@ -249,7 +249,7 @@ def test_jobwatch_matches_the_only_training_job_and_the_run_follows_it():
 
 
 def test_a_crash_survives_an_exporter_restart_and_a_second_job_is_no_match(tmp_path):
-    from omniwatch.state import Checkpointer
+    from omniwatch.core.state import Checkpointer
     store = _store_with("fail")
     store.set_ray_job("proj", "fail", JobState("02000000", "DRIVER", "FAILED", "RuntimeError: boom (in TaskRunner.run)"))
     Checkpointer(store, [], str(tmp_path)).save()

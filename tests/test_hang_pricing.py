@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from omniwatch import ledger, names
+from omniwatch import names
+from omniwatch.core import ledger
 from omniwatch.config import DEFAULT
 from omniwatch.report.facts import HOUR
 from omniwatch.report.gather import facts_of_runs, load_runs

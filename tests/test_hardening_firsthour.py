@@ -14,7 +14,7 @@ import orjson
 import pytest
 import yaml
 
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 from omniwatch.rules import rule_files
 from omniwatch.sources.files import FileSource
 from omniwatch.stack import Stack, StackConfig

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from omniwatch import trainer_config as tc
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_record
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_record
 
 from .conftest import fixture
 from .test_faults import serve  # noqa: F401 (a fixture)

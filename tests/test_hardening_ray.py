@@ -22,7 +22,7 @@ from omniwatch.discovery import phases
 from omniwatch.discovery import taskevents as te
 from omniwatch.discovery.rayapi import RayAPIError, StateAPI
 from omniwatch.discovery.taskwatch import TaskPoller
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 
 from .conftest import wait_for
 from .ray_fake import FakeDashboard

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 
 from omniwatch import names
 from omniwatch.app import create_app
-from omniwatch.exposition import make_registry
-from omniwatch.model import DIGESTS_KEPT, RunStore
-from omniwatch.parse import ParsedStep
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import DIGESTS_KEPT, RunStore
+from omniwatch.core.parse import ParsedStep
 from omniwatch.push import MAX_STEPS_PER_BODY
 from omniwatch.settings import Settings
 
@@ -42,7 +42,7 @@ class Clock:
 
 # --- item 1: a new run is never locked out by stale ones -------------------------------------------------
 def test_a_new_run_evicts_the_least_recently_active_at_the_cap_logs_once_and_is_counted(caplog):
-    caplog.set_level(logging.WARNING, logger="omniwatch.model")
+    caplog.set_level(logging.WARNING, logger="omniwatch.core.model")
     clock = Clock()
     st = RunStore(max_runs=64, clock=clock)
     # a sweep killed a day ago, found in a log root (its lines are a day old at first sight: history, issue 35
@@ -73,7 +73,7 @@ def test_control_below_the_cap_nothing_is_evicted_and_expired_runs_go_first(capl
         st.ingest("p", f"e{i}", step(1), "jsonl")
     assert value(st, names.RUNS_EVICTED_TOTAL) == 0 and len(st.runs) == 3
     clock.t += 120  # all three expired (finished runs): one makes room silently, as before
-    with caplog.at_level(logging.WARNING, logger="omniwatch.model"):
+    with caplog.at_level(logging.WARNING, logger="omniwatch.core.model"):
         st.ingest("p", "new", step(1), "jsonl")
     assert ("p", "new") in st.runs and value(st, names.RUNS_EVICTED_TOTAL) == 0
     assert not [r for r in caplog.records if "run cap reached" in r.getMessage()]
@@ -85,7 +85,7 @@ def test_the_run_cap_never_drops_the_hung_run_that_is_paging_and_says_which_run_
     the first new run evicted exactly the hung one, whose critical resolved and never returned. Now a run that can
     page (live, stalled, its writer just gone) is never dropped: the newcomer is not admitted and the log says which,
     once. Control: a finished run at the cap makes room as before."""
-    caplog.set_level(logging.WARNING, logger="omniwatch.model")
+    caplog.set_level(logging.WARNING, logger="omniwatch.core.model")
     clock = Clock()
     st = RunStore(max_runs=64, clock=clock)
     for n in range(1, 4):
@@ -166,9 +166,9 @@ def test_a_retried_1000_step_push_does_not_double_the_ledger_or_count_a_restart(
 
 _CHILD = textwrap.dedent("""
     import json, sys
-    from omniwatch.model import RunStore
-    from omniwatch.parse import ParsedStep
-    from omniwatch.state import Checkpointer
+    from omniwatch.core.model import RunStore
+    from omniwatch.core.parse import ParsedStep
+    from omniwatch.core.state import Checkpointer
     state, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     st = RunStore()
     cp = Checkpointer(st, [], state)
@@ -229,7 +229,7 @@ def test_control_the_usual_phases_are_never_capped():
 
 
 def test_step_digests_remember_the_last_1031_steps_of_any_stride_in_bounded_memory():
-    from omniwatch.model import StepDigests
+    from omniwatch.core.model import StepDigests
     d = StepDigests()
     for s in range(1, 3001):
         d.put(s, "push:p/e", s * 7)

@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 
 from omniwatch import names
 from omniwatch.app import create_app
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
 from omniwatch.settings import Settings
 from omniwatch.sources.files import FileSource
 from omniwatch.sources.tail import FdPool, FileTail

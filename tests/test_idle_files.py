@@ -9,7 +9,7 @@ import time
 
 import orjson
 
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 from omniwatch.sources import files as F
 from omniwatch.sources.files import FileSource
 

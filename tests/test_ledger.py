@@ -5,11 +5,12 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from omniwatch import ledger, names
+from omniwatch import names
+from omniwatch.core import ledger
 from omniwatch.config import DEFAULT
-from omniwatch.analytics import analyze_step
-from omniwatch.model import RunStore
-from omniwatch.parse import ParsedStep, parse_jsonl_line
+from omniwatch.core.analytics import analyze_step
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import ParsedStep, parse_jsonl_line
 
 from .conftest import fixture_path
 from .test_model import samples, value

@@ -8,7 +8,7 @@ import logging
 import subprocess
 import sys
 
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 from omniwatch.sources import book
 from omniwatch.sources.files import FileSource
 

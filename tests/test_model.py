@@ -6,9 +6,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from omniwatch import names
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore, SeenSteps, passthrough_name
-from omniwatch.parse import ParsedStep, parse_jsonl_line
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore, SeenSteps, passthrough_name
+from omniwatch.core.parse import ParsedStep, parse_jsonl_line
 
 from .conftest import fixture_path
 

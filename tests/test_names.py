@@ -26,12 +26,12 @@ import pytest
 from rich.console import Console
 
 from omniwatch.backtest.runfile import load_run
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 from omniwatch.report.gather import unique_labels
 from omniwatch.runlabel import MAX_LABEL_CHARS, fit_label
 from omniwatch.simulate import Fault, RunSpec, step_dict
 from omniwatch.sources.files import FileSource
-from omniwatch.state import Checkpointer
+from omniwatch.core.state import Checkpointer
 
 STEM = "flowgrpo_sd35_lr3e-6_kl0.001_bs256_" + "x" * 110  # sweep names: 145 characters in common
 LONG_A, LONG_B = STEM + "_seed1_rewardslow", STEM + "_seed2_healthy"
@@ -244,7 +244,7 @@ def test_a_second_corrupt_state_file_does_not_overwrite_the_first_copy(tmp_path)
 
 
 def test_corrupt_copies_are_bounded(tmp_path):
-    from omniwatch.state import MAX_CORRUPT_COPIES
+    from omniwatch.core.state import MAX_CORRUPT_COPIES
     state = tmp_path / "state"
     state.mkdir()
     path = state / "exporter-state.json"

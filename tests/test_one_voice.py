@@ -9,10 +9,10 @@ import random
 import orjson
 import pytest
 
-from omniwatch.analytics import RunWindow, analyze_step
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_jsonl_line
-from omniwatch.shift import reference_shift, shape
+from omniwatch.core.analytics import RunWindow, analyze_step
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_jsonl_line
+from omniwatch.core.shift import reference_shift, shape
 from omniwatch.simulate import Fault, RunSpec, step_dict, wall_seconds
 
 
@@ -230,7 +230,7 @@ def test_a_level_shift_the_log_did_not_show_forgets_the_old_reference():
 
 # --- all of it in the state file ------------------------------------------------------------------------------
 def test_the_kept_reference_history_and_named_cause_survive_an_exporter_restart(tmp_path):
-    from omniwatch.state import restore_store, snapshot_store
+    from omniwatch.core.state import restore_store, snapshot_store
     spec = RunSpec(seed=20, pace=240.0, faults=[Fault("gen_slow", 25, 1.6)])
     store = RunStore()
     t = _feed(store, spec, range(1, 41))
@@ -238,7 +238,7 @@ def test_the_kept_reference_history_and_named_cause_survive_an_exporter_restart(
     _feed(store, spec, range(31, 36), t + 600)
     before = store.runs[("p", "e")].stats
     data = orjson.loads(orjson.dumps(snapshot_store(store)))
-    from omniwatch import statefile
+    from omniwatch.core import statefile
     statefile.check({"version": statefile.VERSION, "model": data})
     again = RunStore()
     restore_store(again, data)

@@ -3,7 +3,7 @@ import math
 import orjson
 import pytest
 
-from omniwatch.parse import LineError, parse_console_line, parse_jsonl_line, parse_record
+from omniwatch.core.parse import LineError, parse_console_line, parse_jsonl_line, parse_record
 
 from .conftest import SCENARIOS, fixture_path
 

@@ -8,10 +8,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from omniwatch import names
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore, passthrough_name
-from omniwatch.parse import ParsedStep, parse_jsonl_line
-from omniwatch.state import restore_store, snapshot_store
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore, passthrough_name
+from omniwatch.core.parse import ParsedStep, parse_jsonl_line
+from omniwatch.core.state import restore_store, snapshot_store
 
 CKPT = "timing_s/save_checkpoint"
 EVICTED = "training/rollout_failure/evicted_groups"

@@ -1,4 +1,4 @@
-"""Planned work and the end of a run (omniwatch/planned.py) through the real run model: checkpoint and
+"""Planned work and the end of a run (omniwatch/core/planned.py) through the real run model: checkpoint and
 validation durations and cadence as verl's save_freq / test_freq produce them, the allowance the
 TrainingStalled rules add, finished runs (forced final checkpoint / validation, the console total),
 the log writer seen through /proc, the expiry that follows, and all of it across an exporter restart."""
@@ -12,12 +12,12 @@ import time
 import pytest
 
 from omniwatch import names
-from omniwatch.model import RunStore
-from omniwatch.parse import ParsedStep, clean_values
-from omniwatch.planned import LogWriterWatch, PlannedWork, total_steps_in, writers
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import ParsedStep, clean_values
+from omniwatch.core.planned import LogWriterWatch, PlannedWork, total_steps_in, writers
 from omniwatch.simulate import RunSpec, step_dict
 from omniwatch.sources.files import FileSource
-from omniwatch.state import Checkpointer
+from omniwatch.core.state import Checkpointer
 
 from .test_model import samples, value
 
@@ -221,7 +221,7 @@ def test_planned_facts_survive_an_exporter_restart(tmp_path):
 
 
 def test_checkpoint_root_reports_the_next_steps_checkpoint_being_written(tmp_path):
-    from omniwatch.planned import CheckpointWatch, newest_write
+    from omniwatch.core.planned import CheckpointWatch, newest_write
     st = new_store()
     feed(st, RunSpec(**HEAVY), range(1, 10))
     root = tmp_path / "checkpoints"

@@ -3,8 +3,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from omniwatch.app import create_app
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
 from omniwatch.settings import Settings
 
 TOKEN = "s3cret-push-token"

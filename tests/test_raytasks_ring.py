@@ -24,7 +24,7 @@ from omniwatch import names as n
 from omniwatch.discovery import taskevents as te
 from omniwatch.discovery import taskring as tr
 from omniwatch.discovery.taskmetrics import lanes, straggler_streaks
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 from omniwatch.proc import free_port
 
 RUN = ("demo", "ring")

@@ -23,14 +23,14 @@ from prometheus_client import generate_latest
 from omniwatch import app as app_mod, push
 from omniwatch.relay import api as relay_api
 from omniwatch.app import create_app
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_console_line
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_console_line
 from omniwatch.redact import (REDACTED, RedactingFilter, is_secret_key, is_secret_name, looks_like_credential,
                               redact, redact_tree)
 from omniwatch.settings import Settings
 from omniwatch.sources.files import FileSource
-from omniwatch.state import Checkpointer
+from omniwatch.core.state import Checkpointer
 
 from .conftest import FIXTURES
 from relay_support import Receiver

@@ -17,8 +17,8 @@ from omniwatch import names as n
 from omniwatch.config import DEFAULT
 from omniwatch import app as app_mod
 from omniwatch.app import create_app
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
 from omniwatch.relay import api as relay_api, config as cfg, messages, payload
 from omniwatch.relay.deliver import DELIVERY_HEADER
 from omniwatch.settings import Settings

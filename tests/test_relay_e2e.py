@@ -30,8 +30,8 @@ LAUNCHER = textwrap.dedent("""
     from omniwatch import app as app_mod
     from omniwatch.relay import api as relay_api
     app_mod.AREAS = (relay_api,)  # this area only; other areas test their own routers
-    from omniwatch.exposition import make_registry
-    from omniwatch.model import RunStore
+    from omniwatch.core.exposition import make_registry
+    from omniwatch.core.model import RunStore
     from omniwatch.settings import Settings
     store = RunStore()
     settings = Settings.from_env(state_dir=sys.argv[2])

@@ -16,15 +16,15 @@ import orjson
 import pytest
 from prometheus_client.openmetrics.exposition import generate_latest
 
-from omniwatch import ledger
+from omniwatch.core import ledger
 from omniwatch.alerting import remedies
 from omniwatch.prosetext import Ctx
 from omniwatch.backtest.backtest import backtest, write_sparse
 from omniwatch.backtest.openmetrics import FamilyRender, SampleGrid
 from omniwatch.backtest.runfile import load_run
 from omniwatch.backtest.timeline import Timeline
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
 from omniwatch.report.facts import HOUR
 from omniwatch.report.gather import facts_of_runs
 from omniwatch.report.verdict import verdict

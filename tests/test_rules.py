@@ -124,8 +124,8 @@ def test_every_runbook_link_opens_its_section_on_the_exporter():
     every alert's anchor is a heading id on it."""
     from fastapi.testclient import TestClient
     from omniwatch.app import create_app
-    from omniwatch.exposition import make_registry
-    from omniwatch.model import RunStore
+    from omniwatch.core.exposition import make_registry
+    from omniwatch.core.model import RunStore
     from omniwatch.settings import Settings
     store = RunStore()
     page = TestClient(create_app(store, make_registry(store), Settings())).get("/runbooks")

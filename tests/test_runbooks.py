@@ -11,7 +11,7 @@ import orjson
 
 from omniwatch import names
 from omniwatch import external
-from omniwatch.model import passthrough_name
+from omniwatch.core.model import passthrough_name
 from omniwatch.simulate import Fault, RunSpec, step_dict
 
 from .conftest import FIXTURES, SCENARIOS, fixture_path

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO, fixture_path, require_binary
 from omniwatch import names as n
-from omniwatch.parse import parse_jsonl_line
+from omniwatch.core.parse import parse_jsonl_line
 from omniwatch.rules import rule_files
 from omniwatch.httpguard import BackgroundServer
 from omniwatch.server import Exporter

@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from conftest import require_binary
 from omniwatch import web
 from omniwatch.app import create_app
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_jsonl_line
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_jsonl_line
 from omniwatch.httpguard import BackgroundServer
 from omniwatch.server import add_exporter_args, parse_listen
 from omniwatch.settings import DEFAULT_HOST, Settings

@@ -15,12 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from omniwatch import names
 from omniwatch.config import DEFAULT
-from omniwatch.analytics import ARRIVAL_JITTER_SECONDS, RunWindow, analyze_step, time_outside
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
-from omniwatch.parse import ParsedStep, parse_console_line, parse_jsonl_line, parse_record
+from omniwatch.core.analytics import ARRIVAL_JITTER_SECONDS, RunWindow, analyze_step, time_outside
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import ParsedStep, parse_console_line, parse_jsonl_line, parse_record
 from omniwatch.simulate import Fault, RunSpec, outside_seconds, step_dict, wall_seconds
-from omniwatch.state import restore_store, snapshot_store
+from omniwatch.core.state import restore_store, snapshot_store
 
 from .conftest import SCENARIOS, fixture_path
 
@@ -151,7 +151,7 @@ def test_exported_series_through_the_collector(caplog):
             v["timing_s/sleep_replicas"] = 10.0                   # nested in gen from step 4: residual 5 - 10 = -5
         line = {"step": n, "data": {**v, "actor/grad_norm": None if n in (3, 5, 6) else 0.5}}
         arrival += 100.0 + 4.0 * n                               # 4n seconds outside the step timer
-        with caplog.at_level(logging.WARNING, logger="omniwatch.model"):
+        with caplog.at_level(logging.WARNING, logger="omniwatch.core.model"):
             st.ingest("p", "e", parse_jsonl_line(orjson.dumps(line)), "jsonl", arrival=arrival, feed="f")
     s = run_samples(st)
     assert s[(names.ROLLOUT_STRAGGLER, ())] == pytest.approx(3.0)

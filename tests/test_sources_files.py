@@ -6,8 +6,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from omniwatch import names
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
 from omniwatch.sources.files import FileSource, run_labels
 
 from .conftest import fixture_path

@@ -9,7 +9,7 @@ import json
 import orjson
 from fastapi.testclient import TestClient
 
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 from omniwatch.relay.messages import build, render_feishu, render_slack, render_webhook, text
 from omniwatch.sources.files import FileSource
 

@@ -17,7 +17,7 @@ import pytest
 
 from omniwatch import names
 from omniwatch.config import DEFAULT
-from omniwatch.analytics import phase_of
+from omniwatch.core.analytics import phase_of
 from omniwatch.simulate import Fault, RunSpec, step_dict
 from omniwatch.stack import Stack, StackConfig
 

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from omniwatch.model import RunStore
+from omniwatch.core.model import RunStore
 from omniwatch.sources.files import FileSource
-from omniwatch.state import Checkpointer
+from omniwatch.core.state import Checkpointer
 
 from .conftest import fixture_path
 
@@ -109,7 +109,7 @@ def test_log_rotated_while_the_exporter_was_down_is_finished_from_the_old_file(t
 
 def _exported(store):
     from prometheus_client import generate_latest
-    from omniwatch.exposition import make_registry
+    from omniwatch.core.exposition import make_registry
     return generate_latest(make_registry(store)).decode()
 
 
@@ -132,7 +132,7 @@ def test_runs_of_an_earlier_configuration_never_reach_metrics(tmp_path):
     text = _exported(store2)
     assert "omniwatch-demo" not in text and "omniwatch_runs 0.0" in text
     # the old run comes back the moment a current source produces it (a pusher resuming, say)
-    from omniwatch.parse import parse_jsonl_line
+    from omniwatch.core.parse import parse_jsonl_line
     store2.ingest("omniwatch-demo", "stalled", parse_jsonl_line(lines[8]), "push")
     text = _exported(store2)
     assert 'omniwatch_steps_total{experiment="stalled",project="omniwatch-demo"} 9.0' in text
@@ -197,7 +197,7 @@ def test_a_state_file_of_any_shape_is_set_aside_and_the_exporter_starts_clean(tm
     path = tmp_path / "state" / "exporter-state.json"
     path.write_bytes(orjson.dumps(doc))
     store, src, cp = exporter(tmp_path / "state", tmp_path / "root")
-    with caplog.at_level("ERROR", logger="omniwatch.state"):
+    with caplog.at_level("ERROR", logger="omniwatch.core.state"):
         assert cp.load() is False
     assert [r.levelname for r in caplog.records] == ["ERROR"], "one clear log line"
     assert "moved to" in caplog.records[0].getMessage()
@@ -209,8 +209,8 @@ def test_a_state_file_of_any_shape_is_set_aside_and_the_exporter_starts_clean(tm
 
 
 def test_a_valid_state_passes_the_schema_unchanged(tmp_path):
-    from omniwatch import statefile
-    from omniwatch.state import VERSION
+    from omniwatch.core import statefile
+    from omniwatch.core.state import VERSION
     doc = _valid_state(tmp_path)
     assert statefile.check(doc, VERSION) == (doc, 0)
 
@@ -234,7 +234,7 @@ def _fed_store(kind: str):
     and checkpoints, a fault mid-run)."""
     import orjson
 
-    from omniwatch.parse import parse_jsonl_line, parse_record
+    from omniwatch.core.parse import parse_jsonl_line, parse_record
     from omniwatch.simulate import Fault, RunSpec, step_dict
     now = [1_700_000_000.0]
     store = RunStore(clock=lambda: now[0])
@@ -270,7 +270,7 @@ def test_metrics_after_a_restore_equal_the_metrics_before(kind):
     window statistics, baselines, ledger rates, signals and planned work are computed from restored inputs."""
     import json
 
-    from omniwatch.state import restore_store, snapshot_store
+    from omniwatch.core.state import restore_store, snapshot_store
     store, now = _fed_store(kind)
     before = _exposed(store)
     assert len(before) > 100
@@ -313,7 +313,7 @@ class _Reads(dict):
 def test_what_the_window_reads_of_a_steps_raw_values_is_what_the_checkpoint_keeps(kind):
     """Window statistics, cost rates and the rendered series read only analytics.WINDOW_VALUE_KEYS of a
     window step's raw values, the keys the checkpoint keeps: a new statistic reading another key fails here."""
-    from omniwatch.analytics import WINDOW_VALUE_KEYS
+    from omniwatch.core.analytics import WINDOW_VALUE_KEYS
     store, _ = _fed_store(kind)
     _Reads.seen = set()
     for run in store.runs.values():

@@ -7,12 +7,12 @@ import shutil
 import orjson
 import pytest
 
-from omniwatch import statefile
-from omniwatch.analytics import WINDOW_VALUE_KEYS, StepRecord
-from omniwatch.model import RunStore
-from omniwatch.signals import SIGNALS
-from omniwatch.parse import parse_jsonl_line
-from omniwatch.state import VERSION, Checkpointer, snapshot_store
+from omniwatch.core import statefile
+from omniwatch.core.analytics import WINDOW_VALUE_KEYS, StepRecord
+from omniwatch.core.model import RunStore
+from omniwatch.core.signals import SIGNALS
+from omniwatch.core.parse import parse_jsonl_line
+from omniwatch.core.state import VERSION, Checkpointer, snapshot_store
 
 from .conftest import fixture_path
 from .test_state import _exposed
@@ -46,7 +46,7 @@ def _load_v2(tmp_path, now, caplog=None):
     if caplog is None:
         assert cp.load()
     else:
-        with caplog.at_level("INFO", logger="omniwatch.state"):
+        with caplog.at_level("INFO", logger="omniwatch.core.state"):
             assert cp.load()
     for run in store.runs.values():
         run.visible = True  # as once its file is read again

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from omniwatch import names, trainer_config as tc
-from omniwatch.model import RunStore
-from omniwatch.parse import parse_record
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import parse_record
 from omniwatch.sources.files import FileSource
-from omniwatch.state import restore_store, snapshot_store
+from omniwatch.core.state import restore_store, snapshot_store
 
 from .conftest import REPO, fixture
 from .test_model import samples, value
@@ -394,7 +394,7 @@ def test_history_at_first_sight_is_counted_in_the_runs_own_steps_not_a_fixed_age
     _polls_until_read(src, store, ("w", "hour_old"), 13)
     assert value(store, names.RUN_STALE, project="w", experiment="hour_old") == 0
     # live evidence from Ray (the run's job still runs: discovery/jobs.py) also clears it
-    from omniwatch.planned import JobState
+    from omniwatch.core.planned import JobState
     assert store.set_ray_job("w", "early_old", JobState("03000000", "DRIVER", "RUNNING"))
     assert value(store, names.RUN_STALE, project="w", experiment="early_old") == 0
 

@@ -1,4 +1,4 @@
-"""Issue 34 item 3: one vocabulary each. The phase table (omniwatch/phasetable.py) holds every phase and Ray
+"""Issue 34 item 3: one vocabulary each. The phase table (omniwatch/core/phasetable.py) holds every phase and Ray
 worker method once; analytics' ``K_*`` each verl key. Any other module computes from them: no module spells a
 verl key that has its ``K_*`` constant, and none holds a literal list naming most of the phases or methods (a copy
 of the table). Static (AST of the package's source), no clock."""
@@ -8,7 +8,8 @@ import ast
 from pathlib import Path
 
 import omniwatch
-from omniwatch import analytics, ledger, palette, phasetable
+from omniwatch import palette
+from omniwatch.core import analytics, ledger, phasetable
 from omniwatch.discovery import phases as discovery
 from omniwatch.gpu import fleet
 
@@ -29,14 +30,15 @@ def test_each_verl_key_is_spelled_once():
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in KEYS:
                 spelled.setdefault(node.value, []).append(f"{rel}:{node.lineno}")
-    twice = {k: where for k, where in spelled.items() if len(where) > 1 or not where[0].startswith("analytics.py:")}
+    twice = {k: where for k, where in spelled.items()
+             if len(where) > 1 or not where[0].startswith("core/analytics.py:")}
     assert not twice, f"verl keys spelled outside analytics.K_* (import the constant): {twice}"
 
 
 def test_no_module_copies_the_phase_or_method_list():
     copies = []
     for rel, tree in _trees():
-        if rel == "phasetable.py":
+        if rel == "core/phasetable.py":
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):

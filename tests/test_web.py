@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 
 from omniwatch import names
 from omniwatch.app import AREAS, create_app
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
-from omniwatch.parse import ParsedStep
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
+from omniwatch.core.parse import ParsedStep
 from omniwatch.settings import Settings
 
 
@@ -50,12 +50,12 @@ def test_each_collector_describes_what_it_collects_and_a_second_owner_is_refused
     registry refuses a second collector that would render one of them, as client_python intends."""
     from prometheus_client import CollectorRegistry
 
-    from omniwatch.exposition import RunCollector
+    from omniwatch.core.exposition import RunCollector
     from omniwatch.gpu.collector import GpuCollector
     from omniwatch.httpguard import GuardCollector, GuardStats
-    from omniwatch.planned import PlannedCollector
+    from omniwatch.core.planned import PlannedCollector
     from omniwatch.sources.files import FilesCollector
-    from omniwatch.parse import parse_record
+    from omniwatch.core.parse import parse_record
     from omniwatch.simulate import RunSpec, step_dict
 
     store = RunStore()

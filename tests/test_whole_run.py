@@ -188,7 +188,7 @@ def test_the_named_cause_is_kept_while_it_grew_nearly_as_much_as_the_largest():
     """StepTimeRegression's cause (analytics.regression_leader): the first window's largest, kept while it grew at
     least CAUSE_HOLD x as much as the largest; a cause that grew clearly more takes over; one that stops growing
     gives way."""
-    from omniwatch.analytics import CAUSE_HOLD, regression_leader
+    from omniwatch.core.analytics import CAUSE_HOLD, regression_leader
     assert CAUSE_HOLD == 0.8
     alike = [{"actor": 20.0, "rollout": 18.0}, {"actor": 19.0, "rollout": 22.0}, {"actor": 25.0, "rollout": 24.0},
              {"actor": 26.0, "rollout": 31.0}]

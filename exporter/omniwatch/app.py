@@ -11,7 +11,7 @@ from . import push, runbooks
 from .agents import api as agents
 from .discovery import api as discovery
 from .gpu import api as gpu
-from .model import RunStore
+from .core.model import RunStore
 from .relay import api as relay
 from .settings import Settings
 from .web import BodyLimit, base_app, mount

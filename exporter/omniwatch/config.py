@@ -7,7 +7,7 @@ overrides any field below (validated; unknown keys are errors).
 
 Each field's description says why the number is what it is (the calibration); docs/alerts.md shows it.
 Counting in steps (which steps are in a window, baselines, warm-up) stays in the exporter
-(``analytics.py``); only thresholds and ``for:`` live here.
+(``core/analytics.py``); only thresholds and ``for:`` live here.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from .analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, DRIFT_STEPS, REFERENCE_STEPS
+from .core.analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, DRIFT_STEPS, REFERENCE_STEPS
 
 
 class _Part(BaseModel):

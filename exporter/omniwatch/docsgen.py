@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from . import names, paths
-from .analytics import CONTRACT_KEYS
+from .core.analytics import CONTRACT_KEYS
 
 HEADER = """# Metrics
 

@@ -383,7 +383,7 @@ RELAY_DELIVERIES_TOTAL = _m("omniwatch_relay_deliveries_total", "counter",
 RELAY_PENDING = _m("omniwatch_relay_pending", "gauge", "Notifications stored but not yet delivered, by receiver.", ("receiver",))
 
 
-# --- planned work and the end of a run (TrainingStalled's staging, run expiry; planned.py) ------------
+# --- planned work and the end of a run (TrainingStalled's staging, run expiry; core/planned.py) -------
 L_KIND = "kind"
 PLANNED_WORK = _m("omniwatch_planned_work_seconds", "gauge",
                   "Longest of the run's last 3 occurrences of each kind of planned work: kind=\"checkpoint\" "

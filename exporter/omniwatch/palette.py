@@ -7,8 +7,8 @@ Colours are hex strings (Grafana's fixed colour mode and Bokeh/matplotlib all ta
 order (phasetable.PHASES), the non-phase buckets after them (ledger.NON_PHASE)."""
 from __future__ import annotations
 
-from . import ledger
-from .phasetable import METHODS, PHASES
+from .core import ledger
+from .core.phasetable import METHODS, PHASES
 
 _BUCKET = {p.bucket: p.colour for p in PHASES if p.bucket}  # a phase's own ledger bucket takes its colour
 _NON_PHASE = {ledger.VALIDATION: "#bcbd22", ledger.OUTSIDE: "#c7c7c7", ledger.STALLED: "#000000"}

@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
 from . import jsonin
-from .parse import LineError, parse_record
+from .core.parse import LineError, parse_record
 from .redact import looks_like_credential
 from .web import require_token
 

@@ -14,19 +14,19 @@ from dataclasses import dataclass, field
 from . import cliargs
 from . import discovery, httpguard
 from .app import create_app
-from .exposition import make_registry
+from .core.exposition import make_registry
 from .httpguard import GuardedServer, server_config
 from .gpu.loop import gpu_option, settings_extra
 from . import config as alert_config
-from .model import RunStore
+from .core.model import RunStore
 from .redact import install_log_redaction
 from .settings import DEFAULT_EXPORTER_PORT, DEFAULT_HOST, Settings, parse_listen
 from .sources import api as sources_api
 from .sources.files import FileSource, FilesCollector
-from .planned import CheckpointWatch, LogWriterWatch
+from .core.planned import CheckpointWatch, LogWriterWatch
 from .trainer_config import ConfigWatch
-from .state import Checkpointer
-from .statelock import StateDirBusy, StateDirLock
+from .core.state import Checkpointer
+from .core.statelock import StateDirBusy, StateDirLock
 
 log = logging.getLogger(__name__)
 

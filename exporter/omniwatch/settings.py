@@ -30,8 +30,8 @@ from pydantic import AliasChoices, Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from .analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS
-from .model import DEFAULT_MAX_KEYS, DEFAULT_MAX_RUNS, DEFAULT_RUN_EXPIRY, DEFAULT_STALLED_EXPIRY
+from .core.analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS
+from .core.model import DEFAULT_MAX_KEYS, DEFAULT_MAX_RUNS, DEFAULT_RUN_EXPIRY, DEFAULT_STALLED_EXPIRY
 
 PREFIX = "OMNIWATCH_"
 CONFIG_ENV = PREFIX + "CONFIG"
@@ -159,11 +159,11 @@ class Settings(BaseSettings):
     max_runs: int = DEFAULT_MAX_RUNS
     max_keys: int = DEFAULT_MAX_KEYS
     run_expiry_seconds: float = DEFAULT_RUN_EXPIRY
-    stalled_expiry_seconds: float = DEFAULT_STALLED_EXPIRY  # runs that may be hung (planned.py)
+    stalled_expiry_seconds: float = DEFAULT_STALLED_EXPIRY  # runs that may be hung (core/planned.py)
     checkpoint_roots: list[str] = []           # <root>/<project>/<experiment>/global_step_<N>
     gpus: int | None = None                    # GPUs of runs whose keys cannot tell (ledger)
     trainer_configs: list[str] = []            # trainer config files, globs or dirs (trainer_config.py)
-    stale_horizon_seconds: float = 6 * 3600.0  # a run first seen older than this is history (model.py)
+    stale_horizon_seconds: float = 6 * 3600.0  # a run first seen older than this is history (core/model.py)
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_line_bytes: int = DEFAULT_MAX_LINE
     poll_seconds: float = DEFAULT_POLL_SECONDS

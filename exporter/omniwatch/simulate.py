@@ -22,8 +22,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from . import analytics as A
-from .signals import ZERO_STD
+from .core import analytics as A
+from .core.signals import ZERO_STD
 
 # Share of a step per phase on the published Qwen-Image FlowGRPO run (≈250 s/step, gen ≈108 s).
 LEGACY_SHARES = {"gen": 0.43, "reward": 0.12, "old_log_prob": 0.18, "adv": 0.0016, "update_actor": 0.24,

@@ -14,7 +14,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 
 from . import __version__
-from .model import RunStore
+from .core.model import RunStore
 from .ratelog import RateLimitedLog
 from .settings import Settings
 

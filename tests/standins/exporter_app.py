@@ -13,8 +13,8 @@ import uvicorn
 
 from omniwatch import discovery
 from omniwatch.app import create_app
-from omniwatch.exposition import make_registry
-from omniwatch.model import RunStore
+from omniwatch.core.exposition import make_registry
+from omniwatch.core.model import RunStore
 from omniwatch.settings import Settings
 
 

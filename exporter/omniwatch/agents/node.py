@@ -17,10 +17,10 @@ import httpx
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
-from ..exposition import make_registry
+from ..core.exposition import make_registry
 from ..gpu import api as gpu_api
 from ..web import base_app, mount
-from ..model import RunStore
+from ..core.model import RunStore
 from ..periodic import Periodic
 from ..settings import Settings, read_secret
 

@@ -1,7 +1,7 @@
 """Every recording rule's name, once: the rule generator (rulespec.py, endpoints.py, stalls.py) writes
 them, dashboards and tests read them (the metric catalogue is names.py; these are the rules' own series). A declared window signal's are derived from
 its declaration (signals.Signal.record)."""
-from ..signals import ZERO_STD
+from ..core.signals import ZERO_STD
 
 REC_AGE = "project_experiment:omniwatch_last_step_timestamp_seconds:age"
 REC_CEILING = "replica:omniwatch_rollout_running_ceiling:max"

@@ -18,7 +18,7 @@ import re
 from operator import attrgetter
 
 from .. import names as n
-from ..signals import SIGNALS, Signal
+from ..core.signals import SIGNALS, Signal
 from . import endpoints, rankstraggler, remedies, stalls
 from ..config import Config
 from .rule import RUN_BY, AlertSpec, Group, Record, RuleFile, hysteresis, pct, sel
@@ -325,7 +325,7 @@ def steps(cfg: Config) -> Group:
         c.step_for, {"persistence": "steps"}, remedies.workload_changed(), step=True,
         comment="A curriculum or batch-size change: a notice, never a page (step time is judged per image)."))
 
-    # Declared signals' alerts (signals.py: RewardSaturation, ...) --------------------------------------------------
+    # Declared signals' alerts (core/signals.py: RewardSaturation, ...) ---------------------------------------------
     for sig in SIGNALS:
         if sig.rule is not None:
             rules.extend(signal_rules(c, sig))

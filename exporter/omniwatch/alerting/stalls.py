@@ -20,7 +20,7 @@ config says a first checkpoint or validation may come before the next step
 (``omniwatch_planned_unseen_configured_kinds``), ``early_unseen_planned_warmups`` x W (issue 30 item 5).
 
 A run whose latest step was its planned last (``omniwatch_run_finished`` 1) never stalls. The exporter
-counts (planned.py); the numbers live here and in config.py; the staging holds without any live
+counts (core/planned.py); the numbers live here and in config.py; the staging holds without any live
 evidence, so a backtest of a finished file judges it the same way.
 """
 from __future__ import annotations

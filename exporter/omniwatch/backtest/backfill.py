@@ -1,6 +1,6 @@
 """Backfill: a finished run, scraped in simulated time, written into TSDB blocks.
 
-The exporter's own code does the work: a :class:`~omniwatch.model.RunStore` (its clock set to the
+The exporter's own code does the work: a :class:`~omniwatch.core.model.RunStore` (its clock set to the
 simulated time) ingests each step at its reconstructed arrival, and the exporter's registry is rendered
 for every scrape timestamp until the next step. The OpenMetrics text becomes blocks through ``promtool
 tsdb create-blocks-from openmetrics``; recording rules are then backfilled level by level with
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import names
-from ..model import RunStore
+from ..core.model import RunStore
 from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, FamilyRender, SampleGrid
 from ..rules import Record
 from .ruleset import levels, write_rule_file

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..model import RunStore
+from ..core.model import RunStore
 from .backfill import DEFAULT_SCRAPE_INTERVAL, Backfill, NullProgress, backfill_recordings, replay, _move_blocks, _staging
 from .evaluate import Firing, firing_intervals, hysteresis_by, hysteresis_intervals, true_at
 from .openmetrics import DEFAULT_INSTANCE, DEFAULT_JOB, OWNED_NAMES, SampleGrid, label_value, stale_points

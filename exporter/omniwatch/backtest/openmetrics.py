@@ -16,8 +16,8 @@ from typing import IO
 
 from prometheus_client.utils import floatToGoString
 
-from ..exposition import OWNED, RunCollector, make_registry
-from ..model import RunStore
+from ..core.exposition import OWNED, RunCollector, make_registry
+from ..core.model import RunStore
 
 DEFAULT_JOB = "omniwatch"  # the scrape job of the native stack (alerts use up{job="omniwatch"})
 DEFAULT_INSTANCE = "backfill"  # distinct from any live target, so a backfill never collides with it

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ..analytics import K_STEP, K_TESTING, K_TIME_PER_STEP
-from ..parse import LineError, ParsedStep, parse_console_line, parse_record
+from ..core.analytics import K_STEP, K_TESTING, K_TIME_PER_STEP
+from ..core.parse import LineError, ParsedStep, parse_console_line, parse_record
 from ..settings import DEFAULT_MAX_LINE
 from .. import trainer_config
 from ..runlabel import fit_label, shortened

@@ -10,9 +10,10 @@ over ``$window`` (three typical steps by default), never over ``$__rate_interval
 """
 from __future__ import annotations
 
-from .. import names as n, planned
+from .. import names as n
+from ..core import planned
 from ..config import Config
-from ..analytics import K_GEN_SEQ
+from ..core.analytics import K_GEN_SEQ
 from ..alerting.records import (REC_MFU_DRIFT, REC_MFU_MAX, REC_MFU_MIN, REC_MFU_VS_BASELINE, REC_OUTSIDE_MIN,
                                 REC_REWARD_BOUND_MIN, REC_REWARD_QUEUE_SHARE, REC_REWARD_STEP_SHARE_MIN,
                                 REC_ROLLOUT_SATURATED, REC_STEP_DRIFT, REC_STEP_VS_BASELINE, REC_WORKLOAD, REC_STRAGGLER_MIN,

@@ -8,12 +8,13 @@ step goes (stacked phases in the exporter's order, one panel per run) -> GPU-hou
 """
 from __future__ import annotations
 
-from .. import ledger, palette
+from .. import palette
+from ..core import ledger
 from .. import names as n
 from ..config import Config
-from ..analytics import (CAUSE_MIN_SHARE, K_CLIPFRAC, K_CLIPFRAC_HIGHER, K_CLIPFRAC_LOWER, K_GRAD_NORM, K_PPO_KL,
+from ..core.analytics import (CAUSE_MIN_SHARE, K_CLIPFRAC, K_CLIPFRAC_HIGHER, K_CLIPFRAC_LOWER, K_GRAD_NORM, K_PPO_KL,
                          K_RATIO_MEAN, K_RATIO_STD, K_REWARD_MEAN, K_REWARD_STD_MEAN)
-from ..signals import ZERO_STD
+from ..core.signals import ZERO_STD
 from ..alerting.records import (REC_AGE, REC_GRAD_NONFINITE, REC_MFU_MEDIAN, REC_MFU_VS_BASELINE, REC_REWARD_BOUND_MIN,
                                 REC_RS_MASKED_MIN, REC_STALL_CRITICAL, REC_STALL_INFO, REC_STALL_WARNING, REC_STEP_MEDIAN,
                                 REC_STAGE_SHARE, REC_STEP_VS_BASELINE,

@@ -31,12 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from .. import ledger, palette
+from .. import palette
+from ..core import ledger
 from .. import names as n
 from ..config import Config
-from ..analytics import PHASE_ORDER
-from ..model import passthrough_name
-from ..signals import SIGNALS
+from ..core.analytics import PHASE_ORDER
+from ..core.model import passthrough_name
+from ..core.signals import SIGNALS
 from ..alerting import records as _records
 from ..alerting.records import (REC_AGE, REC_GPU_IDLE_MIN, REC_IDLE_MIN, REC_STALL_CRITICAL, REC_STALL_INFO,
                                 REC_STALL_TYPICAL, REC_STALL_WARNING)
@@ -241,7 +242,7 @@ THRESHOLD_ALERT = {
     "rollout_queue.saturated_share": ALERT_ROLLOUT_SATURATED,
     "transferqueue.ttf_seconds": ALERT_TQ_BACKLOG,
     "transferqueue.full_utilization": ALERT_TQ_BACKLOG,
-    **{sig.rule.fire[2]: sig.rule.name for sig in SIGNALS if sig.rule},  # declared once: signals.py
+    **{sig.rule.fire[2]: sig.rule.name for sig in SIGNALS if sig.rule},  # declared once: core/signals.py
 }
 
 # Thresholds that differ per run (TrainingStalled's warning and critical stages add the run's planned work

@@ -42,7 +42,7 @@ import time
 
 import orjson
 
-from ..planned import MAX_ERROR_CHARS, JobState
+from ..core.planned import MAX_ERROR_CHARS, JobState
 from ..redact import redact
 from .rayapi import RayAPIError
 

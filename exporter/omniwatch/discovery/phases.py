@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..phasetable import METHODS
+from ..core.phasetable import METHODS
 
 # str(Role.X) for every verl Role (verl/trainer/ppo/utils.py Role._get_role_string)
 ROLES = ("actor_rollout_ref", "actor_rollout", "actor", "rollout", "critic", "ref", "rm", "env")

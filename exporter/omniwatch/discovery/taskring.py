@@ -4,10 +4,10 @@ calls still running, the actor and node tables, Ray's dropped-event count) writt
 starting blind (issue 24 item 5: "the exporter keeps a bounded ring of them per run and persists it with its
 state").
 
-Its own file, ``<state-dir>/ray-tasks.json``, beside the run checkpoint (``state.py``) and written the same
+Its own file, ``<state-dir>/ray-tasks.json``, beside the run checkpoint (``core/state.py``) and written the same
 way (temp file, fsync, rename), every ``PERSIST_S`` seconds when something changed and once at stop; one
-exporter per state dir (``statelock.py``) owns both. A separate file keeps the run checkpoint's schema
-(``statefile.py``) and its restore path untouched by a source that is off by default.
+exporter per state dir (``core/statelock.py``) owns both. A separate file keeps the run checkpoint's schema
+(``core/statefile.py``) and its restore path untouched by a source that is off by default.
 
 Bounded: the newest ``MAX_DISPATCHES`` dispatches and at most ``MAX_TASKS`` calls; a file over ``MAX_BYTES`` is
 not read. The job and run it was written for are in the file: a ring of another job or run is not restored
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import orjson
 
-from ..statelock import Checkpoint
+from ..core.statelock import Checkpoint
 from .phases import Call
 from .taskevents import Actor, Dispatch, Task, TaskLedger
 

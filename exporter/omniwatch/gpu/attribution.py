@@ -34,7 +34,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from .. import names
-from ..analytics import DEFAULT_WINDOW_STEPS, PHASE_ORDER
+from ..core.analytics import DEFAULT_WINDOW_STEPS, PHASE_ORDER
 from .accounting import overlap_seconds
 from .window import InterStageWindows
 from ..runlabel import fit_label

@@ -55,7 +55,7 @@ from prometheus_client.registry import Collector
 from .. import names as n
 from ..discovery.phases import PHASES, SERVER_NAME, classify, worker_name
 from ..discovery.taskevents import FINAL_WAIT_S
-from ..phasetable import METHODS, PHASE
+from ..core.phasetable import METHODS, PHASE
 from .accounting import overlap_seconds
 
 log = logging.getLogger(__name__)

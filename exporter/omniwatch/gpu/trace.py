@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ..analytics import K_STEP, TIMING, analyze_step
+from ..core.analytics import K_STEP, TIMING, analyze_step
 from .attribution import INTER_STAGE, Attributor
 from .devices import TraceBackend, TraceDevice, chunked
 from .sampler import GpuSampler

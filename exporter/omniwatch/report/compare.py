@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import ledger
+from ..core import ledger
 from .facts import RunFacts
 from .verdict import Bottleneck
 from .output import facts_json

@@ -12,7 +12,7 @@ import os
 import statistics
 from dataclasses import dataclass, field
 
-from .. import ledger
+from ..core import ledger
 
 HOUR = 3600.0
 MIN_SECONDS = 1.0

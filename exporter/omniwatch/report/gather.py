@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import ledger, trainer_config
+from .. import trainer_config
+from ..core import ledger
 from ..config import DEFAULT, Config
 from ..backtest.backtest import backtest_many
 from ..backtest.runfile import RecordedRun, load_run
-from ..model import MAX_LABEL_CHARS, RunStore
+from ..core.model import MAX_LABEL_CHARS, RunStore
 from ..runlabel import fit_label
 from .facts import AlertSpan, RunFacts, StepPoint
 

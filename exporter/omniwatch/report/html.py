@@ -20,7 +20,8 @@ from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter, Rang
 from bokeh.plotting import figure
 from bokeh.resources import Resources
 
-from .. import __version__, ledger, palette
+from .. import __version__, palette
+from ..core import ledger
 from ..config import DEFAULT, Config
 from . import gantt as lanes
 from .facts import HOUR, RunFacts

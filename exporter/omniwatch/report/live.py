@@ -12,7 +12,8 @@ from __future__ import annotations
 import bisect
 import time
 
-from .. import ledger, names as n
+from .. import names as n
+from ..core import ledger
 from ..config import DEFAULT
 from ..alerting.records import REC_STALL_TYPICAL
 from ..promapi import PromAPI, PromError

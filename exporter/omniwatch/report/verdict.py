@@ -35,11 +35,12 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .. import ledger, names
+from .. import names
+from ..core import ledger
 from ..alerting import rulespec
 from ..config import DEFAULT, Config
 from ..prosetext import Ctx
-from ..analytics import CAUSE_OF_PHASE
+from ..core.analytics import CAUSE_OF_PHASE
 from .facts import HOUR, RunFacts
 from ..rules import alertmanager_config_path
 from ..yamlio import load as yaml_load

@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from .. import names as n
-from ..analytics import CAUSE_OF_PHASE, K_STEP
+from ..core.analytics import CAUSE_OF_PHASE, K_STEP
 from ..settings import env_override
 from ..simulate import Fault, RunSpec, step_dict
 from .truth import ChangeTruth, FaultTruth, Matcher, RunTruth, dump

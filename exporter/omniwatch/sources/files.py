@@ -20,11 +20,11 @@ from pathlib import Path
 from prometheus_client.registry import Collector
 
 from .. import names
-from ..analytics import K_STEP
-from ..model import RunStore
+from ..core.analytics import K_STEP
+from ..core.model import RunStore
 from ..periodic import Periodic
-from ..parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
-from ..planned import total_steps_in
+from ..core.parse import LineError, ParsedStep, parse_console_line, parse_jsonl_line
+from ..core.planned import total_steps_in
 from ..redact import looks_like_credential, redact
 from .. import trainer_config
 from ..runlabel import shortened

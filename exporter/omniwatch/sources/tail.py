@@ -168,7 +168,7 @@ class FileTail:
         self.unchanged_polls = 0  # polls in a row that found the file as it was (FileSource polls those less)
         self.slot = 0  # FileSource's spread of idle looks over the passes
 
-    # -- checkpoint support (state.py) ----------------------------------------------------------------
+    # -- checkpoint support (core/state.py) -----------------------------------------------------------
     def position(self) -> dict | None:
         """Where the next read starts; only complete lines before it have been handed out."""
         if self._ino is None:

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, S
     ValidationError, create_model, field_validator
 
 from .analytics import WINDOW_VALUE_KEYS, StepRecord
-from .redact import is_secret_key, looks_like_credential
+from ..redact import is_secret_key, looks_like_credential
 
 VERSION = 3  # 3: a step record is stored under StepRecord's own field names (2: renamed keys, read and upgraded)
 

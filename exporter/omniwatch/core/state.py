@@ -24,10 +24,10 @@ from .analytics import CAUSES, K_IMAGES, REFERENCE_REASONS
 from .ledger import Gpus
 from .statelock import Checkpoint
 from .model import RunStore, SeenSteps, StepDigests
-from .periodic import Periodic
+from ..periodic import Periodic
 from .planned import PlannedWork
-from .trainer_config import TrainerConfig
-from .sources.layout import run_labels
+from ..trainer_config import TrainerConfig
+from ..sources.layout import run_labels
 
 log = logging.getLogger(__name__)
 VERSION = statefile.VERSION  # 3: step records under StepRecord's field names (statefile.py); 2 is read and upgraded

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import names as n
+from .. import names as n
 
 @dataclass(frozen=True)
 class SignalAlert:

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import names
+from .. import names
 from .phasetable import CAUSES, PHASE, PHASES, TIMING
 from .shift import Shape, Shift, reference_shift, shape
 from . import signals

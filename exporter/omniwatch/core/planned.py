@@ -38,10 +38,10 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import names as n
+from .. import names as n
 from .analytics import K_SAVE, K_TESTING
-from .periodic import Periodic
-from .sources.layout import run_labels
+from ..periodic import Periodic
+from ..sources.layout import run_labels
 
 log = logging.getLogger(__name__)
 

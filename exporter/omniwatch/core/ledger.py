@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import names
-from .config import Config
+from .. import names
+from ..config import Config
 from .analytics import K_IMAGES, K_TESTING, K_THROUGHPUT, K_TIME_PER_STEP, StepRecord
 from .phasetable import CHECKPOINT, IDLE, PHASES, REWARD
 

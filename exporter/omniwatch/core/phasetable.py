@@ -5,7 +5,7 @@ the phase it runs, its fleet on a colocated actor+rollout worker and whether its
 Every other list of phases or methods is computed from these (tests/test_vocabulary.py keeps it so)."""
 from dataclasses import dataclass
 
-from .names import UNTRACKED_PHASE
+from ..names import UNTRACKED_PHASE
 
 TIMING = "timing_s/"  # verl's timer keys: timing_s/<phase>, timing_s/step, timing_s/agent_loop/...
 CAUSES = ("reward", "inter_stage_idle", "actor", "rollout", "weight_sync", "other")  # StepTimeRegression's

@@ -8,13 +8,13 @@ from collections import defaultdict
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import __version__, names as n
+from .. import __version__, names as n
 from .analytics import CONTRACT_KEYS, is_validation_key
 from .model import RunStore, passthrough_name
 from .planned import PlannedCollector
-from .remedy_info import RemedyCollector
+from ..remedy_info import RemedyCollector
 from .signals import SIGNALS
-from .trainer_config import ConfigCollector
+from ..trainer_config import ConfigCollector
 
 
 # The families this collector renders; other collectors (GPU sampler, relay) own theirs.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from .redact import is_secret_key
+from ..redact import is_secret_key
 
 MAX_KEY_CHARS = 256
 
