@@ -159,7 +159,7 @@ def synthetic(step, seconds, actor_share=0.3, mfu=0.3, flags=()):
 
 
 def test_reference_is_the_median_of_the_first_normal_steps_and_stays_there():
-    from omniwatch.core.analytics import REFERENCE_STEPS
+    from omniwatch.config import REFERENCE_STEPS
     w = RunWindow(3, 20)
     durations = {s: 100.0 + (s % 5) for s in range(1, 101)}  # 100..104, median 102
     for s in range(1, 101):
@@ -208,7 +208,8 @@ def test_late_lower_step_and_rerun_enter_the_reference_by_step_number():
 
 
 def test_drift_is_the_median_of_the_last_steps_after_the_reference_over_it():
-    from omniwatch.core.analytics import DRIFT_AFTER, DRIFT_STEPS
+    from omniwatch.config import DRIFT_STEPS
+    from omniwatch.core.analytics import DRIFT_AFTER
     w = RunWindow(3, 20)
     first_over = None
     for s in range(1, 80):

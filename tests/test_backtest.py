@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from omniwatch import names
-from omniwatch.core.analytics import DEFAULT_WARMUP_STEPS
+from omniwatch.config import DEFAULT_WARMUP_STEPS
 from omniwatch.backtest import add_commands
 from omniwatch.backtest.backtest import backtest, backtest_many
 from omniwatch.backtest.evaluate import firing_intervals

@@ -84,11 +84,9 @@ def test_the_live_path_imports_nothing_upstairs():
 
 
 # What core/ (parsed steps -> step records and window stats -> the run store -> its series) stands on: the ground
-# floor it imports today, transitively, listed one by one. sources/layout.py (a file's run labels: the planned-work
-# log-writer check and the checkpoint's restore use them; a leaf, under a docstring-only sources/__init__.py) is the
-# one module of a live area in it.
+# floor it imports today, transitively, listed one by one.
 CORE_FLOOR = ("names", "config", "periodic", "redact", "runlabel", "trainer_config", "yamlio", "remedy_info",
-              "prosetext", "sources", "sources.layout")
+              "prosetext")
 
 
 def test_core_is_the_inner_floor():
@@ -113,6 +111,14 @@ def test_core_is_the_inner_floor():
         bad.append(" <- ".join(chain))
     assert not bad, "core reaches past its floor:\n" + "\n".join(bad)
     assert floor <= parent.keys(), f"CORE_FLOOR names modules core no longer imports: {sorted(floor - parent.keys())}"
+
+
+def test_the_ground_floor_imports_nothing_above_it():
+    """names.py and config.py (pure data: metric names, thresholds and the step counts) import no other module of
+    the package, so every floor can stand on them (config once imported its step counts from core/analytics.py)."""
+    graph = import_graph()
+    for g in ("omniwatch.names", "omniwatch.config"):
+        assert graph[g] <= {"omniwatch"}, f"{g} imports {sorted(graph[g] - {'omniwatch'})}"
 
 
 def test_no_import_cycle_between_the_live_areas():

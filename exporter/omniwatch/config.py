@@ -7,7 +7,7 @@ overrides any field below (validated; unknown keys are errors).
 
 Each field's description says why the number is what it is (the calibration); docs/alerts.md shows it.
 Counting in steps (which steps are in a window, baselines, warm-up) stays in the exporter
-(``core/analytics.py``); only thresholds and ``for:`` live here.
+(``core/analytics.py``); only its default step counts, thresholds and ``for:`` live here.
 """
 from __future__ import annotations
 
@@ -16,7 +16,24 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from .core.analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, DRIFT_STEPS, REFERENCE_STEPS
+# The exporter's step counts (core/analytics.py counts them; --window-steps, --baseline-steps, --warmup-steps)
+DEFAULT_WINDOW_STEPS = 3
+DEFAULT_BASELINE_STEPS = 20
+DEFAULT_WARMUP_STEPS = 2
+# The reference MFUDrop, StepTimeRegression and the per-cause regression judge against is anchored to the
+# trainer incarnation: the median of its first REFERENCE_STEPS normal steps (warm-up, validation and
+# checkpoint steps left out), frozen once the window has moved past them; until then the median of the
+# normal steps before the window (at least MIN_BASELINE_STEPS). A rolling baseline forgives a fault that
+# lasts (it becomes the new normal in ~N/2 steps) and never sees a creep; an anchored one holds the alert
+# until the run is back near where it started. 20: the median of 10 steps is off by ~3.4 % (1 sd) under 15 %
+# step jitter, and a run whose first steps were an unlucky fast stretch then pages for the rest of its life
+# (scorecard corpus healthy_pool_jittery: its first 10 normal steps 9 % under its level); 20 halve that. A fault
+# that starts inside them is cut out by the level-shift test (shift.reference_shift), so the reference is never
+# a fault (docs/alerts.md, "How each reference is chosen").
+REFERENCE_STEPS = 20
+# The creep series: the median of the last DRIFT_STEPS normal steps against the same reference (a creep that is
+# too slow for the k-step window to see before it has cost tens of steps).
+DRIFT_STEPS = 10
 
 
 class _Part(BaseModel):
@@ -38,9 +55,9 @@ class Window(_Part):
     warmup: int = Field(DEFAULT_WARMUP_STEPS, description="Steps after each trainer (re)start left out as warm-up (`--warmup-steps`).")
     reference: int = Field(REFERENCE_STEPS, description=(
         "Normal steps in the anchored reference of MFUDrop and StepTimeRegression: the first ones of each trainer "
-        "incarnation (analytics.REFERENCE_STEPS), re-chosen where a shift inside them is found (docs/alerts.md)."))
+        "incarnation (config.REFERENCE_STEPS), re-chosen where a shift inside them is found (docs/alerts.md)."))
     drift: int = Field(DRIFT_STEPS, description=(
-        "Normal steps the creep conditions of StepTimeRegression and MFUDrop take the median of (analytics.DRIFT_STEPS)."))
+        "Normal steps the creep conditions of StepTimeRegression and MFUDrop take the median of (config.DRIFT_STEPS)."))
 
 
 class RewardBound(_Part):

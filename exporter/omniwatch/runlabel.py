@@ -10,12 +10,18 @@ name, a pushed field): what every path that makes or looks up a run uses, so a r
   (issue 25 item 9). :func:`shortened` says how, for the log and the reports.
 
 Both are idempotent: a label made here is returned unchanged.
+
+The run a file belongs to (:func:`run_labels`): verl's FileLogger writes
+``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`` (verl/utils/tracking.py), so the parent directory is the
+project and the name (without its suffix) the experiment; the file sources, the planned-work log-writer check, the
+checkpoint and the backtest share it (:func:`raw_run_labels` gives the names as they are on disk).
 """
 from __future__ import annotations
 
 import hashlib
 import re
 from functools import lru_cache
+from pathlib import Path
 
 MAX_LABEL_CHARS = 128
 HASH_CHARS = 8
@@ -51,3 +57,18 @@ def shortened(name: str) -> str | None:
         what.append(f"{len(clean)} characters shortened to {MAX_LABEL_CHARS} (the first "
                     f"{MAX_LABEL_CHARS - HASH_CHARS - 1}, '~' and {HASH_CHARS} hex digits of the SHA-256 of the whole name)")
     return "; ".join(what) or "empty name"
+
+
+def raw_run_labels(path: str) -> tuple[str, str]:
+    p = Path(path)
+    name = p.name
+    for suffix in (".console.log", ".jsonl", ".log", ".txt"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+            break
+    return (p.parent.name or "default"), name
+
+
+def run_labels(path: str) -> tuple[str, str]:
+    project, experiment = raw_run_labels(path)
+    return fit_label(project), fit_label(experiment)

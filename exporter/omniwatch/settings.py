@@ -30,7 +30,7 @@ from pydantic import AliasChoices, Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from .core.analytics import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS
+from .config import DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS
 from .core.model import DEFAULT_MAX_KEYS, DEFAULT_MAX_RUNS, DEFAULT_RUN_EXPIRY, DEFAULT_STALLED_EXPIRY
 
 PREFIX = "OMNIWATCH_"

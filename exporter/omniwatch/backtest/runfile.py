@@ -16,8 +16,7 @@ from ..core.analytics import K_STEP, K_TESTING, K_TIME_PER_STEP
 from ..core.parse import LineError, ParsedStep, parse_console_line, parse_record
 from ..settings import DEFAULT_MAX_LINE
 from .. import trainer_config
-from ..runlabel import fit_label, shortened
-from ..sources.layout import raw_run_labels
+from ..runlabel import fit_label, raw_run_labels, shortened
 
 DEFAULT_STEP_SECONDS = 60.0  # wall time of a step when the whole run carries no timer at all
 

@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .. import names
+from ..config import DEFAULT_BASELINE_STEPS, DEFAULT_WINDOW_STEPS, DRIFT_STEPS, REFERENCE_STEPS
 from .phasetable import CAUSES, PHASE, PHASES, TIMING
 from .shift import Shape, Shift, reference_shift, shape
 from . import signals
@@ -77,27 +78,10 @@ COLOCATED_MIN_SECONDS = 0.5
 # Keys represented by contract series; everything else numeric is passed through as verl_*.
 CONTRACT_KEYS = frozenset({K_STEP, K_TIME_PER_STEP, K_THROUGHPUT, K_GLOBAL_STEP, *names.MFU_ROLES})
 
-DEFAULT_WINDOW_STEPS = 3
-DEFAULT_BASELINE_STEPS = 20
-DEFAULT_WARMUP_STEPS = 2
 MIN_BASELINE_STEPS = 3
-# The reference MFUDrop, StepTimeRegression and the per-cause regression judge against is anchored to the
-# trainer incarnation: the median of its first REFERENCE_STEPS normal steps (warm-up, validation and
-# checkpoint steps left out), frozen once the window has moved past them; until then the median of the
-# normal steps before the window (at least MIN_BASELINE_STEPS). A rolling baseline forgives a fault that
-# lasts (it becomes the new normal in ~N/2 steps) and never sees a creep; an anchored one holds the alert
-# until the run is back near where it started. 20: the median of 10 steps is off by ~3.4 % (1 sd) under 15 %
-# step jitter, and a run whose first steps were an unlucky fast stretch then pages for the rest of its life
-# (scorecard corpus healthy_pool_jittery: its first 10 normal steps 9 % under its level); 20 halve that. A fault
-# that starts inside them is cut out by the level-shift test (shift.reference_shift), so the reference is never
-# a fault (docs/alerts.md, "How each reference is chosen").
-REFERENCE_STEPS = 20
 # The creep series (StepTimeRegression's, MFUDrop's) judge the normal steps after the reference's DRIFT_AFTER-th step:
 # a creep must not wait for the reference's later steps.
 DRIFT_AFTER = 10
-# The creep series: the median of the last DRIFT_STEPS normal steps against the same reference (a creep that is
-# too slow for the k-step window to see before it has cost tens of steps).
-DRIFT_STEPS = 10
 # Normal steps of the incarnation kept (compactly) for the shape of a shift: "a step change at step N" or "a creep
 # of X % over N steps" (shift.shape). Older steps are summarised as "over more than N steps".
 HISTORY_STEPS = 128

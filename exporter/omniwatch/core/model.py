@@ -25,12 +25,12 @@ import orjson
 
 from .. import names
 from .analytics import (
-    CONTRACT_KEYS, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS, TIMER_OVERLAP_LOG_SHARE,
-    WINDOW_VALUE_KEYS, KeyLayout, RunWindow, StepRecord, WindowStats, analyze_step, is_validation_key, key_layout,
+    CONTRACT_KEYS, TIMER_OVERLAP_LOG_SHARE, WINDOW_VALUE_KEYS, KeyLayout, RunWindow, StepRecord, WindowStats, analyze_step, is_validation_key, key_layout,
     time_outside, PHASE_ORDER, TIMING,
 )
 from . import ledger
-from ..config import DEFAULT as ALERT_DEFAULT, Config as AlertConfig
+from ..config import DEFAULT as ALERT_DEFAULT, DEFAULT_BASELINE_STEPS, DEFAULT_WARMUP_STEPS, DEFAULT_WINDOW_STEPS
+from ..config import Config as AlertConfig
 from .parse import ParsedStep
 from .planned import OPEN, UNKNOWN, PlannedWork
 from ..runlabel import fit_label

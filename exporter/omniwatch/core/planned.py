@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from .. import names as n
 from .analytics import K_SAVE, K_TESTING
 from ..periodic import Periodic
-from ..sources.layout import run_labels
+from ..runlabel import run_labels
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from .model import RunStore, SeenSteps, StepDigests
 from ..periodic import Periodic
 from .planned import PlannedWork
 from ..trainer_config import TrainerConfig
-from ..sources.layout import run_labels
+from ..runlabel import run_labels
 
 log = logging.getLogger(__name__)
 VERSION = statefile.VERSION  # 3: step records under StepRecord's field names (statefile.py); 2 is read and upgraded

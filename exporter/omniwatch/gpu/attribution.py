@@ -34,7 +34,8 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from .. import names
-from ..core.analytics import DEFAULT_WINDOW_STEPS, PHASE_ORDER
+from ..config import DEFAULT_WINDOW_STEPS
+from ..core.analytics import PHASE_ORDER
 from .accounting import overlap_seconds
 from .window import InterStageWindows
 from ..runlabel import fit_label

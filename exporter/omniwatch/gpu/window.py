@@ -30,7 +30,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable
 
-from ..core.analytics import DEFAULT_WINDOW_STEPS
+from ..config import DEFAULT_WINDOW_STEPS
 
 MAX_RUNS = 256
 

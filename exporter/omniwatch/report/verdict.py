@@ -17,7 +17,7 @@ alert fired (Alertmanager's inhibitions applied, so nothing is counted twice):
 These regressions are priced for **every step they lasted**, not only where the alert fired: from
 the first step of the window that made it fire (the k-step window) to the
 last step it fired, each step against the anchored reference (the median of the trainer incarnation's
-first normal steps: ``analytics.REFERENCE_STEPS``), so a slowdown that lasts to the end of the run is
+first normal steps: ``config.REFERENCE_STEPS``), so a slowdown that lasts to the end of the run is
 priced to the end, and the steps it took the window to see it are priced too.
 - ``TrainingStalled``: the ``stalled`` bucket: stalls between steps (live runs; a finished file has none) and the
   stall still open at the report's end (a live report's now, ``report --until``): GPUs x the time past the last step

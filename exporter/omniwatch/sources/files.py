@@ -27,9 +27,8 @@ from ..core.parse import LineError, ParsedStep, parse_console_line, parse_jsonl_
 from ..core.planned import total_steps_in
 from ..redact import looks_like_credential, redact
 from .. import trainer_config
-from ..runlabel import shortened
 from .book import SourceBook
-from .layout import raw_run_labels, run_labels
+from ..runlabel import raw_run_labels, run_labels, shortened
 from .tail import DEFAULT_MAX_OPEN, UNCHANGED, FdPool, FileTail, NotRegularFile, OutsideRoot, birth_time, escapes
 
 log = logging.getLogger(__name__)
