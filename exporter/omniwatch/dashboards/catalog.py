@@ -88,5 +88,8 @@ def __getattr__(name: str):
     committed JSON's specs; built on first use, never at import."""
     if name == "DASHBOARDS":
         from ..config import DEFAULT
-        return dashboards(DEFAULT)
+        try:
+            return dashboards(DEFAULT)
+        except AttributeError as e:   # raised from here it would read "cannot import name 'DASHBOARDS'"
+            raise RuntimeError(f"drawing the dashboards failed: {e}") from e
     raise AttributeError(name)
