@@ -64,22 +64,30 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_the_live_path_imports_nothing_upstairs():
-    graph = import_graph()
-    roots = [m for m in graph if any(m == f"omniwatch.{r}" or m.startswith(f"omniwatch.{r}.") for r in LIVE)]
+def reached(graph: dict[str, set[str]], roots) -> dict[str, str | None]:
+    """Every module ``roots`` import, transitively -> the module that imports it first (None for a root)."""
     parent, stack = {r: None for r in roots}, list(roots)
     while stack:
         m = stack.pop()
         for d in sorted(graph[m] - parent.keys()):
             parent[d] = m
             stack.append(d)
-    bad = []
-    for m in parent:
-        if m.split(".")[1] in UPSTAIRS:
-            chain = [m]
-            while parent[chain[-1]] is not None:
-                chain.append(parent[chain[-1]])
-            bad.append(" <- ".join(chain))
+    return parent
+
+
+def chain(parent: dict[str, str | None], m: str) -> str:
+    """``m <- the module importing it <- ... <- a root``."""
+    out = [m]
+    while parent[out[-1]] is not None:
+        out.append(parent[out[-1]])
+    return " <- ".join(out)
+
+
+def test_the_live_path_imports_nothing_upstairs():
+    graph = import_graph()
+    roots = [m for m in graph if any(m == f"omniwatch.{r}" or m.startswith(f"omniwatch.{r}.") for r in LIVE)]
+    parent = reached(graph, roots)
+    bad = [chain(parent, m) for m in parent if m.split(".")[1] in UPSTAIRS]
     assert not bad, "the live path reaches upstairs:\n" + "\n".join(sorted(bad))
 
 
@@ -96,19 +104,9 @@ def test_core_is_the_inner_floor():
     graph = import_graph()
     core = sorted(m for m in graph if m == "omniwatch.core" or m.startswith("omniwatch.core."))
     assert len(core) == 13  # __init__ and the twelve modules of the step chain
-    parent, stack = {m: None for m in core}, list(core)
-    while stack:
-        m = stack.pop()
-        for d in sorted(graph[m] - parent.keys()):
-            parent[d] = m
-            stack.append(d)
+    parent = reached(graph, core)
     floor = {f"omniwatch.{g}" for g in CORE_FLOOR}
-    bad = []
-    for m in sorted(parent.keys() - set(core) - floor):
-        chain = [m]
-        while parent[chain[-1]] is not None:
-            chain.append(parent[chain[-1]])
-        bad.append(" <- ".join(chain))
+    bad = [chain(parent, m) for m in sorted(parent.keys() - set(core) - floor)]
     assert not bad, "core reaches past its floor:\n" + "\n".join(bad)
     assert floor <= parent.keys(), f"CORE_FLOOR names modules core no longer imports: {sorted(floor - parent.keys())}"
 
