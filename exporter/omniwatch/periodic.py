@@ -67,7 +67,8 @@ class Periodic:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the thread, waiting for it at most ``timeout`` s (default ``join_timeout``)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.join_timeout)
+            self._thread.join(timeout=self.join_timeout if timeout is None else timeout)

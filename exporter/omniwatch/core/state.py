@@ -126,25 +126,29 @@ def restore_store(store: RunStore, data: dict) -> None:
                 run.last = w[-1]  # one object again, as before the snapshot (later steps may amend it)
             run.stats = run.window.stats()
             run.phase_names = set(run.stage_seconds_total) | set(run.last.phases if run.last else ())
-        missing = [f"{r.project}/{r.experiment}" for r in store.runs.values()
-                   if K_IMAGES in r.keys
-                   and any(K_IMAGES not in x.values for x in r.window.normal)]
+        missing = _lacking(store, K_IMAGES, any)
         if missing:  # a state from before the images per step were kept with each step
-            log.info("the kept steps of %d restored run(s) (%s) do not carry perf/total_num_images (an older "
-                     "state): step time is judged per step, not per image, and WorkloadChanged waits, until the "
-                     "window holds k new steps", len(missing), ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
+            log.info("the kept steps of %s do not carry perf/total_num_images (an older state): step time is judged "
+                     "per step, not per image, and WorkloadChanged waits, until the window holds k new steps", missing)
         for sig in signals.SIGNALS:  # a state from before a signal existed: none of its kept steps carry the key
-            lost = [f"{r.project}/{r.experiment}" for r in store.runs.values() if sig.key in r.keys and r.window.normal
-                    and all(sig.key not in x.values for x in r.window.normal)]
+            lost = _lacking(store, sig.key, all)
             if lost:  # (a reference whose kept steps do carry it is rebuilt from them by stats() above)
-                log.warning("the kept steps of %d restored run(s) (%s) do not carry %s (a state from before the %s "
-                            "signal): its window statistics wait for k new steps%s", len(lost), ", ".join(lost[:3]) +
-                            (" ..." if len(lost) > 3 else ""), sig.key, sig.name, "; its reference cannot be rebuilt "
-                            "from them and stays absent until the trainer's next incarnation" if sig.reference else "")
+                log.warning("the kept steps of %s do not carry %s (a state from before the %s signal): its window "
+                            "statistics wait for k new steps%s", lost, sig.key, sig.name, "; its reference cannot be "
+                            "rebuilt from them and stays absent until the trainer's next incarnation" if sig.reference
+                            else "")
         for s, r, n in data.get("errors", []):
             store.errors[(s, r)] = n
         for status, n in data.get("notifications", {}).items():
             store.notifications[status] = n
+
+
+def _lacking(store: RunStore, key: str, how=any) -> str:
+    """The restored runs that log ``key`` but whose kept window steps lack it (``how``: any or all of them), as
+    "N restored run(s) (p/e, ...)" for the log; "" when none."""
+    runs = [f"{r.project}/{r.experiment}" for r in store.runs.values()
+            if key in r.keys and r.window.normal and how(key not in x.values for x in r.window.normal)]
+    return f"{len(runs)} restored run(s) ({', '.join(runs[:3])}{' ...' if len(runs) > 3 else ''})" if runs else ""
 
 
 def _config_from(d) -> TrainerConfig | None:

@@ -260,8 +260,7 @@ class GpuSampler(Periodic):
         return self.interval_s
 
     def stop(self, timeout: float = 5.0) -> None:
-        self.join_timeout = timeout
-        super().stop()
+        super().stop(timeout)
         self.devices = []
         try:
             self.backend.close()
